@@ -1,0 +1,95 @@
+"""Entry points. Each session installs the package and hands its arguments to `sparkbuild`."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _cli(session: nox.Session, *args: str) -> None:
+    session.install("-e", ".")
+    session.run("sparkbuild", *args, *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite against real git, Docker, registry and vLLM (see scripts/setup-host.sh)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy over the package, tests and benchmarks."""
+    session.install("-e", ".[lint,test]", "nox")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Resolve every build and write images.lock (`-- --check` verifies it offline)."""
+    _cli(session, "lock")
+
+
+@nox.session
+def patches(session: nox.Session) -> None:
+    """The status of every PR and patch of every build."""
+    _cli(session, "patches")
+
+
+@nox.session
+def prepare(session: nox.Session) -> None:
+    """Check out a build's patched tree: `nox -s prepare -- BUILD [--out DIR]`."""
+    _cli(session, "prepare")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the named images: `nox -s build -- NAME...`."""
+    _cli(session, "build")
+
+
+@nox.session(name="build-sglang")
+def build_sglang(session: nox.Session) -> None:
+    """Build every SGLang build in builds/sglang.yaml, or those named after `--`."""
+    _cli(session, "build", "--engine", "sglang")
+
+
+@nox.session(name="build-vllm")
+def build_vllm(session: nox.Session) -> None:
+    """Build every vLLM build in builds/vllm.yaml, or those named after `--`."""
+    _cli(session, "build", "--engine", "vllm")
+
+
+@nox.session(name="setup-host", venv_backend="none")
+def setup_host(session: nox.Session) -> None:
+    """Install and start what builds and tests need: docker, qemu, registry, debootstrap."""
+    session.run("bash", "scripts/setup-host.sh", *session.posargs, external=True)
+
+
+@nox.session
+def smoke(session: nox.Session) -> None:
+    """Boot an engine and check it: `nox -s smoke -- --image I --profile P`."""
+    _cli(session, "smoke")
+
+
+@nox.session
+def publish(session: nox.Session) -> None:
+    """Push smoke-tested images by digest: `nox -s publish -- BUILD --registry REG`."""
+    _cli(session, "publish")
+
+
+@nox.session
+def rollback(session: nox.Session) -> None:
+    """Move a build's aliases back to its previous passing digest."""
+    _cli(session, "rollback")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Throughput sweep of an image or endpoint: `nox -s bench -- --url U ...`."""
+    _cli(session, "bench")

@@ -1,0 +1,109 @@
+"""The ``sparkbuild`` command line: global options here, one module per stage's commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sparkbuild import __version__, console
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.settings import Settings, default_cache_dir, parse_repo_overrides
+
+
+class _Group(click.Group):
+    """Turns SparkbuildError into a message and an exit status instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SparkbuildError as exc:
+            console.err.print(f"error: {exc.message}", style="red", markup=False)
+            if exc.hint:
+                console.err.print(f"hint: {exc.hint}", markup=False)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            console.err.print("interrupted", markup=False)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sparkbuild")
+@click.option(
+    "--project",
+    "project_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Project directory holding builds/, patches/, smoke/ and images.lock.",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Mirror and download cache [env SPARKBUILD_CACHE_DIR; default ~/.cache/sparkbuild].",
+)
+@click.option(
+    "--lock-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The lock file [default: PROJECT/images.lock].",
+)
+@click.option(
+    "--repo",
+    "repos",
+    multiple=True,
+    metavar="ENGINE=URL",
+    help="Fetch ENGINE's source from URL for this run (a mirror or local repository).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@click.pass_context
+def main(
+    ctx: click.Context,
+    project_dir: Path,
+    cache_dir: Path | None,
+    lock_file: Path | None,
+    repos: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """Reproducible, patched SGLang and vLLM images for NVIDIA DGX Spark."""
+    console.set_quiet(quiet)
+    try:
+        overrides = parse_repo_overrides(repos)
+    except SparkbuildError as exc:
+        raise click.UsageError(str(exc)) from exc
+    ctx.obj = Settings(
+        project_dir=project_dir.resolve(),
+        cache_dir=(cache_dir or default_cache_dir()).expanduser().resolve(),
+        lock_path=lock_file.resolve() if lock_file else None,
+        repo_overrides=overrides,
+        quiet=quiet,
+    )
+
+
+def emit_json(payload: Any, path: str | None = None) -> None:
+    """JSON for scripts: to stdout, or to ``path`` when a command takes ``--json FILE``."""
+    text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+    if path is None or path == "-":
+        sys.stdout.write(text)
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def _register() -> None:
+    # One import per stage; each module defines its click commands and adds them here.
+    from sparkbuild.cli import source_cmds
+
+    for command in source_cmds.COMMANDS:
+        main.add_command(command)
+
+    from sparkbuild.cli import build
+
+    for command in build.COMMANDS:
+        main.add_command(command)
+
+
+_register()

@@ -1,0 +1,3 @@
+from sparkbuild.cli import main
+
+main()

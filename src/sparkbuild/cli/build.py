@@ -1,0 +1,113 @@
+"""`sparkbuild build`: the image stage on the command line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from sparkbuild import console
+from sparkbuild.cli import emit_json
+from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.image import ImageResult, build_image
+from sparkbuild.settings import Settings
+from sparkbuild.spec import Build, load_builds, select
+
+
+def _selected(settings: Settings, names: tuple[str, ...], engine: str | None) -> list[Build]:
+    builds = select(load_builds(settings), names)
+    if engine is None:
+        return builds
+    other = [b.name for b in builds if b.engine != engine and names]
+    if other:
+        raise UsageError(f"--engine {engine}, but {', '.join(other)} is not a {engine} build")
+    chosen = [b for b in builds if b.engine == engine]
+    if not chosen:
+        raise UsageError(f"no {engine} builds in {settings.builds_dir}")
+    return chosen
+
+
+def _summary(result: ImageResult) -> str:
+    what = "up to date" if result.skipped else "built"
+    tags = ", ".join(result.tags)
+    return (
+        f"{result.build}: {what} {result.image_id[:19]} {result.platform} "
+        f"in {result.seconds:.1f} s; tags: {tags}"
+    )
+
+
+@click.command(name="build")
+@click.argument("builds", nargs=-1)
+@click.option(
+    "--engine",
+    type=click.Choice(["sglang", "vllm"]),
+    help="Only this engine's builds (all of them when no BUILD is named).",
+)
+@click.option(
+    "--locked",
+    is_flag=True,
+    help="Build exactly what images.lock pins (source and base digest); fail if the inputs differ.",
+)
+@click.option(
+    "--platform",
+    default=None,
+    metavar="OS/ARCH",
+    help="Override the spec's platform [spec default: linux/arm64].",
+)
+@click.option(
+    "--builder",
+    "builder_name",
+    default=None,
+    metavar="NAME",
+    help="A docker buildx builder, e.g. a remote BuildKit on a native arm64 Spark.",
+)
+@click.option("--no-cache", is_flag=True, help="Rebuild every step, even if up to date.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@click.pass_obj
+def build_command(
+    settings: Settings,
+    builds: tuple[str, ...],
+    engine: str | None,
+    locked: bool,
+    platform: str | None,
+    builder_name: str | None,
+    no_cache: bool,
+    as_json: bool,
+) -> None:
+    """Build the images of BUILDS (default: all), or report them up to date."""
+    selected = _selected(settings, builds, engine)
+    results: list[ImageResult] = []
+    failures: list[tuple[str, SparkbuildError]] = []
+    for build in selected:
+        try:
+            result = build_image(
+                build,
+                settings,
+                locked=locked,
+                platform=platform,
+                builder_name=builder_name,
+                no_cache=no_cache,
+            )
+        except SparkbuildError as exc:
+            if len(selected) == 1:
+                raise
+            failures.append((build.name, exc))
+            console.err.print(f"error: {exc}", style="red", markup=False)
+            continue
+        results.append(result)
+        if not as_json:
+            console.out.print(_summary(result), markup=False)
+    if as_json:
+        payload: Any = {
+            "results": [r.to_json() for r in results],
+            "failed": [
+                {"build": name, "error": exc.message, "hint": exc.hint} for name, exc in failures
+            ],
+        }
+        emit_json(payload)
+    if failures:
+        names = ", ".join(name for name, _ in failures)
+        raise SparkbuildError(f"{len(failures)} of {len(selected)} builds failed: {names}")
+
+
+COMMANDS: list[click.Command] = [build_command]

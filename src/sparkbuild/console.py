@@ -1,0 +1,48 @@
+"""One place that decides whether progress is shown: never with --quiet or without a TTY."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+
+_state = {"quiet": False}
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def set_quiet(quiet: bool) -> None:
+    _state["quiet"] = quiet
+
+
+def is_quiet() -> bool:
+    return _state["quiet"]
+
+
+def interactive() -> bool:
+    """Whether live progress (spinners, streamed build output) should be drawn."""
+    return not _state["quiet"] and sys.stderr.isatty()
+
+
+def info(message: str) -> None:
+    """A one-line progress note on stderr, dropped with --quiet."""
+    if not _state["quiet"]:
+        err.print(message, markup=False)
+
+
+def warn(message: str) -> None:
+    """Warnings are shown even with --quiet: they change what the user should believe."""
+    err.print(f"warning: {message}", style="yellow", markup=False)
+
+
+@contextmanager
+def status(message: str) -> Iterator[None]:
+    """A spinner on a TTY; a single line otherwise; nothing with --quiet."""
+    if interactive():
+        with err.status(message):
+            yield
+    else:
+        info(message)
+        yield

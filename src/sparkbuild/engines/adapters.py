@@ -1,0 +1,427 @@
+"""What sparkbuild knows about each engine's HTTP API, metrics and log lines.
+
+An adapter turns one engine's dialect into common values: how to launch and probe it,
+one greedy generation with logprobs (:class:`Generation`), a snapshot of its Prometheus
+counters (:class:`Counters`), and the mean acceptance length of speculative decoding over an
+interval (:class:`Acceptance`), from counter deltas or from per-request fields. The bench stage
+uses the same calls per sweep cell: snapshot before, run, snapshot after, ``acceptance(...)``.
+
+Formats (checked against SGLang 0.5.10/0.5.23 wheels and vLLM 0.32 on the CPU):
+
+* vLLM: OpenAI ``/v1/completions`` with ``logprobs``; counters
+  ``vllm:spec_decode_num_drafts_total`` and ``vllm:spec_decode_num_accepted_tokens_total``
+  (mean acceptance length = 1 + Δaccepted / Δdrafts); ``vllm:corrupted_requests_total`` with
+  ``VLLM_COMPUTE_NANS_IN_LOGITS=1``; log ``SpecDecoding metrics: Mean acceptance length: 2.31``.
+* SGLang: native ``/generate`` with ``return_logprob``; ``meta_info.spec_verify_ct`` (all
+  versions) and ``spec_accept_length`` = completion_tokens / spec_verify_ct; 0.5.10 adds
+  ``spec_accept_token_num``/``spec_draft_token_num``, 0.5.23 ``spec_num_correct_drafts``/
+  ``spec_num_proposed_drafts``. With ``--enable-metrics``: counters
+  ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total``, gauge
+  ``sglang:spec_accept_length``. Decode log ``accept len: 2.83``. ``/server_info``
+  ``internal_states[*].avg_spec_accept_length`` (a lifetime average, so only a hint).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkbuild.errors import UsageError
+
+
+class EngineHTTPError(Exception):
+    """A request the engine answered with an error status, or did not answer."""
+
+    def __init__(self, what: str, status: int | None, body: str = "") -> None:
+        self.what = what
+        self.status = status
+        self.body = body[:500]
+        shown = f"HTTP {status}" if status is not None else "no response"
+        super().__init__(f"{what}: {shown}{': ' + self.body if self.body else ''}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion, in engine-neutral terms."""
+
+    prompt: str
+    text: str
+    finish_reason: str | None
+    completion_tokens: int
+    tokens: tuple[str, ...]  # token strings (vLLM) or ids (SGLang), for repetition checks
+    logprobs: tuple[float | None, ...]  # of each generated token; None where the engine sent null
+    seconds: float
+    spec_verify_ct: int | None = None  # SGLang: verify steps for this request
+    spec_accept_length: float | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Prometheus samples summed over label sets, keyed by sample name (``..._total``)."""
+
+    values: Mapping[str, float]
+    available: bool = True  # False when /metrics could not be read
+    taken_at: float = 0.0
+
+    def get(self, name: str) -> float | None:
+        return self.values.get(name)
+
+    def delta(self, before: Counters, name: str) -> float | None:
+        after_value = self.values.get(name)
+        if after_value is None:
+            return None
+        return after_value - (before.values.get(name) or 0.0)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Mean acceptance length over an interval (tokens per verify step, bonus token included).
+
+    ``active`` is False when the engine shows no speculative decoding at all; ``accept_len``
+    is None then. ``source`` names where the number came from.
+    """
+
+    active: bool
+    accept_len: float | None
+    source: str
+    steps: float = 0.0  # drafts (vLLM) or verify calls (SGLang)
+    tokens: float = 0.0  # accepted draft tokens (vLLM) or generated tokens (SGLang)
+    detail: str = ""
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sample values by name, summed over label sets (counters of all engines/ranks)."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
+    return values
+
+
+def non_finite(values: Iterable[float | None]) -> int:
+    """How many logprobs are null, NaN or infinite."""
+    return sum(1 for v in values if v is None or not math.isfinite(v))
+
+
+def last_float(pattern: re.Pattern[str], lines: Sequence[str]) -> float | None:
+    """The number captured by ``pattern`` in the last line that matches it."""
+    for line in reversed(lines):
+        match = pattern.search(line)
+        if match:
+            return float(match.group(1))
+    return None
+
+
+class EngineAdapter(ABC):
+    """One engine's launch flags, endpoints, counters and log formats."""
+
+    name: ClassVar[str]
+    default_port: ClassVar[int]
+    default_launcher: ClassVar[tuple[str, ...]]
+    health_path: ClassVar[str] = "/health"
+    metrics_path: ClassVar[str] = "/metrics"
+    ready_line: ClassVar[re.Pattern[str]]
+    #: Log lines that mean NaN/inf logits were seen.
+    nan_line: ClassVar[re.Pattern[str]]
+    #: Log lines that mean something went wrong while serving.
+    error_line: ClassVar[re.Pattern[str]]
+    #: The engine's periodic acceptance-length log line (group 1: the value).
+    accept_line: ClassVar[re.Pattern[str]]
+
+    def __init__(self, request_timeout_s: float = 300.0) -> None:
+        self.request_timeout_s = request_timeout_s
+
+    @abstractmethod
+    def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
+        """Arguments after the launcher: model, bind address and the profile's flags."""
+
+    @abstractmethod
+    def generate(
+        self,
+        session: requests.Session,
+        base_url: str,
+        prompt: str,
+        max_tokens: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Generation:
+        """One greedy completion with logprobs; raises EngineHTTPError on an HTTP failure."""
+
+    @abstractmethod
+    def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
+        """Acceptance over the interval between two counter snapshots."""
+
+    def acceptance_from_generations(self, generations: Sequence[Generation]) -> Acceptance | None:
+        """Acceptance from per-request fields, when the engine returns them (None otherwise)."""
+        return None
+
+    def acceptance(
+        self, before: Counters, after: Counters, generations: Sequence[Generation] = ()
+    ) -> Acceptance:
+        """The best measurement available: per-request fields, else counter deltas."""
+        per_request = self.acceptance_from_generations(generations)
+        if per_request is not None and per_request.active:
+            return per_request
+        return self.acceptance_from_delta(before, after)
+
+    def nan_count_from_delta(self, before: Counters, after: Counters) -> float | None:
+        """Requests the engine itself flagged as NaN/corrupted in the interval (None: no counter)."""
+        return None
+
+    def acceptance_from_log(self, lines: Sequence[str]) -> float | None:
+        """The last acceptance length the engine logged (a lifetime/windowed figure)."""
+        return last_float(self.accept_line, lines)
+
+    def snapshot_counters(self, session: requests.Session, base_url: str) -> Counters:
+        """All Prometheus samples of the engine right now."""
+        try:
+            response = session.get(base_url + self.metrics_path, timeout=10)
+        except requests.RequestException:
+            return Counters({}, available=False, taken_at=time.monotonic())
+        if response.status_code != 200:
+            return Counters({}, available=False, taken_at=time.monotonic())
+        return Counters(parse_prometheus(response.text), taken_at=time.monotonic())
+
+    def _post(
+        self, session: requests.Session, url: str, body: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], float]:
+        started = time.monotonic()
+        try:
+            response = session.post(url, json=body, timeout=self.request_timeout_s)
+        except requests.RequestException as exc:
+            raise EngineHTTPError(f"POST {url}", None, str(exc)) from exc
+        seconds = time.monotonic() - started
+        if response.status_code != 200:
+            raise EngineHTTPError(f"POST {url}", response.status_code, response.text)
+        try:
+            payload = response.json()  # Python's json reads NaN/Infinity literals too
+        except ValueError as exc:
+            raise EngineHTTPError(f"POST {url}", response.status_code, "not JSON") from exc
+        if not isinstance(payload, dict):
+            raise EngineHTTPError(f"POST {url}", response.status_code, "not a JSON object")
+        return payload, seconds
+
+
+class VllmAdapter(EngineAdapter):
+    name = "vllm"
+    default_port = 8000
+    default_launcher = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+    ready_line = re.compile(r"Starting vLLM (API |)server on|Application startup complete")
+    nan_line = re.compile(r"\bNaNs? (?:detected|found|in (?:the )?(?:logits|logprobs))", re.I)
+    error_line = re.compile(r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError")
+    accept_line = re.compile(r"Mean acceptance length:\s*([0-9.]+)")
+
+    DRAFTS = "vllm:spec_decode_num_drafts_total"
+    DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+    ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+    CORRUPTED = "vllm:corrupted_requests_total"
+
+    def __init__(self, request_timeout_s: float = 300.0) -> None:
+        super().__init__(request_timeout_s)
+        self._served_model: str | None = None
+
+    def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
+        return ["--model", model, "--host", host, "--port", str(port), *args]
+
+    def served_model(self, session: requests.Session, base_url: str) -> str:
+        """The name requests must use (``--served-model-name`` or the model path)."""
+        if self._served_model is None:
+            try:
+                response = session.get(base_url + "/v1/models", timeout=10)
+                response.raise_for_status()
+                self._served_model = str(response.json()["data"][0]["id"])
+            except (requests.RequestException, ValueError, KeyError, IndexError) as exc:
+                raise EngineHTTPError(f"GET {base_url}/v1/models", None, str(exc)) from exc
+        return self._served_model
+
+    def generate(
+        self,
+        session: requests.Session,
+        base_url: str,
+        prompt: str,
+        max_tokens: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Generation:
+        body: dict[str, Any] = {
+            "model": self.served_model(session, base_url),
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "logprobs": 1,
+            **(extra or {}),
+        }
+        payload, seconds = self._post(session, base_url + "/v1/completions", body)
+        choice = (payload.get("choices") or [{}])[0]
+        logprobs = choice.get("logprobs") or {}
+        usage = payload.get("usage") or {}
+        return Generation(
+            prompt=prompt,
+            text=choice.get("text") or "",
+            finish_reason=choice.get("finish_reason"),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            tokens=tuple(str(t) for t in logprobs.get("tokens") or ()),
+            logprobs=tuple(_number(v) for v in logprobs.get("token_logprobs") or ()),
+            seconds=seconds,
+            raw=payload,
+        )
+
+    def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
+        drafts = after.delta(before, self.DRAFTS)
+        accepted = after.delta(before, self.ACCEPTED)
+        if not after.available:
+            return Acceptance(False, None, "counters", detail="/metrics not readable")
+        if drafts is None or accepted is None:
+            return Acceptance(False, None, "counters", detail="no spec_decode counters on /metrics")
+        if drafts <= 0:
+            return Acceptance(
+                False, None, "counters", detail="no drafts proposed during the requests"
+            )
+        return Acceptance(True, 1.0 + accepted / drafts, "counters", drafts, accepted)
+
+    def nan_count_from_delta(self, before: Counters, after: Counters) -> float | None:
+        return after.delta(before, self.CORRUPTED)
+
+
+class SglangAdapter(EngineAdapter):
+    name = "sglang"
+    default_port = 30000
+    default_launcher = ("python3", "-m", "sglang.launch_server")
+    ready_line = re.compile(r"The server is fired up and ready to roll")
+    nan_line = re.compile(
+        r"NaN detected|NaN in the logits|Detected errors during sampling", re.I
+    )
+    error_line = re.compile(
+        r"hit an exception|Traceback \(most recent call last\)|\bERROR\b|CUDA error"
+    )
+    accept_line = re.compile(r"\baccept len:\s*([0-9.]+)")
+
+    VERIFY_CALLS = "sglang:spec_verify_calls_total"
+    GENERATED = "sglang:generation_tokens_total"
+    ACCEPT_GAUGE = "sglang:spec_accept_length"
+
+    def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
+        extra = [] if "--enable-metrics" in args else ["--enable-metrics"]
+        return ["--model-path", model, "--host", host, "--port", str(port), *extra, *args]
+
+    def generate(
+        self,
+        session: requests.Session,
+        base_url: str,
+        prompt: str,
+        max_tokens: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Generation:
+        body = {
+            "text": prompt,
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **(extra or {})},
+            "return_logprob": True,
+        }
+        payload, seconds = self._post(session, base_url + "/generate", body)
+        return self.generation_from_response(prompt, payload, seconds)
+
+    @staticmethod
+    def generation_from_response(
+        prompt: str, payload: Mapping[str, Any], seconds: float = 0.0
+    ) -> Generation:
+        """A /generate response (any version from 0.5.10 on) as a Generation."""
+        meta = payload.get("meta_info") or {}
+        finish = meta.get("finish_reason")
+        reason = finish.get("type") if isinstance(finish, Mapping) else finish
+        entries = meta.get("output_token_logprobs") or []
+        verify = meta.get("spec_verify_ct")
+        length = meta.get("spec_accept_length")
+        return Generation(
+            prompt=prompt,
+            text=str(payload.get("text") or ""),
+            finish_reason=reason,
+            completion_tokens=int(meta.get("completion_tokens") or 0),
+            tokens=tuple(str(e[1]) for e in entries if len(e) > 1),
+            logprobs=tuple(_number(e[0]) for e in entries if e),
+            seconds=seconds,
+            spec_verify_ct=int(verify) if verify is not None else None,
+            spec_accept_length=_number(length) if length is not None else None,
+            raw=payload,
+        )
+
+    def acceptance_from_generations(self, generations: Sequence[Generation]) -> Acceptance | None:
+        """Σ completion_tokens / Σ spec_verify_ct over the requests that report speculation.
+
+        Falls back to completion_tokens / spec_accept_length for a response that has the
+        length but not the verify count.
+        """
+        tokens = steps = 0.0
+        for generation in generations:
+            if generation.spec_verify_ct:
+                steps += generation.spec_verify_ct
+                tokens += generation.completion_tokens
+            elif generation.spec_accept_length:
+                steps += generation.completion_tokens / generation.spec_accept_length
+                tokens += generation.completion_tokens
+        if steps <= 0:
+            return None
+        return Acceptance(True, tokens / steps, "per-request fields", steps, tokens)
+
+    def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
+        if not after.available:
+            return Acceptance(
+                False, None, "counters", detail="/metrics not readable (start with --enable-metrics)"
+            )
+        verify = after.delta(before, self.VERIFY_CALLS)
+        generated = after.delta(before, self.GENERATED)
+        if verify is None or generated is None or verify <= 0:
+            return Acceptance(
+                False, None, "counters", detail="no speculative verify steps during the requests"
+            )
+        return Acceptance(True, generated / verify, "counters", verify, generated)
+
+    @staticmethod
+    def server_info_accept_length(server_info: Mapping[str, Any]) -> float | None:
+        """``internal_states[*].avg_spec_accept_length`` (lifetime average; mean over DP ranks)."""
+        states = server_info.get("internal_states") or []
+        values = [
+            float(state["avg_spec_accept_length"])
+            for state in states
+            if isinstance(state, Mapping) and state.get("avg_spec_accept_length") is not None
+        ]
+        return sum(values) / len(values) if values else None
+
+    def fetch_server_info(
+        self, session: requests.Session, base_url: str
+    ) -> Mapping[str, Any] | None:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = session.get(base_url + path, timeout=10)
+            except requests.RequestException:
+                return None
+            if response.status_code == 200:
+                data = response.json()
+                return data if isinstance(data, dict) else None
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+ADAPTERS: dict[str, type[EngineAdapter]] = {"vllm": VllmAdapter, "sglang": SglangAdapter}
+
+
+def adapter_for(engine: str, **kwargs: Any) -> EngineAdapter:
+    try:
+        return ADAPTERS[engine](**kwargs)
+    except KeyError:
+        known = ", ".join(sorted(ADAPTERS))
+        raise UsageError(f"unknown engine {engine!r}; known engines: {known}") from None

@@ -1,0 +1,488 @@
+"""Where an engine runs: a container from an image, a local process, or an external URL.
+
+One lifecycle for all three, shared by the smoke and bench stages::
+
+    with ProcessTarget(argv, env=env, port=port) as target:   # start() ... stop()
+        readiness = wait_ready(target, adapter, timeout_s=600)
+        ... talk to target.base_url ...
+
+A target that owns its engine (container, process) always stops it on exit, also on errors
+and Ctrl-C: processes by their process group (no orphans), containers by removal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import requests
+
+from sparkbuild.engines.logs import LineSplitter, LogBuffer
+from sparkbuild.errors import SparkbuildError, UsageError
+
+if TYPE_CHECKING:
+    from sparkbuild.engines.adapters import EngineAdapter
+
+TargetKind = Literal["image", "command", "url"]
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that is free right now on ``host`` (the engine binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class Target(ABC):
+    """An engine endpoint with a lifecycle: ``start()``, ``exit_code()``, ``stop()``."""
+
+    kind: TargetKind
+    #: The engine's output, or None when sparkbuild cannot see it (``--url``).
+    logs: LogBuffer | None = None
+    started_at: float | None = None
+
+    @property
+    @abstractmethod
+    def base_url(self) -> str:
+        """``http://host:port`` of the engine's HTTP server (valid after ``start()``)."""
+
+    @property
+    @abstractmethod
+    def description(self) -> str:
+        """What ran, for reports: the image, the command or the URL."""
+
+    @property
+    def owns_engine(self) -> bool:
+        """Whether sparkbuild started the engine (and so can check its boot)."""
+        return self.kind != "url"
+
+    @abstractmethod
+    def start(self) -> None:
+        """Launch the engine (no-op for an external URL). Returns without waiting for it."""
+
+    @abstractmethod
+    def exit_code(self) -> int | None:
+        """The engine's exit status once it has exited, otherwise None."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the engine and release everything it holds; safe to call twice."""
+
+    def __enter__(self) -> Target:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class UrlTarget(Target):
+    """An engine somebody else runs; sparkbuild only talks to it."""
+
+    kind: TargetKind = "url"
+
+    def __init__(self, url: str) -> None:
+        if not re.match(r"^https?://", url):
+            raise UsageError(f"--url {url!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000")
+        self._url = url.rstrip("/")
+
+    @property
+    def base_url(self) -> str:
+        return self._url
+
+    @property
+    def description(self) -> str:
+        return self._url
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+
+    def exit_code(self) -> int | None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+class ProcessTarget(Target):
+    """A local engine process in its own process group, stopped with everything it spawned.
+
+    ``stop()`` sends SIGTERM to the group, waits ``grace_s`` and then sends SIGKILL, and
+    returns only when no process of the group is left.
+    """
+
+    kind: TargetKind = "command"
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        port: int,
+        env: Mapping[str, str] | None = None,
+        host: str = LOOPBACK,
+        log_path: Path | None = None,
+        grace_s: float = 10.0,
+    ) -> None:
+        self.argv = list(argv)
+        self.port = port
+        self.host = host
+        self.env = dict(env or {})
+        self.grace_s = grace_s
+        self.logs = LogBuffer(log_path)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def description(self) -> str:
+        return shlex.join(self.argv)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        try:
+            self._proc = subprocess.Popen(
+                self.argv,
+                env={**os.environ, **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: killpg reaches every child
+            )
+        except OSError as exc:
+            raise UsageError(
+                f"cannot run engine command {self.argv[0]!r}: {exc.strerror or exc}",
+                "check the --command value (the engine launcher, e.g. "
+                "'python -m vllm.entrypoints.openai.api_server')",
+            ) from exc
+        self.started_at = time.monotonic()
+        self._reader = threading.Thread(target=self._pump, name="engine-log", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        assert self.logs is not None
+        for raw in self._proc.stdout:
+            self.logs.append(raw.decode("utf-8", errors="replace"))
+
+    def exit_code(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    def _group_alive(self, pgid: int) -> bool:
+        assert self._proc is not None
+        self._proc.poll()  # reap our direct child so it does not linger as a zombie
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _signal_group(self, pgid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+
+    def _wait_group(self, pgid: int, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self._group_alive(pgid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        pgid = self._proc.pid  # start_new_session: the group id is the leader's pid
+        if self._group_alive(pgid):
+            self._signal_group(pgid, signal.SIGTERM)
+            if not self._wait_group(pgid, self.grace_s):
+                self._signal_group(pgid, signal.SIGKILL)
+                self._wait_group(pgid, 10.0)
+        self._proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self.logs is not None:
+            self.logs.close()
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+def device_requests(gpus: str | None) -> list[Any]:
+    """``docker run --gpus`` semantics: ``all``, a count, ``device=0,1``; None/none = no GPU."""
+    import docker.types
+
+    if gpus is None or gpus.strip().lower() in ("", "none"):
+        return []
+    value = gpus.strip()
+    if value == "all":
+        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if value.isdigit():
+        return [docker.types.DeviceRequest(count=int(value), capabilities=[["gpu"]])]
+    if value.startswith("device="):
+        ids = [part for part in value.removeprefix("device=").strip("\"'").split(",") if part]
+        return [docker.types.DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    raise UsageError(f"--gpus {gpus!r} is not 'all', a count, 'device=ID,...' or 'none'")
+
+
+def docker_client() -> Any:
+    """A client for the local Docker engine, or an error saying how to start one."""
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise SparkbuildError(
+            f"cannot reach the Docker engine: {exc}",
+            "start it (on a build host: `sudo bash scripts/setup-host.sh`) or set DOCKER_HOST",
+        ) from exc
+    return client
+
+
+class ContainerTarget(Target):
+    """The engine in a container of ``image``; logs streamed and kept; always removed.
+
+    The engine's port is published on 127.0.0.1 only. ``ipc="host"`` (what both engines
+    expect for NCCL and their shared-memory queues); ``shm_size`` applies when ipc is private.
+    """
+
+    kind: TargetKind = "image"
+
+    def __init__(
+        self,
+        image: str,
+        *,
+        entrypoint: Sequence[str],
+        args: Sequence[str],
+        container_port: int,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[Mount] = (),
+        gpus: str | None = "all",
+        ipc: str = "host",
+        shm_size: str | None = None,
+        log_path: Path | None = None,
+        grace_s: float = 10.0,
+        name_prefix: str = "sparkbuild-smoke",
+    ) -> None:
+        self.image = image
+        self.entrypoint = list(entrypoint)
+        self.args = list(args)
+        self.container_port = container_port
+        self.env = dict(env or {})
+        self.mounts = list(mounts)
+        self.gpus = gpus
+        self.ipc = ipc
+        self.shm_size = shm_size
+        self.grace_s = grace_s
+        self.name = f"{name_prefix}-{uuid.uuid4().hex[:10]}"
+        self.logs = LogBuffer(log_path)
+        self.image_id: str | None = None
+        self._client: Any = None
+        self._container: Any = None
+        self._host_port: int | None = None
+        self._reader: threading.Thread | None = None
+        self._exit: int | None = None
+        self._last_poll = 0.0
+
+    @property
+    def base_url(self) -> str:
+        if self._host_port is None:
+            raise SparkbuildError(f"container {self.name} has no published port yet")
+        return f"http://{LOOPBACK}:{self._host_port}"
+
+    @property
+    def description(self) -> str:
+        return self.image
+
+    def _run_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "entrypoint": self.entrypoint,
+            "command": self.args,
+            "detach": True,
+            "name": self.name,
+            "environment": self.env,
+            "ports": {f"{self.container_port}/tcp": (LOOPBACK, None)},
+            "ipc_mode": self.ipc,
+            "volumes": {
+                str(m.source): {"bind": m.target, "mode": "ro" if m.read_only else "rw"}
+                for m in self.mounts
+            },
+            "device_requests": device_requests(self.gpus),
+            "labels": {"org.sparkbuild.stage": "smoke"},
+        }
+        if self.shm_size and self.ipc != "host":
+            kwargs["shm_size"] = self.shm_size
+        return kwargs
+
+    def start(self) -> None:
+        import docker.errors
+
+        self._client = docker_client()
+        try:
+            self.image_id = self._client.images.get(self.image).id
+        except docker.errors.ImageNotFound as exc:
+            raise SparkbuildError(
+                f"image {self.image} is not in the local Docker engine",
+                "build it with `sparkbuild build BUILD` or `docker pull` it first",
+            ) from exc
+        try:
+            self._container = self._client.containers.run(self.image, **self._run_kwargs())
+        except docker.errors.APIError as exc:
+            self._remove()
+            raise SparkbuildError(
+                f"cannot start a container of {self.image}: {exc.explanation or exc}",
+                "GPU flags can be changed with --gpus (e.g. --gpus none on a host without GPUs)",
+            ) from exc
+        self.started_at = time.monotonic()
+        self._container.reload()
+        bindings = self._container.attrs["NetworkSettings"]["Ports"] or {}
+        published = bindings.get(f"{self.container_port}/tcp") or []
+        if published:
+            self._host_port = int(published[0]["HostPort"])
+        self._reader = threading.Thread(target=self._pump, name="container-log", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self.logs is not None
+        splitter = LineSplitter(self.logs)
+        try:
+            for chunk in self._container.logs(stream=True, follow=True):
+                splitter.feed(chunk)
+        except Exception:  # noqa: BLE001 - the container went away; what we have is kept
+            pass
+        splitter.flush()
+
+    def exit_code(self) -> int | None:
+        import docker.errors
+
+        if self._container is None or self._exit is not None:
+            return self._exit
+        now = time.monotonic()
+        if now - self._last_poll < 0.5:
+            return None
+        self._last_poll = now
+        try:
+            self._container.reload()
+        except docker.errors.NotFound:
+            self._exit = -1
+            return self._exit
+        state = self._container.attrs.get("State", {})
+        if state.get("Status") in ("exited", "dead"):
+            self._exit = int(state.get("ExitCode", -1))
+        return self._exit
+
+    def _remove(self) -> None:
+        import docker.errors
+
+        if self._client is None:
+            return
+        with contextlib.suppress(docker.errors.NotFound):
+            self._client.containers.get(self.name).remove(force=True)
+
+    def stop(self) -> None:
+        import docker.errors
+
+        if self._container is not None:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                self._container.stop(timeout=int(self.grace_s))
+            if self._reader is not None:
+                self._reader.join(timeout=5)
+        self._remove()
+        self._container = None
+        if self.logs is not None:
+            self.logs.close()
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How a boot ended: ``ready``, ``exited`` (with its exit code) or ``timeout``."""
+
+    outcome: Literal["ready", "exited", "timeout"]
+    seconds: float
+    exit_code: int | None = None
+    ready_line_seen: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.outcome == "ready"
+
+
+def probe(session: requests.Session, url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status of a GET, or None when nothing answers."""
+    try:
+        return session.get(url, timeout=timeout).status_code
+    except requests.RequestException:
+        return None
+
+
+def wait_ready(
+    target: Target,
+    adapter: EngineAdapter,
+    timeout_s: float,
+    *,
+    poll_s: float = 0.5,
+    line_grace_s: float = 10.0,
+) -> Readiness:
+    """Wait until the readiness endpoint answers 200 and the engine printed its ready line.
+
+    Stops early when the engine exits. If the endpoint is up but the ready line does not
+    appear within ``line_grace_s`` (an engine version that words it differently), the engine
+    counts as ready with ``ready_line_seen=False``.
+    """
+    started = target.started_at if target.started_at is not None else time.monotonic()
+    deadline = started + timeout_s
+    health_since: float | None = None
+    session = requests.Session()
+    url = target.base_url + adapter.health_path
+    line_seen, scanned = target.logs is None, 0
+    while True:
+        now = time.monotonic()
+        code = target.exit_code()
+        if code is not None:
+            return Readiness("exited", now - started, exit_code=code)
+        if not line_seen and target.logs is not None:
+            fresh = target.logs.since(scanned)
+            scanned += len(fresh)
+            line_seen = any(adapter.ready_line.search(line) for line in fresh)
+        if probe(session, url) == 200:
+            health_since = health_since or now
+            if line_seen or now - health_since >= line_grace_s:
+                return Readiness("ready", time.monotonic() - started, ready_line_seen=line_seen)
+        else:
+            health_since = None
+        if time.monotonic() >= deadline:
+            return Readiness("timeout", time.monotonic() - started)
+        time.sleep(poll_s)

@@ -1,0 +1,297 @@
+"""Running BuildKit through the docker CLI: finding a capable client, streaming, failures.
+
+Builds go through BuildKit only: ``docker buildx build`` where the buildx plugin exists,
+otherwise a docker client that still has BuildKit built in (CLI before 23.0, with
+``DOCKER_BUILDKIT=1``). Newer clients without buildx refuse BuildKit builds, so every docker
+client on PATH (plus Debian's ``/usr/bin/docker``) is probed before giving up.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import platform as host_platform
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+import docker.errors
+
+from sparkbuild import console
+from sparkbuild.errors import SparkbuildError
+
+SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
+BUILDX_HINT = (
+    "install the buildx plugin (`apt-get install docker-buildx` on Debian 13 / Ubuntu, "
+    "`docker-buildx-plugin` from Docker's apt repository), or use a docker CLI older than "
+    "23.0 with BuildKit built in, e.g. Debian 12's docker.io (`sudo scripts/setup-host.sh`)"
+)
+# The CLI dropped its built-in BuildKit client in 23.0; older ones build with DOCKER_BUILDKIT=1.
+_LAST_BUILTIN_MAJOR = 22
+_FAILURE_TAIL = 15
+_GIB = 1024**3
+# An nvcc job for sm_121a kernels peaks at several GiB; one job per 8 GiB keeps a Spark's
+# unified memory (shared with the page cache) out of the OOM killer.
+MEMORY_PER_JOB = 8 * _GIB
+
+
+@dataclass(frozen=True)
+class BuildClient:
+    """A docker CLI that can run BuildKit builds, and how."""
+
+    path: str
+    kind: Literal["buildx", "builtin"]
+    version: str
+
+    def describe(self) -> str:
+        how = "buildx" if self.kind == "buildx" else "built-in BuildKit"
+        return f"{self.path} {self.version} ({how})"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    context: Path
+    dockerfile: Path
+    platform: str
+    build_args: Mapping[str, str]
+    labels: Mapping[str, str]
+    tags: tuple[str, ...]
+    no_cache: bool = False
+    builder: str | None = None
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+class BuildFailedError(SparkbuildError):
+    """The build ran and failed; ``message`` carries the failing step's last lines."""
+
+
+def docker_candidates() -> list[str]:
+    """Every `docker` executable on PATH, then Debian's /usr/bin/docker, without repeats."""
+    found: list[str] = []
+    seen: set[str] = set()
+    dirs = [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin"]
+    for directory in dirs:
+        candidate = os.path.join(directory, "docker") if directory else ""
+        if not candidate or not os.access(candidate, os.X_OK) or os.path.isdir(candidate):
+            continue
+        real = os.path.realpath(candidate)
+        if real not in seen:
+            seen.add(real)
+            found.append(candidate)
+    return found
+
+
+def _probe(args: list[str]) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _client_version(path: str) -> str | None:
+    result = _probe([path, "--version"])
+    if result is None or result.returncode != 0:
+        return None
+    match = re.search(r"version\s+v?(\d+\.\d+[\w.+~-]*)", result.stdout)
+    return match.group(1) if match else None
+
+
+def _has_buildx(path: str) -> bool:
+    result = _probe([path, "buildx", "version"])
+    return result is not None and result.returncode == 0
+
+
+def find_client(*, need_buildx: bool = False) -> BuildClient:
+    """The first client with buildx; else the first with built-in BuildKit; else an error."""
+    candidates = docker_candidates()
+    versions = {path: _client_version(path) for path in candidates}
+    for path in candidates:
+        if _has_buildx(path):
+            return BuildClient(path, "buildx", versions[path] or "?")
+    if need_buildx:
+        found = ", ".join(f"{p} {versions[p] or '?'}" for p in candidates) or "none"
+        raise SparkbuildError(
+            f"--builder needs `docker buildx`, which no docker client here has (found: {found})",
+            BUILDX_HINT,
+        )
+    for path in candidates:
+        version = versions[path]
+        if version and int(version.split(".")[0]) <= _LAST_BUILTIN_MAJOR:
+            return BuildClient(path, "builtin", version)
+    found = ", ".join(f"{p} {versions[p] or '(no version)'}" for p in candidates) or "none"
+    raise SparkbuildError(
+        f"no docker client here can run BuildKit builds (found: {found}; clients from 23.0 "
+        "on need the buildx plugin)",
+        BUILDX_HINT,
+    )
+
+
+def docker_api() -> Any:
+    """A docker SDK client for the daemon, or an error saying how to start one."""
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise SparkbuildError(f"no Docker daemon answers at {where} ({exc})", SETUP_HINT) from exc
+    return client
+
+
+_ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+_QEMU_NAMES = {
+    "arm64": "aarch64",
+    "amd64": "x86_64",
+    "arm": "arm",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+
+
+def platform_arch(platform: str) -> str:
+    parts = platform.split("/")
+    if len(parts) < 2 or parts[0] != "linux":
+        raise SparkbuildError(
+            f"platform '{platform}' is not of the form linux/ARCH", "for example linux/arm64"
+        )
+    return parts[1]
+
+
+def check_can_run(platform: str, binfmt_dir: Path = Path("/proc/sys/fs/binfmt_misc")) -> None:
+    """Fail early when the local builder cannot execute ``platform``'s binaries."""
+    arch = platform_arch(platform)
+    native = _ARCH_ALIASES.get(host_platform.machine(), host_platform.machine())
+    if arch == native:
+        return
+    entry = binfmt_dir / f"qemu-{_QEMU_NAMES.get(arch, arch)}"
+    try:
+        enabled = entry.read_text().startswith("enabled")
+    except OSError:
+        enabled = False
+    if not enabled:
+        raise SparkbuildError(
+            f"this {native} host cannot run {platform} binaries: no qemu emulation registered "
+            f"({entry} missing or disabled)",
+            "enable it with `sudo scripts/setup-host.sh`, or build on a native builder with "
+            "`--builder NAME` (see docs/image.md)",
+        )
+
+
+def daemon_max_jobs(api: Any) -> int:
+    """Parallel compile jobs for the local daemon's memory and cores."""
+    info = api.info()
+    return max_jobs(int(info.get("MemTotal", 0)), int(info.get("NCPU", 1)))
+
+
+def max_jobs(memory_bytes: int, cpus: int) -> int:
+    return max(1, min(cpus, memory_bytes // MEMORY_PER_JOB))
+
+
+def build_command(client: BuildClient, request: BuildRequest, iidfile: Path) -> list[str]:
+    if client.kind == "buildx":
+        cmd = [client.path, "buildx", "build"]
+        if request.builder:
+            cmd += ["--builder", request.builder]
+        cmd.append("--load")  # remote builders send the image back to the local store
+    else:
+        cmd = [client.path, "build"]
+    cmd += ["--progress", "plain", "--platform", request.platform]
+    cmd += ["--file", str(request.dockerfile), "--iidfile", str(iidfile)]
+    for key, value in sorted(request.build_args.items()):
+        cmd += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(request.labels.items()):
+        cmd += ["--label", f"{key}={value}"]
+    for tag in request.tags:
+        cmd += ["--tag", tag]
+    if request.no_cache:
+        cmd.append("--no-cache")
+    cmd.append(str(request.context))
+    return cmd
+
+
+def build_env(client: BuildClient, extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    if client.kind == "builtin":
+        env["DOCKER_BUILDKIT"] = "1"
+    return env
+
+
+def run_build(client: BuildClient, request: BuildRequest, *, stream: bool) -> str:
+    """Run one build; stream its plain progress to stderr when ``stream``. Returns the image id."""
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-iid-") as tmp:
+        iidfile = Path(tmp) / "iid"
+        cmd = build_command(client, request, iidfile)
+        tail: collections.deque[str] = collections.deque(maxlen=2000)
+        process = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=build_env(client, request.extra_env),
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
+        assert process.stdout is not None
+        try:
+            for line in process.stdout:
+                tail.append(line.rstrip("\n"))
+                if stream:
+                    sys.stderr.write(line)
+                    sys.stderr.flush()
+            returncode = process.wait()
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        if returncode != 0:
+            raise BuildFailedError(
+                "the build failed:\n" + failure_summary(list(tail)),
+                "fix the failing step (run again without --quiet to see the whole log); "
+                "images.lock was not changed",
+            )
+        image_id = iidfile.read_text().strip() if iidfile.exists() else ""
+        if not image_id:
+            raise BuildFailedError("the build finished but reported no image id", "run it again")
+        return image_id
+
+
+_STEP = re.compile(r"^#(\d+) ")
+_STEP_ERROR = re.compile(r"^#(\d+) ERROR:?")
+
+
+def failure_summary(lines: list[str]) -> str:
+    """The failing step's title and last output lines, then BuildKit's own error lines."""
+    failing = next((m.group(1) for m in map(_STEP_ERROR.match, reversed(lines)) if m), None)
+    if failing is None:
+        return _indent(lines[-25:])
+    step_lines = [line for line in lines if line.startswith(f"#{failing} ")]
+    title = next((line for line in step_lines if line.startswith(f"#{failing} [")), "")
+    output = [line for line in step_lines if line != title][-_FAILURE_TAIL:]
+    closing = _closing_error(lines)
+    parts = [title.removeprefix(f"#{failing} ")] if title else []
+    parts += output + closing
+    return _indent(parts)
+
+
+def _closing_error(lines: list[str]) -> list[str]:
+    """What BuildKit prints after the last `------` box: the error sentence."""
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].strip() == "------":
+            return [line for line in lines[index + 1 :] if line.strip()][-5:]
+    return lines[-3:]
+
+
+def _indent(lines: Iterable[str]) -> str:
+    return "\n".join("  " + line for line in lines)
+
+
+def stream_progress() -> bool:
+    """Build output is streamed unless --quiet (also without a TTY: CI logs want it)."""
+    return not console.is_quiet()

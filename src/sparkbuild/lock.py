@@ -1,0 +1,105 @@
+"""images.lock: canonical YAML, written only by sparkbuild, atomically, one writer at a time.
+
+The file holds one entry per build. Each stage owns one key of that entry (``source``,
+``image``, ``smoke``, ``bench``, ``publish``) and replaces it through :func:`update`, which
+serialises writers with a file lock and swaps the file in with a rename, so an interrupted
+write leaves the previous lock intact.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from filelock import FileLock
+
+from sparkbuild.errors import LockError
+
+SCHEMA = 1
+HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
+
+LockData = dict[str, Any]
+
+
+def empty() -> LockData:
+    return {"schema": SCHEMA, "builds": {}}
+
+
+def load(path: Path) -> LockData:
+    """The lock as plain data; an empty lock when the file does not exist yet."""
+    if not path.exists():
+        return empty()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise LockError(
+            f"{path}: not valid YAML ({exc})",
+            f"restore it with `git checkout -- {path.name}` and run `sparkbuild lock`",
+        ) from exc
+    if data is None:
+        return empty()
+    if not isinstance(data, dict) or not isinstance(data.get("builds", {}), dict):
+        raise LockError(f"{path}: not a sparkbuild lock (no 'builds' mapping)")
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise LockError(f"{path}: lock schema {data.get('schema')} is not {SCHEMA}")
+    data.setdefault("builds", {})
+    data["schema"] = SCHEMA
+    return data
+
+
+def dumps(data: LockData) -> str:
+    """Canonical text: sorted keys, block style, no timestamps added here."""
+    body = yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
+    return HEADER + body
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write beside the target, fsync, then rename over it: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def file_lock(path: Path) -> FileLock:
+    return FileLock(str(path) + ".lock")
+
+
+def update(path: Path, mutate: Callable[[LockData], None]) -> LockData:
+    """Load, let ``mutate`` change a copy, and write it back, holding the writer lock.
+
+    If ``mutate`` raises, nothing is written.
+    """
+    with file_lock(path):
+        current = load(path)
+        changed = copy.deepcopy(current)
+        mutate(changed)
+        if changed != current or not path.exists():
+            write_atomic(path, dumps(changed))
+        return changed
+
+
+def build_entry(data: LockData, build: str) -> dict[str, Any] | None:
+    entry = data.get("builds", {}).get(build)
+    return entry if isinstance(entry, dict) else None
+
+
+def set_section(path: Path, build: str, section: str, value: Any) -> LockData:
+    """Replace one stage's section of one build's entry."""
+
+    def mutate(data: LockData) -> None:
+        data["builds"].setdefault(build, {})[section] = value
+
+    return update(path, mutate)

@@ -1,0 +1,155 @@
+"""A cached bare mirror per upstream repository, shared by runs and locked while it changes.
+
+Only what a build needs is fetched: the base branch, tags, the build's ref and the heads of
+the PRs it cherry-picks (``refs/pull/N/head``). Network calls retry with backoff; when they
+still fail the error names the URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from sparkbuild import console, git
+from sparkbuild.errors import SparkbuildError
+
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+# Errors that no retry can fix: the remote answered and said no.
+_PERMANENT = ("couldn't find remote ref", "not our ref", "invalid refspec")
+
+
+class RemoteError(SparkbuildError):
+    pass
+
+
+def _slug(url: str) -> str:
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", url.rstrip("/").rsplit("/", 1)[-1])
+    tail = tail.removesuffix(".git") or "repo"
+    return f"{tail}-{hashlib.sha256(url.encode()).hexdigest()[:10]}"
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, git.GitError) and not any(marker in exc.stderr for marker in _PERMANENT)
+
+
+def _retrying() -> Retrying:
+    attempts = int(os.environ.get("SPARKBUILD_NET_ATTEMPTS", "4"))
+    scale = float(os.environ.get("SPARKBUILD_NET_BACKOFF", "1"))
+    return Retrying(
+        stop=stop_after_attempt(max(attempts, 1)),
+        wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
+        retry=retry_if_exception(_is_transient),
+        reraise=False,
+    )
+
+
+@dataclass(frozen=True)
+class RemoteRefs:
+    """What ``git ls-remote`` reported: ref name → object (tags peeled to commits)."""
+
+    refs: dict[str, str]
+
+    def pr_head(self, number: int) -> str | None:
+        return self.refs.get(f"refs/pull/{number}/head")
+
+    def resolve(self, ref: str) -> str | None:
+        for name in (f"refs/tags/{ref}^{{}}", f"refs/tags/{ref}", f"refs/heads/{ref}", ref):
+            if name in self.refs:
+                return self.refs[name]
+        return None
+
+
+class Mirror:
+    def __init__(self, cache_dir: Path, url: str) -> None:
+        self.url = url
+        self.path = cache_dir / "mirrors" / f"{_slug(url)}.git"
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive use while refs change; concurrent runs wait here."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.path) + ".lock"):
+            self._ensure()
+            yield
+
+    def _ensure(self) -> None:
+        if (self.path / "HEAD").exists():
+            return
+        tmp = self.path.with_name(self.path.name + f".init-{os.getpid()}")
+        git.run(["init", "--bare", "--quiet", str(tmp)])
+        git.run(["config", "remote.origin.url", self.url], git_dir=tmp)
+        git.run(["config", "gc.auto", "0"], git_dir=tmp)  # no gc racing a concurrent reader
+        # Renamed into place last, so an interrupted init never leaves a half-made mirror.
+        tmp.rename(self.path)
+
+    def _network(self, args: list[str], what: str) -> str:
+        try:
+            for attempt in _retrying():
+                with attempt:
+                    return git.text(args, git_dir=self.path)
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            detail = last.stderr if isinstance(last, git.GitError) else str(last)
+            raise RemoteError(
+                f"cannot {what} {self.url}: {detail.splitlines()[-1] if detail else 'failed'}",
+                f"check the URL and your network, or point the engine elsewhere with "
+                f"--repo ENGINE=URL (tried {exc.last_attempt.attempt_number} times)",
+            ) from exc
+        except git.GitError as exc:
+            raise RemoteError(f"cannot {what} {self.url}: {exc.stderr}") from exc
+        raise AssertionError("unreachable")
+
+    def ls_remote(self, patterns: list[str]) -> RemoteRefs:
+        output = self._network(["ls-remote", self.url, *patterns], "list refs of")
+        refs: dict[str, str] = {}
+        for line in output.splitlines():
+            sha, _, name = line.partition("\t")
+            refs[name] = sha
+        return RemoteRefs(refs)
+
+    def fetch(self, refspecs: list[str]) -> None:
+        if not refspecs:
+            return
+        with console.status(f"fetching {len(refspecs)} ref(s) from {self.url}"):
+            self._network(
+                [
+                    "fetch",
+                    "--quiet",
+                    "--no-write-fetch-head",
+                    "--tags",
+                    "--force",
+                    self.url,
+                    *refspecs,
+                ],
+                "fetch from",
+            )
+
+    def has_commit(self, sha: str) -> bool:
+        result = git.run(["cat-file", "-e", f"{sha}^{{commit}}"], git_dir=self.path, check=False)
+        return result.returncode == 0
+
+    def rev_parse(self, ref: str) -> str | None:
+        result = git.run(
+            ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            git_dir=self.path,
+            check=False,
+        )
+        return result.stdout.decode().strip() if result.returncode == 0 else None
+
+
+def looks_like_sha(ref: str) -> bool:
+    return bool(_SHA.match(ref))

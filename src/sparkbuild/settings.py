@@ -1,0 +1,54 @@
+"""Where things live for one run: project files, cache, lock, repository overrides."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkbuild.errors import UsageError
+
+LOCK_FILENAME = "images.lock"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("SPARKBUILD_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "sparkbuild"
+
+
+@dataclass(frozen=True)
+class Settings:
+    project_dir: Path = field(default_factory=Path.cwd)
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    lock_path: Path | None = None
+    repo_overrides: dict[str, str] = field(default_factory=dict)
+    quiet: bool = False
+
+    @property
+    def builds_dir(self) -> Path:
+        return self.project_dir / "builds"
+
+    @property
+    def smoke_dir(self) -> Path:
+        return self.project_dir / "smoke"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.lock_path if self.lock_path is not None else self.project_dir / LOCK_FILENAME
+
+
+def parse_repo_overrides(values: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``--repo ENGINE=URL`` pairs into a dict, rejecting malformed ones by name."""
+    overrides: dict[str, str] = {}
+    for value in values:
+        engine, sep, url = value.partition("=")
+        if not sep or not engine or not url:
+            raise UsageError(
+                f"--repo {value!r} is not ENGINE=URL",
+                "for example: --repo sglang=/srv/mirrors/sglang.git",
+            )
+        overrides[engine.strip()] = url.strip()
+    return overrides

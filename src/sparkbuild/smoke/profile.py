@@ -1,0 +1,175 @@
+"""Smoke profiles (``smoke/<name>.yaml``): what to serve and what a healthy engine must show.
+
+The schema is documented for profile authors in docs/smoke.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sparkbuild.errors import SpecError, UsageError
+from sparkbuild.settings import Settings
+from sparkbuild.smoke.prompts import PROMPT_SETS, PromptSetName
+from sparkbuild.yamlfile import load_model
+
+FinishReason = Literal["stop", "length", "any"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CustomPrompt(_Strict):
+    """A prompt of the profile's own, next to the built-in sets."""
+
+    text: str = Field(min_length=1)
+    name: str | None = None
+    # A prompt that asks for repetition (e.g. to exercise an n-gram drafter) is exempt from
+    # the degenerate-repetition check.
+    expect_repetition: bool = False
+
+
+class RepetitionLimits(_Strict):
+    """Degenerate output: too many repeated n-grams among the generated tokens."""
+
+    ngram: int = Field(default=8, ge=2, le=64)
+    max_repeated_fraction: float = Field(default=0.6, gt=0.0, le=1.0)
+    min_tokens: int = Field(default=32, ge=1)  # shorter outputs are not judged
+
+
+class ContainerSettings(_Strict):
+    """How ``--image`` runs the engine."""
+
+    gpus: str | None = "all"  # docker --gpus value; "none" or null for no GPU
+    ipc: str = "host"
+    shm_size: str | None = "16g"  # used when ipc is not "host"
+    model_dir: Path | None = None  # host dir mounted read-only (default: see docs/smoke.md)
+    model_mount: str = "/models"
+    launcher: list[str] | None = None  # entrypoint; default: the engine's server module
+    port: int | None = Field(default=None, gt=0, lt=65536)  # in the container
+    mounts: list[str] = []  # extra "HOST:CONTAINER[:ro|rw]" bind mounts
+    env: dict[str, str] = {}  # container-only environment (added to the profile's env)
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, values: list[str]) -> list[str]:
+        for value in values:
+            parts = value.split(":")
+            if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+                raise ValueError(f"'{value}' is not HOST:CONTAINER[:ro|rw]")
+            if len(parts) == 3 and parts[2] not in ("ro", "rw"):
+                raise ValueError(f"'{value}': mode must be 'ro' or 'rw'")
+        return values
+
+
+class Expectations(_Strict):
+    boot_timeout_s: float = Field(default=900.0, gt=0)
+    speculation: bool = True
+    # None: strictly greater than 1.0 (at least one draft token accepted on average).
+    min_accept_len: float | None = Field(default=None, ge=1.0)
+    max_tokens: int = Field(default=128, ge=1, le=32768)
+    finish: FinishReason = "length"
+    repetition: RepetitionLimits | None = RepetitionLimits()
+    nan_counter: bool = True  # fail on the engine's own NaN counter when it has one
+    max_error_lines: int = Field(default=0, ge=0)
+
+
+class SmokeProfile(_Strict):
+    engine: Literal["sglang", "vllm"]
+    model: str = Field(min_length=1)
+    description: str | None = None
+    args: list[str] = []  # serve flags after model/host/port
+    env: dict[str, str] = {}
+    prompts: list[PromptSetName | CustomPrompt] = Field(
+        default_factory=lambda: ["code", "prose", "repetitive"], min_length=1
+    )
+    request: dict[str, Any] = {}  # extra fields merged into every request's sampling params
+    expect: Expectations = Expectations()
+    container: ContainerSettings = ContainerSettings()
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args_as_strings(cls, value: Any) -> Any:
+        # YAML turns `- 1024` into an int; flags are strings on a command line.
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+                    for v in value]
+        return value
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: str, where: str) -> str:
+    """``${NAME}`` and ``${NAME:-default}`` from the environment; unset without default errors."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise SpecError(
+            f"{where}: environment variable {name} is not set",
+            f"set {name}, or pass --model PATH",
+        )
+
+    return _ENV_REF.sub(replace, value)
+
+
+def profile_path(settings: Settings, name_or_path: str) -> Path:
+    """A profile by name (``smoke/<name>.yaml``) or by path."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if not candidate.is_absolute():
+            candidate = Path.cwd() / candidate
+        if not candidate.exists():
+            raise UsageError(f"profile file {candidate} does not exist")
+        return candidate
+    for suffix in (".yaml", ".yml"):
+        path = settings.smoke_dir / f"{name_or_path}{suffix}"
+        if path.exists():
+            return path
+    known = sorted(p.stem for p in settings.smoke_dir.glob("*.y*ml"))
+    raise UsageError(
+        f"no smoke profile {name_or_path!r} in {settings.smoke_dir}",
+        f"known profiles: {', '.join(known)}" if known else "pass a profile file path",
+    )
+
+
+def resolve_model(profile: SmokeProfile, path: Path, override: str | None) -> str:
+    """The model to serve: ``--model`` wins; env references expanded; relative paths that
+    exist next to the profile become absolute."""
+    raw = override if override is not None else expand_env(profile.model, f"{path}: model")
+    local = Path(raw).expanduser()
+    if not local.is_absolute() and override is None and (path.parent / local).exists():
+        return str((path.parent / local).resolve())
+    if local.exists():
+        return str(local.resolve())
+    return raw
+
+
+def load_profile(
+    settings: Settings, name_or_path: str, *, model: str | None = None
+) -> tuple[str, SmokeProfile]:
+    """(profile name, profile) with the model resolved (``model`` overrides the file's)."""
+    path = profile_path(settings, name_or_path)
+    profile = load_model(path, SmokeProfile)
+    resolved = resolve_model(profile, path, model)
+    return path.stem, profile.model_copy(update={"model": resolved})
+
+
+__all__ = [
+    "PROMPT_SETS",
+    "ContainerSettings",
+    "CustomPrompt",
+    "Expectations",
+    "RepetitionLimits",
+    "SmokeProfile",
+    "load_profile",
+]

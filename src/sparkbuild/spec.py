@@ -1,0 +1,303 @@
+"""Build specs (``builds/<engine>.yaml``): what goes into each image.
+
+A spec file declares one engine's upstream repository, file-level defaults and the builds.
+:func:`load_builds` turns all spec files into :class:`Build` values, the plain data the
+source and image stages consume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sparkbuild.errors import SpecError, UsageError
+from sparkbuild.settings import Settings
+from sparkbuild.yamlfile import load_model
+
+Engine = Literal["sglang", "vllm"]
+Mode = Literal["overlay", "source"]
+DEFAULT_PLATFORM = "linux/arm64"
+DEFAULT_TAGS = ["sparkbuild/{engine}:{version}-sm121-{tree_short}"]
+
+
+def _check_when(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"'{value}' is not a version range such as '>=0.5.12,<0.5.17'") from exc
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PRModel(_Strict):
+    number: int = Field(gt=0)
+    when: str | None = None
+    note: str | None = None
+
+    _when = field_validator("when")(_check_when)
+
+
+class PatchModel(_Strict):
+    file: str
+    when: str | None = None
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    note: str | None = None
+
+    _when = field_validator("when")(_check_when)
+
+
+class ImageFields(_Strict):
+    """Image-stage settings: file-level defaults, overridable per build."""
+
+    mode: Mode | None = None
+    base_image: str | None = None
+    platform: str | None = None
+    tags: list[str] | None = None
+    build_args: dict[str, str] | None = None
+    dockerfile: str | None = None
+    install_dir: str | None = None
+
+
+class BuildModel(ImageFields):
+    ref: str
+    version: str | None = None
+    description: str | None = None
+    prs: list[PRModel] = []
+    patches: list[PatchModel] = []
+    smoke: list[str] = []
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Version(value)
+            except InvalidVersion as exc:
+                raise ValueError(f"'{value}' is not a PEP 440 version") from exc
+        return value
+
+
+class SpecModel(ImageFields):
+    engine: Engine
+    repo: str
+    base_branch: str = "main"
+    package_dir: str
+    prs: list[PRModel] = []
+    patches: list[PatchModel] = []
+    builds: dict[str, BuildModel]
+
+    @model_validator(mode="after")
+    def _has_builds(self) -> SpecModel:
+        if not self.builds:
+            raise ValueError("a spec needs at least one entry under 'builds'")
+        return self
+
+
+@dataclass(frozen=True)
+class PR:
+    number: int
+    when: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"#{self.number}"
+
+
+@dataclass(frozen=True)
+class Patch:
+    file: str  # as written in the spec, relative to the project
+    path: Path  # resolved
+    when: str | None = None
+    sha256: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.file
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    mode: Mode = "overlay"
+    base_image: str | None = None
+    platform: str = DEFAULT_PLATFORM
+    tags: tuple[str, ...] = tuple(DEFAULT_TAGS)
+    build_args: tuple[tuple[str, str], ...] = ()
+    dockerfile: str | None = None
+    install_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Build:
+    """One image to build, with file-level defaults merged in and the repo override applied."""
+
+    name: str
+    engine: Engine
+    repo: str  # what this run fetches from (the override, if any)
+    spec_repo: str  # what the spec says; recorded in the lock
+    base_branch: str
+    package_dir: str
+    ref: str
+    version: Version
+    prs: tuple[PR, ...]
+    patches: tuple[Patch, ...]
+    image: ImageConfig
+    smoke_profiles: tuple[str, ...]
+    spec_file: Path
+    description: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def in_range(self, when: str | None) -> bool:
+        return when is None or SpecifierSet(when).contains(self.version, prereleases=True)
+
+    def spec_digest(self) -> str:
+        """sha256 over everything the spec says about this build and the patch bytes.
+
+        The lock stores it; a different digest means the lock is stale.
+        """
+        payload = {
+            "engine": self.engine,
+            "repo": self.spec_repo,
+            "base_branch": self.base_branch,
+            "package_dir": self.package_dir,
+            "ref": self.ref,
+            "version": str(self.version),
+            "prs": [[pr.number, pr.when] for pr in self.prs],
+            "patches": [[p.file, p.when, file_sha256(p.path)] for p in self.patches],
+            "image": {
+                "mode": self.image.mode,
+                "base_image": self.image.base_image,
+                "platform": self.image.platform,
+                "tags": list(self.image.tags),
+                "build_args": [list(pair) for pair in self.image.build_args],
+                "dockerfile": self.image.dockerfile,
+                "install_dir": self.image.install_dir,
+            },
+        }
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+_VERSION_IN_REF = re.compile(r"(\d+(?:\.\d+)+(?:(?:a|b|rc|\.post|\.dev)\d+)?)")
+
+
+def version_from_ref(ref: str) -> Version | None:
+    match = _VERSION_IN_REF.search(ref)
+    if not match:
+        return None
+    try:
+        return Version(match.group(1))
+    except InvalidVersion:
+        return None
+
+
+def _merge_image(defaults: ImageFields, build: BuildModel) -> ImageConfig:
+    def pick(name: str) -> Any:
+        value = getattr(build, name)
+        return value if value is not None else getattr(defaults, name)
+
+    tags = pick("tags")
+    build_args = pick("build_args") or {}
+    return ImageConfig(
+        mode=pick("mode") or "overlay",
+        base_image=pick("base_image"),
+        platform=pick("platform") or DEFAULT_PLATFORM,
+        tags=tuple(tags) if tags else tuple(DEFAULT_TAGS),
+        build_args=tuple(sorted(build_args.items())),
+        dockerfile=pick("dockerfile"),
+        install_dir=pick("install_dir"),
+    )
+
+
+def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
+    builds = []
+    repo = settings.repo_overrides.get(spec.engine, spec.repo)
+    for name, entry in spec.builds.items():
+        version = Version(entry.version) if entry.version else version_from_ref(entry.ref)
+        if version is None:
+            raise SpecError(
+                f"{path}: builds.{name}.version: cannot parse a version from ref '{entry.ref}'",
+                f"add `version: \"X.Y.Z\"` to build '{name}'",
+            )
+        patches = tuple(
+            Patch(file=p.file, path=settings.project_dir / p.file, when=p.when, sha256=p.sha256)
+            for p in (*spec.patches, *entry.patches)
+        )
+        prs = tuple(PR(number=p.number, when=p.when) for p in (*spec.prs, *entry.prs))
+        builds.append(
+            Build(
+                name=name,
+                engine=spec.engine,
+                repo=repo,
+                spec_repo=spec.repo,
+                base_branch=spec.base_branch,
+                package_dir=spec.package_dir.strip("/"),
+                ref=entry.ref,
+                version=version,
+                prs=prs,
+                patches=patches,
+                image=_merge_image(spec, entry),
+                smoke_profiles=tuple(entry.smoke),
+                spec_file=path,
+                description=entry.description,
+            )
+        )
+    return builds
+
+
+def load_spec_file(path: Path, settings: Settings) -> list[Build]:
+    return _builds_of(path, load_model(path, SpecModel), settings)
+
+
+def spec_files(settings: Settings) -> list[Path]:
+    return sorted(settings.builds_dir.glob("*.yaml")) + sorted(settings.builds_dir.glob("*.yml"))
+
+
+def load_builds(settings: Settings) -> dict[str, Build]:
+    """Every build in every spec file, by name; duplicate names across files are an error."""
+    files = spec_files(settings)
+    if not files:
+        raise UsageError(
+            f"no build specs in {settings.builds_dir}",
+            "run sparkbuild from the project directory or pass --project DIR",
+        )
+    builds: dict[str, Build] = {}
+    for path in files:
+        for build in load_spec_file(path, settings):
+            if build.name in builds:
+                other = builds[build.name].spec_file
+                raise SpecError(f"{path}: build '{build.name}' is also defined in {other}")
+            builds[build.name] = build
+    return builds
+
+
+def select(builds: dict[str, Build], names: list[str] | tuple[str, ...]) -> list[Build]:
+    """The named builds (all when none are named); unknown names list the known ones."""
+    if not names:
+        return list(builds.values())
+    unknown = [name for name in names if name not in builds]
+    if unknown:
+        known = ", ".join(sorted(builds)) or "(none)"
+        raise UsageError(
+            f"unknown build {', '.join(repr(n) for n in unknown)}; known builds: {known}"
+        )
+    return [builds[name] for name in names]

@@ -1,0 +1,164 @@
+"""Real upstream-like git repositories for the tests: tags, a moving main, and PR refs.
+
+History of the repository :func:`make_upstream` builds (``main``)::
+
+    v1.0.0 ── merge PR #101 ── squash PR #102 ── unrelated ── v1.1.0 ── unrelated ── main
+                                                                  └── PR #103 (open), PR #104 (open)
+
+- PR #101: merged by a merge commit; PR #102: merged by squash (a new commit);
+- PR #103: open, forked after v1.1.0; on v1.0.0 only its own commit may be applied;
+- PR #104: open, edits a line as v1.1.0 left it: applies on v1.1.0, conflicts on v1.0.0;
+- PR #105: open, edits a line that main changed again later: conflicts everywhere.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV = {
+    "GIT_AUTHOR_NAME": "Upstream Dev",
+    "GIT_AUTHOR_EMAIL": "dev@example.invalid",
+    "GIT_COMMITTER_NAME": "Upstream Dev",
+    "GIT_COMMITTER_EMAIL": "dev@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "HOME": "/nonexistent",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(cwd: Path, *args: str, input: str | None = None) -> str:
+    import os
+
+    result = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **ENV},
+        input=input,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def lines(name: str, count: int = 30) -> str:
+    return "".join(f"{name} line {i}\n" for i in range(1, count + 1))
+
+
+def replace_line(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def commit_all(work: Path, message: str) -> str:
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", message)
+    return git(work, "rev-parse", "HEAD")
+
+
+@dataclass
+class Upstream:
+    bare: Path
+    work: Path
+    tags: dict[str, str] = field(default_factory=dict)
+    prs: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return str(self.bare)
+
+    def set_pr(self, number: int, commit: str) -> None:
+        git(self.work, "push", "-q", "--force", str(self.bare), f"{commit}:refs/pull/{number}/head")
+        self.prs[number] = commit
+
+    def push_main(self) -> None:
+        git(self.work, "push", "-q", "--force", str(self.bare), "main", "--tags")
+
+
+def make_upstream(root: Path) -> Upstream:
+    work = root / "work"
+    bare = root / "upstream.git"
+    work.mkdir(parents=True)
+    git(work, "init", "-q", "-b", "main")
+    pkg = work / "python" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '1.0.0'\n")
+    for name in ("alpha", "beta", "gamma", "delta"):
+        (pkg / f"{name}.py").write_text(lines(name))
+    (work / "csrc").mkdir()
+    (work / "csrc" / "kernel.cu").write_text(lines("kernel", 10))
+    commit_all(work, "initial")
+    git(work, "tag", "v1.0.0")
+    up = Upstream(bare=bare, work=work)
+    up.tags["v1.0.0"] = git(work, "rev-parse", "HEAD")
+
+    # PR #101: two commits on a branch, merged with a merge commit.
+    git(work, "checkout", "-q", "-b", "pr101")
+    replace_line(pkg / "alpha.py", "alpha line 5\n", "alpha line 5 (fixed by #101)\n")
+    commit_all(work, "pr101: fix alpha 5")
+    replace_line(pkg / "alpha.py", "alpha line 6\n", "alpha line 6 (fixed by #101)\n")
+    pr101 = commit_all(work, "pr101: fix alpha 6")
+    git(work, "checkout", "-q", "main")
+    replace_line(pkg / "delta.py", "delta line 1\n", "delta line 1 (main)\n")
+    commit_all(work, "main: unrelated delta change")
+    git(work, "merge", "-q", "--no-ff", "-m", "Merge PR #101", "pr101")
+
+    # PR #102: a branch whose change lands on main as one squashed commit.
+    git(work, "checkout", "-q", "-b", "pr102")
+    replace_line(pkg / "beta.py", "beta line 10\n", "beta line 10 (fixed by #102)\n")
+    commit_all(work, "pr102: part 1")
+    (pkg / "epsilon.py").write_text(lines("epsilon", 5))
+    pr102 = commit_all(work, "pr102: part 2")
+    git(work, "checkout", "-q", "main")
+    git(work, "merge", "-q", "--squash", "pr102")
+    commit_all(work, "Squashed PR #102")
+
+    replace_line(pkg / "gamma.py", "gamma line 20\n", "gamma line 20 (v1.1.0)\n")
+    replace_line(pkg / "__init__.py", "1.0.0", "1.1.0")
+    commit_all(work, "release 1.1.0")
+    git(work, "tag", "v1.1.0")
+    up.tags["v1.1.0"] = git(work, "rev-parse", "HEAD")
+
+    # Unrelated work on main after the tag; PRs forked later must not drag it in.
+    replace_line(pkg / "delta.py", "delta line 15\n", "delta line 15 (main, after 1.1.0)\n")
+    commit_all(work, "main: after v1.1.0")
+
+    git(work, "checkout", "-q", "-b", "pr103")
+    replace_line(pkg / "gamma.py", "gamma line 3\n", "gamma line 3 (fixed by #103)\n")
+    pr103 = commit_all(work, "pr103: fix gamma 3")
+
+    git(work, "checkout", "-q", "main")
+    git(work, "checkout", "-q", "-b", "pr104")
+    replace_line(pkg / "gamma.py", "gamma line 20 (v1.1.0)\n", "gamma line 20 (#104)\n")
+    pr104 = commit_all(work, "pr104: rewrite gamma 20")
+
+    git(work, "checkout", "-q", "main")
+    git(work, "checkout", "-q", "-b", "pr105")
+    replace_line(pkg / "delta.py", "delta line 15 (main, after 1.1.0)\n", "delta line 15 (#105)\n")
+    pr105 = commit_all(work, "pr105: delta 15")
+    git(work, "checkout", "-q", "main")
+    replace_line(pkg / "delta.py", "delta line 15 (main, after 1.1.0)\n", "delta line 15 (main2)\n")
+    commit_all(work, "main: delta 15 again")
+
+    git(root, "init", "-q", "--bare", str(bare))
+    up.push_main()
+    for number, commit in ((101, pr101), (102, pr102), (103, pr103), (104, pr104), (105, pr105)):
+        up.set_pr(number, commit)
+    return up
+
+
+def make_patch(work: Path, tag: str, edits: dict[str, tuple[str, str]], *, header: str) -> str:
+    """A git-style patch (with a header) of ``edits`` made on top of ``tag``."""
+    git(work, "checkout", "-q", "--detach", tag)
+    try:
+        for rel, (old, new) in edits.items():
+            replace_line(work / rel, old, new)
+        diff = git(work, "diff", "--no-color", "-U3")
+    finally:
+        git(work, "checkout", "-q", "--", ".")
+        git(work, "checkout", "-q", "main")
+    return header.rstrip("\n") + "\n\n" + diff + "\n"

