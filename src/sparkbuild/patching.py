@@ -72,6 +72,9 @@ class ScratchIndex:
 
     def files(self, diff: bytes) -> list[str]:
         """Paths the diff touches, as git reads them (any unified diff format)."""
+        headers = [m.group(2).decode(errors="replace") for m in _FILE_HEADER.finditer(diff)]
+        if headers:  # git-style diff: no need to ask git
+            return list(dict.fromkeys(headers))
         result = git.run(
             ["apply", "--numstat", "-z", "-"], git_dir=self.git_dir, input=diff, check=False
         )

@@ -244,9 +244,8 @@ class _Applier:
         files = tuple(self.index.files(diff))
         if not diff.strip() or not files:
             return "upstream", "nothing to apply: the change is empty", files
-        if self.index.applies(diff).ok:
+        if self.index.apply(diff).ok:  # all or nothing: a failed apply leaves the index as is
             before = self.tree
-            self.index.apply(diff)
             self.tree = self.index.write_tree()
             if self.tree == before:
                 return "upstream", "applying it changes nothing", files
@@ -487,7 +486,11 @@ def checkout(prepared: PreparedSource, out: Path) -> Path:
     alternates.write_text(str(prepared.mirror / "objects") + "\n")
     target = prepared.conflict_commit or prepared.head_commit
     branch = f"sparkbuild/{prepared.build.name}"
-    git.run(["checkout", "--quiet", "--force", "-B", branch, target], cwd=out)
+    # checkout.workers=0: one checkout worker per core (git's parallel checkout).
+    git.run(
+        ["-c", "checkout.workers=0", "checkout", "--quiet", "--force", "-B", branch, target],
+        cwd=out,
+    )
     git.run(["clean", "--quiet", "-fdx", "-e", ".sparkbuild"], cwd=out)
     _save_conflicts(prepared, out)
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -15,7 +16,17 @@ from sparkbuild.settings import Settings, default_cache_dir, parse_repo_override
 
 
 class _Group(click.Group):
-    """Turns SparkbuildError into a message and an exit status instead of a traceback."""
+    """Loads stage commands on demand and turns SparkbuildError into a message and an exit
+    status instead of a traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(COMMAND_MODULES))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            module = importlib.import_module(f"sparkbuild.cli.{COMMAND_MODULES[cmd_name]}")
+            self.commands.update({c.name or "": c for c in module.COMMANDS})
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -93,17 +104,12 @@ def emit_json(payload: Any, path: str | None = None) -> None:
         Path(path).write_text(text, encoding="utf-8")
 
 
-def _register() -> None:
-    # One import per stage; each module defines its click commands and adds them here.
-    from sparkbuild.cli import source_cmds
-
-    for command in source_cmds.COMMANDS:
-        main.add_command(command)
-
-    from sparkbuild.cli import build
-
-    for command in build.COMMANDS:
-        main.add_command(command)
-
-
-_register()
+# Command name -> module under sparkbuild.cli. A module is imported only when one of its
+# commands runs (or for --help), so `sparkbuild patches` does not pay for the docker SDK.
+COMMAND_MODULES: dict[str, str] = {
+    "patches": "source_cmds",
+    "prepare": "source_cmds",
+    "lock": "source_cmds",
+    "build": "build",
+    "smoke": "smoke",
+}
