@@ -58,6 +58,7 @@ SPEC = """\
       - {number: 102}
       - {number: 103}
       - {number: 104, when: ">=1.1"}
+      - {number: 106}
     patches:
       - {file: patches/pkg/applies.patch}
       - {file: patches/pkg/version-upstream.patch}
@@ -141,6 +142,7 @@ def test_every_status_on_real_repositories(project: Project) -> None:
         "#102": "applied",  # squash-merged after v1.0.0
         "#103": "applied",  # open PR forked from a later main
         "#104": "out-of-range",
+        "#106": "applied",
         "patches/pkg/applies.patch": "applied",
         "patches/pkg/version-upstream.patch": "applied",
         "patches/pkg/old-only.patch": "out-of-range",
@@ -151,6 +153,7 @@ def test_every_status_on_real_repositories(project: Project) -> None:
         "#102": "upstream",  # squashed: found by reverse apply
         "#103": "applied",
         "#104": "applied",
+        "#106": "upstream",  # squash-merged; later commits changed the same line
         "patches/pkg/applies.patch": "applied",
         "patches/pkg/version-upstream.patch": "upstream",  # v1.1.0 made the same change
         "patches/pkg/old-only.patch": "out-of-range",
@@ -166,6 +169,12 @@ def test_merge_commit_pr_is_detected_as_merged(project: Project) -> None:
     pr101 = items(project.json("patches", "new"), "new")["#101"]
     assert "merged" in pr101["detail"]
     assert pr101["head"] == project.upstream.prs[101]
+
+
+def test_squash_merge_found_by_its_title_after_later_edits(project: Project) -> None:
+    pr106 = items(project.json("patches", "new"), "new")["#106"]
+    assert pr106["detail"].startswith("squash-merged upstream as ")
+    assert "Tidy delta (#106)" in pr106["detail"]
 
 
 def test_conflict_names_files_and_hunks(project: Project) -> None:
@@ -236,7 +245,7 @@ def test_lock_round_trips_and_is_canonical(project: Project) -> None:
     source = lock["builds"]["old"]["source"]
     assert source["commit"] == project.upstream.tags["v1.0.0"]
     assert source["repo"] == project.upstream.url
-    assert [p["number"] for p in source["prs"]] == [101, 102, 103, 104]
+    assert [p["number"] for p in source["prs"]] == [101, 102, 103, 104, 106]
     assert source["prs"][0]["head"] == project.upstream.prs[101]
     assert all(len(p["sha256"]) == 64 for p in source["patches"])
     text = (project.root / "images.lock").read_text()

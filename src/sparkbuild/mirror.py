@@ -105,7 +105,7 @@ class Mirror:
             last = exc.last_attempt.exception()
             detail = last.stderr if isinstance(last, git.GitError) else str(last)
             raise RemoteError(
-                f"cannot {what} {self.url}: {detail.splitlines()[-1] if detail else 'failed'}",
+                f"cannot {what} {self.url}: {_first_line(detail)}",
                 f"check the URL and your network, or point the engine elsewhere with "
                 f"--repo ENGINE=URL (tried {exc.last_attempt.attempt_number} times)",
             ) from exc
@@ -149,6 +149,13 @@ class Mirror:
             check=False,
         )
         return result.stdout.decode().strip() if result.returncode == 0 else None
+
+
+def _first_line(stderr: str) -> str:
+    """git's own reason, e.g. "fatal: unable to access ...", without the advice after it."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    return (fatal or lines or ["failed"])[0]
 
 
 def looks_like_sha(ref: str) -> bool:

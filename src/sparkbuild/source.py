@@ -208,6 +208,20 @@ def _fork_point(mirror: Mirror, head: str, base_branch: str) -> str:
     return parent.stdout.decode().strip()
 
 
+def _squash_merge_of(mirror: Mirror, number: int, base: str) -> str | None:
+    """GitHub titles a squash merge "... (#N)"; the newest such commit in the base that is
+    not a revert means the PR is in, even where later commits changed the same lines."""
+    log = git.text(
+        ["log", "--format=%h %s", "--fixed-strings", f"--grep=(#{number})", base],
+        git_dir=mirror.path,
+    )
+    for line in log.splitlines():
+        short, _, subject = line.partition(" ")
+        if f"(#{number})" in subject and not subject.startswith("Revert"):
+            return f"{short} ({subject})"
+    return None
+
+
 def _is_ancestor(mirror: Mirror, commit: str, of: str) -> bool:
     result = git.run(["merge-base", "--is-ancestor", commit, of], git_dir=mirror.path, check=False)
     return result.returncode == 0
@@ -282,6 +296,11 @@ def _settle_pr(applier: _Applier, pr: PR, remote: RemoteRefs, pins: _Pins) -> It
     if _is_ancestor(mirror, head, applier.commit):
         return replace(
             item, status="upstream", head=head, detail=f"merged: head {head[:12]} is in the base"
+        )
+    merged_as = _squash_merge_of(mirror, pr.number, applier.commit)
+    if merged_as:
+        return replace(
+            item, status="upstream", head=head, detail=f"squash-merged upstream as {merged_as}"
         )
     fork = _fork_point(mirror, head, build.base_branch)
     commits = tuple(

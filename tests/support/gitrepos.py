@@ -8,7 +8,9 @@ History of the repository :func:`make_upstream` builds (``main``)::
 - PR #101: merged by a merge commit; PR #102: merged by squash (a new commit);
 - PR #103: open, forked after v1.1.0; on v1.0.0 only its own commit may be applied;
 - PR #104: open, edits a line as v1.1.0 left it: applies on v1.1.0, conflicts on v1.0.0;
-- PR #105: open, edits a line that main changed again later: conflicts everywhere.
+- PR #105: open, edits a line that main changed again later: conflicts everywhere;
+- PR #106: squash-merged as "Tidy delta (#106)" before v1.1.0, and the same lines changed
+  again after: neither its head nor a reverse apply finds it, GitHub's title does.
 """
 
 from __future__ import annotations
@@ -117,6 +119,15 @@ def make_upstream(root: Path) -> Upstream:
     git(work, "merge", "-q", "--squash", "pr102")
     commit_all(work, "Squashed PR #102")
 
+    git(work, "checkout", "-q", "-b", "pr106")
+    replace_line(pkg / "delta.py", "delta line 25\n", "delta line 25 (#106)\n")
+    pr106 = commit_all(work, "pr106: tidy delta")
+    git(work, "checkout", "-q", "main")
+    git(work, "merge", "-q", "--squash", "pr106")
+    commit_all(work, "Tidy delta (#106)")
+    replace_line(pkg / "delta.py", "delta line 25 (#106)\n", "delta line 25 (later)\n")
+    commit_all(work, "main: rework delta 25")
+
     replace_line(pkg / "gamma.py", "gamma line 20\n", "gamma line 20 (v1.1.0)\n")
     replace_line(pkg / "__init__.py", "1.0.0", "1.1.0")
     commit_all(work, "release 1.1.0")
@@ -146,7 +157,8 @@ def make_upstream(root: Path) -> Upstream:
 
     git(root, "init", "-q", "--bare", str(bare))
     up.push_main()
-    for number, commit in ((101, pr101), (102, pr102), (103, pr103), (104, pr104), (105, pr105)):
+    prs = {101: pr101, 102: pr102, 103: pr103, 104: pr104, 105: pr105, 106: pr106}
+    for number, commit in prs.items():
         up.set_pr(number, commit)
     return up
 

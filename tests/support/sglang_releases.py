@@ -18,9 +18,12 @@ commit hashes on every machine.
 """
 
 from __future__ import annotations
+import __future__
 
+import ast
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,9 +32,42 @@ import zipfile
 from pathlib import Path
 
 from filelock import FileLock
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-__all__ = ["download_wheel", "extract_wheel_package", "sglang_release_repo"]
+__all__ = [
+    "ALL_RELEASES",
+    "applies_at_tag",
+    "apply_patch",
+    "checkout_release",
+    "download_wheel",
+    "extract_wheel_package",
+    "load_definitions",
+    "patch_when",
+    "sglang_release_repo",
+]
+
+# Every SGLang release from 0.5.10 to the newest one checked (0.5.23), post releases included.
+ALL_RELEASES = [
+    "0.5.10",
+    "0.5.10.post1",
+    "0.5.11",
+    "0.5.12",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+]
 
 # Bump when the repository layout changes, so stale caches are not reused.
 _LAYOUT = "1"
@@ -217,3 +253,70 @@ def sglang_release_repo(cache_dir: Path, versions: list[str]) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return repo
+
+
+def checkout_release(repo: Path, version: str, dest: Path) -> Path:
+    """A work tree of the release tagged `vVERSION` in `repo`, cloned to `dest`."""
+    cmd = ["git", "-c", "advice.detachedHead=false", "clone", "--quiet"]
+    cmd += ["--branch", f"v{version}", str(repo), str(dest)]
+    subprocess.run(cmd, env=_git_env(), check=True, capture_output=True)
+    return dest
+
+
+def apply_patch(work_tree: Path, patch: Path, *, check_only: bool = False) -> bool:
+    """`git apply` (no fuzz) of `patch` in `work_tree`; False when it does not apply."""
+    cmd = ["git", "apply", *(["--check"] if check_only else []), str(patch.resolve())]
+    result = subprocess.run(cmd, cwd=work_tree, env=_git_env(), capture_output=True, check=False)
+    return result.returncode == 0
+
+
+def applies_at_tag(repo: Path, version: str, patch: Path) -> bool:
+    """Whether `git apply` would take `patch` on tag `vVERSION`, without a work tree."""
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-index-") as tmp:
+        env = _git_env() | {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _git(["read-tree", f"v{version}"], git_dir=repo, env=env)
+        cmd = ["git", f"--git-dir={repo}", "apply", "--cached", "--check", str(patch.resolve())]
+        return subprocess.run(cmd, env=env, capture_output=True, check=False).returncode == 0
+
+
+def patch_when(patch: Path) -> SpecifierSet:
+    """The `when: "..."` specifier written in a patch's header."""
+    header = patch.read_text().split("\ndiff --git ", 1)[0]
+    found = re.search(r'^when:\s*"([^"]+)"', header, re.MULTILINE)
+    if found is None:
+        raise ValueError(f"{patch} has no when: line in its header")
+    return SpecifierSet(found.group(1))
+
+
+def load_definitions(
+    source: Path,
+    names: set[str],
+    namespace: dict[str, object],
+    *,
+    class_name: str | None = None,
+) -> dict[str, object]:
+    """Execute only the named top-level functions (or methods of `class_name`) of a file.
+
+    Lets a test run the real code of a release module whose imports (torch, CUDA) are not
+    available here: `namespace` supplies the globals that code uses. Annotations are not
+    evaluated. Returns `namespace`, now holding the functions (or the reduced class).
+    """
+    tree = ast.parse(source.read_text(), filename=str(source))
+    body: list[ast.stmt]
+    if class_name is None:
+        body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+        found = {n.name for n in body if isinstance(n, ast.FunctionDef)}
+    else:
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+        methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in names]
+        found = {m.name for m in methods}
+        reduced = ast.ClassDef(
+            name=cls.name, bases=[], keywords=[], body=list(methods), decorator_list=[]
+        )
+        body = [reduced]
+    if found != names:
+        raise LookupError(f"{source}: not found: {sorted(names - found)}")
+    module = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
+    flags = __future__.annotations.compiler_flag
+    exec(compile(module, str(source), "exec", flags=flags, dont_inherit=True), namespace)
+    return namespace
