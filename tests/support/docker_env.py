@@ -34,12 +34,14 @@ import docker
 import requests
 from filelock import FileLock
 
+from sparkbuild.image import builder
+
 SETUP_HINT = "run `sudo scripts/setup-host.sh` (installs and starts Docker, qemu, registry)"
 BOOKWORM_PYTHON_SITE = "/usr/local/lib/python3.11/dist-packages"
 _ROOTFS_LAYOUT = "1"
 
 
-def test_cache_dir() -> Path:
+def shared_test_cache() -> Path:
     """The cache shared by all test runs on this machine (downloads, root filesystems)."""
     default = Path.home() / ".cache" / "sparkbuild-tests"
     path = Path(os.environ.get("SPARKBUILD_TEST_CACHE", default))
@@ -296,7 +298,7 @@ def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",)) -> Path:
     """
     require_arm64_emulation()
     debootstrap = require_command("debootstrap")
-    cache = test_cache_dir() / "rootfs"
+    cache = shared_test_cache() / "rootfs"
     cache.mkdir(parents=True, exist_ok=True)
     name = "-".join(sorted(packages)).replace("+", "p")
     tarball = cache / f"debian-bookworm-arm64-{name}-v{_ROOTFS_LAYOUT}.tar"
@@ -320,11 +322,30 @@ def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",)) -> Path:
 
 
 def _tar_with_extras(rootfs: Path, extras: Mapping[str, Path], dest: Path) -> None:
-    """Copy the root filesystem tarball and add directories at the given image paths."""
+    """Copy the root filesystem tarball and add directories at the given image paths.
+
+    docker import rejects duplicate paths, so entries the root filesystem already has
+    (parent directories such as dist-packages) are not added again.
+    """
     shutil.copyfile(rootfs, dest)
     with tarfile.open(dest, "a") as archive:
+        present = {name.removeprefix("./").rstrip("/") for name in archive.getnames()}
         for image_path, source in extras.items():
-            archive.add(source, arcname="." + image_path.rstrip("/"))
+            base = image_path.strip("/")
+            for path in sorted([source, *source.rglob("*")]):
+                relative = path.relative_to(source).as_posix()
+                name = base if relative == "." else f"{base}/{relative}"
+                parts = name.split("/")
+                for depth in range(1, len(parts)):
+                    parent = "/".join(parts[:depth])
+                    if parent not in present:
+                        present.add(parent)
+                        info = tarfile.TarInfo("./" + parent)
+                        info.type, info.mode = tarfile.DIRTYPE, 0o755
+                        archive.addfile(info)
+                if name not in present:
+                    present.add(name)
+                    archive.add(path, arcname="./" + name, recursive=False)
 
 
 def push_arm64_base(
@@ -343,22 +364,44 @@ def push_arm64_base(
     rootfs = debian_arm64_rootfs(packages)
     ref = registry.ref(repository, tag)
     cli = docker_cli()
-    if extras:
-        combined = work_dir / f"{repository.replace('/', '_')}-rootfs.tar"
-        _tar_with_extras(rootfs, extras, combined)
-        rootfs = combined
-    change = ["--change", 'CMD ["python3"]', "--change", "ENV LANG=C.UTF-8"]
-    with rootfs.open("rb") as handle:
+    context = Path(tempfile.mkdtemp(dir=work_dir, prefix="base-context-"))
+    try:
+        if extras:
+            _tar_with_extras(rootfs, extras, context / "rootfs.tar")
+        else:
+            _link_or_copy(rootfs, context / "rootfs.tar")
+        (context / "Dockerfile").write_text(_BASE_DOCKERFILE)
+        # `docker import --platform` leaves the config saying amd64 on dockerd 20.10; a
+        # BuildKit build FROM scratch records the platform properly.
+        buildkit = builder.find_client()
+        build = ["buildx", "build", "--load"] if buildkit.kind == "buildx" else ["build"]
         result = subprocess.run(
-            [cli, "import", "--platform", "linux/arm64", *change, "-", ref],
-            stdin=handle,
+            [buildkit.path, *build, "--platform", "linux/arm64", "--tag", ref, str(context)],
+            env={**os.environ, "DOCKER_BUILDKIT": "1"},
             capture_output=True,
             check=False,
         )
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
     if result.returncode != 0:
-        raise AssertionError(f"docker import failed: {result.stderr.decode(errors='replace')}")
+        raise AssertionError(f"base image build failed: {result.stderr.decode(errors='replace')}")
     run([cli, "push", ref])
     return ref
+
+
+_BASE_DOCKERFILE = """\
+FROM scratch
+ADD rootfs.tar /
+ENV LANG=C.UTF-8
+CMD ["python3"]
+"""
+
+
+def _link_or_copy(source: Path, dest: Path) -> None:
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
 
 
 def remove_images(client: Any, references: list[str]) -> None:

@@ -94,7 +94,7 @@ def _probe(args: list[str]) -> subprocess.CompletedProcess[str] | None:
         return None
 
 
-def _client_version(path: str) -> str | None:
+def client_version(path: str) -> str | None:
     result = _probe([path, "--version"])
     if result is None or result.returncode != 0:
         return None
@@ -102,7 +102,7 @@ def _client_version(path: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _has_buildx(path: str) -> bool:
+def has_buildx(path: str) -> bool:
     result = _probe([path, "buildx", "version"])
     return result is not None and result.returncode == 0
 
@@ -110,9 +110,9 @@ def _has_buildx(path: str) -> bool:
 def find_client(*, need_buildx: bool = False) -> BuildClient:
     """The first client with buildx; else the first with built-in BuildKit; else an error."""
     candidates = docker_candidates()
-    versions = {path: _client_version(path) for path in candidates}
+    versions = {path: client_version(path) for path in candidates}
     for path in candidates:
-        if _has_buildx(path):
+        if has_buildx(path):
             return BuildClient(path, "buildx", versions[path] or "?")
     if need_buildx:
         found = ", ".join(f"{p} {versions[p] or '?'}" for p in candidates) or "none"
@@ -271,13 +271,30 @@ def failure_summary(lines: list[str]) -> str:
     failing = next((m.group(1) for m in map(_STEP_ERROR.match, reversed(lines)) if m), None)
     if failing is None:
         return _indent(lines[-25:])
-    step_lines = [line for line in lines if line.startswith(f"#{failing} ")]
-    title = next((line for line in step_lines if line.startswith(f"#{failing} [")), "")
-    output = [line for line in step_lines if line != title][-_FAILURE_TAIL:]
-    closing = _closing_error(lines)
-    parts = [title.removeprefix(f"#{failing} ")] if title else []
-    parts += output + closing
-    return _indent(parts)
+    prefix = f"#{failing} "
+    step_lines = [line for line in lines if line.startswith(prefix)]
+    title = next((line for line in step_lines if line.startswith(prefix + "[")), "")
+    output = [
+        line for line in step_lines if line != title and not _NOISE.match(line.removeprefix(prefix))
+    ][-_FAILURE_TAIL:]
+    boxed = [line for line in _error_box(lines) if line not in output]
+    if not output and not boxed:
+        return _indent(lines[-25:])
+    parts = [title.removeprefix(prefix)] if title else []
+    parts += output + boxed + _closing_error(lines)
+    return _indent(dict.fromkeys(parts))
+
+
+_NOISE = re.compile(r"^(sha256:[0-9a-f]{64}|DONE |CACHED)")
+
+
+def _error_box(lines: list[str]) -> list[str]:
+    """The log lines BuildKit repeats between `------` markers after a failure."""
+    markers = [i for i, line in enumerate(lines) if line.strip() == "------"]
+    if len(markers) < 2:
+        return []
+    start, end = markers[-2], markers[-1]
+    return [line for line in lines[start + 1 : end] if not line.startswith(" > ")][-_FAILURE_TAIL:]
 
 
 def _closing_error(lines: list[str]) -> list[str]:

@@ -1,0 +1,292 @@
+"""Overlay builds of a real SGLang release: real arm64 base, real registry, real BuildKit.
+
+The base image is an arm64 Debian bookworm made with debootstrap, with the `sglang/` tree of
+the real 0.5.12 wheel installed into its site-packages, pushed to a loopback registry. The
+source is a git repository of real SGLang releases; a patch made here against the real
+`tokenizer_manager.py` goes through spec -> prepare_source -> build_image.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.docker_env import (
+    BOOKWORM_PYTHON_SITE,
+    LocalRegistry,
+    docker_cli,
+    docker_client,
+    push_arm64_base,
+    remove_images,
+    shared_test_cache,
+    start_registry,
+)
+from tests.support.image_project import (
+    build_json,
+    git,
+    load_lock,
+    make_patch,
+    sparkbuild,
+    write_spec,
+)
+from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
+
+pytestmark = [pytest.mark.docker, pytest.mark.upstream]
+
+VERSION = "0.5.12"
+BUILD = "sglang-0.5.12-spark"
+TOKENIZER = "python/sglang/srt/managers/tokenizer_manager.py"
+NEW_FILE = "python/sglang/srt/sparkbuild_marker.py"
+DELETED = "python/sglang/README.md"
+FIX_OLD = "server_args.speculative_eagle_topk * server_args.speculative_num_steps,"
+FIX_NEW = (
+    "(server_args.speculative_eagle_topk or 1) * (server_args.speculative_num_steps or 0),"
+    "  # sparkbuild-test: None-safe"
+)
+
+
+@dataclass
+class Env:
+    registry: LocalRegistry
+    base_ref: str
+    repo: Path
+    work: Path
+    images: list[str]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    docker_client()
+    cache = shared_test_cache()
+    work = tmp_path_factory.mktemp("image-overlay")
+    package = extract_wheel_package(VERSION, cache)
+    repo = sglang_release_repo(cache, [VERSION])
+    with start_registry(work / "registry") as registry:
+        base_ref = push_arm64_base(
+            registry,
+            "sparkbuild-tests/sglang",
+            tag=f"v{VERSION}",
+            extras={BOOKWORM_PYTHON_SITE: package},
+            work_dir=work,
+        )
+        base_id = docker_client().images.get(base_ref).id
+        state = Env(registry, base_ref, repo, work, [base_ref, base_id])
+        yield state
+        remove_images(docker_client(), state.images)
+
+
+def _project(env: Env, name: str, edits: dict[str, str | None], **image: Any) -> Path:
+    project = env.work / name
+    make_patch(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
+    write_spec(
+        project,
+        "sglang",
+        {
+            "repo": str(env.repo),
+            "package_dir": "python/sglang",
+            "base_image": env.base_ref,
+            "tags": [
+                "sparkbuild-tests/{engine}:{version}-{tree_short}",
+                "sparkbuild-tests/{build}",
+            ],
+            **image,
+            "builds": {
+                BUILD: {"ref": f"v{VERSION}", "patches": [{"file": "patches/sglang/fix.patch"}]}
+            },
+        },
+    )
+    return project
+
+
+def _inspect(reference: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [docker_cli(), "image", "inspect", reference], capture_output=True, text=True, check=True
+    ).stdout
+    data: dict[str, Any] = json.loads(out)[0]
+    return data
+
+
+def _run_arm64(image: str, code: str) -> str:
+    result = subprocess.run(
+        [docker_cli(), "run", "--rm", "--platform", "linux/arm64", image, "python3", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+CHECK_IN_IMAGE = f"""
+import importlib.util, json, os, platform
+site = {BOOKWORM_PYTHON_SITE!r} + "/sglang"
+def pyc_ok(rel):
+    src = os.path.join(site, rel)
+    folder, name = os.path.split(src)
+    pyc = os.path.join(folder, "__pycache__", name[:-3] + ".cpython-311.pyc")
+    data = open(pyc, "rb").read()
+    flags = int.from_bytes(data[4:8], "little")
+    return flags == 3 and data[8:16] == importlib.util.source_hash(open(src, "rb").read())
+print(json.dumps({{
+    "machine": platform.machine(),
+    "fixed": {FIX_NEW!r} in open(site + "/srt/managers/tokenizer_manager.py").read(),
+    "marker": open(site + "/srt/sparkbuild_marker.py").read(),
+    "deleted": not os.path.exists(site + "/README.md"),
+    "untouched": os.path.exists(site + "/srt/managers/detokenizer_manager.py"),
+    "pyc_tokenizer": pyc_ok("srt/managers/tokenizer_manager.py"),
+    "pyc_marker": pyc_ok("srt/sparkbuild_marker.py"),
+}}))
+"""
+
+
+def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
+    edits: dict[str, str | None] = {
+        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+        NEW_FILE: 'MARKER = "sparkbuild overlay"\n',
+        DELETED: None,
+    }
+    # This test moves its base tag later on, so it gets a tag of its own.
+    moving = env.registry.ref("sparkbuild-tests/sglang", "moving")
+    subprocess.run([docker_cli(), "tag", env.base_ref, moving], check=True)
+    subprocess.run([docker_cli(), "push", moving], check=True, capture_output=True)
+    env.images.append(moving)
+    project = _project(env, "overlay", edits, base_image=moving)
+    cache = env.work / "cache"
+
+    # Exactly what `nox -s build-sglang -- BUILD` runs.
+    first = build_json(sparkbuild(project, cache, "build", "--engine", "sglang", BUILD, "--json"))
+    env.images.append(first["image_id"])
+    assert first["skipped"] is False
+    assert first["platform"] == "linux/arm64"
+
+    image = _inspect(first["image_id"])
+    assert (image["Os"], image["Architecture"]) == ("linux", "arm64")
+    labels = image["Config"]["Labels"]
+    commit = git("rev-parse", f"v{VERSION}^{{commit}}", git_dir=env.repo)
+    commit_epoch = int(git("log", "-1", "--format=%ct", commit, git_dir=env.repo))
+    from datetime import UTC, datetime
+
+    assert labels["org.opencontainers.image.revision"] == commit
+    assert labels["org.opencontainers.image.version"] == VERSION
+    assert labels["org.opencontainers.image.source"] == str(env.repo)
+    assert labels["org.opencontainers.image.created"] == datetime.fromtimestamp(
+        commit_epoch, tz=UTC
+    ).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert labels["io.sparkbuild.build"] == BUILD
+    assert labels["io.sparkbuild.inputs-digest"] == first["inputs_digest"]
+    patch_sha = (
+        __import__("hashlib")
+        .sha256((project / "patches/sglang/fix.patch").read_bytes())
+        .hexdigest()
+    )
+    patches = json.loads(labels["io.sparkbuild.patches"])
+    assert patches == [
+        {"file": "patches/sglang/fix.patch", "status": "applied", "sha256": patch_sha}
+    ]
+    assert json.loads(labels["io.sparkbuild.prs"]) == []
+    tree = labels["io.sparkbuild.tree"]
+    assert first["tags"] == [
+        f"sparkbuild-tests/sglang:{VERSION}-{tree[:12]}",
+        f"sparkbuild-tests/{BUILD}",
+    ]
+    assert set(first["tags"]) <= {t.removesuffix(":latest") for t in image["RepoTags"]} | set(
+        image["RepoTags"]
+    )
+
+    facts = json.loads(_run_arm64(first["image_id"], CHECK_IN_IMAGE))
+    assert facts == {
+        "machine": "aarch64",
+        "fixed": True,
+        "marker": 'MARKER = "sparkbuild overlay"\n',
+        "deleted": True,
+        "untouched": True,
+        "pyc_tokenizer": True,
+        "pyc_marker": True,
+    }
+
+    lock = load_lock(project)["builds"][BUILD]
+    section = lock["image"]
+    repository, _, tag = moving.partition("/")[2].rpartition(":")
+    assert section["base_image"] == moving
+    assert section["base_digest"] == env.registry.manifest_digest(repository, tag)
+    assert section["platform"] == "linux/arm64"
+    assert section["inputs_digest"] == first["inputs_digest"]
+    assert section["image_id"] == first["image_id"]
+    assert section["tags"] == first["tags"]
+    assert lock["source"]["tree"] == tree
+
+    second = build_json(sparkbuild(project, cache, "build", BUILD, "--json"))
+    assert second["skipped"] is True
+    assert second["image_id"] == first["image_id"]
+
+    # The tag now points elsewhere; --locked still builds from the pinned digest (up to date).
+    push_arm64_base(env.registry, "sparkbuild-tests/sglang", tag="moving", work_dir=env.work)
+    assert env.registry.manifest_digest(repository, tag) != section["base_digest"]
+    locked = build_json(sparkbuild(project, cache, "build", BUILD, "--locked", "--json"))
+    assert locked["skipped"] is True
+    assert locked["base_digest"] == section["base_digest"]
+    assert locked["inputs_digest"] == section["inputs_digest"]
+
+    # A changed patch under --locked: refused, and the lock stays as it was.
+    before = (project / "images.lock").read_text()
+    patch = project / "patches/sglang/fix.patch"
+    patch.write_text(patch.read_text().replace("None-safe", "None-safe!"))
+    refused = sparkbuild(project, cache, "build", BUILD, "--locked")
+    assert refused.returncode == 1, refused.stderr
+    assert "--locked" in refused.stderr and "fix.patch" in refused.stderr
+    assert (project / "images.lock").read_text() == before
+
+
+def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
+    edits: dict[str, str | None] = {
+        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+        "sgl-kernel/csrc/spark_fix.cu": "// a kernel change\n",
+        "python/pyproject.toml": "[project]\nname = 'sglang'\n",
+    }
+    project = _project(env, "refuse", edits)
+    result = sparkbuild(project, env.work / "cache", "build", BUILD)
+    assert result.returncode == 1
+    assert "sgl-kernel/csrc/spark_fix.cu" in result.stderr
+    assert "python/pyproject.toml" in result.stderr
+    assert "mode: source" in result.stderr
+    assert "tokenizer_manager" not in result.stderr
+    assert "Traceback" not in result.stderr
+    lock = load_lock(project)
+    assert "image" not in lock.get("builds", {}).get(BUILD, {})
+
+
+def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: Env) -> None:
+    edits: dict[str, str | None] = {
+        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_OLD} (",
+    }
+    project = _project(env, "syntax", edits)
+    (project / "images.lock").write_text(yaml.safe_dump({"schema": 1, "builds": {}}))
+    before = (project / "images.lock").read_text()
+    result = sparkbuild(project, env.work / "cache", "--quiet", "build", BUILD)
+    assert result.returncode == 1
+    assert "the build failed" in result.stderr
+    assert "tokenizer_manager.py" in result.stderr, result.stderr  # from the failing step
+    assert "do not compile" in result.stderr
+    assert "Traceback" not in result.stderr.split("the build failed")[0]
+    assert (project / "images.lock").read_text() == before
+
+
+def test_missing_base_image_is_reported(env: Env) -> None:
+    project = _project(
+        env,
+        "nobase",
+        {NEW_FILE: "X = 1\n"},
+        base_image=env.registry.ref("sparkbuild-tests/absent", "v0"),
+    )
+    result = sparkbuild(project, env.work / "cache", "build", BUILD)
+    assert result.returncode == 1
+    assert "base image" in result.stderr and "not found" in result.stderr
+    assert "sparkbuild-tests/absent" in result.stderr
