@@ -112,4 +112,7 @@ COMMAND_MODULES: dict[str, str] = {
     "lock": "source_cmds",
     "build": "build",
     "smoke": "smoke",
+    "bench": "bench",
+    "publish": "publish",
+    "rollback": "publish",
 }

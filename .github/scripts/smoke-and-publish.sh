@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On the DGX Spark runner: for each build in $BUILDS (a JSON list), build its image (natively,
+# honouring $LOCKED), smoke-test it under every profile its spec lists, recording the verdicts
+# in images.lock, and publish it to $REGISTRY only when all of them passed. Every build is
+# attempted; the exit status is 1 if any failed.
+set -uo pipefail
+
+mapfile -t builds < <(python3 -c 'import json, os; print("\n".join(json.loads(os.environ["BUILDS"])))')
+failed=()
+for build in "${builds[@]}"; do
+    echo "::group::$build"
+    # shellcheck disable=SC2086  # LOCKED is empty or one flag
+    if ! sparkbuild build $LOCKED "$build"; then
+        failed+=("$build (build)")
+        echo "::endgroup::"
+        continue
+    fi
+    read -r image profiles < <(python3 - "$build" <<'PY'
+import sys
+from sparkbuild import lock
+from sparkbuild.settings import Settings
+from sparkbuild.spec import load_builds
+
+settings = Settings()
+build = load_builds(settings)[sys.argv[1]]
+image = lock.build_entry(lock.load(settings.lock_file), build.name)["image"]
+print(image["image_id"], ",".join(build.smoke_profiles))
+PY
+    )
+    passed=1
+    IFS=',' read -r -a profile_list <<< "$profiles"
+    for profile in "${profile_list[@]}"; do
+        if ! sparkbuild smoke --image "$image" --profile "$profile" --record "$build"; then
+            passed=0
+        fi
+    done
+    if [[ ${#profile_list[@]} -eq 0 ]]; then
+        echo "::warning::$build lists no smoke profiles; not published"
+        passed=0
+    fi
+    if [[ $passed -eq 1 ]]; then
+        sparkbuild publish "$build" --registry "$REGISTRY" || failed+=("$build (publish)")
+    else
+        failed+=("$build (smoke)")
+    fi
+    echo "::endgroup::"
+done
+if ((${#failed[@]})); then
+    printf '::error::failed: %s\n' "${failed[@]}"
+    exit 1
+fi

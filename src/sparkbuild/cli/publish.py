@@ -1,0 +1,217 @@
+"""``sparkbuild publish`` and ``sparkbuild rollback``: the publication stage."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from sparkbuild import console
+from sparkbuild.cli import emit_json
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.publish import (
+    DEFAULT_ALIASES,
+    DEFAULT_REPOSITORY,
+    PublishResult,
+    RollbackResult,
+    Target,
+    choose_repository,
+    plan_target,
+    publish_build,
+    rollback_build,
+)
+from sparkbuild.publish import credentials as creds
+from sparkbuild.publish.redact import Redactor
+from sparkbuild.publish.registry import Registry
+from sparkbuild.settings import Settings
+from sparkbuild.spec import Build, load_builds, select
+
+
+def _credential_options(func: Any) -> Any:
+    func = click.option(
+        "--password-stdin",
+        is_flag=True,
+        help=f"Read the registry password/token from stdin (user: --username or {creds.USER_ENV}).",
+    )(func)
+    return click.option(
+        "--username",
+        metavar="USER",
+        help=f"Registry user [env {creds.USER_ENV}; else docker's credential store].",
+    )(func)
+
+
+def _credentials(host: str, username: str | None, password_stdin: bool) -> creds.Credentials:
+    secret = sys.stdin.read() if password_stdin else None
+    # Redact the environment's password even if the docker store's credentials are used.
+    with Redactor([secret, os.environ.get(creds.PASSWORD_ENV)]).guard("reading credentials"):
+        return creds.resolve(host, username=username, password_stdin=secret)
+
+
+def _redactor(found: creds.Credentials) -> Redactor:
+    redactor = found.redactor()
+    redactor.add(os.environ.get(creds.PASSWORD_ENV))
+    return redactor
+
+
+def _publish_line(result: PublishResult) -> str:
+    what = "pushed" if result.pushed else "already published"
+    moved = [
+        f"{alias} ({'unchanged' if old == result.digest else 'moved from ' + (old or 'nothing')})"
+        for alias, old in result.aliases.items()
+    ]
+    verified = "" if result.verified else " [UNVERIFIED: --force]"
+    line = f"{result.build}: {what} {result.repository}:{result.tag}@{result.digest}{verified}"
+    return line + (f"\n  aliases: {', '.join(moved)}" if moved else "")
+
+
+@click.command(name="publish")
+@click.argument("builds", nargs=-1, required=True)
+@click.option(
+    "--registry",
+    "registry_text",
+    required=True,
+    metavar="REG",
+    help="Registry and namespace, e.g. ghcr.io/my-org or 127.0.0.1:5000.",
+)
+@click.option(
+    "--repository",
+    default=DEFAULT_REPOSITORY,
+    show_default=True,
+    help="Repository under REG; placeholders {engine}, {version}, {build}.",
+)
+@click.option(
+    "--alias",
+    "aliases",
+    multiple=True,
+    metavar="TAG",
+    help="A moving tag, repeatable, e.g. latest [default: {version}-sm121]. "
+    "The immutable tag {version}-sm121-{tree_short} is always pushed.",
+)
+@click.option("--no-alias", is_flag=True, help="Push only the immutable tag.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Publish without a passing smoke verdict (recorded as unverified in images.lock).",
+)
+@_credential_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@click.pass_obj
+def publish_command(
+    settings: Settings,
+    builds: tuple[str, ...],
+    registry_text: str,
+    repository: str,
+    aliases: tuple[str, ...],
+    no_alias: bool,
+    force: bool,
+    username: str | None,
+    password_stdin: bool,
+    as_json: bool,
+) -> None:
+    """Push the smoke-tested images of BUILDS to REG by digest and record them in images.lock.
+
+    An image is pushed only if images.lock records a passing smoke verdict for its image id
+    under every profile the build lists. Running it again is a no-op.
+    """
+    registry = Registry.parse(registry_text)
+    selected = select(load_builds(settings), builds)
+    alias_templates = () if no_alias else (aliases or DEFAULT_ALIASES)
+
+    def target_of(build: Build, tree: str) -> Target:
+        return plan_target(build, tree, registry, repository=repository, aliases=alias_templates)
+
+    found = _credentials(registry.host, username, password_stdin)
+    redactor = _redactor(found)
+    results: list[PublishResult] = []
+    failures: list[tuple[str, SparkbuildError]] = []
+    for build in selected:
+        try:
+            with redactor.guard(f"publishing {build.name}"):
+                result = publish_build(build, settings, target_of, found, force=force)
+        except SparkbuildError as exc:
+            if len(selected) == 1:
+                raise
+            failures.append((build.name, exc))
+            console.err.print(f"error: {exc}", style="red", markup=False)
+            continue
+        results.append(result)
+        if not as_json:
+            console.out.print(_publish_line(result), markup=False)
+    if as_json:
+        emit_json(
+            {
+                "results": [r.to_json() for r in results],
+                "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
+            }
+        )
+    if failures:
+        names = ", ".join(name for name, _ in failures)
+        raise SparkbuildError(f"{len(failures)} of {len(selected)} publications failed: {names}")
+
+
+def _rollback_line(result: RollbackResult) -> str:
+    aliases = ", ".join(result.aliases)
+    if result.from_digest == result.to_digest:
+        return (
+            f"{result.build}: {result.repository} aliases {aliases} already at {result.to_digest}"
+        )
+    return (
+        f"{result.build}: moved {result.repository} aliases {aliases}\n"
+        f"  from {result.from_digest}\n  to   {result.to_digest}"
+    )
+
+
+@click.command(name="rollback")
+@click.argument("build_name", metavar="BUILD")
+@click.option(
+    "--to", "to_digest", metavar="DIGEST", help="Roll back to this published digest instead."
+)
+@click.option(
+    "--registry",
+    "registry_text",
+    metavar="REG",
+    help="Which publication (needed when the build was published to several).",
+)
+@click.option(
+    "--repository",
+    default=None,
+    help=f"Repository under REG, as given to publish [default: {DEFAULT_REPOSITORY}].",
+)
+@click.option("--force", is_flag=True, help="Allow a --to digest that never passed smoke.")
+@_credential_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@click.pass_obj
+def rollback_command(
+    settings: Settings,
+    build_name: str,
+    to_digest: str | None,
+    registry_text: str | None,
+    repository: str | None,
+    force: bool,
+    username: str | None,
+    password_stdin: bool,
+    as_json: bool,
+) -> None:
+    """Move BUILD's aliases back to the previous published digest that passed smoke.
+
+    The history is images.lock's `publish` section; immutable tags are never touched.
+    """
+    (build,) = select(load_builds(settings), [build_name])
+    registry = Registry.parse(registry_text) if registry_text else None
+    if repository is not None and registry is None:
+        raise click.UsageError("--repository needs --registry")
+    if repository is not None:
+        repository = repository.format(engine=build.engine, version=build.version, build=build.name)
+    key = choose_repository(settings, build, registry, repository)
+    found = _credentials(key.split("/", 1)[0], username, password_stdin)
+    with _redactor(found).guard(f"rolling back {build.name}"):
+        result = rollback_build(build, settings, key, found, to_digest=to_digest, force=force)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        console.out.print(_rollback_line(result), markup=False)
+
+
+COMMANDS: list[click.Command] = [publish_command, rollback_command]

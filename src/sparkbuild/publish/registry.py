@@ -1,0 +1,398 @@
+"""A small client for the registry HTTP API v2: manifests by tag or digest, nothing else.
+
+Layers travel through the docker daemon's push; everything after that (checking a tag,
+moving an alias) is a manifest GET/HEAD/PUT here, so an alias is re-pointed without moving a
+byte of layer data and keeps the exact digest. Handles Basic and Bearer (token service)
+challenges, retries transient failures with tenacity, and names the URL when it gives up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import requests
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.publish.credentials import PASSWORD_ENV, USER_ENV, Credentials
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+DOCKER_HUB = "docker.io"
+_DOCKER_HUB_API = "registry-1.docker.io"
+_TIMEOUT = 60
+_CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+TAG_PATTERN = re.compile(r"^[\w][\w.-]{0,127}$")
+
+
+class RegistryError(SparkbuildError):
+    """The registry answered, and the answer was no."""
+
+
+class CredentialsRejectedError(RegistryError):
+    """Authentication failed: wrong or missing credentials (never quoted)."""
+
+
+class _TransientError(Exception):
+    """A 5xx/429 answer or a connection failure: worth another attempt."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _is_loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = name.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Where to publish: ``--registry HOST[/NAMESPACE]``, e.g. ``ghcr.io/acme``."""
+
+    host: str
+    namespace: str
+    scheme: str
+
+    @classmethod
+    def parse(cls, value: str) -> Registry:
+        text = value.strip().rstrip("/")
+        scheme = None
+        for prefix in ("https://", "http://"):
+            if text.startswith(prefix):
+                scheme, text = prefix[:-3], text[len(prefix) :]
+        first, _, rest = text.partition("/")
+        if "." in first or ":" in first or first == "localhost":
+            host, namespace = first, rest
+        else:  # `docker push user/x` means Docker Hub
+            host, namespace = DOCKER_HUB, text
+        for component in filter(None, namespace.split("/")):
+            if not _COMPONENT.match(component):
+                raise UsageError(
+                    f"--registry {value!r}: '{component}' is not a valid repository path "
+                    "component (lowercase letters, digits, '.', '_', '-')",
+                    "for example: --registry ghcr.io/my-org",
+                )
+        if not host:
+            raise UsageError(f"--registry {value!r} names no registry host")
+        return cls(
+            host, namespace.strip("/"), scheme or ("http" if _is_loopback(host) else "https")
+        )
+
+    @property
+    def api_base(self) -> str:
+        host = _DOCKER_HUB_API if self.host == DOCKER_HUB else self.host
+        return f"{self.scheme}://{host}"
+
+    def repository(self, name: str) -> str:
+        """The repository path inside the registry, e.g. ``acme/sparkbuild/sglang``."""
+        path = f"{self.namespace}/{name}" if self.namespace else name
+        for component in path.split("/"):
+            if not _COMPONENT.match(component):
+                raise UsageError(
+                    f"repository '{path}': '{component}' is not a valid path component",
+                    "repository names are lowercase letters, digits, '.', '_', '-', "
+                    "separated by '/'",
+                )
+        return path
+
+    def reference(self, repository: str) -> str:
+        """``HOST/REPOSITORY``: what docker and users call it."""
+        return f"{self.host}/{repository}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    body: bytes
+    media_type: str
+    digest: str
+
+    @property
+    def config_digest(self) -> str | None:
+        """The image config digest (= the local image id) of a single-image manifest."""
+        try:
+            data = json.loads(self.body)
+        except ValueError:
+            return None
+        config = data.get("config") if isinstance(data, dict) else None
+        digest = config.get("digest") if isinstance(config, dict) else None
+        return str(digest) if digest else None
+
+
+def _attempts() -> int:
+    return max(int(os.environ.get("SPARKBUILD_NET_ATTEMPTS", "5")), 1)
+
+
+def _errors_of(response: requests.Response) -> str:
+    """The registry's own error codes/messages (distribution's JSON error body)."""
+    try:
+        errors = response.json().get("errors") or []
+        parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors]
+        return "; ".join(parts) or response.reason
+    except ValueError:
+        return (response.text or response.reason or "").strip()[:200]
+
+
+def _challenge(response: requests.Response) -> tuple[str, dict[str, str]]:
+    header = response.headers.get("WWW-Authenticate", "")
+    scheme, _, params = header.partition(" ")
+    return scheme.lower(), dict(_CHALLENGE_PARAM.findall(params))
+
+
+class RegistryClient:
+    def __init__(self, registry: Registry, credentials: Credentials) -> None:
+        self.registry = registry
+        self.credentials = credentials
+        self._session = requests.Session()
+        self._session.headers["User-Agent"] = "sparkbuild"
+        self._basic = False
+        self._tokens: dict[str, str] = {}
+
+    # --- transport -----------------------------------------------------------------------
+
+    def _retrying(self) -> Retrying:
+        scale = float(os.environ.get("SPARKBUILD_NET_BACKOFF", "1"))
+        return Retrying(
+            stop=stop_after_attempt(_attempts()),
+            wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
+            retry=retry_if_exception_type(_TransientError),
+            reraise=False,
+        )
+
+    def _raw(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        """One HTTP exchange, retried while the registry is unreachable or overloaded."""
+        try:
+            for attempt in self._retrying():
+                with attempt:
+                    try:
+                        response = self._session.request(method, url, timeout=_TIMEOUT, **kwargs)
+                    except (requests.ConnectionError, requests.Timeout) as exc:
+                        raise _TransientError(type(exc).__name__) from None
+                    if response.status_code >= 500 or response.status_code == 429:
+                        raise _TransientError(f"HTTP {response.status_code} {response.reason}")
+                    return response
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            detail = last.detail if isinstance(last, _TransientError) else str(last)
+            raise SparkbuildError(
+                f"registry unreachable: {method} {url} failed {exc.last_attempt.attempt_number} "
+                f"times (last: {detail})",
+                "check the --registry address and your network; the registry may be down "
+                "(SPARKBUILD_NET_ATTEMPTS sets the number of attempts)",
+            ) from None
+        raise AssertionError("unreachable")  # pragma: no cover - Retrying always returns/raises
+
+    def _auth_headers(self, scope: str) -> dict[str, str]:
+        token = self._tokens.get(scope)
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        repository: str | None,
+        push: bool = False,
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+    ) -> requests.Response:
+        url = f"{self.registry.api_base}/v2/{path}"
+        scope = f"repository:{repository}:{'pull,push' if push else 'pull'}" if repository else ""
+        for attempt in range(2):
+            response = self._raw(
+                method,
+                url,
+                headers={**(headers or {}), **self._auth_headers(scope)},
+                data=data,
+                auth=self._basic_auth(),
+            )
+            if response.status_code != 401:
+                return self._check_denied(response, repository, push)
+            if attempt == 1:
+                break
+            # Answer the challenge (a cached token may have expired: fetch a fresh one).
+            scheme, params = _challenge(response)
+            if scheme == "basic":
+                self._need_credentials()
+                self._basic = True
+            elif scheme == "bearer":
+                self._tokens[scope] = self._fetch_token(params, scope)
+            else:
+                raise RegistryError(
+                    f"registry {self.registry.host} asks for unsupported authentication "
+                    f"'{scheme or '?'}'"
+                )
+        self._rejected()
+
+    def _basic_auth(self) -> tuple[str, str] | None:
+        creds = self.credentials
+        if self._basic and creds.username and creds.password:
+            return (creds.username, creds.password)
+        return None
+
+    def _need_credentials(self) -> None:
+        if self.credentials.anonymous or not self.credentials.username:
+            raise CredentialsRejectedError(
+                f"registry {self.registry.host} requires credentials and none were found",
+                f"`docker login {self.registry.host}`, or set {USER_ENV} and {PASSWORD_ENV} "
+                "(or pipe the password to --password-stdin)",
+            )
+
+    def _rejected(self) -> NoReturn:
+        raise CredentialsRejectedError(
+            f"registry {self.registry.host} rejected the credentials "
+            f"({self.credentials.describe()})",
+            f"check the user name and password/token; `docker login {self.registry.host}` or "
+            f"{USER_ENV} / {PASSWORD_ENV} set them (the password is never shown)",
+        )
+
+    def _check_denied(
+        self, response: requests.Response, repository: str | None, push: bool
+    ) -> requests.Response:
+        if response.status_code == 403:
+            action = "push to" if push else "read"
+            raise RegistryError(
+                f"registry {self.registry.host} denied access: {self.credentials.describe()} "
+                f"may not {action} {repository} ({_errors_of(response)})",
+                "grant the account write access to the repository (for GHCR, a token with "
+                "`write:packages`, or `packages: write` in the workflow)",
+            )
+        return response
+
+    def _fetch_token(self, params: dict[str, str], scope: str) -> str:
+        realm = params.get("realm")
+        if not realm:
+            raise RegistryError(
+                f"registry {self.registry.host} sent a Bearer challenge without realm"
+            )
+        query = {"service": params.get("service", ""), "scope": scope or params.get("scope", "")}
+        creds = self.credentials
+        if creds.identity_token:
+            form = {**query, "grant_type": "refresh_token", "refresh_token": creds.identity_token}
+            response = self._raw("POST", realm, data={**form, "client_id": "sparkbuild"})
+        else:
+            auth = (creds.username, creds.password) if creds.username and creds.password else None
+            response = self._raw("GET", realm, params=query, auth=auth)
+        if response.status_code in (401, 403):
+            if creds.anonymous:
+                self._need_credentials()
+            self._rejected()
+        if not response.ok:
+            raise RegistryError(
+                f"token service {realm} answered HTTP {response.status_code} "
+                f"({_errors_of(response)})"
+            )
+        body = response.json()
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise RegistryError(f"token service {realm} returned no token")
+        return str(token)
+
+    # --- API -----------------------------------------------------------------------------
+
+    def check_access(self, repository: str, *, push: bool) -> None:
+        """Authenticate now (and for a push, obtain a push token) so bad credentials fail
+        before any layer moves."""
+        response = self._request("GET", "", repository=None)
+        if response.status_code == 404:
+            raise RegistryError(
+                f"{self.registry.api_base} is not a registry (no /v2/ endpoint)",
+                "check the --registry address",
+            )
+        if push or self._tokens:
+            # A token service may accept the login but refuse the repository scope.
+            self.manifest_digest(repository, "sparkbuild-access-check", push=push)
+
+    def manifest(self, repository: str, reference: str, *, push: bool = False) -> Manifest | None:
+        """The manifest ``repository:reference`` (tag or digest), or None when absent."""
+        response = self._request(
+            "GET",
+            f"{repository}/manifests/{reference}",
+            repository=repository,
+            push=push,
+            headers={"Accept": ", ".join(MANIFEST_TYPES)},
+        )
+        if response.status_code == 404:
+            return None
+        self._expect_ok(response, f"GET manifest {repository}:{reference}")
+        digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
+        served = response.headers.get("Docker-Content-Digest")
+        if served and served != digest:
+            raise RegistryError(
+                f"registry served manifest {repository}:{reference} with digest {served}, but "
+                f"its bytes hash to {digest}",
+                "the registry or a proxy in between altered the manifest; do not publish "
+                "through it",
+            )
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        if media_type not in MANIFEST_TYPES:
+            media_type = str(json.loads(response.content).get("mediaType") or media_type)
+        return Manifest(response.content, media_type, digest)
+
+    def manifest_digest(self, repository: str, reference: str, *, push: bool = False) -> str | None:
+        """The digest ``repository:reference`` resolves to now, or None when absent."""
+        response = self._request(
+            "HEAD",
+            f"{repository}/manifests/{reference}",
+            repository=repository,
+            push=push,
+            headers={"Accept": ", ".join(MANIFEST_TYPES)},
+        )
+        if response.status_code == 404:
+            return None
+        self._expect_ok(response, f"HEAD manifest {repository}:{reference}")
+        served = response.headers.get("Docker-Content-Digest")
+        if served:
+            return served
+        manifest = self.manifest(repository, reference, push=push)
+        return manifest.digest if manifest else None
+
+    def put_manifest(self, repository: str, tag: str, manifest: Manifest) -> str:
+        """Point ``repository:tag`` at ``manifest`` (same bytes, so the same digest)."""
+        response = self._request(
+            "PUT",
+            f"{repository}/manifests/{tag}",
+            repository=repository,
+            push=True,
+            headers={"Content-Type": manifest.media_type},
+            data=manifest.body,
+        )
+        self._expect_ok(response, f"PUT manifest {repository}:{tag}")
+        served = response.headers.get("Docker-Content-Digest") or manifest.digest
+        if served != manifest.digest:
+            raise RegistryError(
+                f"registry stored {repository}:{tag} as {served}, expected {manifest.digest}",
+                "the registry rewrote the manifest; the alias does not point at the published "
+                "image",
+            )
+        return served
+
+    def _expect_ok(self, response: requests.Response, what: str) -> None:
+        if not response.ok:
+            raise RegistryError(
+                f"{what} on {self.registry.host}: HTTP {response.status_code} "
+                f"({_errors_of(response)})"
+            )

@@ -1,0 +1,117 @@
+"""Publication-test helpers: a tiny SGLang-like project built into a real arm64 image.
+
+The upstream is a one-commit git repository with a two-file ``sglang`` package; the base is
+the cached debootstrap arm64 Debian with that package installed, pushed to a loopback
+registry. A patch (made with git) changes one file, so the real overlay build runs BuildKit
+with a ``RUN`` under emulation in seconds rather than minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from sparkbuild.smoke import report
+from sparkbuild.smoke.checks import CheckResult
+from sparkbuild.smoke.runner import SmokeResult
+from tests.support.image_project import git, make_patch, write_spec
+
+VERSION = "0.5.12"
+PACKAGE_INIT = 'VERSION = "0.5.12"\nGREETING = "upstream"\n'
+
+
+def tiny_upstream(root: Path) -> tuple[Path, Path]:
+    """A git repository tagged v0.5.12 and a site-packages dir with the same package.
+
+    Returns (repository, site dir holding ``sglang/``).
+    """
+    repo = root / "upstream"
+    package = repo / "python" / "sglang"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(PACKAGE_INIT)
+    (package / "version.py").write_text(f'__version__ = "{VERSION}"\n')
+    git("init", "--quiet", "--initial-branch=main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "--quiet", "-m", "release", cwd=repo)
+    git("tag", f"v{VERSION}", cwd=repo)
+    site = root / "site"
+    (site / "sglang").mkdir(parents=True)
+    for path in package.iterdir():
+        (site / "sglang" / path.name).write_bytes(path.read_bytes())
+    return repo, site
+
+
+def write_project(
+    project: Path, repo: Path, base_ref: str, builds: dict[str, dict[str, Any]], greeting: str
+) -> None:
+    """A project whose builds share one patch that sets GREETING to ``greeting``."""
+    patch = project / "patches" / "sglang" / "greeting.patch"
+    patch.unlink(missing_ok=True)
+    shutil.rmtree(patch.with_name(patch.stem + ".work"), ignore_errors=True)
+    make_patch(
+        repo,
+        f"v{VERSION}",
+        {"python/sglang/__init__.py": f'<<<OLD>>>"upstream"<<<NEW>>>"{greeting}"'},
+        patch,
+    )
+    write_spec(
+        project,
+        "sglang",
+        {
+            "repo": str(repo),
+            "package_dir": "python/sglang",
+            "base_image": base_ref,
+            "tags": ["sparkbuild-tests/publish-{build}:{version}-{tree_short}"],
+            "patches": [{"file": "patches/sglang/greeting.patch"}],
+            "builds": builds,
+        },
+    )
+
+
+def record_smoke(lock_path: Path, build: str, profile: str, verdict: str = "pass") -> str:
+    """Record a verdict through the smoke stage's own recorder, as `smoke --record` does."""
+    status: Literal["pass", "fail"] = "pass" if verdict == "pass" else "fail"
+    result = SmokeResult(
+        verdict=status,
+        profile=profile,
+        engine="sglang",
+        model="tiny",
+        target_kind="image",
+        target="publish-test",
+        boot_seconds=1.0,
+        accept_len=2.0,
+        checks=[CheckResult("boot", status, 1.0, "recorded by the publish tests")],
+    )
+    return report.record(lock_path, build, result)
+
+
+def run_cli(
+    project: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    docker_config: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess, with registry variables cleared unless given."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARKBUILD_REGISTRY_USER", "SPARKBUILD_REGISTRY_PASSWORD")
+    }
+    if docker_config is not None:
+        base["DOCKER_CONFIG"] = str(docker_config)
+    cmd = [sys.executable, "-c", "from sparkbuild.cli import main; main()"]
+    cmd += ["--project", str(project), "--cache-dir", str(project / ".cache"), *args]
+    return subprocess.run(
+        cmd,
+        env={**base, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )

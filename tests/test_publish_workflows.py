@@ -1,0 +1,132 @@
+"""The GitHub Actions workflows: schema-valid, every action pinned by commit, and wired as the
+release process needs (tests on PRs, arm64 builds, Spark-gated smoke, GHCR, lock PR)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+SCRIPTS = sorted((ROOT / ".github" / "scripts").glob("*.sh"))
+PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+USES_LINE = re.compile(r"^\s*(?:-\s*)?uses:\s*(\S+)\s*(#.*)?$")
+
+
+def _load(path: Path) -> dict[Any, Any]:
+    data: dict[Any, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
+def _workflow(name: str) -> dict[Any, Any]:
+    return _load(ROOT / ".github" / "workflows" / name)
+
+
+def _triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
+    # PyYAML reads the bare key `on` as the boolean True (YAML 1.1).
+    triggers: dict[str, Any] = workflow["on"] if "on" in workflow else workflow[True]
+    return triggers
+
+
+def _check_jsonschema(*paths: Path) -> subprocess.CompletedProcess[str]:
+    if importlib.util.find_spec("check_jsonschema") is None:
+        raise AssertionError(
+            "check-jsonschema is not installed; `pip install -e '.[test]'` (or "
+            "`pip install check-jsonschema`) provides it"
+        )
+    cmd = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows"]
+    return subprocess.run(
+        [*cmd, *map(str, paths)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_there_are_workflows() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "images.yml"}
+
+
+def test_workflows_match_the_github_schema() -> None:
+    result = _check_jsonschema(*WORKFLOWS)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_catches_a_broken_workflow(tmp_path: Path) -> None:
+    broken = _workflow("ci.yml")
+    del broken["jobs"]["tests"]["runs-on"]
+    broken["jobs"]["tests"]["timeout-minutes"] = "an hour"
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump(broken))
+    result = _check_jsonschema(path)
+    assert result.returncode != 0, result.stdout
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_commit_with_its_version(path: Path) -> None:
+    found = 0
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = USES_LINE.match(line)
+        if not match:
+            continue
+        found += 1
+        reference, comment = match.group(1), match.group(2) or ""
+        where = f"{path.name}:{number}: {line.strip()}"
+        assert not reference.startswith("./") or "@" not in reference, where
+        assert PINNED.match(reference), f"not pinned to a 40-hex commit sha: {where}"
+        assert re.match(r"#\s*v\d+\.\d+\.\d+$", comment.strip()), f"no '# vX.Y.Z': {where}"
+    uses_anywhere = path.read_text().count("uses:")
+    assert found == uses_anywhere, f"{path.name}: a `uses:` this test could not parse"
+
+
+def test_pull_requests_run_the_tests_and_the_lock_check() -> None:
+    workflow = _workflow("ci.yml")
+    assert "pull_request" in _triggers(workflow)
+    runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    assert "bash .ci/run" in runs
+    assert any("nox -s lock -- --check" in run for run in runs)
+
+
+def test_images_build_on_arm64_smoke_on_a_spark_and_publish_to_ghcr() -> None:
+    workflow = _workflow("images.yml")
+    triggers = _triggers(workflow)
+    assert {"push", "schedule"} <= set(triggers)
+    assert triggers["push"]["branches"] == ["main"] and triggers["push"]["tags"]
+    jobs = workflow["jobs"]
+    assert jobs["build"]["runs-on"] == "ubuntu-24.04-arm"
+    spark = jobs["smoke-publish"]
+    assert spark["runs-on"] == ["self-hosted", "dgx-spark"]
+    assert spark["if"] == "vars.DGX_SPARK_RUNNER == 'true'"
+    assert spark["permissions"]["packages"] == "write"
+    assert workflow["env"]["REGISTRY"] == "ghcr.io/${{ github.repository_owner }}"
+    step_env = next(s["env"] for s in spark["steps"] if "smoke-and-publish.sh" in s.get("run", ""))
+    assert step_env["SPARKBUILD_REGISTRY_PASSWORD"] == "${{ secrets.GITHUB_TOKEN }}"
+    skipped = jobs["no-spark"]
+    assert skipped["if"] == "vars.DGX_SPARK_RUNNER != 'true'"
+    assert "skipped: no DGX Spark runner registered" in skipped["steps"][0]["run"]
+    pr = jobs["lock-pr"]
+    assert pr["needs"] == "smoke-publish"
+    creator = next(s for s in pr["steps"] if "create-pull-request" in s.get("uses", ""))
+    assert creator["with"]["add-paths"] == "images.lock"
+
+
+def test_untrusted_values_reach_shell_only_through_the_environment() -> None:
+    """`${{ matrix.* }}` or `${{ github.event.* }}` inside `run:` would be script injection."""
+    for path in WORKFLOWS:
+        for job in _load(path)["jobs"].values():
+            for step in job.get("steps", []):
+                run = step.get("run", "")
+                assert not re.search(r"\$\{\{\s*(matrix|github\.event|inputs)\.", run), (
+                    f"{path.name}: {run}"
+                )
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_workflow_scripts_parse(path: Path) -> None:
+    result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "set -uo pipefail" in path.read_text() or "set -euo pipefail" in path.read_text()
