@@ -134,6 +134,10 @@ class EngineAdapter(ABC):
     nan_line: ClassVar[re.Pattern[str]]
     #: Log lines that mean something went wrong while serving.
     error_line: ClassVar[re.Pattern[str]]
+    #: An HTTP error body that means the response held NaN/inf (it could not be serialized).
+    nan_response: ClassVar[re.Pattern[str]] = re.compile(
+        r"Out of range float values are not JSON compliant|\bNaN\b"
+    )
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
 
@@ -173,7 +177,7 @@ class EngineAdapter(ABC):
         return self.acceptance_from_delta(before, after)
 
     def nan_count_from_delta(self, before: Counters, after: Counters) -> float | None:
-        """Requests the engine itself flagged as NaN/corrupted in the interval (None: no counter)."""
+        """Requests the engine flagged as NaN/corrupted in the interval (None: no counter)."""
         return None
 
     def acceptance_from_log(self, lines: Sequence[str]) -> float | None:
@@ -216,7 +220,9 @@ class VllmAdapter(EngineAdapter):
     default_launcher = ("python3", "-m", "vllm.entrypoints.openai.api_server")
     ready_line = re.compile(r"Starting vLLM (API |)server on|Application startup complete")
     nan_line = re.compile(r"\bNaNs? (?:detected|found|in (?:the )?(?:logits|logprobs))", re.I)
-    error_line = re.compile(r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError")
+    error_line = re.compile(
+        r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError"
+    )
     accept_line = re.compile(r"Mean acceptance length:\s*([0-9.]+)")
 
     DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -295,9 +301,7 @@ class SglangAdapter(EngineAdapter):
     default_port = 30000
     default_launcher = ("python3", "-m", "sglang.launch_server")
     ready_line = re.compile(r"The server is fired up and ready to roll")
-    nan_line = re.compile(
-        r"NaN detected|NaN in the logits|Detected errors during sampling", re.I
-    )
+    nan_line = re.compile(r"NaN detected|NaN in the logits|Detected errors during sampling", re.I)
     error_line = re.compile(
         r"hit an exception|Traceback \(most recent call last\)|\bERROR\b|CUDA error"
     )
@@ -372,7 +376,10 @@ class SglangAdapter(EngineAdapter):
     def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
         if not after.available:
             return Acceptance(
-                False, None, "counters", detail="/metrics not readable (start with --enable-metrics)"
+                False,
+                None,
+                "counters",
+                detail="/metrics not readable (start with --enable-metrics)",
             )
         verify = after.delta(before, self.VERIFY_CALLS)
         generated = after.delta(before, self.GENERATED)

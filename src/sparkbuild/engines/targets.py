@@ -84,7 +84,11 @@ class Target(ABC):
         """Stop the engine and release everything it holds; safe to call twice."""
 
     def __enter__(self) -> Target:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()  # a half-started engine (created container, spawned process) goes too
+            raise
         return self
 
     def __exit__(
@@ -103,7 +107,9 @@ class UrlTarget(Target):
 
     def __init__(self, url: str) -> None:
         if not re.match(r"^https?://", url):
-            raise UsageError(f"--url {url!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000")
+            raise UsageError(
+                f"--url {url!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000"
+            )
         self._url = url.rstrip("/")
 
     @property
@@ -272,6 +278,19 @@ def docker_client() -> Any:
     return client
 
 
+def local_image_id(image: str) -> str:
+    """The id (``sha256:...``) of ``image`` in the local Docker engine."""
+    import docker.errors
+
+    try:
+        return str(docker_client().images.get(image).id)
+    except docker.errors.ImageNotFound as exc:
+        raise SparkbuildError(
+            f"image {image} is not in the local Docker engine",
+            "build it with `sparkbuild build BUILD` or `docker pull` it first",
+        ) from exc
+
+
 class ContainerTarget(Target):
     """The engine in a container of ``image``; logs streamed and kept; always removed.
 
@@ -351,13 +370,7 @@ class ContainerTarget(Target):
         import docker.errors
 
         self._client = docker_client()
-        try:
-            self.image_id = self._client.images.get(self.image).id
-        except docker.errors.ImageNotFound as exc:
-            raise SparkbuildError(
-                f"image {self.image} is not in the local Docker engine",
-                "build it with `sparkbuild build BUILD` or `docker pull` it first",
-            ) from exc
+        self.image_id = local_image_id(self.image)
         try:
             self._container = self._client.containers.run(self.image, **self._run_kwargs())
         except docker.errors.APIError as exc:
@@ -381,7 +394,7 @@ class ContainerTarget(Target):
         try:
             for chunk in self._container.logs(stream=True, follow=True):
                 splitter.feed(chunk)
-        except Exception:  # noqa: BLE001 - the container went away; what we have is kept
+        except Exception:
             pass
         splitter.flush()
 

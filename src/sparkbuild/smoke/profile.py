@@ -79,6 +79,10 @@ class Expectations(_Strict):
     max_error_lines: int = Field(default=0, ge=0)
 
 
+def _default_prompts() -> list[PromptSetName | CustomPrompt]:
+    return ["code", "prose", "repetitive"]
+
+
 class SmokeProfile(_Strict):
     engine: Literal["sglang", "vllm"]
     model: str = Field(min_length=1)
@@ -86,7 +90,7 @@ class SmokeProfile(_Strict):
     args: list[str] = []  # serve flags after model/host/port
     env: dict[str, str] = {}
     prompts: list[PromptSetName | CustomPrompt] = Field(
-        default_factory=lambda: ["code", "prose", "repetitive"], min_length=1
+        default_factory=_default_prompts, min_length=1
     )
     request: dict[str, Any] = {}  # extra fields merged into every request's sampling params
     expect: Expectations = Expectations()
@@ -97,8 +101,10 @@ class SmokeProfile(_Strict):
     def _args_as_strings(cls, value: Any) -> Any:
         # YAML turns `- 1024` into an int; flags are strings on a command line.
         if isinstance(value, list):
-            return [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
-                    for v in value]
+            return [
+                str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+                for v in value
+            ]
         return value
 
 
@@ -142,10 +148,18 @@ def profile_path(settings: Settings, name_or_path: str) -> Path:
     )
 
 
-def resolve_model(profile: SmokeProfile, path: Path, override: str | None) -> str:
+def resolve_model(
+    profile: SmokeProfile, path: Path, override: str | None, *, required: bool = True
+) -> str:
     """The model to serve: ``--model`` wins; env references expanded; relative paths that
-    exist next to the profile become absolute."""
-    raw = override if override is not None else expand_env(profile.model, f"{path}: model")
+    exist next to the profile become absolute. With ``required=False`` (an engine that is
+    already running chose its model) an unset variable leaves the text as written."""
+    try:
+        raw = override if override is not None else expand_env(profile.model, f"{path}: model")
+    except SpecError:
+        if required:
+            raise
+        return profile.model
     local = Path(raw).expanduser()
     if not local.is_absolute() and override is None and (path.parent / local).exists():
         return str((path.parent / local).resolve())
@@ -155,12 +169,12 @@ def resolve_model(profile: SmokeProfile, path: Path, override: str | None) -> st
 
 
 def load_profile(
-    settings: Settings, name_or_path: str, *, model: str | None = None
+    settings: Settings, name_or_path: str, *, model: str | None = None, need_model: bool = True
 ) -> tuple[str, SmokeProfile]:
     """(profile name, profile) with the model resolved (``model`` overrides the file's)."""
     path = profile_path(settings, name_or_path)
     profile = load_model(path, SmokeProfile)
-    resolved = resolve_model(profile, path, model)
+    resolved = resolve_model(profile, path, model, required=need_model)
     return path.stem, profile.model_copy(update={"model": resolved})
 
 

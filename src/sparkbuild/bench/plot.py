@@ -1,0 +1,78 @@
+"""The PNG plot: aggregate decode tokens/s against concurrency, one line per configuration.
+
+matplotlib is an optional extra (``pip install 'sparkbuild[plot]'``); it is imported only here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.bench.results import BenchReport
+from sparkbuild.errors import SparkbuildError
+
+
+def require_matplotlib() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only; never a window, works without a display
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise SparkbuildError(
+            "--plot needs matplotlib, which is not installed",
+            "pip install 'sparkbuild[plot]' (or pip install matplotlib), or drop --plot",
+        ) from exc
+    return plt
+
+
+def plot_decode(reports: Sequence[BenchReport], path: Path) -> None:
+    """Lines of median decode tok/s (min-max as error bars) per (report, pp, tg, depth)."""
+    plt = require_matplotlib()
+    figure, axes = plt.subplots(figsize=(8, 5), dpi=120)
+    lines = 0
+    ticks: set[int] = set()
+    for report in reports:
+        configs = sorted({(c.pp, c.tg, c.depth) for c in report.cells})
+        for pp, tg, depth in configs:
+            cells = sorted(
+                (c for c in report.cells if (c.pp, c.tg, c.depth) == (pp, tg, depth)),
+                key=lambda c: c.concurrency,
+            )
+            points = [(c, c.decode_tps_aggregate) for c in cells]
+            points = [(c, s) for c, s in points if s.median is not None]
+            if not points:
+                continue
+            xs = [c.concurrency for c, _ in points]
+            ys = [s.median for _, s in points]
+            low = [
+                s.median - s.min for _, s in points if s.median is not None and s.min is not None
+            ]
+            high = [
+                s.max - s.median for _, s in points if s.median is not None and s.max is not None
+            ]
+            name = f"pp={pp} tg={tg} depth={depth}"
+            if len(reports) > 1:
+                name = f"{report.label}: {name}"
+            ticks.update(xs)
+            axes.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=name)
+            lines += 1
+    if lines == 0:
+        plt.close(figure)
+        raise SparkbuildError(
+            f"nothing to plot into {path}: no cell has a decode rate",
+            "check the cells' errors in the report",
+        )
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+    axes.set_xlabel("concurrent requests")
+    axes.set_ylabel("decode tokens/s (all streams)")
+    title = reports[0].label if len(reports) == 1 else " vs ".join(r.label for r in reports)
+    axes.set_title(f"Decode throughput: {title}")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize="small")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)

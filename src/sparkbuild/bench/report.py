@@ -1,0 +1,335 @@
+"""Showing bench reports: Markdown, a terminal table, ``compare``, and the images.lock summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from sparkbuild import lock
+from sparkbuild.bench.results import BenchReport, CellResult, Stat
+from sparkbuild.bench.sweep import CellKey
+from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.smoke.report import pinned_image_id
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    value: Callable[[CellResult], Stat | float | None]
+    digits: int | None = None  # fixed decimals; None: by magnitude
+    higher_is_better: bool = True
+
+
+COLUMNS = (
+    Column("TTFT s", lambda c: c.ttft_s, 3, higher_is_better=False),
+    Column("prefill tok/s", lambda c: c.prefill_tps),
+    Column("decode tok/s/req", lambda c: c.decode_tps_request),
+    Column("decode tok/s total", lambda c: c.decode_tps_aggregate),
+    Column("accept len", lambda c: c.accept_len, 2),
+)
+CELL_HEADERS = ("pp", "tg", "depth", "conc")
+
+
+def number(value: float | None, digits: int | None = None) -> str:
+    if value is None:
+        return "-"
+    if digits is None:
+        digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f}"
+
+
+def show(value: Stat | float | None, digits: int | None) -> str:
+    """``median (min-max)`` for a statistic over several runs, the number otherwise."""
+    if not isinstance(value, Stat):
+        return number(value, digits)
+    if value.median is None:
+        return "-"
+    text = number(value.median, digits)
+    if value.n > 1 and value.min != value.max:
+        text += f" ({number(value.min, digits)}-{number(value.max, digits)})"
+    return text
+
+
+def central(value: Stat | float | None) -> float | None:
+    return value.median if isinstance(value, Stat) else value
+
+
+def _cell_words(cell: CellResult) -> list[str]:
+    return [str(cell.pp), str(cell.tg), str(cell.depth), str(cell.concurrency)]
+
+
+def _errors(cell: CellResult) -> str:
+    return f"{cell.errors}/{cell.requests}" if cell.errors else "0"
+
+
+def _headline(report: BenchReport) -> list[str]:
+    engine = report.engine
+    target = report.target
+    lines = [
+        f"engine: {engine.name} {engine.version or ''}".rstrip() + f" · model {engine.model}",
+        f"target: {target.kind} {target.value}"
+        + (f" ({target.image_id[:19]})" if target.image_id else ""),
+        f"profile: {report.profile or '-'} · args: {' '.join(engine.args) or '-'}",
+        f"sweep: {report.sweep.runs} runs/cell · seed {report.sweep.seed} · "
+        f"harness {report.harness.version} · host {report.host.hostname} "
+        f"({report.host.cpus} cpus) · {report.created}",
+    ]
+    if not report.complete:
+        lines.append(f"INCOMPLETE: {report.error}")
+    return lines
+
+
+def markdown(report: BenchReport) -> str:
+    """The report as a Markdown section: a few facts, then one table row per cell."""
+    out = [f"## Benchmark: {report.label}", ""]
+    out += [f"- {line}" for line in _headline(report)]
+    out += [
+        "",
+        "Values: median (min-max) over runs. Decode total: all streams of the cell together.",
+        "",
+    ]
+    header = [*CELL_HEADERS, *(c.title for c in COLUMNS), "errors"]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "|".join("---:" for _ in header) + "|")
+    for cell in report.cells:
+        row = [*_cell_words(cell), *(show(c.value(cell), c.digits) for c in COLUMNS)]
+        out.append("| " + " | ".join([*row, _errors(cell)]) + " |")
+    if report.pending_cells:
+        out += ["", "Not measured (the sweep stopped): " + "; ".join(report.pending_cells)]
+    return "\n".join(out) + "\n"
+
+
+def render(report: BenchReport, console: Console) -> None:
+    """A terminal summary: medians only (the Markdown and JSON outputs have min and max)."""
+    console.print(f"[bold]bench[/bold] {report.label}", highlight=False)
+    for line in _headline(report):
+        console.print(line, markup=False, highlight=False)
+    table = Table(
+        show_header=True, header_style="bold", pad_edge=False, caption="medians over runs"
+    )
+    for title in (*CELL_HEADERS, *(c.title for c in COLUMNS), "errors"):
+        table.add_column(title, justify="right")
+    for cell in report.cells:
+        row = [*_cell_words(cell), *(number(central(c.value(cell)), c.digits) for c in COLUMNS)]
+        table.add_row(*row, _errors(cell), style="red" if cell.errors else None)
+    console.print(table)
+
+
+def load_report(path: Path) -> BenchReport:
+    try:
+        return BenchReport.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0:3]
+        raise UsageError(
+            f"{path} is not a sparkbuild bench report: {' '.join(first)}",
+            "write one with `sparkbuild bench ... --json FILE`",
+        ) from None
+
+
+# --- compare -----------------------------------------------------------------------------
+
+
+def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
+    """Every way the two runs differ, keyed by dimension, with a short description."""
+    found: dict[str, str] = {}
+
+    def note(name: str, left: Any, right: Any) -> None:
+        if left != right:
+            found[name] = f"{left!s} vs {right!s}"
+
+    note("engine build", _build_id(a), _build_id(b))
+    note("engine arguments", " ".join(a.engine.args), " ".join(b.engine.args))
+    note("engine environment", a.engine.env, b.engine.env)
+    note("model", a.engine.model, b.engine.model)
+    note("engine", a.engine.name, b.engine.name)
+    note("harness version", a.harness.version, b.harness.version)
+    pa, pb = a.prompts, b.prompts
+    note("prompt recipe", pa and pa.recipe, pb and pb.recipe)
+    note("prompt seed", a.sweep.seed, b.sweep.seed)
+    if "prompt seed" not in found and "model" not in found:
+        note("prompts", pa and pa.fingerprint[:12], pb and pb.fingerprint[:12])
+    cells_a = {c.key for c in a.cells}
+    cells_b = {c.key for c in b.cells}
+    if cells_a != cells_b:
+        found["cells"] = f"{len(cells_a - cells_b)} only in A, {len(cells_b - cells_a)} only in B"
+    note("runs per cell", a.sweep.runs, b.sweep.runs)
+    note("warm-up", a.sweep.warmup, b.sweep.warmup)
+    note("host", _host(a), _host(b))
+    return found
+
+
+def _build_id(report: BenchReport) -> str:
+    """The engine build: the image id, else the version the server reports (a URL or a
+    command line differs by port from run to run, so neither identifies a build)."""
+    if report.target.image_id:
+        return report.target.image_id
+    return f"{report.engine.name} {report.engine.version or '(unknown version)'}"
+
+
+def _host(report: BenchReport) -> str:
+    return f"{report.host.hostname}/{report.host.machine}/{report.host.cpus}cpu"
+
+
+# What a comparison is meant to vary: one of these differing is the subject, not a caveat.
+SUBJECTS = ("engine build", "engine arguments", "engine environment", "model", "engine")
+
+
+def compare_warnings(a: BenchReport, b: BenchReport) -> tuple[str | None, list[str]]:
+    """(what is compared, warnings about everything else that differs)."""
+    found = _differences(a, b)
+    subjects = [name for name in SUBJECTS if name in found]
+    warnings = [f"{name} differs: {found[name]}" for name in found if name not in SUBJECTS]
+    if len(subjects) > 1:
+        warnings.insert(
+            0,
+            "the runs differ in several engine settings at once ("
+            + ", ".join(f"{s}: {found[s]}" for s in subjects)
+            + "); the deltas mix their effects",
+        )
+    for label, report in (("A", a), ("B", b)):
+        if not report.complete:
+            warnings.append(f"{label} is incomplete: {report.error}")
+        if report.prompts is not None and not report.prompts.exact:
+            warnings.append(f"{label}: some prompts missed their token length")
+        failed = sum(c.errors for c in report.cells)
+        if failed:
+            warnings.append(f"{label} has {failed} failed requests")
+    subject = f"{subjects[0]}: {found[subjects[0]]}" if len(subjects) == 1 else None
+    return subject, warnings
+
+
+def delta_percent(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or a == 0:
+        return None
+    return round((b - a) / abs(a) * 100.0, 2)
+
+
+def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
+    """Cells present in both, each with A, B and Δ% per column (medians)."""
+    rows: list[dict[str, Any]] = []
+    keys: list[CellKey] = [c.key for c in a.cells if b.cell(c.key) is not None]
+    for key in keys:
+        left, right = a.cell(key), b.cell(key)
+        assert left is not None and right is not None
+        row: dict[str, Any] = {
+            "pp": key.pp,
+            "tg": key.tg,
+            "depth": key.depth,
+            "concurrency": key.concurrency,
+        }
+        for column in COLUMNS:
+            va, vb = central(column.value(left)), central(column.value(right))
+            row[column.title] = {"a": va, "b": vb, "delta_pct": delta_percent(va, vb)}
+        rows.append(row)
+    return rows
+
+
+def _delta_text(cell: dict[str, Any], column: Column) -> str:
+    a, b, delta = cell["a"], cell["b"], cell["delta_pct"]
+    text = f"{number(a, column.digits)} → {number(b, column.digits)}"
+    if delta is None:
+        return text
+    better = (delta > 0) == column.higher_is_better
+    style = "green" if better and abs(delta) >= 1 else "red" if abs(delta) >= 1 else "dim"
+    return f"{text} [{style}]({delta:+.1f}%)[/{style}]"
+
+
+def render_compare(
+    rows: Sequence[dict[str, Any]], label_a: str, label_b: str, console: Console
+) -> None:
+    table = Table(
+        title=f"A = {label_a}   B = {label_b}   (medians, A → B, Δ% of A)",
+        header_style="bold",
+        pad_edge=False,
+    )
+    for title in (*CELL_HEADERS, *(c.title for c in COLUMNS)):
+        table.add_column(title, justify="right")
+    for row in rows:
+        words = [str(row[k]) for k in ("pp", "tg", "depth", "concurrency")]
+        table.add_row(*words, *(_delta_text(row[c.title], c) for c in COLUMNS))
+    console.print(table)
+
+
+def markdown_compare(rows: Sequence[dict[str, Any]], label_a: str, label_b: str) -> str:
+    out = [f"## Benchmark comparison: A = {label_a}, B = {label_b}", ""]
+    header = [*CELL_HEADERS, *(c.title for c in COLUMNS)]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "|".join("---:" for _ in header) + "|")
+    for row in rows:
+        words = [str(row[k]) for k in ("pp", "tg", "depth", "concurrency")]
+        values = []
+        for column in COLUMNS:
+            cell = row[column.title]
+            delta = cell["delta_pct"]
+            text = f"{number(cell['a'], column.digits)} → {number(cell['b'], column.digits)}"
+            values.append(text + (f" ({delta:+.1f}%)" if delta is not None else ""))
+        out.append("| " + " | ".join([*words, *values]) + " |")
+    return "\n".join(out) + "\n"
+
+
+# --- images.lock -------------------------------------------------------------------------
+
+
+def lock_summary(report: BenchReport) -> dict[str, Any]:
+    """What images.lock keeps of a run: enough to see a regression, not the whole report."""
+    return {
+        "created": report.created,
+        "label": report.label,
+        "harness": report.harness.version,
+        "seed": report.sweep.seed,
+        "runs": report.sweep.runs,
+        "engine_args": list(report.engine.args),
+        "host": _host(report),
+        "cells": [
+            {
+                "pp": c.pp,
+                "tg": c.tg,
+                "depth": c.depth,
+                "concurrency": c.concurrency,
+                "ttft_s": c.ttft_s.median,
+                "prefill_tps": c.prefill_tps.median,
+                "decode_tps_request": c.decode_tps_request.median,
+                "decode_tps_aggregate": c.decode_tps_aggregate.median,
+                "accept_len": c.accept_len,
+                "errors": c.errors,
+            }
+            for c in report.cells
+        ],
+    }
+
+
+def record(lock_path: Path, build: str, report: BenchReport) -> str:
+    """Store the summary under ``builds.<build>.bench.<image_id>.<profile>``."""
+    image_id = pinned_image_id(lock_path, build)
+    if report.target.image_id and report.target.image_id != image_id:
+        raise SparkbuildError(
+            f"the image benchmarked ({report.target.image_id}) is not build {build!r}'s image "
+            f"in {lock_path.name} ({image_id})",
+            f"benchmark the pinned image (see `builds.{build}.image` in {lock_path.name})",
+        )
+    key = report.profile or report.label
+
+    def mutate(data: lock.LockData) -> None:
+        entry = data["builds"].get(build)
+        current = entry.get("image", {}).get("image_id") if isinstance(entry, dict) else None
+        if current != image_id:  # re-checked under the writer lock: a build may have landed
+            raise SparkbuildError(
+                f"build {build!r}'s image changed in {lock_path.name} during the benchmark",
+                f"re-run the benchmark against the new image of {build}",
+            )
+        section = entry.setdefault("bench", {})
+        if not isinstance(section, dict):
+            section = entry["bench"] = {}
+        section.setdefault(image_id, {})[key] = lock_summary(report)
+
+    lock.update(lock_path, mutate)
+    return image_id

@@ -1,0 +1,212 @@
+"""The bench report (JSON schema) and how one run's requests become its figures.
+
+Definitions (per run of a cell, i.e. ``concurrency`` requests sent at once):
+
+* ``ttft_s``: mean time from sending a request to its first token chunk.
+* ``prefill_tps``: mean over requests of ``usage.prompt_tokens / ttft`` (the whole prompt,
+  context depth included, is prefilled: no request can hit the prefix cache).
+* ``decode_tps_request``: mean over requests of ``decode tokens / (last - first token
+  chunk)``, where decode tokens are ``completion_tokens`` minus those in the first chunk
+  (usage on every chunk, ``continuous_usage_stats``; 1 when the engine does not send it):
+  the rate one user sees once tokens flow.
+* ``decode_tps_aggregate``: ``sum(decode tokens) / (latest last chunk - earliest first
+  chunk)``: what the engine decodes in total while the cell's streams are running.
+* ``output_tps``: ``sum(completion_tokens) / (last stream done - first request sent)``.
+
+A cell reports the median, min and max of each over its runs. Acceptance length is one number
+per cell, from the engine's counter deltas over that cell alone; it is ``null`` when the
+engine proposed no drafts (speculation off), never 1.0 by assumption.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkbuild.bench.client import StreamResult
+from sparkbuild.bench.sweep import CellKey, Sweep
+
+SCHEMA_VERSION = 1
+MAX_ERROR_SAMPLES = 5
+METRICS = ("ttft_s", "prefill_tps", "decode_tps_request", "decode_tps_aggregate", "output_tps")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Stat(_Model):
+    """Median, min and max over the runs that produced a value (``n`` of them)."""
+
+    median: float | None = None
+    min: float | None = None
+    max: float | None = None
+    n: int = 0
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Stat:
+        present = [v for v in values if v is not None]
+        if not present:
+            return cls()
+        return cls(
+            median=round(statistics.median(present), 4),
+            min=round(min(present), 4),
+            max=round(max(present), 4),
+            n=len(present),
+        )
+
+
+class RunFigures(_Model):
+    """One run of a cell."""
+
+    ttft_s: float | None
+    prefill_tps: float | None
+    decode_tps_request: float | None
+    decode_tps_aggregate: float | None
+    output_tps: float | None
+    seconds: float
+    requests: int
+    errors: int
+    prompt_tokens: int  # summed over the run's successful requests (engine usage)
+    completion_tokens: int
+    accept_len: float | None = None
+
+
+class Speculation(_Model):
+    """Counter deltas over one cell (vLLM: drafts/accepted; SGLang: verify steps/tokens)."""
+
+    accept_len: float | None
+    steps: float
+    tokens: float
+    source: str
+
+
+class CellResult(_Model):
+    pp: int
+    tg: int
+    depth: int
+    concurrency: int
+    ttft_s: Stat
+    prefill_tps: Stat
+    decode_tps_request: Stat
+    decode_tps_aggregate: Stat
+    output_tps: Stat
+    accept_len: float | None  # null: no drafts proposed in this cell (speculation off)
+    speculation: Speculation | None = None
+    prompt_tokens_target: int
+    prompt_tokens: int | None  # median per request, as the engine counted them
+    completion_tokens: int | None  # median per request
+    requests: int
+    errors: int
+    error_samples: list[str] = []
+    engine_generation_tokens: float | None = None  # the engine's own counter over the cell
+    prefix_cache_hit_tokens: float | None = None
+    runs: list[RunFigures]
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey(self.pp, self.tg, self.depth, self.concurrency)
+
+
+class HarnessInfo(_Model):
+    name: Literal["sparkbuild-bench"] = "sparkbuild-bench"
+    version: str
+    sparkbuild: str
+    http_client: str
+
+
+class HostInfo(_Model):
+    hostname: str
+    platform: str
+    machine: str
+    cpus: int | None
+    python: str
+
+
+class TargetInfo(_Model):
+    kind: str  # image | command | url
+    value: str
+    image_id: str | None = None
+    repo_digests: list[str] = []
+
+
+class EngineInfo(_Model):
+    name: str
+    version: str | None = None
+    model: str
+    served_model: str
+    args: list[str] = []
+    env: dict[str, str] = {}
+    max_model_len: int | None = None
+
+
+class PromptInfo(_Model):
+    recipe: str
+    seed: int
+    calibration: Literal["tokenize", "usage"]
+    fingerprint: str  # sha256 over every prompt sent (same model + seed: same value)
+    exact: bool  # every prompt had exactly its target length by the engine's count
+
+
+class BenchReport(_Model):
+    schema_version: int = SCHEMA_VERSION
+    created: str
+    label: str
+    profile: str | None
+    harness: HarnessInfo
+    host: HostInfo
+    target: TargetInfo
+    engine: EngineInfo
+    sweep: Sweep
+    prompts: PromptInfo | None = None
+    boot_seconds: float | None = None
+    seconds: float = 0.0
+    complete: bool
+    error: str | None = None
+    pending_cells: list[str] = []
+    cells: list[CellResult] = Field(default_factory=list)
+
+    def cell(self, key: CellKey) -> CellResult | None:
+        return next((c for c in self.cells if c.key == key), None)
+
+
+def run_figures(results: Sequence[StreamResult], accept_len: float | None = None) -> RunFigures:
+    """One run's figures from its requests (failed requests only count as errors)."""
+    good = [r for r in results if r.ok and r.completion_tokens is not None]
+    ttfts = [r.ttft for r in good if r.ttft is not None]
+    prefill = [r.prompt_tokens / r.ttft for r in good if r.prompt_tokens and r.ttft and r.ttft > 0]
+    per_request: list[float] = []
+    for r in good:
+        span = r.decode_seconds
+        if span and span > 0 and r.decode_tokens > 0:
+            per_request.append(r.decode_tokens / span)
+    decoded = sum(r.decode_tokens for r in good)
+    firsts = [r.first_token for r in good if r.first_token is not None]
+    lasts = [r.last_token for r in good if r.last_token is not None]
+    window = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
+    wall = max(r.done for r in results) - min(r.sent for r in results) if results else 0.0
+    produced = sum(r.completion_tokens or 0 for r in good)
+    return RunFigures(
+        ttft_s=_mean(ttfts),
+        prefill_tps=_mean(prefill),
+        decode_tps_request=_mean(per_request),
+        decode_tps_aggregate=round(decoded / window, 4) if decoded and window > 0 else None,
+        output_tps=round(produced / wall, 4) if produced and wall > 0 else None,
+        seconds=round(wall, 4),
+        requests=len(results),
+        errors=len(results) - len(good),
+        prompt_tokens=sum(r.prompt_tokens or 0 for r in good),
+        completion_tokens=produced,
+        accept_len=accept_len,
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def cell_stats(runs: Sequence[RunFigures]) -> dict[str, Stat]:
+    return {name: Stat.of([getattr(run, name) for run in runs]) for name in METRICS}

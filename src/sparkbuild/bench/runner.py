@@ -1,0 +1,459 @@
+"""One sweep against one engine: boot (or reach) it, calibrate prompts, run every cell.
+
+Per cell: prompts for all its runs are made first (tokenizer calls never overlap a timed run);
+then for each run the engine's counters are read once they settle, the cell's ``concurrency``
+streams are sent at once, and the counters are read again. The cell's acceptance length comes
+from the deltas over its own runs only.
+
+If the engine dies, the sweep stops: the report keeps every finished cell, names the rest in
+``pending_cells`` and carries the error; the caller writes it and exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import httpx
+import requests
+
+from sparkbuild import __version__
+from sparkbuild.bench import HARNESS_VERSION
+from sparkbuild.bench.client import StreamResult, make_client, stream_many
+from sparkbuild.bench.prompts import PROMPT_RECIPE, BenchPrompt, PromptFactory
+from sparkbuild.bench.results import (
+    MAX_ERROR_SAMPLES,
+    BenchReport,
+    CellResult,
+    EngineInfo,
+    HarnessInfo,
+    HostInfo,
+    PromptInfo,
+    RunFigures,
+    Speculation,
+    TargetInfo,
+    cell_stats,
+    run_figures,
+)
+from sparkbuild.bench.sweep import CellKey, Sweep
+from sparkbuild.engines.adapters import Counters, EngineAdapter
+from sparkbuild.engines.targets import ContainerTarget, Target, docker_client, probe, wait_ready
+from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.smoke.runner import settled_counters
+from sparkbuild.smoke.signatures import diagnose
+
+#: The engine's own count of generated tokens (all requests), per engine.
+GENERATION_COUNTER = {
+    "vllm": "vllm:generation_tokens_total",
+    "sglang": "sglang:generation_tokens_total",
+}
+PREFIX_HIT_COUNTER = {"vllm": "vllm:prefix_cache_hits_total"}
+WARMUP_TOKENS = 8
+
+
+class Progress(Protocol):
+    def phase(self, message: str) -> None: ...
+
+    def cell(self, index: int, total: int, key: CellKey) -> None: ...
+
+    def run(self, run: int, runs: int) -> None: ...
+
+    def cell_done(self, result: CellResult) -> None: ...
+
+
+class SilentProgress:
+    def phase(self, message: str) -> None:
+        return None
+
+    def cell(self, index: int, total: int, key: CellKey) -> None:
+        return None
+
+    def run(self, run: int, runs: int) -> None:
+        return None
+
+    def cell_done(self, result: CellResult) -> None:
+        return None
+
+
+@dataclass
+class BenchPlan:
+    """What to measure and how the engine was configured (for the report)."""
+
+    sweep: Sweep
+    label: str
+    profile: str | None
+    model: str
+    args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    request: Mapping[str, Any] = field(default_factory=dict)  # extra request fields
+    boot_timeout_s: float = 900.0
+    request_timeout_s: float = 1800.0
+
+
+class EngineGoneError(SparkbuildError):
+    """The engine stopped answering in the middle of the sweep."""
+
+
+def host_info() -> HostInfo:
+    return HostInfo(
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        machine=platform.machine(),
+        cpus=os.cpu_count(),
+        python=sys.version.split()[0],
+    )
+
+
+def _target_info(target: Target) -> TargetInfo:
+    info = TargetInfo(kind=target.kind, value=target.description)
+    if isinstance(target, ContainerTarget) and target.image_id:
+        info.image_id = target.image_id
+        try:
+            attrs = docker_client().images.get(target.image_id).attrs
+            info.repo_digests = list(attrs.get("RepoDigests") or [])
+        except Exception:  # the digest list is a nicety; the image id identifies the image
+            info.repo_digests = []
+    return info
+
+
+class _Engine:
+    """HTTP facts about the running engine that the sweep needs."""
+
+    def __init__(self, client: httpx.AsyncClient, adapter: EngineAdapter) -> None:
+        self.client = client
+        self.adapter = adapter
+        self.served_model = ""
+        self.max_model_len: int | None = None
+        self.version: str | None = None
+        self.calibration: Literal["tokenize", "usage"] = "tokenize"
+
+    async def discover(self) -> None:
+        try:
+            response = await self.client.get("/v1/models")
+            response.raise_for_status()
+            first = response.json()["data"][0]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            raise SparkbuildError(
+                f"cannot list the served model at {self.client.base_url}/v1/models: {exc}",
+                "is this an OpenAI-compatible vLLM or SGLang server?",
+            ) from exc
+        self.served_model = str(first["id"])
+        length = first.get("max_model_len")
+        self.max_model_len = int(length) if isinstance(length, int) else None
+        self.version = await self._version()
+        probe_count = await self._tokenize("Note:")
+        if probe_count is None:
+            self.calibration = "usage"
+
+    async def _version(self) -> str | None:
+        for path in ("/version", "/get_server_info", "/server_info"):
+            try:
+                response = await self.client.get(path)
+                if response.status_code == 200:
+                    value = response.json().get("version")
+                    if value:
+                        return str(value)
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+        return None
+
+    async def _tokenize(self, text: str) -> int | None:
+        try:
+            response = await self.client.post(
+                "/tokenize", json={"model": self.served_model, "prompt": text}
+            )
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        data = response.json()
+        if isinstance(data.get("count"), int):
+            return int(data["count"])
+        tokens = data.get("tokens") or data.get("input_ids")
+        return len(tokens) if isinstance(tokens, list) else None
+
+    async def count_tokens(self, text: str) -> int:
+        if self.calibration == "tokenize":
+            counted = await self._tokenize(text)
+            if counted is not None:
+                return counted
+            raise SparkbuildError("the engine's /tokenize stopped answering while calibrating")
+        body = {"model": self.served_model, "prompt": text or " ", "max_tokens": 1}
+        try:
+            response = await self.client.post("/v1/completions", json=body)
+            response.raise_for_status()
+            return int(response.json()["usage"]["prompt_tokens"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise SparkbuildError(f"cannot count prompt tokens through usage: {exc}") from exc
+
+
+class Sweeper:
+    """Runs the cells of one plan against a ready engine."""
+
+    def __init__(
+        self,
+        target: Target,
+        adapter: EngineAdapter,
+        plan: BenchPlan,
+        progress: Progress,
+    ) -> None:
+        self.target = target
+        self.adapter = adapter
+        self.plan = plan
+        self.progress = progress
+        self.session = requests.Session()
+        self.cells: list[CellResult] = []
+        self.request_index = 0
+        self.all_exact = True
+
+    def _alive(self) -> bool:
+        if self.target.exit_code() is not None:
+            return False
+        return probe(self.session, self.target.base_url + self.adapter.health_path, 5.0) == 200
+
+    def _counters(self) -> Counters:
+        return settled_counters(self.adapter, self.session, self.target.base_url)
+
+    def _body(self, engine: _Engine, prompt: BenchPrompt, tokens: int) -> dict[str, Any]:
+        return {
+            "model": engine.served_model,
+            "prompt": prompt.text,
+            "temperature": 0,
+            "ignore_eos": True,  # every request generates exactly tg tokens
+            **self.plan.request,
+            "max_tokens": tokens,
+        }
+
+    def check_fits(self, engine: _Engine) -> None:
+        limit = engine.max_model_len
+        if limit is None:
+            return
+        too_long = [k for k in self.plan.sweep.cells() if k.prompt_tokens + k.tg > limit]
+        if too_long:
+            worst = max(too_long, key=lambda k: k.prompt_tokens + k.tg)
+            raise UsageError(
+                f"{len(too_long)} cells need more than the engine's max_model_len {limit} "
+                f"tokens (e.g. {worst.label()}: depth+pp+tg = "
+                f"{worst.prompt_tokens + worst.tg})",
+                "lower --pp/--depth/--tg or serve with a larger --max-model-len",
+            )
+
+    async def sweep(self, engine: _Engine, factory: PromptFactory) -> None:
+        sweep = self.plan.sweep
+        if sweep.warmup:
+            self.progress.phase("warm-up request")
+            warm = await factory.prompts(32, [self._next_indices(1)[0]])
+            await stream_many(engine.client, [self._body(engine, warm[0], WARMUP_TOKENS)])
+        for index, key in enumerate(sweep.cells()):
+            self.progress.cell(index, sweep.cell_count, key)
+            self.cells.append(await self.cell(engine, factory, key))
+            self.progress.cell_done(self.cells[-1])
+
+    def _next_indices(self, n: int) -> list[int]:
+        first = self.request_index
+        self.request_index += n
+        return list(range(first, first + n))
+
+    async def cell(self, engine: _Engine, factory: PromptFactory, key: CellKey) -> CellResult:
+        runs = self.plan.sweep.runs
+        self.progress.phase(f"preparing {runs * key.concurrency} prompts for {key.label()}")
+        try:
+            prompts = await factory.prompts(
+                key.prompt_tokens, self._next_indices(runs * key.concurrency)
+            )
+        except (SparkbuildError, httpx.HTTPError) as exc:
+            if await asyncio.to_thread(self._alive):
+                raise
+            raise EngineGoneError(
+                f"the engine stopped answering while preparing the prompts of {key.label()}: {exc}",
+                self._log_hint(),
+            ) from exc
+        self.all_exact = self.all_exact and all(p.exact for p in prompts)
+        cell_before = await asyncio.to_thread(self._counters)
+        before = cell_before
+        figures: list[RunFigures] = []
+        samples: list[str] = []
+        for run in range(runs):
+            self.progress.run(run, runs)
+            batch = prompts[run * key.concurrency : (run + 1) * key.concurrency]
+            bodies = [self._body(engine, p, key.tg) for p in batch]
+            results = await stream_many(engine.client, bodies)
+            after = await asyncio.to_thread(self._counters)
+            accept = self.adapter.acceptance_from_delta(before, after)
+            figures.append(run_figures(results, accept.accept_len))
+            samples.extend(self._error_samples(results, samples))
+            before = after
+            if any(not r.ok for r in results) and not await asyncio.to_thread(self._alive):
+                raise EngineGoneError(
+                    f"the engine stopped answering during {key.label()} run {run + 1}/{runs}: "
+                    f"{next(r.error for r in results if r.error)}",
+                    self._log_hint(),
+                )
+        return self._cell_result(key, figures, samples, cell_before, before)
+
+    @staticmethod
+    def _error_samples(results: Sequence[StreamResult], seen: Sequence[str]) -> list[str]:
+        fresh: list[str] = []
+        for result in results:
+            if result.error and result.error not in seen and result.error not in fresh:
+                fresh.append(result.error)
+        return fresh[: max(MAX_ERROR_SAMPLES - len(seen), 0)]
+
+    def _log_hint(self) -> str:
+        logs = self.target.logs
+        if logs is None:
+            return "check the engine's own log"
+        tail = [line for line in logs.tail(200) if line.strip()]
+        found = diagnose(tail, self.adapter.name)
+        if found:
+            return f"{found[0].diagnosis} {found[0].remedy}"
+        where = f" (full log: {logs.path})" if logs.path else ""
+        return f"last engine log line: {tail[-1][:200] if tail else '(none)'}{where}"
+
+    def _cell_result(
+        self,
+        key: CellKey,
+        runs: Sequence[RunFigures],
+        samples: Sequence[str],
+        before: Counters,
+        after: Counters,
+    ) -> CellResult:
+        accept = self.adapter.acceptance_from_delta(before, after)
+        speculation = None
+        if accept.active:
+            speculation = Speculation(
+                accept_len=round(accept.accept_len or 0.0, 4),
+                steps=accept.steps,
+                tokens=accept.tokens,
+                source=accept.source,
+            )
+        good_requests = sum(run.requests - run.errors for run in runs)
+        generated = GENERATION_COUNTER.get(self.adapter.name)
+        hits = PREFIX_HIT_COUNTER.get(self.adapter.name)
+        return CellResult(
+            pp=key.pp,
+            tg=key.tg,
+            depth=key.depth,
+            concurrency=key.concurrency,
+            **cell_stats(runs),
+            accept_len=speculation.accept_len if speculation else None,
+            speculation=speculation,
+            prompt_tokens_target=key.prompt_tokens,
+            prompt_tokens=_per_request(sum(r.prompt_tokens for r in runs), good_requests),
+            completion_tokens=_per_request(sum(r.completion_tokens for r in runs), good_requests),
+            requests=sum(run.requests for run in runs),
+            errors=sum(run.errors for run in runs),
+            error_samples=list(samples),
+            engine_generation_tokens=after.delta(before, generated) if generated else None,
+            prefix_cache_hit_tokens=after.delta(before, hits) if hits else None,
+            runs=list(runs),
+        )
+
+
+def _per_request(total: int, requests: int) -> int | None:
+    return round(total / requests) if requests else None
+
+
+def _boot(target: Target, adapter: EngineAdapter, plan: BenchPlan, progress: Progress) -> float:
+    if not target.owns_engine:
+        return 0.0
+    progress.phase(f"waiting for {adapter.name} to boot (up to {plan.boot_timeout_s:g} s)")
+    readiness = wait_ready(target, adapter, plan.boot_timeout_s)
+    if readiness.ready:
+        return readiness.seconds
+    lines = target.logs.since(0) if target.logs is not None else []
+    found = diagnose(lines, adapter.name)
+    why = (
+        f"exited with status {readiness.exit_code}"
+        if readiness.outcome == "exited"
+        else f"was not ready within {plan.boot_timeout_s:g} s"
+    )
+    hint = f"{found[0].diagnosis} {found[0].remedy}" if found else None
+    if hint is None and lines:
+        hint = f"last engine log line: {lines[-1][:200]}"
+    raise SparkbuildError(f"the engine {why} before the benchmark could start", hint)
+
+
+def run_bench(
+    target: Target,
+    adapter: EngineAdapter,
+    plan: BenchPlan,
+    progress: Progress | None = None,
+) -> BenchReport:
+    """Run ``plan`` against ``target`` (started and always stopped here).
+
+    Returns a report also when the engine dies mid-sweep (``complete`` False, ``error`` set);
+    raises for failures before the first cell (boot, discovery, calibration, bad sweep).
+    """
+    progress = progress or SilentProgress()
+    began = time.monotonic()
+    sweep = plan.sweep
+    with target:
+        boot_seconds = _boot(target, adapter, plan, progress)
+        sweeper = Sweeper(target, adapter, plan, progress)
+        report_error: str | None = None
+        engine_info: EngineInfo
+        prompt_info: PromptInfo | None = None
+
+        async def main() -> tuple[EngineInfo, PromptInfo | None, str | None]:
+            connections = max(sweep.concurrency) + 4
+            async with make_client(target.base_url, connections, plan.request_timeout_s) as c:
+                engine = _Engine(c, adapter)
+                await engine.discover()
+                info = EngineInfo(
+                    name=adapter.name,
+                    version=engine.version,
+                    model=plan.model,
+                    served_model=engine.served_model,
+                    args=list(plan.args),
+                    env=dict(plan.env),
+                    max_model_len=engine.max_model_len,
+                )
+                sweeper.check_fits(engine)
+                progress.phase(f"calibrating prompts with the engine's tokenizer ({adapter.name})")
+                factory = PromptFactory(engine.count_tokens, sweep.seed)
+                await factory.prepare()
+                error: str | None = None
+                try:
+                    await sweeper.sweep(engine, factory)
+                except EngineGoneError as exc:
+                    error = f"{exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else "")
+                prompts = PromptInfo(
+                    recipe=PROMPT_RECIPE,
+                    seed=sweep.seed,
+                    calibration=engine.calibration,
+                    fingerprint=factory.fingerprint.hexdigest(),
+                    exact=sweeper.all_exact,
+                )
+                return info, prompts, error
+
+        engine_info, prompt_info, report_error = asyncio.run(main())
+    done = {c.key for c in sweeper.cells}
+    return BenchReport(
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        label=plan.label,
+        profile=plan.profile,
+        harness=HarnessInfo(
+            version=HARNESS_VERSION,
+            sparkbuild=__version__,
+            http_client=f"httpx {httpx.__version__}",
+        ),
+        host=host_info(),
+        target=_target_info(target),
+        engine=engine_info,
+        sweep=sweep,
+        prompts=prompt_info,
+        boot_seconds=round(boot_seconds, 2) if target.owns_engine else None,
+        seconds=round(time.monotonic() - began, 2),
+        complete=report_error is None,
+        error=report_error,
+        pending_cells=[k.label() for k in sweep.cells() if k not in done],
+        cells=sweeper.cells,
+    )

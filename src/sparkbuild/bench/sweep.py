@@ -1,0 +1,75 @@
+"""The sweep grid: prompt length x generation length x context depth x concurrency."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: The most requests one cell may open at once; beyond that a client machine, not the engine,
+#: is what gets measured.
+MAX_CONCURRENCY = 1024
+
+
+def parse_int_list(text: str, *, minimum: int) -> list[int]:
+    """``"512,2048"`` as ``[512, 2048]``; raises ValueError with a message naming the item."""
+    values: list[int] = []
+    for part in text.split(","):
+        item = part.strip()
+        if not item:
+            raise ValueError(f"{text!r} has an empty item; use e.g. 512,2048")
+        try:
+            value = int(item)
+        except ValueError:
+            raise ValueError(f"{item!r} is not a whole number (in {text!r})") from None
+        if value < minimum:
+            raise ValueError(f"{value} is below the minimum {minimum} (in {text!r})")
+        if value not in values:
+            values.append(value)
+    return values
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """One point of the grid."""
+
+    pp: int  # prompt tokens
+    tg: int  # generated tokens per request
+    depth: int  # filler context tokens in front of the prompt
+    concurrency: int  # requests in flight at once
+
+    @property
+    def prompt_tokens(self) -> int:
+        """What the engine prefills per request: context depth plus prompt."""
+        return self.depth + self.pp
+
+    def label(self) -> str:
+        return f"pp={self.pp} tg={self.tg} depth={self.depth} c={self.concurrency}"
+
+
+class Sweep(BaseModel):
+    """What a bench run measures; stored verbatim in the report."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pp: list[int] = Field(default=[512, 2048], min_length=1)
+    tg: list[int] = Field(default=[128], min_length=1)
+    depth: list[int] = Field(default=[0], min_length=1)
+    concurrency: list[int] = Field(default=[1, 4, 8], min_length=1)
+    runs: int = Field(default=3, ge=1)
+    seed: int = 0
+    warmup: bool = True
+
+    def cells(self) -> Iterator[CellKey]:
+        """Cells in run order: concurrency innermost, so one configuration's curve is
+        measured back to back."""
+        for pp, tg, depth, concurrency in itertools.product(
+            self.pp, self.tg, self.depth, self.concurrency
+        ):
+            yield CellKey(pp, tg, depth, concurrency)
+
+    @property
+    def cell_count(self) -> int:
+        return len(self.pp) * len(self.tg) * len(self.depth) * len(self.concurrency)

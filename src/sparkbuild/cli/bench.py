@@ -1,0 +1,412 @@
+"""``sparkbuild bench``: throughput sweeps of an engine, and ``bench compare`` of two reports."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import click
+import requests
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.progress import Progress as RichProgress
+
+from sparkbuild import console
+from sparkbuild.bench import report as bench_report
+from sparkbuild.bench.plot import plot_decode, require_matplotlib
+from sparkbuild.bench.results import BenchReport, CellResult
+from sparkbuild.bench.runner import BenchPlan, SilentProgress, run_bench
+from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
+from sparkbuild.cli import emit_json
+from sparkbuild.engines.adapters import ADAPTERS, adapter_for
+from sparkbuild.engines.targets import UrlTarget
+from sparkbuild.errors import EXIT_FAILURE, SparkbuildError, UsageError
+from sparkbuild.settings import Settings
+from sparkbuild.smoke.profile import load_profile
+from sparkbuild.smoke.report import pinned_image_id
+from sparkbuild.smoke.runner import TargetChoice, make_target
+
+
+def int_list(minimum: int, maximum: int | None = None) -> Callable[..., list[int]]:
+    """A click callback: a comma-separated list of whole numbers within bounds (else exit 2)."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+        try:
+            values = parse_int_list(str(value), minimum=minimum)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+        if maximum is not None and max(values) > maximum:
+            raise click.BadParameter(f"at most {maximum} is supported (in {value!r})", ctx, param)
+        return values
+
+    return convert
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class CellProgress:
+    """A rich progress bar on stderr (TTY only, not with --quiet): current cell and run,
+    cells done and remaining."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._bar = RichProgress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("cells · {task.fields[remaining]} to go"),
+            TimeElapsedColumn(),
+            console=console.err,
+            transient=True,
+        )
+        self._task = self._bar.add_task("starting", total=total, remaining=total)
+        self._key: CellKey | None = None
+
+    def __enter__(self) -> CellProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._bar.stop()
+
+    def phase(self, message: str) -> None:
+        self._bar.update(self._task, description=message)
+
+    def cell(self, index: int, total: int, key: CellKey) -> None:
+        self._key = key
+        self._bar.update(self._task, description=key.label(), remaining=total - index)
+
+    def run(self, run: int, runs: int) -> None:
+        label = self._key.label() if self._key else ""
+        self._bar.update(self._task, description=f"{label} · run {run + 1}/{runs}")
+
+    def cell_done(self, result: CellResult) -> None:
+        done = self._bar.tasks[0].completed + 1
+        self._bar.update(self._task, advance=1, remaining=self.total - int(done))
+
+
+def _detect_engine(url: str) -> str:
+    """vLLM and SGLang both name themselves in ``/v1/models`` ``owned_by``."""
+    try:
+        response = requests.get(url.rstrip("/") + "/v1/models", timeout=10)
+        owner = str(response.json()["data"][0].get("owned_by", ""))
+    except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise SparkbuildError(
+            f"cannot reach {url}/v1/models to find out which engine serves it: {exc}",
+            "check --url, or pass --profile / --engine",
+        ) from exc
+    if owner in ADAPTERS:
+        return owner
+    raise UsageError(
+        f"{url} does not say which engine it is (owned_by {owner!r})",
+        f"pass --engine ({', '.join(sorted(ADAPTERS))})",
+    )
+
+
+def _default_log_path(settings: Settings, name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return settings.project_dir / ".sparkbuild" / "bench-logs" / f"{name}-{stamp}.log"
+
+
+def _write_outputs(
+    report: BenchReport, json_path: str | None, markdown_path: Path | None, plot_path: Path | None
+) -> None:
+    if json_path:
+        emit_json(report.model_dump(mode="json"), json_path)
+    if markdown_path:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(bench_report.markdown(report), encoding="utf-8")
+    if plot_path and report.cells:
+        plot_decode([report], plot_path)
+
+
+@click.group("bench", invoke_without_command=True)
+@click.option("--image", metavar="IMAGE", help="Run the engine in a container of IMAGE.")
+@click.option(
+    "--command",
+    "command",
+    metavar="CMD",
+    help="Run the engine as a local process (its launcher; the profile adds model, port, "
+    "args unless CMD contains {port}).",
+)
+@click.option("--url", metavar="URL", help="Benchmark an engine that is already running.")
+@click.option(
+    "--profile",
+    "-p",
+    "profile_name",
+    metavar="NAME|FILE",
+    help="A profile in smoke/ (by name) or a profile file: engine, model, args, env.",
+)
+@click.option("--model", metavar="PATH|ID", help="Serve this model instead of the profile's.")
+@click.option(
+    "--engine",
+    type=click.Choice(sorted(ADAPTERS)),
+    help="With --url and no --profile: the engine (default: asked from the server).",
+)
+@click.option("--gpus", metavar="VALUE", help="docker --gpus value for --image.")
+@click.option(
+    "--pp", callback=int_list(1), default="512,2048", show_default=True, help="Prompt tokens."
+)
+@click.option(
+    "--tg", callback=int_list(1), default="128", show_default=True, help="Generated tokens."
+)
+@click.option(
+    "--depth",
+    callback=int_list(0),
+    default="0",
+    show_default=True,
+    help="Context tokens in front of the prompt.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    callback=int_list(1, MAX_CONCURRENCY),
+    default="1,4,8",
+    show_default=True,
+    help="Requests in flight at once.",
+)
+@click.option(
+    "--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per cell."
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Prompt seed (changes every prompt)."
+)
+@click.option("--no-warmup", is_flag=True, help="Skip the warm-up request before the sweep.")
+@click.option("--label", metavar="TEXT", help="Name of this run in tables, plots and compare.")
+@click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON ('-': stdout).")
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the Markdown table to FILE.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a PNG of decode tok/s against concurrency (needs sparkbuild[plot]).",
+)
+@click.option(
+    "--record",
+    "record_build",
+    metavar="BUILD",
+    help="Store a summary in images.lock under BUILD's image id (section bench).",
+)
+@click.option("--boot-timeout", type=click.FloatRange(min=1), metavar="SECONDS")
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=1),
+    default=1800.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up on a stream after this long.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Keep the engine's log here [default: .sparkbuild/bench-logs/].",
+)
+@click.pass_context
+def bench(ctx: click.Context, /, **options: Any) -> None:
+    """Sweep prompt length x generation length x depth x concurrency against an engine.
+
+    Reports time to first token, prefill and decode tokens/s (per request and in total) and
+    the mean acceptance length of each cell: median (min-max) over --runs. Exit status 0 when
+    every cell ran, 1 when the engine failed, 2 on bad usage.
+
+    `sparkbuild bench compare A.json B.json` compares two --json reports.
+    """
+    if ctx.invoked_subcommand is not None:
+        given = [
+            name
+            for name in options
+            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+        ]
+        if given:
+            raise click.UsageError(
+                f"`bench {ctx.invoked_subcommand}` takes no bench options before it "
+                f"(got {', '.join('--' + g.replace('_', '-') for g in given)})"
+            )
+        return
+    _run(ctx.obj, **options)
+
+
+def _run(
+    settings: Settings,
+    *,
+    image: str | None,
+    command: str | None,
+    url: str | None,
+    profile_name: str | None,
+    model: str | None,
+    engine: str | None,
+    gpus: str | None,
+    pp: list[int],
+    tg: list[int],
+    depth: list[int],
+    concurrency: list[int],
+    runs: int,
+    seed: int,
+    no_warmup: bool,
+    label: str | None,
+    json_path: str | None,
+    markdown_path: Path | None,
+    plot_path: Path | None,
+    record_build: str | None,
+    boot_timeout: float | None,
+    request_timeout: float,
+    log_path: Path | None,
+) -> None:
+    choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
+    kind = choice.kind()
+    if gpus is not None and image is None:
+        raise UsageError("--gpus only applies to --image")
+    if profile_name is None and kind != "url":
+        raise UsageError(
+            f"--{kind} needs --profile (engine, model and serve flags)",
+            "e.g. sparkbuild bench --command '...' --profile cpu-reference",
+        )
+    if plot_path is not None:
+        require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
+    if record_build:
+        pinned_image_id(settings.lock_file, record_build)  # fail before a long boot
+    sweep = Sweep(
+        pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
+        warmup=not no_warmup,
+    )  # fmt: skip
+    if profile_name is not None:
+        name, profile = load_profile(settings, profile_name, model=model)
+        if engine is not None and engine != profile.engine:
+            raise UsageError(f"--engine {engine} contradicts profile {name} ({profile.engine})")
+        adapter = adapter_for(profile.engine)
+        logs = None if url else (log_path or _default_log_path(settings, name))
+        target = make_target(choice, profile, adapter, logs)
+        plan = BenchPlan(
+            sweep=sweep,
+            label=label or f"{name} · {image or kind}",
+            profile=name,
+            model=profile.model,
+            args=profile.args,
+            env=profile.env,
+            request=profile.request,
+            boot_timeout_s=boot_timeout or profile.expect.boot_timeout_s,
+            request_timeout_s=request_timeout,
+        )
+    else:
+        assert url is not None
+        adapter = adapter_for(engine or _detect_engine(url))
+        target = UrlTarget(url)
+        plan = BenchPlan(
+            sweep=sweep,
+            label=label or url,
+            profile=None,
+            model=model or "(as served)",
+            request_timeout_s=request_timeout,
+        )
+    with _stop_on_signals():
+        if console.interactive():
+            with CellProgress(sweep.cell_count) as progress:
+                report = run_bench(target, adapter, plan, progress)
+        else:
+            report = run_bench(target, adapter, plan, SilentProgress())
+    _write_outputs(report, json_path, markdown_path, plot_path)
+    if json_path != "-":
+        bench_report.render(report, console.out)
+    if not report.complete:
+        console.err.print(f"error: {report.error}", style="red", markup=False)
+        kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
+        console.err.print(f"{len(report.pending_cells)} cells not measured{kept}", markup=False)
+        raise click.exceptions.Exit(EXIT_FAILURE)
+    if record_build:
+        image_id = bench_report.record(settings.lock_file, record_build, report)
+        console.info(f"recorded bench for {record_build} ({image_id[:19]}) / {plan.profile}")
+
+
+@bench.command("compare")
+@click.argument("report_a", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("report_b", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_path", metavar="FILE", help="Write the comparison as JSON.")
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the comparison table as Markdown.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a PNG with both runs' decode curves.",
+)
+def compare(
+    report_a: Path,
+    report_b: Path,
+    json_path: str | None,
+    markdown_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Side-by-side medians of two `bench --json` reports with deltas in percent (B vs A).
+
+    Warns when the runs differ in more than the one thing compared (harness version, prompts
+    or seed, cells, runs, host, or several engine settings at once).
+    """
+    a, b = bench_report.load_report(report_a), bench_report.load_report(report_b)
+    label_a = a.label if a.label != b.label else f"{a.label} ({report_a.name})"
+    label_b = b.label if a.label != b.label else f"{b.label} ({report_b.name})"
+    subject, warnings = bench_report.compare_warnings(a, b)
+    rows = bench_report.compare_rows(a, b)
+    if subject:
+        console.info(f"comparing {subject}")
+    for warning in warnings:
+        console.warn(warning)
+    if not rows:
+        raise SparkbuildError(
+            f"{report_a.name} and {report_b.name} have no cell in common",
+            "run both with the same --pp/--tg/--depth/--concurrency",
+        )
+    if json_path:
+        emit_json(
+            {"a": str(report_a), "b": str(report_b), "subject": subject,
+             "warnings": warnings, "cells": rows},
+            json_path,
+        )  # fmt: skip
+    if markdown_path:
+        markdown_path.write_text(bench_report.markdown_compare(rows, label_a, label_b))
+    if plot_path:
+        plot_decode([a.model_copy(update={"label": label_a}),
+                     b.model_copy(update={"label": label_b})], plot_path)  # fmt: skip
+    if json_path != "-":
+        bench_report.render_compare(rows, label_a, label_b, console.out)
+
+
+COMMANDS: list[click.Command] = [bench]

@@ -1,0 +1,142 @@
+"""``sparkbuild smoke``: boot an engine from an image, a command or a URL and check it."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from sparkbuild import console
+from sparkbuild.cli import emit_json
+from sparkbuild.engines.adapters import adapter_for
+from sparkbuild.engines.targets import local_image_id
+from sparkbuild.errors import EXIT_FAILURE, UsageError
+from sparkbuild.settings import Settings
+from sparkbuild.smoke import report
+from sparkbuild.smoke.profile import load_profile
+from sparkbuild.smoke.runner import TargetChoice, make_target, run_smoke
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _default_log_path(settings: Settings, profile: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return settings.project_dir / ".sparkbuild" / "smoke-logs" / f"{profile}-{stamp}.log"
+
+
+@click.command("smoke")
+@click.option("--image", metavar="IMAGE", help="Run the engine in a container of IMAGE.")
+@click.option(
+    "--command",
+    "command",
+    metavar="CMD",
+    help="Run the engine as a local process: its launcher, e.g. "
+    "'python -m vllm.entrypoints.openai.api_server' (model, port and the "
+    "profile's args are appended unless CMD contains {port}).",
+)
+@click.option(
+    "--url", metavar="URL", help="Check an engine that is already running (no boot check)."
+)
+@click.option(
+    "--profile",
+    "-p",
+    "profile_name",
+    required=True,
+    metavar="NAME|FILE",
+    help="A profile in smoke/ (by name) or a profile file.",
+)
+@click.option("--model", metavar="PATH|ID", help="Serve this model instead of the profile's.")
+@click.option(
+    "--gpus",
+    metavar="VALUE",
+    help="docker --gpus value for --image (default: the profile's, 'all'); 'none' for none.",
+)
+@click.option(
+    "--boot-timeout",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="Override the profile's expect.boot_timeout_s.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    metavar="FILE",
+    help="Write the result as JSON to FILE ('-' for stdout, replacing the table).",
+)
+@click.option(
+    "--record",
+    "record_build",
+    metavar="BUILD",
+    help="Record the verdict in images.lock under BUILD's current image id.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Keep the engine's full log here [default: .sparkbuild/smoke-logs/].",
+)
+@click.pass_obj
+def smoke(
+    settings: Settings,
+    image: str | None,
+    command: str | None,
+    url: str | None,
+    profile_name: str,
+    model: str | None,
+    gpus: str | None,
+    boot_timeout: float | None,
+    json_path: str | None,
+    record_build: str | None,
+    log_path: Path | None,
+) -> None:
+    """Boot an engine and check boot, acceptance length, NaNs, output and errors.
+
+    Exit status 0 when every check passes or is skipped, 1 on a failed check, 2 on bad usage.
+    """
+    choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
+    choice.kind()
+    if gpus is not None and image is None:
+        raise UsageError("--gpus only applies to --image")
+    name, profile = load_profile(settings, profile_name, model=model, need_model=url is None)
+    if boot_timeout is not None:
+        profile = profile.model_copy(
+            update={"expect": profile.expect.model_copy(update={"boot_timeout_s": boot_timeout})}
+        )
+    if record_build:  # fail before a long boot, not after it
+        tested_id = local_image_id(image) if image else None
+        report.check_same_image(settings.lock_file, record_build, tested_id)
+    adapter = adapter_for(profile.engine)
+    logs = None if url else (log_path or _default_log_path(settings, name))
+    target = make_target(choice, profile, adapter, logs)
+    with _stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
+        result = run_smoke(target, adapter, profile, name, progress=console.info)
+    if json_path:
+        emit_json(result.as_json(), json_path)
+    if json_path != "-":
+        report.render(result, console.out)
+    if record_build:
+        image_id = report.record(settings.lock_file, record_build, result)
+        console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
+    if result.verdict != "pass":
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+COMMANDS: list[click.Command] = [smoke]

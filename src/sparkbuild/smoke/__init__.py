@@ -1,0 +1,1 @@
+"""The smoke stage: profiles, checks, known failure signatures, reports."""

@@ -1,0 +1,185 @@
+"""The smoke checks: each turns measurements into ``pass``/``fail``/``skip``, a value, a reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sparkbuild.engines.adapters import Acceptance, EngineHTTPError, Generation, non_finite
+from sparkbuild.engines.targets import Readiness
+from sparkbuild.smoke.profile import Expectations, RepetitionLimits
+from sparkbuild.smoke.signatures import Diagnosis
+
+Status = Literal["pass", "fail", "skip"]
+CHECK_NAMES = ("boot", "accept_len", "nan", "output", "errors")
+SPECULATION_INACTIVE = "speculation inactive"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    value: Any
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "value": self.value,
+            "detail": self.detail,
+        }
+
+
+def check_boot(
+    readiness: Readiness | None,
+    timeout_s: float,
+    last_lines: Sequence[str],
+    diagnoses: Sequence[Diagnosis],
+) -> CheckResult:
+    if readiness is None:
+        return CheckResult("boot", "skip", None, "engine started elsewhere (--url): no boot check")
+    seconds = round(readiness.seconds, 1)
+    if readiness.ready:
+        note = "" if readiness.ready_line_seen else " (ready log line not seen)"
+        return CheckResult("boot", "pass", seconds, f"ready after {seconds:.1f} s{note}")
+    if readiness.outcome == "exited":
+        reason = f"engine exited with status {readiness.exit_code} before it was ready"
+    else:
+        reason = f"not ready within {timeout_s:g} s"
+    if last_lines:
+        reason += f"; last log line: {last_lines[-1].strip()[:300]}"
+    if diagnoses:
+        reason += "; " + "; ".join(f"known failure {d.id}: {d.diagnosis}" for d in diagnoses)
+    return CheckResult("boot", "fail", seconds, reason)
+
+
+def check_accept_len(acceptance: Acceptance | None, expect: Expectations) -> CheckResult:
+    if not expect.speculation:
+        return CheckResult("accept_len", "skip", None, "profile expects no speculation")
+    if acceptance is None:
+        return CheckResult("accept_len", "skip", None, "no requests were served")
+    if not acceptance.active or acceptance.accept_len is None:
+        detail = SPECULATION_INACTIVE + (f": {acceptance.detail}" if acceptance.detail else "")
+        return CheckResult("accept_len", "fail", None, detail)
+    value = round(acceptance.accept_len, 3)
+    source = f"from {acceptance.source}"
+    if expect.min_accept_len is None:
+        ok, rule = acceptance.accept_len > 1.0, "> 1.0"
+    else:
+        ok, rule = acceptance.accept_len >= expect.min_accept_len, f">= {expect.min_accept_len:g}"
+    if ok:
+        return CheckResult("accept_len", "pass", value, f"{value:.2f} {rule} ({source})")
+    why = " (no draft token accepted)" if acceptance.accept_len <= 1.0 else ""
+    return CheckResult("accept_len", "fail", value, f"{value:.2f}, expected {rule}{why} ({source})")
+
+
+def check_nan(
+    generations: Sequence[Generation],
+    engine_nan_count: float | None,
+    nan_lines: Sequence[str],
+    nan_responses: Sequence[EngineHTTPError] = (),
+) -> CheckResult:
+    """NaN/null/inf logprobs, the engine's NaN counter, NaN log lines, or responses the engine
+    could not serialize because they held NaN (vLLM answers HTTP 400 "Out of range float
+    values are not JSON compliant")."""
+    if not generations and not nan_lines and not engine_nan_count and not nan_responses:
+        return CheckResult("nan", "skip", None, "no completions to inspect")
+    bad = sum(non_finite(g.logprobs) for g in generations)
+    total = sum(len(g.logprobs) for g in generations)
+    missing = [g for g in generations if g.completion_tokens and not g.logprobs]
+    problems = []
+    if bad:
+        problems.append(f"{bad} of {total} logprobs are NaN, null or infinite")
+    if nan_responses:
+        problems.append(
+            f"{len(nan_responses)} response(s) held NaN/inf logprobs: {nan_responses[0]}"
+        )
+    if engine_nan_count:
+        problems.append(f"engine NaN counter rose by {engine_nan_count:g}")
+    if nan_lines:
+        problems.append(f"NaN log line: {nan_lines[0].strip()}")
+    if problems:
+        return CheckResult("nan", "fail", bad + len(nan_responses), "; ".join(problems))
+    if missing:
+        return CheckResult("nan", "fail", None, "the engine returned no logprobs to inspect")
+    return CheckResult("nan", "pass", 0, f"{total} logprobs finite")
+
+
+def repeated_fraction(tokens: Sequence[str], n: int) -> float:
+    """Share of n-grams that repeat an earlier n-gram: ~0 for prose, ~1 for a loop."""
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    if not grams:
+        return 0.0
+    return 1.0 - len(set(grams)) / len(grams)
+
+
+def check_output(
+    generations: Sequence[Generation],
+    names: Sequence[str],
+    exempt: Sequence[bool],
+    expect: Expectations,
+    request_errors: int,
+) -> CheckResult:
+    if not generations:
+        detail = "no completion returned" if request_errors else "no requests were served"
+        return CheckResult("output", "fail", 0, detail)
+    problems: list[str] = []
+    empty = [n for n, g in zip(names, generations, strict=True) if not g.text.strip()]
+    if empty:
+        problems.append(f"{len(empty)} empty completion(s) ({', '.join(empty)})")
+    if expect.finish != "any":
+        wrong = [
+            (n, g.finish_reason)
+            for n, g in zip(names, generations, strict=True)
+            if g.finish_reason != expect.finish
+        ]
+        if wrong:
+            name, reason = wrong[0]
+            problems.append(f"finish reason {reason!r} for {name}, expected {expect.finish!r}")
+    worst = 0.0
+    if expect.repetition is not None:
+        worst, degenerate = _worst_repetition(generations, names, exempt, expect.repetition)
+        if degenerate:
+            problems.append(degenerate)
+    value = {"completions": len(generations), "max_repeated_fraction": round(worst, 3)}
+    if problems:
+        return CheckResult("output", "fail", value, "; ".join(problems))
+    tokens = sum(g.completion_tokens for g in generations)
+    return CheckResult("output", "pass", value, f"{len(generations)} completions, {tokens} tokens")
+
+
+def _worst_repetition(
+    generations: Sequence[Generation],
+    names: Sequence[str],
+    exempt: Sequence[bool],
+    limits: RepetitionLimits,
+) -> tuple[float, str]:
+    worst, message = 0.0, ""
+    for generation, name, skip in zip(generations, names, exempt, strict=True):
+        units = generation.tokens or tuple(generation.text.split())
+        if skip or len(units) < limits.min_tokens:
+            continue
+        fraction = repeated_fraction(units, limits.ngram)
+        worst = max(worst, fraction)
+        if fraction > limits.max_repeated_fraction and not message:
+            message = (
+                f"degenerate repetition in {name}: {fraction:.0%} of {limits.ngram}-grams "
+                f"repeat (limit {limits.max_repeated_fraction:.0%})"
+            )
+    return worst, message
+
+
+def check_errors(
+    http_errors: Sequence[EngineHTTPError], error_lines: Sequence[str], max_error_lines: int
+) -> CheckResult:
+    value = {"http": len(http_errors), "log": len(error_lines)}
+    problems = []
+    if http_errors:
+        problems.append(f"{len(http_errors)} failed request(s): {http_errors[0]}")
+    if len(error_lines) > max_error_lines:
+        problems.append(f"{len(error_lines)} engine error line(s): {error_lines[0].strip()}")
+    if problems:
+        return CheckResult("errors", "fail", value, "; ".join(problems))
+    return CheckResult("errors", "pass", value, "no HTTP errors or engine error lines")

@@ -1,0 +1,127 @@
+"""Showing a smoke result (rich table) and recording it in images.lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from sparkbuild import lock
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.smoke.runner import SmokeResult
+
+_STYLE = {"pass": "green", "fail": "red", "skip": "dim"}
+SCREEN_LOG_LINES = 12
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_value(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _short(text: str, limit: int = 90) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render(result: SmokeResult, console: Console) -> None:
+    """A summary that fits one screen: verdict, checks, and on failure diagnosis + log tail."""
+    style = _STYLE[result.verdict]
+    headline = Text.assemble(
+        ("smoke ", "bold"),
+        (result.verdict.upper(), f"bold {style}"),
+        f"  {result.profile} · {result.engine} · {result.target_kind} {_short(result.target)}",
+    )
+    console.print(headline)
+    table = Table(show_header=True, header_style="bold", expand=False, pad_edge=False)
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("value", justify="right")
+    table.add_column("detail", overflow="fold", max_width=90)
+    for check in result.checks:
+        table.add_row(
+            check.name,
+            Text(check.status, style=_STYLE[check.status]),
+            _value(check.value),
+            Text(check.detail),
+        )
+    console.print(table)
+    for diagnosis in result.diagnoses:
+        console.print(
+            Text.assemble(("diagnosis ", "bold yellow"), f"[{diagnosis.id}] ", diagnosis.diagnosis)
+        )
+        console.print(Text.assemble(("remedy    ", "bold yellow"), diagnosis.remedy))
+        console.print(Text(f"  log: {diagnosis.line[:200]}", style="dim"))
+    log_matters = any(
+        c.status == "fail" and c.name in ("boot", "errors", "nan") for c in result.checks
+    )
+    if log_matters and result.log_excerpt:
+        console.print(Text("last engine log lines:", style="bold"))
+        for line in result.log_excerpt[-SCREEN_LOG_LINES:]:
+            console.print(Text(f"  {line[:200]}", style="dim"))
+    if result.log_file:
+        console.print(Text(f"full engine log: {result.log_file}", style="dim"))
+
+
+def lock_entry(result: SmokeResult) -> dict[str, Any]:
+    return {
+        "verdict": result.verdict,
+        "accept_len": result.accept_len,
+        "boot_seconds": result.boot_seconds,
+        "checks": {check.name: check.status for check in result.checks},
+        "engine": result.engine,
+        "target": f"{result.target_kind}:{result.target}",
+    }
+
+
+def pinned_image_id(lock_path: Path, build: str) -> str:
+    """``builds.<build>.image.image_id`` or an error saying how to get one."""
+    entry = lock.build_entry(lock.load(lock_path), build) or {}
+    image = entry.get("image")
+    image_id = image.get("image_id") if isinstance(image, dict) else None
+    if not image_id:
+        raise SparkbuildError(
+            f"build {build!r} has no image in {lock_path.name}; nothing to record the verdict for",
+            f"build it first: sparkbuild build {build}",
+        )
+    return str(image_id)
+
+
+def check_same_image(lock_path: Path, build: str, tested_id: str | None) -> str:
+    """The pinned image id, after making sure it is the image being tested (when known)."""
+    image_id = pinned_image_id(lock_path, build)
+    if tested_id and tested_id != image_id:
+        raise SparkbuildError(
+            f"the image tested ({tested_id}) is not build {build!r}'s image in "
+            f"{lock_path.name} ({image_id})",
+            f"smoke the pinned image (see `builds.{build}.image` in {lock_path.name})",
+        )
+    return image_id
+
+
+def record(lock_path: Path, build: str, result: SmokeResult) -> str:
+    """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay."""
+    image_id = check_same_image(lock_path, build, result.image_id)
+
+    def mutate(data: lock.LockData) -> None:
+        entry = data["builds"].get(build)
+        current = entry.get("image", {}).get("image_id") if isinstance(entry, dict) else None
+        if current != image_id:  # re-checked under the writer lock: a build may have landed
+            raise SparkbuildError(
+                f"build {build!r}'s image changed in {lock_path.name} during the smoke run",
+                f"re-run the smoke test against the new image of {build}",
+            )
+        section = entry.setdefault("smoke", {})
+        if not isinstance(section, dict):
+            section = entry["smoke"] = {}
+        section.setdefault(image_id, {})[result.profile] = lock_entry(result)
+
+    lock.update(lock_path, mutate)
+    return image_id

@@ -1,0 +1,391 @@
+"""One smoke run: boot (or reach) the engine, send the profile's requests, judge the results."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import requests
+
+from sparkbuild.engines.adapters import (
+    Acceptance,
+    Counters,
+    EngineAdapter,
+    EngineHTTPError,
+    Generation,
+    adapter_for,
+)
+from sparkbuild.engines.targets import (
+    LOOPBACK,
+    ContainerTarget,
+    Mount,
+    ProcessTarget,
+    Readiness,
+    Target,
+    UrlTarget,
+    free_port,
+    wait_ready,
+)
+from sparkbuild.errors import UsageError
+from sparkbuild.smoke import checks
+from sparkbuild.smoke.checks import CheckResult
+from sparkbuild.smoke.profile import CustomPrompt, SmokeProfile
+from sparkbuild.smoke.prompts import PROMPT_SETS, Prompt
+from sparkbuild.smoke.signatures import Diagnosis, diagnose
+
+Verdict = Literal["pass", "fail"]
+EXCERPT_LINES = 40
+
+
+@dataclass
+class SmokeResult:
+    verdict: Verdict
+    profile: str
+    engine: str
+    model: str
+    target_kind: str
+    target: str
+    boot_seconds: float | None
+    accept_len: float | None
+    checks: list[CheckResult]
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    log_excerpt: list[str] = field(default_factory=list)
+    log_file: str | None = None
+    image_id: str | None = None
+    seconds: float = 0.0  # wall time from start to verdict
+    generations: list[Generation] = field(default_factory=list, repr=False)
+
+    def check(self, name: str) -> CheckResult:
+        return next(c for c in self.checks if c.name == name)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "profile": self.profile,
+            "engine": self.engine,
+            "model": self.model,
+            "target": {"kind": self.target_kind, "value": self.target, "image_id": self.image_id},
+            "boot_seconds": self.boot_seconds,
+            "accept_len": self.accept_len,
+            "seconds": round(self.seconds, 2),
+            "checks": [c.as_dict() for c in self.checks],
+            "diagnoses": [
+                {"id": d.id, "diagnosis": d.diagnosis, "remedy": d.remedy, "line": d.line}
+                for d in self.diagnoses
+            ],
+            "log_excerpt": self.log_excerpt,
+            "log_file": self.log_file,
+        }
+
+
+def profile_prompts(profile: SmokeProfile) -> list[Prompt]:
+    prompts: list[Prompt] = []
+    for item in profile.prompts:
+        if isinstance(item, CustomPrompt):
+            name = item.name or f"custom/{len(prompts) + 1}"
+            prompts.append(Prompt(name, item.text, item.expect_repetition))
+        else:
+            prompts.extend(PROMPT_SETS[item])
+    return prompts
+
+
+def command_argv(
+    command: str, adapter: EngineAdapter, model: str, port: int, args: Sequence[str]
+) -> list[str]:
+    """The local engine command line.
+
+    ``command`` is the launcher (``python -m vllm.entrypoints.openai.api_server``); model,
+    host, port and the profile's flags are appended. A command that contains ``{port}`` is
+    taken as complete and only has ``{port}``, ``{host}`` and ``{model}`` filled in.
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--command {command!r}: {exc}") from exc
+    if not words:
+        raise UsageError("--command is empty")
+    if "{port}" in command:
+        return [w.format(port=port, host=LOOPBACK, model=model) for w in words]
+    return [*words, *adapter.serve_args(model, LOOPBACK, port, args)]
+
+
+def container_mounts(profile: SmokeProfile) -> tuple[list[Mount], str, dict[str, str]]:
+    """Mounts, the model as the engine inside sees it, and extra environment.
+
+    A local model directory is mounted read-only at ``model_mount`` (or the directory given as
+    ``model_dir`` holding it); a hub id gets ``model_dir`` (default: the HF cache) mounted
+    read-only and offline mode, because a read-only cache cannot take downloads.
+    """
+    settings = profile.container
+    mounts = [_parse_mount(m) for m in settings.mounts]
+    env: dict[str, str] = {}
+    local = Path(profile.model)
+    if local.is_absolute() and local.exists():
+        root = (settings.model_dir or local).resolve()
+        try:
+            inside = Path(settings.model_mount) / local.resolve().relative_to(root)
+        except ValueError as exc:
+            raise UsageError(f"model {local} is not inside container.model_dir {root}") from exc
+        mounts.append(Mount(root, settings.model_mount))
+        return mounts, inside.as_posix(), env
+    cache = settings.model_dir or _hf_cache()
+    if cache is not None and cache.exists():
+        target = settings.model_mount if settings.model_dir else "/root/.cache/huggingface"
+        mounts.append(Mount(cache.resolve(), target))
+        env.update({"HF_HOME": target, "HF_HUB_OFFLINE": "1"})
+    return mounts, profile.model, env
+
+
+def _hf_cache() -> Path | None:
+    import os
+
+    home = os.environ.get("HF_HOME")
+    return Path(home) if home else Path.home() / ".cache" / "huggingface"
+
+
+def _parse_mount(value: str) -> Mount:
+    parts = value.split(":")
+    mode = parts[2] if len(parts) == 3 else "ro"
+    return Mount(Path(parts[0]).expanduser().resolve(), parts[1], read_only=mode == "ro")
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    """What the user asked to smoke: exactly one of image, command, url."""
+
+    image: str | None = None
+    command: str | None = None
+    url: str | None = None
+    gpus: str | None = None  # overrides the profile's container.gpus
+
+    def kind(self) -> str:
+        given = [k for k in ("image", "command", "url") if getattr(self, k)]
+        if len(given) != 1:
+            raise UsageError(
+                "give exactly one of --image, --command, --url",
+                "e.g. sparkbuild smoke --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
+            )
+        return given[0]
+
+
+def make_target(
+    choice: TargetChoice,
+    profile: SmokeProfile,
+    adapter: EngineAdapter,
+    log_path: Path | None,
+) -> Target:
+    kind = choice.kind()
+    if kind == "url":
+        assert choice.url is not None
+        return UrlTarget(choice.url)
+    if kind == "command":
+        assert choice.command is not None
+        port = free_port()
+        argv = command_argv(choice.command, adapter, profile.model, port, profile.args)
+        return ProcessTarget(argv, port=port, env=profile.env, log_path=log_path)
+    assert choice.image is not None
+    settings = profile.container
+    mounts, model, mount_env = container_mounts(profile)
+    port = settings.port or adapter.default_port
+    gpus = choice.gpus if choice.gpus is not None else settings.gpus
+    return ContainerTarget(
+        choice.image,
+        entrypoint=settings.launcher or list(adapter.default_launcher),
+        args=adapter.serve_args(model, "0.0.0.0", port, profile.args),
+        container_port=port,
+        env={**mount_env, **profile.env, **settings.env},
+        mounts=mounts,
+        gpus=gpus,
+        ipc=settings.ipc,
+        shm_size=settings.shm_size,
+        log_path=log_path,
+    )
+
+
+def settled_counters(
+    adapter: EngineAdapter, session: requests.Session, base_url: str, limit_s: float = 5.0
+) -> Counters:
+    """Counters once two reads agree: engines publish the last step's stats a moment late."""
+    previous = adapter.snapshot_counters(session, base_url)
+    deadline = time.monotonic() + limit_s
+    while previous.available and time.monotonic() < deadline:
+        time.sleep(0.3)
+        current = adapter.snapshot_counters(session, base_url)
+        if current.values == previous.values:
+            return current
+        previous = current
+    return previous
+
+
+@dataclass
+class _Served:
+    generations: list[Generation]
+    names: list[str]
+    exempt: list[bool]
+    errors: list[EngineHTTPError]
+    acceptance: Acceptance | None
+    nan_count: float | None
+
+
+def serve_prompts(
+    adapter: EngineAdapter,
+    base_url: str,
+    prompts: Sequence[Prompt],
+    profile: SmokeProfile,
+    progress: Callable[[str], None],
+) -> _Served:
+    session = requests.Session()
+    before = adapter.snapshot_counters(session, base_url)
+    served = _Served([], [], [], [], None, None)
+    for prompt in prompts:
+        progress(f"request {prompt.name}")
+        try:
+            generation = adapter.generate(
+                session, base_url, prompt.text, profile.expect.max_tokens, profile.request
+            )
+        except EngineHTTPError as exc:
+            served.errors.append(exc)
+            continue
+        served.generations.append(generation)
+        served.names.append(prompt.name)
+        served.exempt.append(prompt.expect_repetition)
+    after = settled_counters(adapter, session, base_url)
+    if served.generations:
+        served.acceptance = adapter.acceptance(before, after, served.generations)
+    served.nan_count = adapter.nan_count_from_delta(before, after)
+    return served
+
+
+def run_smoke(
+    target: Target,
+    adapter: EngineAdapter,
+    profile: SmokeProfile,
+    profile_name: str,
+    *,
+    progress: Callable[[str], None] = lambda _message: None,
+) -> SmokeResult:
+    """Run every check against ``target``; the target is started and always stopped here."""
+    began = time.monotonic()
+    expect = profile.expect
+    with target:
+        readiness: Readiness | None = None
+        if target.owns_engine:
+            progress(f"waiting for {adapter.name} to boot (up to {expect.boot_timeout_s:g} s)")
+            readiness = wait_ready(target, adapter, expect.boot_timeout_s)
+        if readiness is not None and not readiness.ready:
+            return _boot_failure(target, adapter, profile, profile_name, readiness, began)
+        run_from = target.logs.count if target.logs is not None else 0
+        served = serve_prompts(
+            adapter, target.base_url, profile_prompts(profile), profile, progress
+        )
+        exited = target.exit_code()
+        run_to = target.logs.count if target.logs is not None else 0
+    all_lines = target.logs.since(0) if target.logs is not None else []
+    run_lines = target.logs.since(run_from)[: run_to - run_from] if target.logs is not None else []
+    nan_lines = [line for line in run_lines if adapter.nan_line.search(line)]
+    error_lines = [line for line in run_lines if adapter.error_line.search(line)]
+    if exited is not None:
+        error_lines.append(f"engine exited with status {exited} during the requests")
+    engine_nans = served.nan_count if expect.nan_counter else None
+    results = [
+        checks.check_boot(readiness, expect.boot_timeout_s, [], []),
+        checks.check_accept_len(served.acceptance, expect),
+        checks.check_nan(
+            served.generations,
+            engine_nans,
+            nan_lines,
+            [e for e in served.errors if adapter.nan_response.search(e.body)],
+        ),
+        checks.check_output(
+            served.generations, served.names, served.exempt, expect, len(served.errors)
+        ),
+        checks.check_errors(served.errors, error_lines, expect.max_error_lines),
+    ]
+    verdict: Verdict = "fail" if any(r.status == "fail" for r in results) else "pass"
+    interesting = [*nan_lines, *error_lines] if verdict == "fail" else []
+    return SmokeResult(
+        verdict=verdict,
+        profile=profile_name,
+        engine=adapter.name,
+        model=profile.model,
+        target_kind=target.kind,
+        target=target.description,
+        boot_seconds=round(readiness.seconds, 2) if readiness else None,
+        accept_len=_accept_value(served.acceptance),
+        checks=results,
+        diagnoses=diagnose(all_lines, adapter.name) if verdict == "fail" else [],
+        log_excerpt=_excerpt(interesting, run_lines),
+        log_file=_log_file(target),
+        image_id=getattr(target, "image_id", None),
+        seconds=time.monotonic() - began,
+        generations=served.generations,
+    )
+
+
+def _accept_value(acceptance: Acceptance | None) -> float | None:
+    if acceptance is None or acceptance.accept_len is None:
+        return None
+    return round(acceptance.accept_len, 3)
+
+
+def _excerpt(interesting: Sequence[str], lines: Sequence[str]) -> list[str]:
+    tail = list(lines[-EXCERPT_LINES:])
+    picked = [line for line in interesting[:10] if line not in tail]
+    return [*picked, *tail][-EXCERPT_LINES:]
+
+
+def _log_file(target: Target) -> str | None:
+    if target.logs is not None and target.logs.path is not None:
+        return str(target.logs.path)
+    return None
+
+
+def _boot_failure(
+    target: Target,
+    adapter: EngineAdapter,
+    profile: SmokeProfile,
+    profile_name: str,
+    readiness: Readiness,
+    began: float,
+) -> SmokeResult:
+    lines = target.logs.since(0) if target.logs is not None else []
+    diagnoses = diagnose(lines, adapter.name)
+    boot = checks.check_boot(readiness, profile.expect.boot_timeout_s, lines, diagnoses)
+    skipped = [
+        CheckResult(name, "skip", None, "engine did not boot")
+        for name in checks.CHECK_NAMES
+        if name != "boot"
+    ]
+    return SmokeResult(
+        verdict="fail",
+        profile=profile_name,
+        engine=adapter.name,
+        model=profile.model,
+        target_kind=target.kind,
+        target=target.description,
+        boot_seconds=None,
+        accept_len=None,
+        checks=[boot, *skipped],
+        diagnoses=diagnoses,
+        log_excerpt=_excerpt([d.line for d in diagnoses], lines),
+        log_file=_log_file(target),
+        image_id=getattr(target, "image_id", None),
+        seconds=time.monotonic() - began,
+    )
+
+
+__all__ = [
+    "SmokeResult",
+    "TargetChoice",
+    "adapter_for",
+    "command_argv",
+    "make_target",
+    "profile_prompts",
+    "run_smoke",
+    "serve_prompts",
+    "settled_counters",
+]

@@ -1,0 +1,88 @@
+"""Helpers for smoke-stage tests: a scratch project, the CLI in a subprocess, leftover processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "REPO",
+    "SmokeRun",
+    "processes_with_token",
+    "run_smoke_cli",
+    "write_profile",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_REFERENCE = REPO / "smoke" / "cpu-reference.yaml"
+
+
+@dataclass
+class SmokeRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    result: dict[str, Any] | None
+
+    def check(self, name: str) -> dict[str, Any]:
+        assert self.result is not None, (
+            f"no JSON result\nstdout:{self.stdout}\nstderr:{self.stderr}"
+        )
+        return next(c for c in self.result["checks"] if c["name"] == name)
+
+    def explain(self) -> str:
+        shown = json.dumps(self.result, indent=1)[:4000] if self.result else self.stdout[-3000:]
+        return f"rc={self.returncode}\n{shown}\nstderr:\n{self.stderr[-2000:]}"
+
+
+def write_profile(project: Path, name: str, **changes: Any) -> tuple[Path, str]:
+    """Copy the CPU reference profile into ``project/smoke/<name>.yaml`` with top-level or
+    ``expect``/``container`` changes, plus a unique env token to find its processes by.
+    Returns (path, token)."""
+    data = yaml.safe_load(CPU_REFERENCE.read_text(encoding="utf-8"))
+    token = uuid.uuid4().hex
+    for key, value in changes.items():
+        if key in ("expect", "container") and isinstance(value, dict):
+            data.setdefault(key, {}).update(value)
+        else:
+            data[key] = value
+    data.setdefault("env", {})["SPARKBUILD_SMOKE_TEST_TOKEN"] = token
+    path = project / "smoke" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path, token
+
+
+def run_smoke_cli(project: Path, *args: str, timeout: float = 600) -> SmokeRun:
+    """``sparkbuild --project PROJECT smoke ARGS --json FILE`` in a subprocess."""
+    out = project / f"result-{uuid.uuid4().hex[:8]}.json"
+    argv = [sys.executable, "-m", "sparkbuild.cli", "--project", str(project), "smoke", *args]
+    if "--json" not in args:
+        argv += ["--json", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    result = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
+    return SmokeRun(done.returncode, done.stdout, done.stderr, result)
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Pids whose environment carries ``token`` (every process an engine spawned inherits it)."""
+    needle = f"SPARKBUILD_SMOKE_TEST_TOKEN={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found

@@ -1,0 +1,288 @@
+"""`sparkbuild bench` end to end against real vLLM on the CPU (tiny random-weight Llama).
+
+Two engines per module: one booted by `bench --command` itself (n-gram speculation on) and
+one started here and reached with `bench --url` (speculation off); the second one is killed in
+the middle of a sweep in the last test. Each boot takes about a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from click.testing import CliRunner
+
+from sparkbuild import lock
+from sparkbuild.cli import main
+from sparkbuild.engines import ProcessTarget, adapter_for, free_port, wait_ready
+from tests.support.vllm_cpu import tiny_llama, vllm_cpu_python, vllm_server_command
+
+pytestmark = pytest.mark.engine
+
+NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
+BASE_ARGS = ["--dtype", "bfloat16", "--max-model-len", "1024"]
+SWEEP = ["--pp", "32,64", "--tg", "16", "--depth", "0", "--concurrency", "1,2", "--runs", "2"]
+CELLS = {(pp, 16, 0, c) for pp in (32, 64) for c in (1, 2)}
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+IMAGE_ID = "sha256:" + "ab" * 32
+
+
+def _profile(project: Path, name: str, speculation: bool) -> None:
+    args = [*BASE_ARGS, *(["--speculative-config", NGRAM] if speculation else [])]
+    profile = {
+        "engine": "vllm",
+        "model": str(tiny_llama()),
+        "args": args,
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        "expect": {"boot_timeout_s": 600},
+        "container": {"gpus": "none"},
+    }
+    (project / "smoke").mkdir(parents=True, exist_ok=True)
+    (project / "smoke" / f"{name}.yaml").write_text(yaml.safe_dump(profile), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench-project")
+    _profile(root, "cpu-spec", speculation=True)
+    _profile(root, "cpu-plain", speculation=False)
+    lock.set_section(root / "images.lock", "cpu", "image", {"image_id": IMAGE_ID})
+    return root
+
+
+def _bench(project: Path, *args: str) -> Any:
+    runner = CliRunner()
+    return runner.invoke(main, ["--project", str(project), "--quiet", "bench", *args])
+
+
+@pytest.fixture(scope="module")
+def plain_server(project: Path) -> Iterator[ProcessTarget]:
+    """vLLM without speculation, started here (the sweep reaches it with --url)."""
+    port = free_port()
+    argv = [
+        str(vllm_cpu_python()),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *adapter_for("vllm").serve_args(str(tiny_llama()), "127.0.0.1", port, BASE_ARGS),
+    ]
+    target = ProcessTarget(
+        argv, port=port, env={"VLLM_CPU_KVCACHE_SPACE": "1"}, log_path=project / "plain.log"
+    )
+    with target:
+        readiness = wait_ready(target, adapter_for("vllm"), 600)
+        assert readiness.ready, f"vLLM did not boot: {target.logs.tail(20) if target.logs else ''}"
+        yield target
+
+
+@pytest.fixture(scope="module")
+def spec_report(project: Path) -> dict[str, Any]:
+    """`bench --command` with n-gram speculation, recorded in images.lock."""
+    out = project / "spec"
+    result = _bench(
+        project,
+        "--command",
+        vllm_server_command(),
+        "--profile",
+        "cpu-spec",
+        *SWEEP,
+        "--json",
+        f"{out}.json",
+        "--markdown",
+        f"{out}.md",
+        "--plot",
+        f"{out}.png",
+        "--record",
+        "cpu",
+    )
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(Path(f"{out}.json").read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def plain_report(project: Path, plain_server: ProcessTarget) -> dict[str, Any]:
+    out = project / "plain.json"
+    result = _bench(
+        project,
+        "--url",
+        plain_server.base_url,
+        "--profile",
+        "cpu-plain",
+        *SWEEP,
+        "--json",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+def _cells(report: dict[str, Any]) -> dict[tuple[int, int, int, int], dict[str, Any]]:
+    return {(c["pp"], c["tg"], c["depth"], c["concurrency"]): c for c in report["cells"]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pp", "0"], "Invalid value for '--pp': 0 is below the minimum 1"),
+        (["--concurrency", "a"], "'a' is not a whole number"),
+        (["--tg", "16,,32"], "empty item"),
+        (["--depth", "-5"], "below the minimum 0"),
+        (["--runs", "0"], "--runs"),
+    ],
+)
+def test_malformed_sweep_arguments_exit_2(project: Path, args: list[str], message: str) -> None:
+    result = _bench(project, "--url", "http://127.0.0.1:9", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_sweep_with_speculation_reports_every_cell(
+    project: Path, spec_report: dict[str, Any]
+) -> None:
+    cells = _cells(spec_report)
+    assert set(cells) == CELLS
+    assert spec_report["complete"] is True
+    assert spec_report["engine"]["args"][-2:] == ["--speculative-config", NGRAM]
+    assert spec_report["prompts"]["exact"] is True
+    for cell in cells.values():
+        assert cell["errors"] == 0, cell["error_samples"]
+        assert cell["accept_len"] is not None and cell["accept_len"] > 1.0
+        assert cell["prompt_tokens"] == cell["pp"]  # hit to the token, by the engine's count
+        assert cell["completion_tokens"] == 16
+        assert cell["prefix_cache_hit_tokens"] == 0  # every request has its own prefix
+        # The engine's own counter saw exactly the tokens the harness counted from usage.
+        assert cell["engine_generation_tokens"] == 16 * cell["concurrency"] * 2
+        for metric in ("ttft_s", "prefill_tps", "decode_tps_request", "decode_tps_aggregate"):
+            stat = cell[metric]
+            assert stat["n"] == 2 and stat["min"] <= stat["median"] <= stat["max"], metric
+    markdown = (project / "spec.md").read_text()
+    assert markdown.count("\n| 32 | 16 | 0 |") + markdown.count("\n| 64 | 16 | 0 |") == 4
+    png = (project / "spec.png").read_bytes()
+    assert png.startswith(PNG_SIGNATURE)
+    assert len(png) > 10_000  # a real figure with axes, lines and a legend
+
+
+def test_record_stores_summary_beside_smoke(project: Path, spec_report: dict[str, Any]) -> None:
+    entry = lock.build_entry(lock.load(project / "images.lock"), "cpu")
+    assert entry is not None
+    summary = entry["bench"][IMAGE_ID]["cpu-spec"]
+    assert summary["harness"] == spec_report["harness"]["version"]
+    assert len(summary["cells"]) == 4
+    assert all(c["accept_len"] > 1.0 for c in summary["cells"])
+    assert entry["image"] == {"image_id": IMAGE_ID}  # the image stage's key is left alone
+
+
+def test_sweep_without_speculation_has_no_acceptance(plain_report: dict[str, Any]) -> None:
+    cells = _cells(plain_report)
+    assert set(cells) == CELLS
+    for cell in cells.values():
+        assert cell["errors"] == 0
+        assert cell["accept_len"] is None  # no drafts: null, never a made-up 1.0
+        assert cell["speculation"] is None
+        assert cell["decode_tps_aggregate"]["median"] > 0
+
+
+def test_compare_reports_the_difference(
+    project: Path, spec_report: dict[str, Any], plain_report: dict[str, Any]
+) -> None:
+    result = _bench(
+        project,
+        "compare",
+        str(project / "plain.json"),
+        str(project / "spec.json"),
+        "--json",
+        str(project / "compare.json"),
+        "--plot",
+        str(project / "compare.png"),
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((project / "compare.json").read_text())
+    assert data["subject"].startswith("engine arguments")
+    assert data["warnings"] == []  # same harness, seed, prompts, cells, runs and host
+    assert {(r["pp"], r["tg"], r["depth"], r["concurrency"]) for r in data["cells"]} == CELLS
+    for row in data["cells"]:
+        accept = row["accept len"]
+        assert accept["a"] is None and accept["b"] > 1.0
+        decode = row["decode tok/s total"]
+        expected = round((decode["b"] - decode["a"]) / decode["a"] * 100, 2)
+        assert decode["delta_pct"] == expected
+    assert (project / "compare.png").read_bytes().startswith(PNG_SIGNATURE)
+    shown = _bench(project, "compare", str(project / "plain.json"), str(project / "spec.json"))
+    assert "%)" in shown.output and "accept" in shown.output
+
+
+def test_compare_warns_about_other_differences(
+    project: Path, spec_report: dict[str, Any], plain_report: dict[str, Any]
+) -> None:
+    other = dict(plain_report, harness={**plain_report["harness"], "version": "0"})
+    other["sweep"] = {**plain_report["sweep"], "seed": 7}
+    other["cells"] = plain_report["cells"][:3]
+    path = project / "other.json"
+    path.write_text(json.dumps(other))
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["bench", "compare", str(path), str(project / "spec.json"), "--json", "-"]
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    warnings = " | ".join(payload["warnings"])
+    assert "harness version differs" in warnings
+    assert "prompt seed differs" in warnings
+    assert "cells differs" in warnings
+    assert "several engine settings" not in warnings
+
+
+def test_engine_dying_mid_sweep_keeps_finished_cells(
+    project: Path, plain_server: ProcessTarget, plain_report: dict[str, Any]
+) -> None:
+    """Runs last: it kills the shared plain server."""
+    out = project / "dies.json"
+    metrics = plain_server.base_url + "/metrics"
+
+    def finished_requests() -> float:
+        text = requests.get(metrics, timeout=5).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("vllm:request_success_total")
+        )
+
+    started_with = finished_requests()
+    argv = [sys.executable, "-m", "sparkbuild", "--project", str(project), "--quiet", "bench"]
+    argv += ["--url", plain_server.base_url, "--profile", "cpu-plain", "--json", str(out)]
+    argv += ["--pp", "32", "--tg", "64", "--concurrency", "1,2,4,8", "--runs", "2"]
+    bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Warm-up plus the first cell (2 runs x 1 request) = 3 finished requests.
+        deadline = time.monotonic() + 300
+        while finished_requests() < started_with + 3:
+            assert bench.poll() is None, bench.communicate()
+            assert time.monotonic() < deadline, "the sweep made no progress"
+            time.sleep(0.05)
+        assert plain_server.pid is not None
+        os.killpg(plain_server.pid, signal.SIGKILL)
+        stdout, stderr = bench.communicate(timeout=300)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode == 1, stdout + stderr
+    assert "engine stopped answering" in stderr
+    assert "cells not measured" in stderr
+    report = json.loads(out.read_text())
+    assert report["complete"] is False
+    assert "stopped answering" in report["error"]
+    assert len(report["cells"]) >= 1
+    assert report["cells"][0]["concurrency"] == 1 and report["cells"][0]["errors"] == 0
+    done = len(report["cells"]) + len(report["pending_cells"])
+    assert done == 4
