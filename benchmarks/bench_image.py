@@ -30,12 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.cache import shared_test_cache  # noqa: E402
 from tests.support.docker_env import (  # noqa: E402
     BOOKWORM_PYTHON_SITE,
     docker_client,
     push_arm64_base,
     remove_images,
-    shared_test_cache,
     start_registry,
 )
 from tests.support.image_project import build_json, make_patch, sparkbuild, write_spec  # noqa: E402

@@ -5,15 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cache import shared_test_cache
+
 
 @pytest.fixture(scope="session")
 def test_cache() -> Path:
     """Downloads and slow-to-make artifacts shared across runs (PyPI files, base images)."""
-    path = Path(
-        os.environ.get("SPARKBUILD_TEST_CACHE", Path.home() / ".cache" / "sparkbuild-tests")
-    )
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return shared_test_cache()
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
     LocalRegistry,
@@ -25,7 +26,6 @@ from tests.support.docker_env import (
     docker_client,
     push_arm64_base,
     remove_images,
-    shared_test_cache,
     start_registry,
 )
 from tests.support.image_project import (

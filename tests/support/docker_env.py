@@ -35,18 +35,11 @@ import requests
 from filelock import FileLock
 
 from sparkbuild.image import builder
+from tests.support.cache import shared_test_cache
 
 SETUP_HINT = "run `sudo scripts/setup-host.sh` (installs and starts Docker, qemu, registry)"
 BOOKWORM_PYTHON_SITE = "/usr/local/lib/python3.11/dist-packages"
 _ROOTFS_LAYOUT = "1"
-
-
-def shared_test_cache() -> Path:
-    """The cache shared by all test runs on this machine (downloads, root filesystems)."""
-    default = Path.home() / ".cache" / "sparkbuild-tests"
-    path = Path(os.environ.get("SPARKBUILD_TEST_CACHE", default))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 class MissingPrerequisiteError(AssertionError):

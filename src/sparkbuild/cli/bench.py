@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 import click
@@ -29,7 +27,7 @@ from sparkbuild.bench.runner import BenchPlan, SilentProgress, run_bench
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
 from sparkbuild.cli import emit_json
 from sparkbuild.engines.adapters import ADAPTERS, adapter_for
-from sparkbuild.engines.targets import UrlTarget
+from sparkbuild.engines.targets import UrlTarget, stop_on_signals
 from sparkbuild.errors import EXIT_FAILURE, SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke.profile import load_profile
@@ -50,21 +48,6 @@ def int_list(minimum: int, maximum: int | None = None) -> Callable[..., list[int
         return values
 
     return convert
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class CellProgress:
@@ -333,7 +316,7 @@ def _run(
             model=model or "(as served)",
             request_timeout_s=request_timeout,
         )
-    with _stop_on_signals():
+    with stop_on_signals():
         if console.interactive():
             with CellProgress(sweep.cell_count) as progress:
                 report = run_bench(target, adapter, plan, progress)

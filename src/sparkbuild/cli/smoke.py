@@ -2,39 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from sparkbuild import console
 from sparkbuild.cli import emit_json
 from sparkbuild.engines.adapters import adapter_for
-from sparkbuild.engines.targets import local_image_id
+from sparkbuild.engines.targets import local_image_id, stop_on_signals
 from sparkbuild.errors import EXIT_FAILURE, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
 from sparkbuild.smoke.profile import load_profile
 from sparkbuild.smoke.runner import TargetChoice, make_target, run_smoke
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _default_log_path(settings: Settings, profile: str) -> Path:
@@ -126,7 +107,7 @@ def smoke(
     adapter = adapter_for(profile.engine)
     logs = None if url else (log_path or _default_log_path(settings, name))
     target = make_target(choice, profile, adapter, logs)
-    with _stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
+    with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
         result = run_smoke(target, adapter, profile, name, progress=console.info)
     if json_path:
         emit_json(result.as_json(), json_path)
