@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from filelock import FileLock
 
-from sparkbuild.errors import LockError
+from sparkbuild.errors import LockError, SparkbuildError
 
 SCHEMA = 1
 HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
@@ -103,3 +103,59 @@ def set_section(path: Path, build: str, section: str, value: Any) -> LockData:
         data["builds"].setdefault(build, {})[section] = value
 
     return update(path, mutate)
+
+
+def pinned_image_id(path: Path, build: str) -> str:
+    """``builds.<build>.image.image_id`` or an error saying how to get one."""
+    entry = build_entry(load(path), build) or {}
+    image = entry.get("image")
+    image_id = image.get("image_id") if isinstance(image, dict) else None
+    if not image_id:
+        raise SparkbuildError(
+            f"build {build!r} has no image in {path.name}; nothing to record the result for",
+            f"build it first: sparkbuild build {build}",
+        )
+    return str(image_id)
+
+
+def check_pinned_image(path: Path, build: str, tested_id: str | None, activity: str) -> str:
+    """The pinned image id, after making sure it is the image under test (when known)."""
+    image_id = pinned_image_id(path, build)
+    if tested_id and tested_id != image_id:
+        raise SparkbuildError(
+            f"the image under test ({tested_id}) is not build {build!r}'s image in "
+            f"{path.name} ({image_id})",
+            f"run the {activity} on the pinned image (see `builds.{build}.image` in {path.name})",
+        )
+    return image_id
+
+
+def record_for_image(
+    path: Path,
+    build: str,
+    section: str,
+    key: str,
+    value: Any,
+    *,
+    tested_id: str | None,
+    activity: str,
+) -> str:
+    """Store ``value`` at ``builds.<build>.<section>.<image_id>.<key>`` for the pinned image;
+    other images' entries stay. Used by the smoke and bench stages."""
+    image_id = check_pinned_image(path, build, tested_id, activity)
+
+    def mutate(data: LockData) -> None:
+        entry = data["builds"].get(build)
+        current = entry.get("image", {}).get("image_id") if isinstance(entry, dict) else None
+        if current != image_id:  # re-checked under the writer lock: a build may have landed
+            raise SparkbuildError(
+                f"build {build!r}'s image changed in {path.name} during the {activity}",
+                f"re-run the {activity} against the new image of {build}",
+            )
+        stage = entry.setdefault(section, {})
+        if not isinstance(stage, dict):
+            stage = entry[section] = {}
+        stage.setdefault(image_id, {})[key] = value
+
+    update(path, mutate)
+    return image_id

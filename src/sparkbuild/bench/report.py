@@ -15,8 +15,7 @@ from rich.table import Table
 from sparkbuild import lock
 from sparkbuild.bench.results import BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
-from sparkbuild.errors import SparkbuildError, UsageError
-from sparkbuild.smoke.report import pinned_image_id
+from sparkbuild.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -309,27 +308,7 @@ def lock_summary(report: BenchReport) -> dict[str, Any]:
 
 def record(lock_path: Path, build: str, report: BenchReport) -> str:
     """Store the summary under ``builds.<build>.bench.<image_id>.<profile>``."""
-    image_id = pinned_image_id(lock_path, build)
-    if report.target.image_id and report.target.image_id != image_id:
-        raise SparkbuildError(
-            f"the image benchmarked ({report.target.image_id}) is not build {build!r}'s image "
-            f"in {lock_path.name} ({image_id})",
-            f"benchmark the pinned image (see `builds.{build}.image` in {lock_path.name})",
-        )
-    key = report.profile or report.label
-
-    def mutate(data: lock.LockData) -> None:
-        entry = data["builds"].get(build)
-        current = entry.get("image", {}).get("image_id") if isinstance(entry, dict) else None
-        if current != image_id:  # re-checked under the writer lock: a build may have landed
-            raise SparkbuildError(
-                f"build {build!r}'s image changed in {lock_path.name} during the benchmark",
-                f"re-run the benchmark against the new image of {build}",
-            )
-        section = entry.setdefault("bench", {})
-        if not isinstance(section, dict):
-            section = entry["bench"] = {}
-        section.setdefault(image_id, {})[key] = lock_summary(report)
-
-    lock.update(lock_path, mutate)
-    return image_id
+    return lock.record_for_image(
+        lock_path, build, "bench", report.profile or report.label, lock_summary(report),
+        tested_id=report.target.image_id, activity="benchmark",
+    )  # fmt: skip

@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
-from sparkbuild import console
+from sparkbuild import console, lock
 from sparkbuild.bench import report as bench_report
 from sparkbuild.bench.plot import plot_decode, require_matplotlib
 from sparkbuild.bench.results import BenchReport, CellResult
@@ -31,7 +31,6 @@ from sparkbuild.engines.targets import UrlTarget, stop_on_signals
 from sparkbuild.errors import EXIT_FAILURE, SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke.profile import load_profile
-from sparkbuild.smoke.report import pinned_image_id
 from sparkbuild.smoke.runner import TargetChoice, make_target
 
 
@@ -282,7 +281,7 @@ def _run(
     if plot_path is not None:
         require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
     if record_build:
-        pinned_image_id(settings.lock_file, record_build)  # fail before a long boot
+        lock.pinned_image_id(settings.lock_file, record_build)  # fail before a long boot
     sweep = Sweep(
         pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
         warmup=not no_warmup,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sparkbuild import console
+from sparkbuild import console, lock
 from sparkbuild.cli import emit_json
 from sparkbuild.engines.adapters import adapter_for
 from sparkbuild.engines.targets import local_image_id, stop_on_signals
@@ -103,7 +103,7 @@ def smoke(
         )
     if record_build:  # fail before a long boot, not after it
         tested_id = local_image_id(image) if image else None
-        report.check_same_image(settings.lock_file, record_build, tested_id)
+        lock.check_pinned_image(settings.lock_file, record_build, tested_id, "smoke run")
     adapter = adapter_for(profile.engine)
     logs = None if url else (log_path or _default_log_path(settings, name))
     target = make_target(choice, profile, adapter, logs)

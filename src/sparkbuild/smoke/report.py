@@ -10,7 +10,6 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import lock
-from sparkbuild.errors import SparkbuildError
 from sparkbuild.smoke.runner import SmokeResult
 
 _STYLE = {"pass": "green", "fail": "red", "skip": "dim"}
@@ -81,47 +80,9 @@ def lock_entry(result: SmokeResult) -> dict[str, Any]:
     }
 
 
-def pinned_image_id(lock_path: Path, build: str) -> str:
-    """``builds.<build>.image.image_id`` or an error saying how to get one."""
-    entry = lock.build_entry(lock.load(lock_path), build) or {}
-    image = entry.get("image")
-    image_id = image.get("image_id") if isinstance(image, dict) else None
-    if not image_id:
-        raise SparkbuildError(
-            f"build {build!r} has no image in {lock_path.name}; nothing to record the verdict for",
-            f"build it first: sparkbuild build {build}",
-        )
-    return str(image_id)
-
-
-def check_same_image(lock_path: Path, build: str, tested_id: str | None) -> str:
-    """The pinned image id, after making sure it is the image being tested (when known)."""
-    image_id = pinned_image_id(lock_path, build)
-    if tested_id and tested_id != image_id:
-        raise SparkbuildError(
-            f"the image tested ({tested_id}) is not build {build!r}'s image in "
-            f"{lock_path.name} ({image_id})",
-            f"smoke the pinned image (see `builds.{build}.image` in {lock_path.name})",
-        )
-    return image_id
-
-
 def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay."""
-    image_id = check_same_image(lock_path, build, result.image_id)
-
-    def mutate(data: lock.LockData) -> None:
-        entry = data["builds"].get(build)
-        current = entry.get("image", {}).get("image_id") if isinstance(entry, dict) else None
-        if current != image_id:  # re-checked under the writer lock: a build may have landed
-            raise SparkbuildError(
-                f"build {build!r}'s image changed in {lock_path.name} during the smoke run",
-                f"re-run the smoke test against the new image of {build}",
-            )
-        section = entry.setdefault("smoke", {})
-        if not isinstance(section, dict):
-            section = entry["smoke"] = {}
-        section.setdefault(image_id, {})[result.profile] = lock_entry(result)
-
-    lock.update(lock_path, mutate)
-    return image_id
+    return lock.record_for_image(
+        lock_path, build, "smoke", result.profile, lock_entry(result),
+        tested_id=result.image_id, activity="smoke run",
+    )  # fmt: skip
