@@ -5,14 +5,18 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
 from sparkbuild import __version__, console
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.settings import Settings, default_cache_dir, parse_repo_overrides
+
+if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
+    from sparkbuild.spec import Build
 
 
 class _Group(click.Group):
@@ -102,6 +106,53 @@ def emit_json(payload: Any, path: str | None = None) -> None:
         sys.stdout.write(text)
     else:
         Path(path).write_text(text, encoding="utf-8")
+
+
+class _Reportable(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+Result = TypeVar("Result", bound=_Reportable)
+
+
+def run_per_build(
+    builds: Sequence[Build],
+    action: Callable[[Build], Result],
+    *,
+    summary: Callable[[Result], str],
+    as_json: bool,
+    noun: str,
+) -> list[Result]:
+    """Run ``action`` on each build; one failure does not stop the others.
+
+    A single build's error propagates as is; with several, each is printed, all results
+    (and failures) go to JSON, and the command fails at the end naming the failed builds.
+    """
+    results: list[Result] = []
+    failures: list[tuple[str, SparkbuildError]] = []
+    for build in builds:
+        try:
+            result = action(build)
+        except SparkbuildError as exc:
+            if len(builds) == 1:
+                raise
+            failures.append((build.name, exc))
+            console.err.print(f"error: {exc}", style="red", markup=False)
+            continue
+        results.append(result)
+        if not as_json:
+            console.out.print(summary(result), markup=False)
+    if as_json:
+        emit_json(
+            {
+                "results": [r.to_json() for r in results],
+                "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
+            }
+        )
+    if failures:
+        names = ", ".join(name for name, _ in failures)
+        raise SparkbuildError(f"{len(failures)} of {len(builds)} {noun} failed: {names}")
+    return results
 
 
 # Command name -> module under sparkbuild.cli. A module is imported only when one of its

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from sparkbuild import console
-from sparkbuild.cli import emit_json
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.cli import run_per_build
+from sparkbuild.errors import UsageError
 from sparkbuild.image import ImageResult, build_image
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
@@ -76,38 +73,20 @@ def build_command(
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
     selected = _selected(settings, builds, engine)
-    results: list[ImageResult] = []
-    failures: list[tuple[str, SparkbuildError]] = []
-    for build in selected:
-        try:
-            result = build_image(
-                build,
-                settings,
-                locked=locked,
-                platform=platform,
-                builder_name=builder_name,
-                no_cache=no_cache,
-            )
-        except SparkbuildError as exc:
-            if len(selected) == 1:
-                raise
-            failures.append((build.name, exc))
-            console.err.print(f"error: {exc}", style="red", markup=False)
-            continue
-        results.append(result)
-        if not as_json:
-            console.out.print(_summary(result), markup=False)
-    if as_json:
-        payload: Any = {
-            "results": [r.to_json() for r in results],
-            "failed": [
-                {"build": name, "error": exc.message, "hint": exc.hint} for name, exc in failures
-            ],
-        }
-        emit_json(payload)
-    if failures:
-        names = ", ".join(name for name, _ in failures)
-        raise SparkbuildError(f"{len(failures)} of {len(selected)} builds failed: {names}")
+    run_per_build(
+        selected,
+        lambda build: build_image(
+            build,
+            settings,
+            locked=locked,
+            platform=platform,
+            builder_name=builder_name,
+            no_cache=no_cache,
+        ),
+        summary=_summary,
+        as_json=as_json,
+        noun="builds",
+    )
 
 
 COMMANDS: list[click.Command] = [build_command]

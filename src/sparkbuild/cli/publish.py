@@ -9,8 +9,7 @@ from typing import Any
 import click
 
 from sparkbuild import console
-from sparkbuild.cli import emit_json
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.cli import emit_json, run_per_build
 from sparkbuild.publish import (
     DEFAULT_ALIASES,
     DEFAULT_REPOSITORY,
@@ -124,31 +123,14 @@ def publish_command(
 
     found = _credentials(registry.host, username, password_stdin)
     redactor = _redactor(found)
-    results: list[PublishResult] = []
-    failures: list[tuple[str, SparkbuildError]] = []
-    for build in selected:
-        try:
-            with redactor.guard(f"publishing {build.name}"):
-                result = publish_build(build, settings, target_of, found, force=force)
-        except SparkbuildError as exc:
-            if len(selected) == 1:
-                raise
-            failures.append((build.name, exc))
-            console.err.print(f"error: {exc}", style="red", markup=False)
-            continue
-        results.append(result)
-        if not as_json:
-            console.out.print(_publish_line(result), markup=False)
-    if as_json:
-        emit_json(
-            {
-                "results": [r.to_json() for r in results],
-                "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
-            }
-        )
-    if failures:
-        names = ", ".join(name for name, _ in failures)
-        raise SparkbuildError(f"{len(failures)} of {len(selected)} publications failed: {names}")
+
+    def publish_one(build: Build) -> PublishResult:
+        with redactor.guard(f"publishing {build.name}"):
+            return publish_build(build, settings, target_of, found, force=force)
+
+    run_per_build(
+        selected, publish_one, summary=_publish_line, as_json=as_json, noun="publications"
+    )
 
 
 def _rollback_line(result: RollbackResult) -> str:
