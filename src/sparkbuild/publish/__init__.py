@@ -144,18 +144,26 @@ def pinned_image(settings: Settings, build: Build) -> dict[str, Any]:
     return image
 
 
+def _counted_verdict(result: Any, image_id: str) -> str:
+    """'pass' only for a verified run of ``image_id``; otherwise what the record says."""
+    verdict = result.get("verdict") if isinstance(result, dict) else None
+    if not verdict:
+        return "missing"
+    if verdict == "pass" and not (
+        result.get("verified") is True and result.get("image_id") == image_id
+    ):
+        return f"unverified pass ({result.get('target') or 'unknown target'})"
+    return str(verdict)
+
+
 def smoke_verdicts(settings: Settings, build: Build, image_id: str) -> dict[str, str]:
-    """profile -> verdict ('pass', 'fail' or 'missing') for every profile the build lists."""
+    """profile -> verdict for every profile the build lists: 'pass' (a verified run of this
+    image), 'fail', 'missing', or 'unverified pass (TARGET)' (a command or URL run)."""
     entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
     section = entry.get("smoke")
     recorded = section.get(image_id) if isinstance(section, dict) else None
     recorded = recorded if isinstance(recorded, dict) else {}
-    verdicts = {}
-    for profile in build.smoke_profiles:
-        result = recorded.get(profile)
-        verdict = result.get("verdict") if isinstance(result, dict) else None
-        verdicts[profile] = str(verdict) if verdict else "missing"
-    return verdicts
+    return {p: _counted_verdict(recorded.get(p), image_id) for p in build.smoke_profiles}
 
 
 def smoke_gate(settings: Settings, build: Build, image_id: str, *, force: bool) -> bool:
@@ -177,7 +185,7 @@ def smoke_gate(settings: Settings, build: Build, image_id: str, *, force: bool) 
         profile = next(iter(failing))
         hint = (
             f"`sparkbuild smoke --image IMAGE --profile {profile} --record {build.name}` "
-            "records one"
+            "records one (command and URL runs are recorded unverified and do not count)"
         )
     if not force:
         raise SparkbuildError(problem, hint + "; --force publishes anyway, recorded unverified")
