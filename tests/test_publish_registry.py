@@ -232,7 +232,8 @@ def test_lock_and_local_image_must_agree(env: Env) -> None:
     data = yaml.safe_load(stale.read_text())
     missing_id = "sha256:" + "1" * 64
     data["builds"][BUILD]["image"]["image_id"] = missing_id
-    data["builds"][BUILD]["smoke"] = {missing_id: {PROFILE: {"verdict": "pass"}}}
+    verified = {"verdict": "pass", "verified": True, "image_id": missing_id}
+    data["builds"][BUILD]["smoke"] = {missing_id: {PROFILE: verified}}
     stale.write_text(yaml.safe_dump(data))
     result = env.publish(lock=stale, env=env.creds_env())
     assert result.returncode == 1, _output(result)

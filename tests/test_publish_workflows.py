@@ -130,3 +130,56 @@ def test_workflow_scripts_parse(path: Path) -> None:
     result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "set -uo pipefail" in path.read_text() or "set -euo pipefail" in path.read_text()
+
+
+def test_ci_runs_lint() -> None:
+    workflow = _workflow("ci.yml")
+    runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    assert "nox -s lint" in runs
+
+
+def _plan_lock_step(tmp_path: Path, event: str, *, with_lock: bool) -> dict[str, str]:
+    """Run the images workflow's 'Is there an images.lock yet?' step in bash; its outputs."""
+    step = next(
+        s for s in _workflow("images.yml")["jobs"]["plan"]["steps"] if s.get("id") == "lock"
+    )
+    work = tmp_path / f"{event}-{with_lock}"
+    work.mkdir()
+    if with_lock:
+        (work / "images.lock").write_text("schema: 1\nbuilds: {}\n")
+    output = work / "github-output"
+    output.touch()
+    done = subprocess.run(
+        ["bash", "-e", "-c", step["run"]],
+        cwd=work,
+        env={"EVENT": event, "GITHUB_OUTPUT": str(output), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("=", 1) for line in output.read_text().splitlines())
+
+
+def test_a_fresh_fork_builds_unlocked_and_gets_a_lock_pull_request(tmp_path: Path) -> None:
+    workflow = _workflow("images.yml")
+    # No hard-wired --locked: it comes from the plan, only for pushes with a lock.
+    assert "LOCKED" not in workflow.get("env", {})
+    assert _plan_lock_step(tmp_path, "push", with_lock=False) == {"exists": "false", "locked": ""}
+    assert _plan_lock_step(tmp_path, "push", with_lock=True) == {
+        "exists": "true",
+        "locked": "--locked",
+    }
+    assert _plan_lock_step(tmp_path, "schedule", with_lock=True) == {"exists": "true"}
+    jobs = workflow["jobs"]
+    for name in ("build", "smoke-publish"):
+        envs = [s.get("env", {}) for s in jobs[name]["steps"]]
+        assert {"LOCKED": "${{ needs.plan.outputs.locked }}"}.items() <= next(
+            e for e in envs if "LOCKED" in e
+        ).items()
+    first = jobs["first-lock"]
+    assert first["if"] == "needs.plan.outputs.has-lock == 'false'"
+    assert any(s.get("run") == "sparkbuild lock" for s in first["steps"])
+    creator = next(s for s in first["steps"] if "create-pull-request" in s.get("uses", ""))
+    assert creator["with"]["add-paths"] == "images.lock"
+    assert first["permissions"] == {"contents": "write", "pull-requests": "write"}

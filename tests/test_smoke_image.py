@@ -84,6 +84,9 @@ def test_image_pass_records_under_the_tested_image_id(project: Path, image: str)
     smoke = yaml.safe_load(lock.read_text())["builds"]["cpu"]["smoke"]
     assert smoke[image_id]["ctr"]["verdict"] == "pass"
     assert smoke[image_id]["ctr"]["target"] == f"image:{image}"
+    # The id read from the container that ran, so publish counts this verdict.
+    assert smoke[image_id]["ctr"]["verified"] is True
+    assert smoke[image_id]["ctr"]["image_id"] == image_id
 
 
 def test_image_boot_failure_keeps_container_logs_and_removes_it(project: Path, image: str) -> None:

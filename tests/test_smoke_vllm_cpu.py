@@ -83,6 +83,8 @@ def test_pass_with_real_speculation(project: Path, launcher: str, model: Path) -
     assert entry["verdict"] == "pass" and entry["accept_len"] == run.result["accept_len"]
     assert entry["checks"]["accept_len"] == "pass" and entry["engine"] == "vllm"
     assert entry["target"].startswith("command:")
+    assert entry["verified"] is False and entry["image_id"] is None
+    assert "recorded as unverified" in run.stderr
 
 
 def test_nan_weights_fail_the_nan_check(project: Path, launcher: str, nan_model: Path) -> None:
@@ -193,3 +195,16 @@ def test_url_pass_when_profile_expects_no_speculation(project: Path, plain_serve
     assert human.returncode == 0
     assert "smoke PASS" in human.stdout and "accept_len" in human.stdout
     assert human.check("accept_len")["status"] == "skip"
+
+
+def test_url_run_is_recorded_unverified(project: Path, plain_server: str) -> None:
+    write_profile(project, "plain", expect={"speculation": False})
+    lock = _lock_with_image(project, "tiny", "sha256:current", {})
+
+    run = run_smoke_cli(project, "--url", plain_server, "--profile", "plain", "--record", "tiny")
+
+    assert run.returncode == 0, run.explain()
+    entry = yaml.safe_load(lock.read_text(encoding="utf-8"))["builds"]["tiny"]["smoke"]
+    recorded = entry["sha256:current"]["plain"]
+    assert recorded["verdict"] == "pass" and recorded["verified"] is False
+    assert recorded["target"] == f"url:{plain_server}" and recorded["image_id"] is None

@@ -382,3 +382,74 @@ def test_concurrent_runs_share_one_cache(project: Project) -> None:
         "fsck",
         "--no-progress",
     )
+
+
+def _tamper(project: Project, **source: Any) -> None:
+    path = project.root / "images.lock"
+    data = yaml.safe_load(path.read_text())
+    data["builds"]["old"]["source"].update(source)
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_a_lock_pinning_another_tags_commit_fails_check_and_locked(project: Project) -> None:
+    assert project.run("lock", "old").exit_code == 0
+    # The spec says v1.0.0; the lock is edited to pin v1.1.0's commit.
+    _tamper(project, commit=project.upstream.tags["v1.1.0"])
+    wanted = f"pins commit {project.upstream.tags['v1.1.0'][:12]}, but tag v1.0.0 is"
+    for command in (["lock", "old", "--check"], ["prepare", "old", "--locked"]):
+        result = project.run(*command)
+        assert result.exit_code == 1, (command, result.output)
+        assert wanted in result.stderr and "builds.old.source.commit" in result.stderr
+    assert project.run("patches", "old", "--locked").exit_code == 1
+
+
+def test_a_lock_with_a_tree_of_zeros_fails_check_and_locked(project: Project) -> None:
+    assert project.run("lock", "old").exit_code == 0
+    real_tree = project.lock["builds"]["old"]["source"]["tree"]
+    _tamper(project, tree="0" * 40)
+    for command in (["lock", "old", "--check"], ["prepare", "old", "--locked"]):
+        result = project.run(*command)
+        assert result.exit_code == 1, (command, result.output)
+        assert f"the patched tree is {real_tree[:12]}" in result.stderr
+        assert "pins 000000000000 (`builds.old.source.tree`)" in result.stderr
+
+
+@pytest.mark.docker
+def test_build_locked_refuses_a_tampered_tree(project: Project) -> None:
+    assert project.run("lock", "old").exit_code == 0
+    path = project.root / "images.lock"
+    data = yaml.safe_load(path.read_text())
+    data["builds"]["old"]["source"]["tree"] = "0" * 40
+    # An image entry as `build` writes it, so --locked gets as far as the source.
+    data["builds"]["old"]["image"] = {"inputs_digest": "sha256:" + "1" * 64}
+    path.write_text(yaml.safe_dump(data))
+    result = project.run("build", "old", "--locked")
+    assert result.exit_code == 1, result.output
+    assert "pins 000000000000 (`builds.old.source.tree`)" in result.stderr
+
+
+def test_lock_check_validates_the_schema(project: Project) -> None:
+    assert project.run("lock", "old").exit_code == 0
+    path = project.root / "images.lock"
+    good = yaml.safe_load(path.read_text())
+    cases = {
+        "no `schema:` field": {k: v for k, v in good.items() if k != "schema"},
+        "`schema: 2` is not 1": {**good, "schema": 2},
+        "`builds.old.source.commit`: String should match pattern": {
+            **good,
+            "builds": {"old": {"source": {**good["builds"]["old"]["source"], "commit": "v1.1"}}},
+        },
+    }
+    for message, data in cases.items():
+        path.write_text(yaml.safe_dump(data))
+        result = project.run("lock", "old", "--check")
+        assert result.exit_code == 1, (message, result.output)
+        assert message in result.stderr and "not a valid sparkbuild lock" in result.stderr
+
+
+def test_lock_check_without_a_lock_file_is_its_own_state(project: Project) -> None:
+    assert not (project.root / "images.lock").exists()
+    result = project.run("lock", "--check")
+    assert result.exit_code == 0, result.output
+    assert "no images.lock yet" in result.stderr and "sparkbuild lock" in result.stderr
+    assert not (project.root / "images.lock").exists()

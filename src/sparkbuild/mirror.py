@@ -138,6 +138,18 @@ class Mirror:
                 "fetch from",
             )
 
+    def local_refs(self) -> RemoteRefs:
+        """The PR heads the mirror holds, in ``ls-remote`` form, for offline ``--locked`` runs
+        (``lock --check``); the pinned base commit needs no ref."""
+        output = git.text(
+            ["for-each-ref", "--format=%(refname) %(objectname)", "refs/pull"], git_dir=self.path
+        )
+        refs: dict[str, str] = {}
+        for line in output.splitlines():
+            name, _, sha = line.partition(" ")
+            refs[name] = sha
+        return RemoteRefs(refs)
+
     def has_commit(self, sha: str) -> bool:
         result = git.run(["cat-file", "-e", f"{sha}^{{commit}}"], git_dir=self.path, check=False)
         return result.returncode == 0

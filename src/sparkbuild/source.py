@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkbuild import console, git
+from sparkbuild import console, git, lockproof
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.mirror import Mirror, RemoteRefs, looks_like_sha
@@ -130,12 +130,14 @@ class _Pins:
     commit: str | None = None
     pr_heads: dict[int, str] = field(default_factory=dict)
     pr_diffs: dict[int, str] = field(default_factory=dict)
+    tree: str | None = None
 
     @classmethod
     def from_lock(cls, entry: dict[str, Any]) -> _Pins:
         prs = entry.get("prs", [])
         return cls(
             commit=entry.get("commit"),
+            tree=entry.get("tree"),
             pr_heads={p["number"]: p["head"] for p in prs if p.get("head")},
             pr_diffs={p["number"]: p["diff_sha256"] for p in prs if p.get("diff_sha256")},
         )
@@ -369,8 +371,12 @@ def _changed(mirror: Mirror, base_commit: str, tree: str) -> tuple[ChangedFile, 
     )
 
 
-def prepare_source(build: Build, settings: Settings, *, locked: bool = False) -> PreparedSource:
-    """Resolve, fetch and patch one build. With ``locked``, use only what the lock pins."""
+def prepare_source(
+    build: Build, settings: Settings, *, locked: bool = False, offline: bool = False
+) -> PreparedSource:
+    """Resolve, fetch and patch one build. With ``locked``, use only what the lock pins and
+    prove it: the pinned commit is what ``ref`` resolves to and the patched tree is the
+    locked one. ``offline`` (with ``locked``) uses the mirror as it is, fetching nothing."""
     pins = _Pins()
     if locked:
         entry = require_locked_source(build, settings)
@@ -378,8 +384,13 @@ def prepare_source(build: Build, settings: Settings, *, locked: bool = False) ->
     mirror = Mirror(settings.cache_dir, build.repo)
     in_range = [pr for pr in build.prs if build.in_range(pr.when)]
     with mirror.locked():
-        remote = _fetch_for(mirror, build, in_range, pins)
+        if offline and locked:
+            remote = mirror.local_refs()
+        else:
+            remote = _fetch_for(mirror, build, in_range, pins)
         base_commit = _resolve_base(mirror, build, remote, pins)
+        if locked:
+            lockproof.check_ref(mirror, build, base_commit)
     applier = _Applier(mirror, build, base_commit)
     try:
         with console.status(
@@ -389,6 +400,8 @@ def prepare_source(build: Build, settings: Settings, *, locked: bool = False) ->
             items += [_settle_patch(applier, patch) for patch in build.patches]
     finally:
         applier.close()
+    if locked and not any(item.status in FAILING for item in items):
+        lockproof.check_tree(build, pins.tree, applier.tree)
     return PreparedSource(
         build=build,
         base_commit=base_commit,

@@ -66,7 +66,8 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     "--record",
     "record_build",
     metavar="BUILD",
-    help="Record the verdict in images.lock under BUILD's current image id.",
+    help="Record the verdict in images.lock under BUILD's current image id "
+    "(verified only for --image runs).",
 )
 @click.option(
     "--log",
@@ -116,6 +117,12 @@ def smoke(
     if record_build:
         image_id = report.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
+        if not report.is_verified(result):
+            console.warn(
+                f"recorded as unverified: a {result.target_kind} run does not show which image "
+                f"ran, so `sparkbuild publish {record_build}` does not count it; "
+                f"`sparkbuild smoke --image IMAGE --profile {name} --record {record_build}` does"
+            )
     if result.verdict != "pass":
         raise click.exceptions.Exit(EXIT_FAILURE)
 

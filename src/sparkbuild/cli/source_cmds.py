@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, NoReturn
 
 import click
 from rich.table import Table
 
-from sparkbuild import console, source
+from sparkbuild import console, lockproof, source
 from sparkbuild import lock as lockfile
 from sparkbuild.cli import emit_json
-from sparkbuild.errors import EXIT_FAILURE
+from sparkbuild.errors import EXIT_FAILURE, LockError
+from sparkbuild.mirror import Mirror
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
@@ -141,23 +143,58 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
 
 
 def _check(settings: Settings, builds: list[Build], all_builds: bool) -> None:
-    data = lockfile.load(settings.lock_file)
-    problems: list[str] = []
+    path = settings.lock_file
+    if not path.exists():
+        # Its own state, not staleness: a fresh clone or fork has no lock until the first
+        # `sparkbuild lock` (or the images workflow's pull request) writes one.
+        console.warn(
+            f"no {path.name} yet: nothing to check against the {len(builds)} build(s); "
+            "`sparkbuild lock` (or `nox -s lock`) writes it, then commit it"
+        )
+        return
+    problems = lockproof.schema_problems(path)
+    if problems:
+        _stale(problems, f"{path.name} is not a valid sparkbuild lock")
+    data = lockfile.load(path)
     for build in builds:
         entry = lockfile.build_entry(data, build.name)
-        problems += source.staleness(build, entry.get("source") if entry else None)
+        locked = entry.get("source") if entry else None
+        stale = source.staleness(build, locked)
+        problems += stale or _prove_offline(settings, build, locked)
     if all_builds:
         known = {b.name for b in builds}
         problems += [
             f"{name}: in the lock but in no spec" for name in data["builds"] if name not in known
         ]
     if problems:
-        console.err.print("images.lock is stale:\n  " + "\n  ".join(problems), markup=False)
-        console.err.print(
-            "hint: run `sparkbuild lock` (or `nox -s lock`) and commit images.lock", markup=False
-        )
-        raise SystemExit(EXIT_FAILURE)
+        _stale(problems, f"{path.name} is stale")
     console.info(f"images.lock matches the specs ({len(builds)} build(s))")
+
+
+def _prove_offline(settings: Settings, build: Build, locked: Any) -> list[str]:
+    """Re-derive the locked tree from the local mirror, when it holds the pinned commits."""
+    if not isinstance(locked, dict) or not lockproof.mirror_has(
+        Mirror(settings.cache_dir, build.repo), locked
+    ):
+        console.info(
+            f"{build.name}: commit and tree not re-derived (no local mirror holds them); "
+            f"`sparkbuild prepare --locked {build.name}` fetches and proves them"
+        )
+        return []
+    try:
+        prepared = source.prepare_source(build, settings, locked=True, offline=True)
+    except LockError as exc:
+        return [exc.message]
+    failing = [f"{i.id} ({i.status})" for i in prepared.items if i.status in source.FAILING]
+    return [f"{build.name}: does not apply offline: {', '.join(failing)}"] if failing else []
+
+
+def _stale(problems: list[str], headline: str) -> NoReturn:
+    console.err.print(f"{headline}:\n  " + "\n  ".join(problems), markup=False)
+    console.err.print(
+        "hint: run `sparkbuild lock` (or `nox -s lock`) and commit images.lock", markup=False
+    )
+    raise SystemExit(EXIT_FAILURE)
 
 
 COMMANDS: list[click.Command] = [patches, prepare, lock_command]

@@ -381,6 +381,8 @@ class ContainerTarget(Target):
             ) from exc
         self.started_at = time.monotonic()
         self._container.reload()
+        # What the container runs, not what the tag names now (a tag can move meanwhile).
+        self.image_id = str(self._container.attrs.get("Image") or "") or None
         bindings = self._container.attrs["NetworkSettings"]["Ports"] or {}
         published = bindings.get(f"{self.container_port}/tcp") or []
         if published:

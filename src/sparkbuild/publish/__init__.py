@@ -20,6 +20,7 @@ from sparkbuild import console
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
 from sparkbuild.image import builder
+from sparkbuild.publish import manifests
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import TAG_PATTERN, Manifest, Registry, RegistryClient
 from sparkbuild.settings import Settings
@@ -144,18 +145,26 @@ def pinned_image(settings: Settings, build: Build) -> dict[str, Any]:
     return image
 
 
+def _counted_verdict(result: Any, image_id: str) -> str:
+    """'pass' only for a verified run of ``image_id``; otherwise what the record says."""
+    verdict = result.get("verdict") if isinstance(result, dict) else None
+    if not verdict:
+        return "missing"
+    if verdict == "pass" and not (
+        result.get("verified") is True and result.get("image_id") == image_id
+    ):
+        return f"unverified pass ({result.get('target') or 'unknown target'})"
+    return str(verdict)
+
+
 def smoke_verdicts(settings: Settings, build: Build, image_id: str) -> dict[str, str]:
-    """profile -> verdict ('pass', 'fail' or 'missing') for every profile the build lists."""
+    """profile -> verdict for every profile the build lists: 'pass' (a verified run of this
+    image), 'fail', 'missing', or 'unverified pass (TARGET)' (a command or URL run)."""
     entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
     section = entry.get("smoke")
     recorded = section.get(image_id) if isinstance(section, dict) else None
     recorded = recorded if isinstance(recorded, dict) else {}
-    verdicts = {}
-    for profile in build.smoke_profiles:
-        result = recorded.get(profile)
-        verdict = result.get("verdict") if isinstance(result, dict) else None
-        verdicts[profile] = str(verdict) if verdict else "missing"
-    return verdicts
+    return {p: _counted_verdict(recorded.get(p), image_id) for p in build.smoke_profiles}
 
 
 def smoke_gate(settings: Settings, build: Build, image_id: str, *, force: bool) -> bool:
@@ -177,7 +186,7 @@ def smoke_gate(settings: Settings, build: Build, image_id: str, *, force: bool) 
         profile = next(iter(failing))
         hint = (
             f"`sparkbuild smoke --image IMAGE --profile {profile} --record {build.name}` "
-            "records one"
+            "records one (command and URL runs are recorded unverified and do not count)"
         )
     if not force:
         raise SparkbuildError(problem, hint + "; --force publishes anyway, recorded unverified")
@@ -265,15 +274,17 @@ def daemon_push(api: Any, image: Any, target: Target, credentials: Credentials) 
 # --- publish ----------------------------------------------------------------------------
 
 
-def _existing_tag(client: RegistryClient, target: Target, image_id: str) -> Manifest | None:
+def _existing_tag(
+    client: RegistryClient, target: Target, image_id: str, platform: str
+) -> Manifest | None:
     """The manifest the immutable tag already serves, if it is this image; refuses if not."""
     current = client.manifest(target.repository, target.tag, push=True)
     if current is None:
         return None
-    if current.config_digest != image_id:
+    if not manifests.holds_image(client, target.repository, current, image_id, platform):
         raise SparkbuildError(
-            f"{target.reference}:{target.tag} already exists as {current.digest} (image "
-            f"{(current.config_digest or 'unknown')[:19]}), not this build's image "
+            f"{target.reference}:{target.tag} already exists as {current.digest} "
+            f"({manifests.describe(current)}), not this build's {platform} image "
             f"{image_id[:19]}; immutable tags never move",
             "the same version and tree built into different content (an unpinned base or a "
             "non-reproducible build); find out why, or remove the tag from the registry by hand",
@@ -282,7 +293,7 @@ def _existing_tag(client: RegistryClient, target: Target, image_id: str) -> Mani
 
 
 def _verify_pushed(
-    client: RegistryClient, target: Target, image_id: str, reported: str | None
+    client: RegistryClient, target: Target, image_id: str, reported: str | None, platform: str
 ) -> Manifest:
     manifest = client.manifest(target.repository, target.tag, push=True)
     if manifest is None:
@@ -297,10 +308,10 @@ def _verify_pushed(
             f"reported {reported}; another writer may have replaced it",
             "nothing was recorded; check who else pushes to this repository",
         )
-    if manifest.config_digest != image_id:
+    if not manifests.holds_image(client, target.repository, manifest, image_id, platform):
         raise SparkbuildError(
-            f"{target.reference}@{manifest.digest} holds image {manifest.config_digest}, not "
-            f"the pinned {image_id}",
+            f"{target.reference}@{manifest.digest} holds {manifests.describe(manifest)}, not "
+            f"the pinned {platform} image {image_id}",
             "nothing was recorded; check who else pushes to this repository",
         )
     return manifest
@@ -384,13 +395,14 @@ def publish_build(
     rolled_back = {h["digest"] for h in _history(record) if h.get("rolled_back")}
     client = RegistryClient(target.registry, credentials)
     client.check_access(target.repository, push=True)
-    manifest = _existing_tag(client, target, image_id)
+    platform = str(image.get("platform") or build.image.platform)
+    manifest = _existing_tag(client, target, image_id, platform)
     pushed = manifest is None
     if manifest is None:
         api = builder.docker_api()
         local = local_image(api, build, image)
         reported = daemon_push(api, local, target, credentials)
-        manifest = _verify_pushed(client, target, image_id, reported)
+        manifest = _verify_pushed(client, target, image_id, reported, platform)
     else:
         console.info(f"{build.name}: {target.reference}:{target.tag} is already {manifest.digest}")
     if manifest.digest in rolled_back and not force:

@@ -69,6 +69,12 @@ def render(result: SmokeResult, console: Console) -> None:
         console.print(Text(f"full engine log: {result.log_file}", style="dim"))
 
 
+def is_verified(result: SmokeResult) -> bool:
+    """Whether sparkbuild saw which image ran: only a container it started, whose image id it
+    read from the container itself. A command or URL run cannot show what it ran."""
+    return result.target_kind == "image" and bool(result.image_id)
+
+
 def lock_entry(result: SmokeResult) -> dict[str, Any]:
     return {
         "verdict": result.verdict,
@@ -77,12 +83,21 @@ def lock_entry(result: SmokeResult) -> dict[str, Any]:
         "checks": {check.name: check.status for check in result.checks},
         "engine": result.engine,
         "target": f"{result.target_kind}:{result.target}",
+        "verified": is_verified(result),
+        # The id the container ran (image runs); None when nothing proves what ran.
+        "image_id": result.image_id if is_verified(result) else None,
     }
 
 
 def record(lock_path: Path, build: str, result: SmokeResult) -> str:
-    """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay."""
+    """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay.
+
+    An image run must have run the pinned image (else an error, nothing written); command
+    and URL runs are recorded under the pinned id with ``verified: false``, which publish
+    does not count.
+    """
+    tested_id = result.image_id if result.target_kind == "image" else None
     return lock.record_for_image(
         lock_path, build, "smoke", result.profile, lock_entry(result),
-        tested_id=result.image_id, activity="smoke run",
+        tested_id=tested_id, activity="smoke run",
     )  # fmt: skip

@@ -1,0 +1,93 @@
+"""Does a registry manifest hold the image images.lock pins? For both Docker image stores.
+
+With the classic store an image id is the config digest, and a pushed single-image manifest
+names it as ``config.digest``. With the containerd image store (the default of newer Docker
+installs) an image id is the digest of a manifest or of an OCI index, and what gets pushed is
+often an index: one manifest per platform, plus attestation manifests (BuildKit adds them for
+provenance and SBOMs; their platform is ``unknown/unknown``). So a manifest holds image ``ID``
+for ``PLATFORM`` when ``ID`` is its digest, its config digest, or, for an index, the digest or
+config digest of its ``PLATFORM`` manifest, never of an attestation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sparkbuild.publish.registry import Manifest, RegistryClient
+
+INDEX_TYPES = frozenset(
+    {
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    }
+)
+_REFERENCE_TYPE = "vnd.docker.reference.type"
+
+
+def _body(manifest: Manifest) -> dict[str, Any]:
+    try:
+        data = json.loads(manifest.body)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_index(manifest: Manifest) -> bool:
+    return manifest.media_type in INDEX_TYPES or "manifests" in _body(manifest)
+
+
+def _is_attestation(descriptor: dict[str, Any]) -> bool:
+    annotations = descriptor.get("annotations") or {}
+    platform = descriptor.get("platform") or {}
+    return annotations.get(_REFERENCE_TYPE) == "attestation-manifest" or (
+        platform.get("os") == "unknown" and platform.get("architecture") == "unknown"
+    )
+
+
+def _matches_platform(descriptor: dict[str, Any], platform: str) -> bool:
+    os_name, _, rest = platform.partition("/")
+    architecture, _, variant = rest.partition("/")
+    offered = descriptor.get("platform") or {}
+    if offered.get("os") != os_name or offered.get("architecture") != architecture:
+        return False
+    return not variant or offered.get("variant") in (None, variant)
+
+
+def platform_manifests(manifest: Manifest, platform: str) -> list[str]:
+    """Digests of an index's image manifests for ``platform`` (attestations left out)."""
+    return [
+        str(child["digest"])
+        for child in _body(manifest).get("manifests") or []
+        if isinstance(child, dict)
+        and child.get("digest")
+        and not _is_attestation(child)
+        and _matches_platform(child, platform)
+    ]
+
+
+def holds_image(
+    client: RegistryClient, repository: str, manifest: Manifest, image_id: str, platform: str
+) -> bool:
+    """Whether ``manifest`` (in ``repository``) is, or contains for ``platform``, ``image_id``."""
+    if image_id in (manifest.digest, manifest.config_digest):
+        return True
+    if not is_index(manifest):
+        return False
+    for digest in platform_manifests(manifest, platform):
+        if digest == image_id:
+            return True
+        child = client.manifest(repository, digest, push=True)
+        if child is not None and child.config_digest == image_id:
+            return True
+    return False
+
+
+def describe(manifest: Manifest) -> str:
+    """What a manifest holds, for messages: an image config or an index of N manifests."""
+    if is_index(manifest):
+        return f"an index of {len(_body(manifest).get('manifests') or [])} manifest(s)"
+    return f"image {(manifest.config_digest or 'unknown')[:19]}"
+
+
+__all__ = ["describe", "holds_image", "is_index", "platform_manifests"]
