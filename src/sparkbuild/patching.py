@@ -41,7 +41,7 @@ class ScratchIndex:
         self.git_dir = git_dir
         self._tmp = tempfile.TemporaryDirectory(prefix="sparkbuild-index-")
         self.env = {"GIT_INDEX_FILE": str(Path(self._tmp.name) / "index")}
-        git.run(["read-tree", commit], git_dir=git_dir, env=self.env)
+        git.run(["read-tree", "--end-of-options", commit], git_dir=git_dir, env=self.env)
 
     def __enter__(self) -> ScratchIndex:
         return self

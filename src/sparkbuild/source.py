@@ -31,6 +31,7 @@ from sparkbuild.mirror import Mirror, RemoteRefs, looks_like_sha
 from sparkbuild.patching import ScratchIndex
 from sparkbuild.settings import Settings
 from sparkbuild.spec import PR, Build, Patch, file_sha256
+from sparkbuild.validate import redact_url, strip_userinfo
 
 Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing"]
 FAILING: frozenset[str] = frozenset({"conflict", "missing"})
@@ -172,7 +173,7 @@ def _resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: _Pins)
     if pins.commit:
         if not mirror.has_commit(pins.commit):
             raise LockError(
-                f"{build.name}: locked commit {pins.commit} is not in {build.repo}",
+                f"{build.name}: locked commit {pins.commit} is not in {redact_url(build.repo)}",
                 "the upstream history was rewritten; re-resolve with `sparkbuild lock "
                 f"{build.name}`",
             )
@@ -184,10 +185,13 @@ def _resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: _Pins)
         sha = mirror.rev_parse(build.ref)
     if sha is None or not mirror.has_commit(sha):
         raise SparkbuildError(
-            f"{build.name}: ref '{build.ref}' not found at {build.repo}",
-            f"check `ref:` in {build.spec_file.name}; `git ls-remote {build.repo}` lists refs",
+            f"{build.name}: ref '{build.ref}' not found at {redact_url(build.repo)}",
+            f"check `ref:` in {build.spec_file.name}; "
+            f"`git ls-remote {redact_url(build.repo)}` lists refs",
         )
-    return git.text(["rev-parse", f"{sha}^{{commit}}"], git_dir=mirror.path)
+    return git.text(
+        ["rev-parse", "--verify", "--end-of-options", f"{sha}^{{commit}}"], git_dir=mirror.path
+    )
 
 
 def _fork_point(mirror: Mirror, head: str, base_branch: str) -> str:
@@ -196,15 +200,15 @@ def _fork_point(mirror: Mirror, head: str, base_branch: str) -> str:
     branch = f"refs/remotes/origin/{base_branch}"
     outside = git.text(["rev-list", "--first-parent", branch, "--not", head], git_dir=mirror.path)
     if not outside:
-        return git.text(["merge-base", head, branch], git_dir=mirror.path)
+        return git.text(["merge-base", "--end-of-options", head, branch], git_dir=mirror.path)
     oldest_outside = outside.splitlines()[-1]
     parent = git.run(
-        ["rev-parse", "--verify", "--quiet", f"{oldest_outside}^1"],
+        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{oldest_outside}^1"],
         git_dir=mirror.path,
         check=False,
     )
     if parent.returncode != 0:  # the branch and the PR share no history
-        return git.text(["merge-base", head, branch], git_dir=mirror.path)
+        return git.text(["merge-base", "--end-of-options", head, branch], git_dir=mirror.path)
     return parent.stdout.decode().strip()
 
 
@@ -212,7 +216,14 @@ def _squash_merge_of(mirror: Mirror, number: int, base: str) -> str | None:
     """GitHub titles a squash merge "... (#N)"; the newest such commit in the base that is
     not a revert means the PR is in, even where later commits changed the same lines."""
     log = git.text(
-        ["log", "--format=%h %s", "--fixed-strings", f"--grep=(#{number})", base],
+        [
+            "log",
+            "--format=%h %s",
+            "--fixed-strings",
+            f"--grep=(#{number})",
+            "--end-of-options",
+            base,
+        ],
         git_dir=mirror.path,
     )
     for line in log.splitlines():
@@ -223,7 +234,11 @@ def _squash_merge_of(mirror: Mirror, number: int, base: str) -> str | None:
 
 
 def _is_ancestor(mirror: Mirror, commit: str, of: str) -> bool:
-    result = git.run(["merge-base", "--is-ancestor", commit, of], git_dir=mirror.path, check=False)
+    result = git.run(
+        ["merge-base", "--is-ancestor", "--end-of-options", commit, of],
+        git_dir=mirror.path,
+        check=False,
+    )
     return result.returncode == 0
 
 
@@ -240,7 +255,9 @@ class _Applier:
         self.commit = base_commit
         self.tree = self.index.write_tree()
         self.conflict_commit: str | None = None
-        self._date = git.text(["log", "-1", "--format=%cI", base_commit], git_dir=mirror.path)
+        self._date = git.text(
+            ["log", "-1", "--format=%cI", "--end-of-options", base_commit], git_dir=mirror.path
+        )
 
     def close(self) -> None:
         self.index.__exit__(None, None, None)
@@ -285,7 +302,7 @@ def _settle_pr(applier: _Applier, pr: PR, remote: RemoteRefs, pins: _Pins) -> It
         )
     head = remote.pr_head(pr.number)
     if head is None:
-        return replace(item, detail=f"no refs/pull/{pr.number}/head at {build.repo}")
+        return replace(item, detail=f"no refs/pull/{pr.number}/head at {redact_url(build.repo)}")
     locked_head = pins.pr_heads.get(pr.number)
     if locked_head and locked_head != head:
         raise LockError(
@@ -306,7 +323,9 @@ def _settle_pr(applier: _Applier, pr: PR, remote: RemoteRefs, pins: _Pins) -> It
     commits = tuple(
         git.text(["rev-list", "--reverse", f"{fork}..{head}"], git_dir=mirror.path).split()
     )
-    diff = git.run(["diff", "--binary", "--full-index", fork, head], git_dir=mirror.path).stdout
+    diff = git.run(
+        ["diff", "--binary", "--full-index", "--end-of-options", fork, head], git_dir=mirror.path
+    ).stdout
     digest = hashlib.sha256(diff).hexdigest()
     locked_digest = pins.pr_diffs.get(pr.number)
     if locked_digest and locked_digest != digest:
@@ -359,7 +378,11 @@ def _settle_patch(applier: _Applier, patch: Patch) -> ItemResult:
 
 def _changed(mirror: Mirror, base_commit: str, tree: str) -> tuple[ChangedFile, ...]:
     raw = git.text(
-        ["diff-tree", "-r", "--no-renames", "--name-status", "-z", f"{base_commit}^{{tree}}", tree],
+        [
+            *("diff-tree", "-r", "--no-renames", "--name-status", "-z", "--end-of-options"),
+            f"{base_commit}^{{tree}}",
+            tree,
+        ],
         git_dir=mirror.path,
     )
     fields = [f for f in raw.split("\0") if f]
@@ -408,7 +431,7 @@ def lock_section(prepared: PreparedSource) -> dict[str, Any]:
     build = prepared.build
     return {
         "engine": build.engine,
-        "repo": build.spec_repo,
+        "repo": strip_userinfo(build.spec_repo),  # a token in the spec never reaches the lock
         "ref": build.ref,
         "commit": prepared.base_commit,
         "version": str(build.version),
@@ -499,7 +522,7 @@ def checkout(prepared: PreparedSource, out: Path) -> Path:
         )
     if not (out / ".git").exists():
         out.mkdir(parents=True, exist_ok=True)
-        git.run(["init", "--quiet", str(out)])
+        git.run(["init", "--quiet", "--", str(out)])
         (out / ".git" / _MARKER).write_text(prepared.build.name + "\n")
     alternates = out / ".git" / "objects" / "info" / "alternates"
     alternates.write_text(str(prepared.mirror / "objects") + "\n")
@@ -507,7 +530,7 @@ def checkout(prepared: PreparedSource, out: Path) -> Path:
     branch = f"sparkbuild/{prepared.build.name}"
     # checkout.workers=0: one checkout worker per core (git's parallel checkout).
     git.run(
-        ["-c", "checkout.workers=0", "checkout", "--quiet", "--force", "-B", branch, target],
+        ["-c", "checkout.workers=0", "checkout", "--quiet", "--force", "-B", branch, target, "--"],
         cwd=out,
     )
     git.run(["clean", "--quiet", "-fdx", "-e", ".sparkbuild"], cwd=out)

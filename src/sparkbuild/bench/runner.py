@@ -45,7 +45,7 @@ from sparkbuild.bench.results import (
 from sparkbuild.bench.sweep import CellKey, Sweep
 from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.targets import ContainerTarget, Target, docker_client, probe, wait_ready
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import EngineGoneError, SparkbuildError, UsageError
 from sparkbuild.smoke.runner import settled_counters
 from sparkbuild.smoke.signatures import diagnose
 
@@ -95,10 +95,6 @@ class BenchPlan:
     request: Mapping[str, Any] = field(default_factory=dict)  # extra request fields
     boot_timeout_s: float = 900.0
     request_timeout_s: float = 1800.0
-
-
-class EngineGoneError(SparkbuildError):
-    """The engine stopped answering in the middle of the sweep."""
 
 
 def host_info() -> HostInfo:

@@ -34,18 +34,7 @@ from typing import Any, ClassVar
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkbuild.errors import UsageError
-
-
-class EngineHTTPError(Exception):
-    """A request the engine answered with an error status, or did not answer."""
-
-    def __init__(self, what: str, status: int | None, body: str = "") -> None:
-        self.what = what
-        self.status = status
-        self.body = body[:500]
-        shown = f"HTTP {status}" if status is not None else "no response"
-        super().__init__(f"{what}: {shown}{': ' + self.body if self.body else ''}")
+from sparkbuild.errors import EngineHTTPError, UsageError
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,12 @@ from tenacity import (
     wait_exponential,
 )
 
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import (
+    CredentialsRejectedError,
+    RegistryError,
+    SparkbuildError,
+    UsageError,
+)
 from sparkbuild.publish.credentials import PASSWORD_ENV, USER_ENV, Credentials
 
 MANIFEST_TYPES = (
@@ -40,14 +45,6 @@ _TIMEOUT = 60
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 TAG_PATTERN = re.compile(r"^[\w][\w.-]{0,127}$")
-
-
-class RegistryError(SparkbuildError):
-    """The registry answered, and the answer was no."""
-
-
-class CredentialsRejectedError(RegistryError):
-    """Authentication failed: wrong or missing credentials (never quoted)."""
 
 
 class _TransientError(Exception):

@@ -15,7 +15,6 @@ from sparkbuild.engines.adapters import (
     Acceptance,
     Counters,
     EngineAdapter,
-    EngineHTTPError,
     Generation,
     adapter_for,
 )
@@ -30,7 +29,7 @@ from sparkbuild.engines.targets import (
     free_port,
     wait_ready,
 )
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import EngineHTTPError, UsageError
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.profile import CustomPrompt, SmokeProfile
