@@ -192,3 +192,95 @@ def test_unknown_engine_in_repo_option_is_refused(project: Project) -> None:
 def _lock(project: Project) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(project.lock_text)
     return data
+
+
+# -- high: a patch that is not a diff is `invalid`, never "upstream", never locked --------
+
+
+def _truncated(project: Project) -> bytes:
+    good = (project.root / "patches" / "pkg" / "applies.patch").read_bytes()
+    cut = good.index(b"@@")
+    return good[: cut + 20]  # the hunk header is cut in half
+
+
+@pytest.mark.parametrize("kind", ["html", "empty", "truncated", "random", "blank-lines"])
+def test_a_non_diff_patch_is_invalid(project: Project, kind: str) -> None:
+    bodies = {
+        "html": b"<!DOCTYPE html>\n<html><body><h1>404 Not Found</h1></body></html>\n",
+        "empty": b"",
+        "truncated": _truncated(project),
+        "random": bytes((i * 97 + 13) % 256 for i in range(2048)),
+        "blank-lines": b"\n\n   \n",
+    }
+    (project.root / "patches" / "pkg" / "applies.patch").write_bytes(bodies[kind])
+    result = project.run("patches", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    items = {i["id"]: i for i in report["builds"][0]["items"]}
+    assert items["patches/pkg/applies.patch"]["status"] == "invalid"
+    assert items["#103"]["status"] == "applied"
+    locked = project.run("lock")
+    assert locked.exit_code == 1
+    assert "not locked" in locked.stderr
+    assert not (project.root / "images.lock").exists()
+
+
+@pytest.mark.parametrize(
+    "file",
+    ["/etc/passwd", "../../../../../../etc/passwd", "patches/../../outside.patch", "LINK"],
+)
+def test_patch_paths_stay_inside_the_project(project: Project, tmp_path: Path, file: str) -> None:
+    outside = tmp_path / "outside.patch"
+    outside.write_bytes((project.root / "patches" / "pkg" / "applies.patch").read_bytes())
+    if file == "LINK":
+        (project.root / "patches" / "link.patch").symlink_to(outside)
+        file = "patches/link.patch"
+    spec = project.write_spec(SPEC.replace("patches/pkg/applies.patch", file))
+    for command in (["patches"], ["lock"], ["lock", "--check"]):
+        result = project.run(*command)
+        assert result.exit_code == 2, result.output
+        assert f"{spec}:8: patches[0].file: patch file" in result.stderr
+        assert "outside the project" in result.stderr
+    assert not (project.root / "images.lock").exists()
+
+
+def test_a_patch_path_that_is_a_directory(project: Project) -> None:
+    project.write_spec(SPEC.replace("patches/pkg/applies.patch", "patches/pkg"))
+    result = project.run("patches", "--json")
+    assert result.exit_code == 1
+    (item,) = [i for i in json.loads(result.stdout)["builds"][0]["items"] if i["kind"] == "patch"]
+    assert item["status"] == "invalid"
+    assert "is a directory" in item["detail"]
+
+
+# -- high: credentials in repository URLs are never shown or stored -----------------------
+
+
+def test_https_token_is_not_shown(project: Project) -> None:
+    url = "https://alice:S3CRETTOKEN@127.0.0.1:9/org/repo.git"  # port 9: refused at once
+    project.write_spec(SPEC, repo=url)
+    for args in (["patches"], ["--repo", f"sglang={url}", "patches"]):
+        result = CliRunner().invoke(
+            main, ["--project", str(project.root), "--cache-dir", str(project.cache), *args]
+        )
+        assert_one_screen(result)
+        assert result.exit_code == 1
+        assert "S3CRETTOKEN" not in result.output
+        assert "https://***@127.0.0.1:9/org/repo.git" in result.stderr
+
+
+def test_file_url_token_is_not_stored(project: Project) -> None:
+    url = f"file://alice:S3CRETTOKEN@localhost{project.url}"
+    project.write_spec(SPEC, repo=url)
+    result = CliRunner().invoke(
+        main, ["--project", str(project.root), "--cache-dir", str(project.cache), "lock"]
+    )
+    assert_one_screen(result)
+    assert result.exit_code == 0, result.output
+    assert "S3CRETTOKEN" not in result.output
+    assert "S3CRETTOKEN" not in project.lock_text
+    assert _lock(project)["builds"]["new"]["source"]["repo"] == f"file://localhost{project.url}"
+    patches = project.run("patches", "--json")
+    assert "S3CRETTOKEN" not in patches.output
+    for config in project.cache.glob("mirrors/*.git/config"):
+        assert "S3CRETTOKEN" not in config.read_text()

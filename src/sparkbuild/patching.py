@@ -70,6 +70,21 @@ class ScratchIndex:
     def apply(self, diff: bytes) -> ApplyOutcome:
         return self._apply(diff)
 
+    def diff_problem(self, diff: bytes) -> str | None:
+        """Why ``diff`` is not a usable diff at all (None when git can read it).
+
+        An HTML error page, an empty or truncated download or random bytes must never pass
+        for "nothing to apply"."""
+        if not diff.strip():
+            return "the file is empty, not a diff"
+        result = git.run(["apply", "--numstat", "-"], git_dir=self.git_dir, input=diff, check=False)
+        if result.returncode != 0:
+            reason = result.stderr.decode(errors="replace").strip().splitlines()
+            return f"not a valid diff: {reason[0] if reason else 'git apply cannot read it'}"
+        if not result.stdout.strip():
+            return "not a valid diff: it changes no file"
+        return None
+
     def files(self, diff: bytes) -> list[str]:
         """Paths the diff touches, as git reads them (any unified diff format)."""
         headers = [m.group(2).decode(errors="replace") for m in _FILE_HEADER.finditer(diff)]

@@ -7,7 +7,8 @@ For each item, in spec order (PRs, then patches), exactly one status:
   succeeds, or applying changes nothing): the rebase-helper rule, not an error;
 - ``out-of-range``: its ``when`` excludes this build's version;
 - ``conflict``: it does not apply exactly; the failing files and hunks are listed;
-- ``missing``: the patch file or the PR ref does not exist.
+- ``missing``: the patch file or the PR ref does not exist;
+- ``invalid``: the patch file is not a diff (an HTML page, empty, truncated, binary junk).
 
 A PR's change is its own commits, from where it left the base branch to its head, never the
 unrelated commits between the build's tag and the PR's base.
@@ -33,8 +34,8 @@ from sparkbuild.settings import Settings
 from sparkbuild.spec import PR, Build, Patch, file_sha256
 from sparkbuild.validate import redact_url, strip_userinfo
 
-Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing"]
-FAILING: frozenset[str] = frozenset({"conflict", "missing"})
+Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
+FAILING: frozenset[str] = frozenset({"conflict", "missing", "invalid"})
 
 
 @dataclass(frozen=True)
@@ -362,9 +363,14 @@ def _settle_patch(applier: _Applier, patch: Patch) -> ItemResult:
         return replace(
             item, status="out-of-range", detail=f"when '{patch.when}' excludes {build.version}"
         )
+    if patch.path.is_dir():
+        return replace(item, status="invalid", detail=f"{patch.file} is a directory, not a diff")
     if not patch.path.is_file():
         return replace(item, detail=f"no such file: {patch.path}")
     diff = patch.path.read_bytes()
+    problem = applier.index.diff_problem(diff)
+    if problem:
+        return replace(item, status="invalid", detail=f"{patch.file}: {problem}")
     digest = hashlib.sha256(diff).hexdigest()
     if patch.sha256 and patch.sha256 != digest:
         raise SparkbuildError(
@@ -509,16 +515,50 @@ def record(prepared: PreparedSource, settings: Settings) -> None:
 _MARKER = "sparkbuild-checkout"
 
 
-def checkout(prepared: PreparedSource, out: Path) -> Path:
+def local_changes(out: Path) -> list[str]:
+    """Edited, staged, untracked and ignored paths of a checkout: what a re-checkout loses."""
+    result = git.run(
+        ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored"],
+        cwd=out,
+        check=False,
+    )
+    if result.returncode != 0:
+        return []
+    records = result.stdout.decode(errors="replace").split("\0")
+    changes: list[str] = []
+    skip = False
+    for record in records:
+        if skip or len(record) < 4:  # a rename's second path, or the trailing empty field
+            skip = False
+            continue
+        code, path = record[:2], record[3:]
+        skip = "R" in code or "C" in code
+        if path.split("/", 1)[0] != ".sparkbuild":  # kept by the re-checkout
+            changes.append(f"{code.strip() or '?'} {path}")
+    return changes
+
+
+def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Path:
     """A git checkout of the patched tree at ``out``, one commit per applied item.
 
     On conflict the checkout stops at the last good commit and the conflicting diff is
-    saved beside it; the caller prints the command to try it by hand.
+    saved beside it; the caller prints the command to try it by hand. An existing checkout
+    with local edits or untracked files is left alone unless ``force``.
     """
     out = out.resolve()
     if out.exists() and any(out.iterdir()) and not (out / ".git" / _MARKER).exists():
         raise SparkbuildError(
             f"{out} exists and is not a sparkbuild checkout", "pass an empty or new --out DIR"
+        )
+    lost = local_changes(out) if (out / ".git" / _MARKER).exists() and not force else []
+    if lost:
+        shown = "\n  ".join(lost[:20]) + (
+            f"\n  ... and {len(lost) - 20} more" if len(lost) > 20 else ""
+        )
+        raise SparkbuildError(
+            f"{out} has local changes that a new checkout would discard:\n  {shown}",
+            f"save them (e.g. `cd {out} && git diff > my.patch`), or re-run with --force "
+            "to discard them, or pass another --out DIR",
         )
     if not (out / ".git").exists():
         out.mkdir(parents=True, exist_ok=True)

@@ -216,7 +216,7 @@ class Build:
 def file_sha256(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    except FileNotFoundError:
+    except OSError:  # missing, a directory, unreadable: the source stage says which
         return None
 
 
