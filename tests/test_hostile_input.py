@@ -7,11 +7,14 @@ with tags and refs/pull/N/head).
 
 from __future__ import annotations
 
+import http.server
 import json
 import textwrap
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -284,3 +287,249 @@ def test_file_url_token_is_not_stored(project: Project) -> None:
     assert "S3CRETTOKEN" not in patches.output
     for config in project.cache.glob("mirrors/*.git/config"):
         assert "S3CRETTOKEN" not in config.read_text()
+
+
+# -- medium: malformed engine responses are failed checks, not tracebacks ------------------
+
+
+class _Engine(http.server.BaseHTTPRequestHandler):
+    """Answers each path with a fixed (status, body); a real socket, real HTTP."""
+
+    bodies: ClassVar[dict[str, tuple[int, bytes]]] = {}
+    hang: ClassVar[threading.Event] = threading.Event()
+    seen: ClassVar[list[str]] = []
+
+    def _answer(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.seen.append(path)
+        if path in ("/generate", "/v1/completions") and "hang" in self.bodies:
+            self.hang.wait(30)  # a hung server: answers nothing until the test ends
+        status, body = self.bodies.get(path, (404, b"not found"))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+_SEEN: dict[int, list[str]] = {}
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[str, dict[str, tuple[int, bytes]]]]:
+    bodies: dict[str, tuple[int, bytes]] = {}
+
+    class Handler(_Engine):
+        pass
+
+    Handler.bodies = bodies
+    Handler.hang = threading.Event()
+    Handler.seen = []
+    handler = Handler
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _SEEN[id(bodies)] = Handler.seen
+    yield f"http://127.0.0.1:{server.server_address[1]}", bodies
+    handler.hang.set()
+    server.shutdown()
+    server.server_close()
+
+
+VLLM_OK = {
+    "choices": [
+        {
+            "text": " a b c d",
+            "finish_reason": "length",
+            "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-0.5, -0.25]},
+        }
+    ],
+    "usage": {"completion_tokens": 2},
+}
+SGLANG_OK = {
+    "text": " a b",
+    "meta_info": {
+        "finish_reason": {"type": "length"},
+        "completion_tokens": 2,
+        "spec_verify_ct": 1,
+        "output_token_logprobs": [[-0.5, 11, None], [-0.25, 12, None]],
+    },
+}
+MODELS = {"data": [{"id": "tiny", "owned_by": "vllm"}]}
+
+
+def _profile(project: Project, engine_name: str) -> Path:
+    path = project.root / "smoke" / f"{engine_name}-test.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(
+        f"engine: {engine_name}\nmodel: tiny\nprompts: [prose]\n"
+        "expect: {max_tokens: 4, speculation: false, finish: length, repetition: null}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "engine_name, path, body, expected",
+    [
+        ("vllm", "/metrics", b"\x00\xff garbage {{{ not prometheus", "/metrics"),
+        ("sglang", "/metrics", b"# TYPE x counter\nx{a=} oops\n", "/metrics"),
+        ("vllm", "/v1/completions", b"[1, 2, 3]", "not a JSON object"),
+        ("sglang", "/generate", b'[{"text": "x"}]', "not a JSON object"),
+        ("sglang", "/generate", b'{"text": "x", "meta_info": [1]}', "malformed response"),
+        ("vllm", "/v1/completions", b'{"choices": {"0": 1}}', "malformed response"),
+        ("vllm", "/v1/completions", b"<html>502</html>", "not JSON"),
+        ("vllm", "/v1/models", b'{"data": "oops"}', "'data' is 'oops'"),
+        ("vllm", "/v1/completions", b"COMPLETION_LOTS", "completion_tokens is 'lots'"),
+        ("sglang", "/generate", b"GENERATE_LOTS", "completion_tokens is 'lots'"),
+        ("sglang", "/server_info", b'{"internal_states": "x"}', None),
+        ("sglang", "/server_info", b"not json", None),
+    ],
+)
+def test_malformed_engine_answers_fail_a_check(
+    project: Project,
+    engine: tuple[str, dict[str, tuple[int, bytes]]],
+    engine_name: str,
+    path: str,
+    body: bytes,
+    expected: str | None,
+) -> None:
+    url, bodies = engine
+    bodies["/v1/models"] = (200, json.dumps(MODELS).encode())
+    bodies["/metrics"] = (200, b"# TYPE x counter\nx_total 1\n")
+    bodies["/v1/completions"] = (200, json.dumps(VLLM_OK).encode())
+    bodies["/generate"] = (200, json.dumps(SGLANG_OK).encode())
+    bodies["/health"] = (200, b"{}")
+    if body == b"COMPLETION_LOTS":
+        bad: dict[str, Any] = json.loads(json.dumps(VLLM_OK))
+        bad["usage"]["completion_tokens"] = "lots"
+        body = json.dumps(bad).encode()
+    elif body == b"GENERATE_LOTS":
+        bad = json.loads(json.dumps(SGLANG_OK))
+        bad["meta_info"]["completion_tokens"] = "lots"
+        body = json.dumps(bad).encode()
+    bodies[path] = (200, body)
+    profile = _profile(project, engine_name)
+    result = project.run("smoke", "--url", url, "--profile", str(profile), "--json", "-")
+    report = json.loads(result.stdout)
+    if expected is None:  # a hint endpoint: garbage there changes nothing
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code == 1, result.output
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert failed, report
+    details = " ".join(str(c["detail"]) for c in report["checks"])
+    assert expected in details
+    assert url in details or path in details
+
+
+def _healthy(bodies: dict[str, tuple[int, bytes]]) -> None:
+    bodies["/v1/models"] = (200, json.dumps(MODELS).encode())
+    bodies["/metrics"] = (200, b"# TYPE x counter\nx_total 1\n")
+    bodies["/v1/completions"] = (200, json.dumps(VLLM_OK).encode())
+    bodies["/generate"] = (200, json.dumps(SGLANG_OK).encode())
+    bodies["/health"] = (200, b"{}")
+
+
+@pytest.mark.parametrize("engine_flag", [[], ["--engine", "vllm"]])
+def test_bench_models_of_the_wrong_shape(
+    project: Project, engine: tuple[str, dict[str, tuple[int, bytes]]], engine_flag: list[str]
+) -> None:
+    url, bodies = engine
+    _healthy(bodies)
+    bodies["/v1/models"] = (200, b'{"data":"oops"}')
+    result = project.run("bench", "--url", url, *engine_flag, "--pp", "8", "--tg", "2")
+    assert result.exit_code == 1
+    assert f"{url}/v1/models" in result.stderr
+    assert "'data' is 'oops'" in result.stderr
+
+
+def test_a_hung_engine_is_bounded_by_request_timeout(
+    project: Project, engine: tuple[str, dict[str, tuple[int, bytes]]]
+) -> None:
+    url, bodies = engine
+    _healthy(bodies)
+    bodies["hang"] = (0, b"")
+    profile = _profile(project, "sglang")
+    profile.write_text(profile.read_text().replace("[prose]", "[code, prose, repetitive]"))
+    result = project.run(
+        "smoke", "--url", url, "--profile", str(profile), "--request-timeout", "1", "--json", "-"
+    )
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    errors = next(c for c in report["checks"] if c["name"] == "errors")
+    assert errors["status"] == "fail"
+    assert "no answer within 1 s" in errors["detail"]
+    assert _SEEN[id(bodies)].count("/generate") == 1  # the other prompts were not sent
+
+
+def test_request_timeout_from_the_profile(
+    project: Project, engine: tuple[str, dict[str, tuple[int, bytes]]]
+) -> None:
+    url, bodies = engine
+    _healthy(bodies)
+    bodies["hang"] = (0, b"")
+    profile = _profile(project, "vllm")
+    profile.write_text(
+        profile.read_text().replace("max_tokens: 4", "max_tokens: 4, request_timeout_s: 1")
+    )
+    result = project.run("smoke", "--url", url, "--profile", str(profile), "--json", "-")
+    assert result.exit_code == 1
+    assert "no answer within 1 s" in result.stdout
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999", "infinity"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["smoke", "--url", "http://127.0.0.1:9", "--profile", "p", "--boot-timeout"],
+        ["smoke", "--url", "http://127.0.0.1:9", "--profile", "p", "--request-timeout"],
+        ["bench", "--url", "http://127.0.0.1:9", "--boot-timeout"],
+        ["bench", "--url", "http://127.0.0.1:9", "--request-timeout"],
+    ],
+)
+def test_non_finite_numbers_are_refused(project: Project, command: list[str], value: str) -> None:
+    result = project.run(*command, value)
+    assert result.exit_code == 2
+    assert command[-1] in result.stderr
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("boot_timeout_s", ".nan"),
+        ("boot_timeout_s", ".inf"),
+        ("request_timeout_s", ".nan"),
+        ("min_accept_len", ".nan"),
+        ("min_accept_len", ".inf"),
+    ],
+)
+def test_non_finite_profile_fields_are_refused(project: Project, field: str, value: str) -> None:
+    profile = _profile(project, "vllm")
+    profile.write_text(
+        profile.read_text().replace("max_tokens: 4", f"max_tokens: 4, {field}: {value}")
+    )
+    result = project.run("smoke", "--url", "http://127.0.0.1:9", "--profile", str(profile))
+    assert result.exit_code == 2
+    assert f"{profile}:4: expect.{field}" in result.stderr
+
+
+def test_smoke_json_path_is_checked_before_the_run(
+    project: Project, engine: tuple[str, dict[str, tuple[int, bytes]]], tmp_path: Path
+) -> None:
+    url, bodies = engine
+    _healthy(bodies)
+    profile = _profile(project, "vllm")
+    for bad in (tmp_path / "no" / "such" / "dir.json", tmp_path):
+        result = project.run("smoke", "--url", url, "--profile", str(profile), "--json", str(bad))
+        assert result.exit_code == 2
+        assert "--json" in result.stderr
+    assert "/v1/completions" not in _SEEN[id(bodies)]  # nothing ran

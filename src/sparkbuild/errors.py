@@ -77,10 +77,13 @@ class EngineHTTPError(SparkbuildError):
     """A request the engine answered with an error status, with a malformed body, or did not
     answer at all. Smoke turns it into a failed check; elsewhere it reaches the user."""
 
-    def __init__(self, what: str, status: int | None, body: str = "") -> None:
+    def __init__(
+        self, what: str, status: int | None, body: str = "", *, timed_out: bool = False
+    ) -> None:
         self.what = what
         self.status = status
         self.body = body[:500]
+        self.timed_out = timed_out
         shown = f"HTTP {status}" if status is not None else "no response"
         super().__init__(
             f"{what}: {shown}{': ' + self.body if self.body else ''}",

@@ -54,7 +54,7 @@ BuildName = Annotated[str, AfterValidator(validate.build_name)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PRModel(_Strict):
