@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import stat
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -59,6 +60,7 @@ def assert_one_screen(result: Result) -> None:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"traceback: {result.exception!r}\n{result.output}")
     assert "Traceback" not in result.output
+    assert "internal error" not in result.output, result.output
     if result.exit_code != 0:
         assert result.exit_code in (1, 2), result.output
         assert result.stderr.strip(), "a failure must say why on stderr"
@@ -533,3 +535,202 @@ def test_smoke_json_path_is_checked_before_the_run(
         assert result.exit_code == 2
         assert "--json" in result.stderr
     assert "/v1/completions" not in _SEEN[id(bodies)]  # nothing ran
+
+
+# -- low ---------------------------------------------------------------------------------
+
+
+def _plain_diff(old: str, new: str, path: str) -> str:
+    """A plain ``diff -u`` patch (no ``diff --git`` header)."""
+    lines_old = old.splitlines(keepends=True)
+    lines_new = new.splitlines(keepends=True)
+    import difflib
+
+    return "".join(difflib.unified_diff(lines_old, lines_new, f"a/{path}", f"b/{path}"))
+
+
+def test_a_conflicting_plain_diff_is_a_conflict(project: Project, upstream: Upstream) -> None:
+    from tests.support.gitrepos import lines
+
+    # alpha.py as the patch author saw it differs from v1.1.0's at line 20: no fit.
+    old = lines("alpha").replace("alpha line 20\n", "alpha line 20 (someone else)\n")
+    new = old.replace("alpha line 21\n", "alpha line 21 (ours)\n")
+    patch = "A fix.\n\n" + _plain_diff(old, new, "python/pkg/alpha.py")
+    patch += _plain_diff(
+        lines("beta"), lines("beta").replace("beta line 2\n", "x\n"), "python/pkg/beta.py"
+    )
+    (project.root / "patches" / "pkg" / "applies.patch").write_text(patch)
+    result = project.run("patches", "--json")
+    assert result.exit_code == 1, result.output
+    assert result.stdout.startswith("{"), result.output
+    (item,) = [i for i in json.loads(result.stdout)["builds"][0]["items"] if i["kind"] == "patch"]
+    assert item["status"] == "conflict"
+    assert "python/pkg/alpha.py" in item["detail"]
+
+
+# -- medium: prepare never throws away local work ------------------------------------------
+
+
+def test_prepare_refuses_to_discard_local_work(project: Project, tmp_path: Path) -> None:
+    out = tmp_path / "tree"
+    first = project.run("prepare", "new", "--out", str(out))
+    assert first.exit_code == 0, first.output
+    (out / "python" / "pkg" / "alpha.py").write_text("my edit\n")
+    (out / "notes.txt").write_text("my notes\n")
+    (out / "build").mkdir()
+    (out / "build" / "cache.o").write_text("x")
+    again = project.run("prepare", "new", "--out", str(out))
+    assert again.exit_code == 1
+    for path in ("python/pkg/alpha.py", "notes.txt", "build/cache.o"):
+        assert path in again.stderr
+    assert "--force" in again.stderr
+    assert (out / "python" / "pkg" / "alpha.py").read_text() == "my edit\n"
+    assert (out / "notes.txt").exists()
+    forced = project.run("prepare", "new", "--out", str(out), "--force")
+    assert forced.exit_code == 0, forced.output
+    assert not (out / "notes.txt").exists()
+    assert (out / "python" / "pkg" / "alpha.py").read_text() != "my edit\n"
+    clean = project.run("prepare", "new", "--out", str(out))  # a clean checkout: no question
+    assert clean.exit_code == 0
+
+
+# -- medium: YAML bombs and broken files ----------------------------------------------------
+
+BOMB = """\
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+@pytest.mark.parametrize("shape", ["bomb", "recursive", "merge-key"])
+@pytest.mark.parametrize("where", ["spec", "profile", "lock"])
+def test_yaml_aliases_are_refused(project: Project, shape: str, where: str) -> None:
+    text = {
+        "bomb": BOMB,
+        "recursive": "extra: &a [*a]\n",
+        "merge-key": "base: &b {x: 1}\nother:\n  <<: *b\n",
+    }[shape]
+    if where == "spec":
+        path = project.write_spec(SPEC + textwrap.indent(text, "    "))
+        args = ["patches"]
+    elif where == "profile":
+        path = _profile(project, "vllm")
+        path.write_text(path.read_text() + text)
+        args = ["smoke", "--url", "http://127.0.0.1:9", "--profile", str(path)]
+    else:
+        path = project.root / "images.lock"
+        path.write_text("schema: 1\nbuilds: {}\n" + text)
+        args = ["lock", "--check"]
+    result = project.run(*args)
+    assert result.exit_code in (1, 2)
+    assert f"{path}:" in result.stderr
+    assert "aliases (*" in result.stderr
+
+
+def test_duplicate_build_keys_are_refused(project: Project) -> None:
+    spec = project.write_spec(SPEC + "      new:\n        ref: v1.0.0\n")
+    result = project.run("patches")
+    assert result.exit_code == 2
+    assert f"{spec}:12: duplicate key 'new' (first defined on line 10)" in result.stderr
+
+
+def test_broken_spec_files(project: Project) -> None:
+    spec = project.write_spec(SPEC)
+    spec.write_bytes(spec.read_bytes().replace(b"base_branch: main", b"base_branch: m\xe4in"))
+    result = project.run("patches")
+    assert result.exit_code == 2
+    assert f"{spec}:3: not UTF-8" in result.stderr
+    project.write_spec(SPEC)
+    (project.root / "builds" / "zzz.yaml").mkdir()
+    result = project.run("patches")
+    assert result.exit_code == 2
+    assert "zzz.yaml: is a directory" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["../../escape", "/abs", "a/b", ".hidden", "-x", "sp ace"])
+def test_build_names_are_validated(project: Project, tmp_path: Path, name: str) -> None:
+    spec = project.write_spec(SPEC.replace("  new:", f"  {json.dumps(name)}:"))
+    result = project.run("prepare", "--", name)
+    assert result.exit_code == 2
+    assert f"{spec}:10: builds: key {name!r}" in result.stderr
+    assert "not a valid build name" in result.stderr
+    assert not (tmp_path / "escape").exists()
+    assert not (project.cache / "trees").exists()
+
+
+# -- medium: a damaged images.lock is one clear error -------------------------------------
+
+
+def _good_lock(project: Project) -> bytes:
+    project.write_spec(
+        SPEC.replace(
+            "prs:\n      - {number: 103}", "prs:\n      - {number: 103}\n      - {number: 104}"
+        )
+    )
+    result = project.run("lock")
+    assert result.exit_code == 0, result.output
+    return (project.root / "images.lock").read_bytes()
+
+
+def test_a_cut_lock_is_a_clear_error(project: Project) -> None:
+    good = _good_lock(project)
+    lock = project.root / "images.lock"
+    cuts = sorted({*range(60, len(good), max(1, len(good) // 40)), len(good) - 2})
+    for cut in cuts:
+        lock.write_bytes(good[:cut])
+        for args in (["lock", "--check"], ["patches", "--locked"], ["prepare", "new", "--locked"]):
+            result = project.run(*args)  # one screen, never a traceback
+            if result.exit_code != 0:
+                assert "images.lock" in result.stderr, (cut, result.output)
+
+
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (lambda t: t.replace("number: 104", "number: many"), "prs[1].number"),
+        (lambda t: t.replace("commit: ", "commit: --output=/tmp/x #"), "source.commit"),
+        (lambda t: "schema: 1\nbuilds: [x, y]\n", "no 'builds' mapping"),
+        (lambda t: t.replace("number: 104", "numbr: 104"), "prs[1].number: Field required"),
+        (lambda t: t.replace("tree: ", "tree: [1, 2] #"), "source.tree"),
+    ],
+)
+def test_a_lock_of_the_wrong_shape(project: Project, damage: Any, expected: str) -> None:
+    _good_lock(project)
+    lock = project.root / "images.lock"
+    lock.write_text(damage(lock.read_text()))
+    result = project.run("patches", "--locked")
+    assert result.exit_code == 1
+    assert str(lock) in result.stderr
+    assert expected in result.stderr
+    assert "git checkout -- images.lock" in result.stderr
+
+
+def test_a_non_utf8_lock(project: Project) -> None:
+    good = _good_lock(project)
+    lock = project.root / "images.lock"
+    lock.write_bytes(good.replace(b"engine: sglang", b"engine: sgl\xff\xfeang"))
+    result = project.run("lock", "--check")
+    assert result.exit_code == 1
+    line = good[: good.index(b"engine: sglang")].count(b"\n") + 1
+    assert f"{lock}:{line}: not UTF-8" in result.stderr
+    assert "sparkbuild lock" in result.stderr
+    unlocked = project.run("patches")  # an unlocked run still works, with a warning
+    assert unlocked.exit_code == 0, unlocked.output
+    assert "ignoring images.lock" in unlocked.stderr
+
+
+def test_lock_keeps_its_mode(project: Project) -> None:
+    _good_lock(project)
+    lock = project.root / "images.lock"
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o644
+    lock.chmod(0o664)
+    project.write_spec(SPEC.replace("prs:\n      - {number: 103}", "prs: []"))
+    assert project.run("lock").exit_code == 0
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o664

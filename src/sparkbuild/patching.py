@@ -120,15 +120,33 @@ class ScratchIndex:
         return failed
 
 
+_PLAIN_HEADER = re.compile(rb"^--- (\S+)[^\n]*\n\+\+\+ (\S+)", re.M)
+
+
+def _plain_path(old: bytes, new: bytes) -> str:
+    """The path a ``diff -u`` section names (``-p1``: the first component dropped)."""
+    chosen = new if new != b"/dev/null" else old
+    text = chosen.decode(errors="replace")
+    return text.split("/", 1)[1] if "/" in text else text
+
+
+def _sections(diff: bytes) -> list[tuple[int, str]]:
+    """Where each file's section starts and its path, for git-style and plain diffs."""
+    git_style = [
+        (m.start(), m.group(2).decode(errors="replace")) for m in _FILE_HEADER.finditer(diff)
+    ]
+    if git_style:
+        return git_style
+    return [(m.start(), _plain_path(m.group(1), m.group(2))) for m in _PLAIN_HEADER.finditer(diff)]
+
+
 def split_diff(diff: bytes) -> list[tuple[str, bytes, list[bytes]]]:
-    """(path, file header, [hunks]) for each file of a git-style diff."""
-    starts = [match.start() for match in _FILE_HEADER.finditer(diff)]
+    """(path, file header, [hunks]) for each file of a git-style or plain unified diff."""
+    found = _sections(diff)
+    starts = [start for start, _ in found]
     sections: list[tuple[str, bytes, list[bytes]]] = []
-    for begin, end in zip(starts, [*starts[1:], len(diff)], strict=True):
+    for (begin, path), end in zip(found, [*starts[1:], len(diff)], strict=True):
         section = diff[begin:end]
-        match = _FILE_HEADER.match(section)
-        assert match is not None
-        path = match.group(2).decode(errors="replace")
         hunk_starts = [m.start() for m in _HUNK.finditer(section)]
         if not hunk_starts or b"GIT binary patch" in section:
             sections.append((path, section, []))

@@ -143,6 +143,14 @@ class _Pins:
         )
 
 
+def distinct_prefixes(a: str, b: str, shortest: int = 12) -> tuple[str, str]:
+    """Short forms of two hashes that still differ (a lock cut short shares a prefix)."""
+    length = shortest
+    while length < max(len(a), len(b)) and a[:length] == b[:length]:
+        length += 8
+    return a[:length], b[:length]
+
+
 # -- resolving -------------------------------------------------------------------------
 
 
@@ -308,7 +316,7 @@ def _settle_pr(applier: _Applier, pr: PR, remote: RemoteRefs, pins: _Pins) -> It
     if locked_head and locked_head != head:
         raise LockError(
             f"{build.name}: PR #{pr.number} head moved since it was locked "
-            f"(locked {locked_head[:12]}, now {head[:12]})",
+            "(locked {}, now {})".format(*distinct_prefixes(locked_head, head)),
             f"review the new commits, then `sparkbuild lock {build.name}` to pin them",
         )
     if _is_ancestor(mirror, head, applier.commit):
@@ -332,7 +340,7 @@ def _settle_pr(applier: _Applier, pr: PR, remote: RemoteRefs, pins: _Pins) -> It
     if locked_digest and locked_digest != digest:
         raise LockError(
             f"{build.name}: PR #{pr.number}'s change differs from the locked one "
-            f"(diff sha256 {digest[:12]} vs {locked_digest[:12]})",
+            "(diff sha256 {} vs {})".format(*distinct_prefixes(digest, locked_digest)),
             f"`sparkbuild lock {build.name}` to pin it again",
         )
     status, detail, files = applier.settle(diff, f"PR #{pr.number} ({head[:12]})")
@@ -398,12 +406,38 @@ def _changed(mirror: Mirror, base_commit: str, tree: str) -> tuple[ChangedFile, 
     )
 
 
+def _locked_heads(build: Build, settings: Settings) -> dict[int, str]:
+    """PR heads the lock pins for ``build``, to mention when an unlocked run sees others.
+
+    Only a note: an unlocked run must work with a damaged lock (that is how it is redone)."""
+    try:
+        entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name)
+    except LockError as exc:
+        console.warn(f"ignoring {settings.lock_file.name} for this unlocked run: {exc.message}")
+        return {}
+    source = entry.get("source") if entry else None
+    return _Pins.from_lock(source).pr_heads if isinstance(source, dict) else {}
+
+
+def _note_moved_head(item: ItemResult, noted: dict[int, str], build: Build) -> ItemResult:
+    locked = noted.get(item.number or 0)
+    if item.kind != "pr" or not item.head or not locked or locked == item.head:
+        return item
+    then, now = distinct_prefixes(locked, item.head)
+    note = (
+        f"; images.lock pins head {then}, now {now} "
+        f"(`sparkbuild lock {build.name}` to pin the new head)"
+    )
+    return replace(item, detail=item.detail + note)
+
+
 def prepare_source(build: Build, settings: Settings, *, locked: bool = False) -> PreparedSource:
     """Resolve, fetch and patch one build. With ``locked``, use only what the lock pins."""
     pins = _Pins()
     if locked:
         entry = require_locked_source(build, settings)
         pins = _Pins.from_lock(entry)
+    noted = {} if locked else _locked_heads(build, settings)
     mirror = Mirror(settings.cache_dir, build.repo)
     in_range = [pr for pr in build.prs if build.in_range(pr.when)]
     with mirror.locked():
@@ -418,6 +452,7 @@ def prepare_source(build: Build, settings: Settings, *, locked: bool = False) ->
             items += [_settle_patch(applier, patch) for patch in build.patches]
     finally:
         applier.close()
+    items = [_note_moved_head(item, noted, build) for item in items]
     return PreparedSource(
         build=build,
         base_commit=base_commit,
@@ -474,9 +509,10 @@ def staleness(build: Build, entry: dict[str, Any] | None) -> list[str]:
         if current is None:
             problems.append(f"{build.name}: patch {patch.file} is missing")
         elif locked_patches[patch.file] and current != locked_patches[patch.file]:
+            locked_sha = str(locked_patches[patch.file])
+            now, then = distinct_prefixes(current, locked_sha)
             problems.append(
-                f"{build.name}: patch {patch.file} changed "
-                f"(sha256 {current[:12]}, locked {str(locked_patches[patch.file])[:12]})"
+                f"{build.name}: patch {patch.file} changed (sha256 {now}, locked {then})"
             )
     for file in set(locked_patches) - {p.file for p in build.patches}:
         problems.append(f"{build.name}: patch {file} was removed from the spec")

@@ -171,6 +171,8 @@ def describe_error(
     line = _line_for(loc, lines)
     where = f"{path}:{line}" if line else str(path)
     field = _field_name(loc)
+    if loc and loc[-1] == "[key]":  # pydantic's marker for a bad mapping key
+        field = f"{_field_name(loc[:-2])}: key {loc[-2]!r}"
     if error["type"] == "extra_forbidden":
         known = _known_fields(model, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)

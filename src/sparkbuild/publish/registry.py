@@ -271,9 +271,11 @@ class RegistryClient:
     ) -> requests.Response:
         if response.status_code == 403:
             action = "push to" if push else "read"
+            # repository None is the /v2/ version check: access to the registry itself
+            what = repository or "this registry"
             raise RegistryError(
                 f"registry {self.registry.host} denied access: {self.credentials.describe()} "
-                f"may not {action} {repository} ({_errors_of(response)})",
+                f"may not {action} {what} ({_errors_of(response)})",
                 "grant the account write access to the repository (for GHCR, a token with "
                 "`write:packages`, or `packages: write` in the workflow)",
             )
