@@ -7,6 +7,7 @@ with tags and refs/pull/N/head).
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import stat
@@ -21,7 +22,11 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+from sparkbuild.bench.client import StreamResult, make_client, stream_completion
 from sparkbuild.cli import main
+from sparkbuild.errors import RegistryError
+from sparkbuild.publish.credentials import Credentials
+from sparkbuild.publish.registry import Registry, RegistryClient
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
 
 
@@ -734,3 +739,129 @@ def test_lock_keeps_its_mode(project: Project) -> None:
     project.write_spec(SPEC.replace("prs:\n      - {number: 103}", "prs: []"))
     assert project.run("lock").exit_code == 0
     assert stat.S_IMODE(lock.stat().st_mode) == 0o664
+
+
+def test_names_paths_and_hunks_are_not_markup(project: Project) -> None:
+    patches = project.root / "patches" / "pkg"
+    good = (patches / "applies.patch").read_text()
+    (patches / "fix[").mkdir()
+    (patches / "fix[" / "x].patch").write_text(good)
+    (patches / "[red]warn.patch").write_text(
+        good.replace("alpha line 20", "alpha line 2O").replace(  # conflicts: the context is wrong
+            "@@ -17,7 +17,7 @@", "@@ -17,7 +17,7 @@ def f(x: list[int]) -> None:"
+        )
+    )
+    spec = SPEC.replace(
+        "- {file: patches/pkg/applies.patch}",
+        "- {file: 'patches/pkg/fix[/x].patch'}\n      - {file: 'patches/pkg/[red]warn.patch'}",
+    )
+    project.write_spec(spec)
+    result = CliRunner(env={"COLUMNS": "400"}).invoke(
+        main, ["--project", str(project.root), "--cache-dir", str(project.cache), "patches"]
+    )
+    assert_one_screen(result)
+    assert result.exit_code == 1
+    assert "patches/pkg/fix[/x].patch" in result.stdout
+    assert "patches/pkg/[red]warn.patch" in result.stdout
+    assert "list[int]" in result.stdout
+    assert "[red]warn.patch" in result.stderr
+
+
+def test_patches_json_reports_every_build(project: Project) -> None:
+    project.write_spec(SPEC + "      broken:\n        ref: v9.9.9\n")
+    result = project.run("patches", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert [b["build"] for b in report["builds"]] == ["new"]
+    assert [f["build"] for f in report["failed"]] == ["broken"]
+    assert "v9.9.9" in report["failed"][0]["error"]
+    assert "1 build(s) could not be prepared: broken" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("SPARKBUILD_NET_ATTEMPTS", "abc"),
+        ("SPARKBUILD_NET_ATTEMPTS", "nan"),
+        ("SPARKBUILD_NET_BACKOFF", "inf"),
+        ("SPARKBUILD_NET_BACKOFF", "-1"),
+    ],
+)
+def test_bad_network_settings(
+    project: Project, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    project.write_spec(SPEC, repo="https://127.0.0.1:9/x.git")
+    result = project.run("patches")
+    assert result.exit_code == 2
+    assert f"{name}={value!r}" in result.stderr
+
+
+def test_stale_lock_shows_hashes_that_differ(project: Project) -> None:
+    assert project.run("lock").exit_code == 0
+    lock = project.root / "images.lock"
+    data = yaml.safe_load(lock.read_text())
+    (entry,) = data["builds"]["new"]["source"]["patches"]
+    real = entry["sha256"]
+    entry["sha256"] = real[:20] + ("0" if real[20] != "0" else "1") + real[21:]
+    lock.write_text(yaml.safe_dump(data))
+    result = project.run("lock", "--check")
+    assert result.exit_code == 1
+    assert f"sha256 {real[:28]}, locked {entry['sha256'][:28]}" in result.stderr
+
+
+def test_unlocked_patches_mentions_a_moved_pr_head(project: Project, upstream: Upstream) -> None:
+    assert project.run("lock").exit_code == 0
+    old_head = upstream.prs[103]
+    locked = _lock(project)["builds"]["new"]["source"]["prs"][0]["head"]
+    assert locked == old_head
+    from tests.support.gitrepos import commit_all, git, replace_line
+
+    git(upstream.work, "checkout", "-q", "--detach", old_head)
+    replace_line(
+        upstream.work / "python/pkg/gamma.py", "gamma line 4\n", "gamma line 4 (#103 v2)\n"
+    )
+    new_head = commit_all(upstream.work, "pr103: v2")
+    git(upstream.work, "checkout", "-q", "main")
+    upstream.set_pr(103, new_head)
+    try:
+        result = project.run("patches", "--json")
+        (item,) = [i for i in json.loads(result.stdout)["builds"][0]["items"] if i["kind"] == "pr"]
+        assert f"images.lock pins head {old_head[:12]}, now {new_head[:12]}" in item["detail"]
+        assert "sparkbuild lock new" in item["detail"]
+    finally:
+        upstream.set_pr(103, old_head)
+
+
+def test_bench_usage_hint_names_bench(project: Project) -> None:
+    result = project.run("bench", "--url", "http://127.0.0.1:9", "--image", "x")
+    assert result.exit_code == 2
+    assert "sparkbuild bench --image" in result.stderr
+    assert "sparkbuild smoke" not in result.stderr
+
+
+def test_bench_timeout_says_why(engine: tuple[str, dict[str, tuple[int, bytes]]]) -> None:
+    url, bodies = engine
+    bodies["hang"] = (0, b"")
+
+    async def one() -> StreamResult:
+        async with make_client(url, 1, 1.0) as client:
+            return await stream_completion(client, {"prompt": "x", "max_tokens": 1})
+
+    result = asyncio.run(one())
+    assert result.error is not None
+    assert result.error == "ReadTimeout: no answer within 1 s (--request-timeout)"
+
+
+def test_registry_denial_names_what_was_denied(
+    engine: tuple[str, dict[str, tuple[int, bytes]]],
+) -> None:
+    url, bodies = engine
+    bodies["/v2/"] = (403, b'{"errors": [{"code": "DENIED", "message": "no"}]}')
+    client = RegistryClient(
+        Registry.parse(url), Credentials(source="test", username="u", password="secret-pw")
+    )
+    with pytest.raises(RegistryError) as caught:
+        client.check_access("acme/x", push=False)
+    assert "None" not in caught.value.message
+    assert "may not read this registry" in caught.value.message

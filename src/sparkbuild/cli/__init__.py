@@ -107,10 +107,7 @@ def main(
 ) -> None:
     """Reproducible, patched SGLang and vLLM images for NVIDIA DGX Spark."""
     console.set_quiet(quiet)
-    try:
-        overrides = parse_repo_overrides(repos)
-    except SparkbuildError as exc:
-        raise click.UsageError(str(exc)) from exc
+    overrides = parse_repo_overrides(repos)  # a UsageError: rendered like every other error
     ctx.obj = Settings(
         project_dir=project_dir.resolve(),
         cache_dir=(cache_dir or default_cache_dir()).expanduser().resolve(),
@@ -183,7 +180,7 @@ def run_per_build(
             if len(builds) == 1:
                 raise
             failures.append((build.name, exc))
-            console.err.print(f"error: {redact_url(str(exc))}", style="red", markup=False)
+            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
             continue
         results.append(result)
         if not as_json:

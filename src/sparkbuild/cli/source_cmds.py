@@ -10,7 +10,7 @@ from rich.text import Text
 
 from sparkbuild import console, source
 from sparkbuild import lock as lockfile
-from sparkbuild.cli import emit_json
+from sparkbuild.cli import emit_json, render_error
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
@@ -99,7 +99,7 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
     else:
         console.out.print(_table(results))
         for name, exc in failures:
-            console.err.print(f"error: {name}: {exc}", style="red", markup=False)
+            render_error(SparkbuildError(f"{name}: {exc.message}", exc.hint))
     if failures:
         names = ", ".join(name for name, _ in failures)
         raise SparkbuildError(f"{len(failures)} build(s) could not be prepared: {names}")
