@@ -865,3 +865,117 @@ def test_registry_denial_names_what_was_denied(
         client.check_access("acme/x", push=False)
     assert "None" not in caught.value.message
     assert "may not read this registry" in caught.value.message
+
+
+# -- the sweep: every command, malformed input, never a traceback --------------------------
+
+
+def _commands() -> list[str]:
+    import click
+
+    return main.list_commands(click.Context(main))
+
+
+def _broken_projects(project: Project, tmp_path: Path) -> dict[str, list[str]]:
+    """Global options that make any command fail before it does real work."""
+    marker = tmp_path / "pwned"
+    bomb = project.root / "bomb"
+    (bomb / "builds").mkdir(parents=True)
+    (bomb / "builds" / "x.yaml").write_text(BOMB)
+    latin = project.root / "latin"
+    (latin / "builds").mkdir(parents=True)
+    (latin / "builds" / "x.yaml").write_bytes(b"engine: sgl\xe4ng\n")
+    inject = project.root / "inject"
+    (inject / "builds").mkdir(parents=True)
+    (inject / "builds" / "x.yaml").write_text(
+        textwrap.dedent(SPEC).replace("REPO", json.dumps(f"--upload-pack=touch {marker}"))
+    )
+    dup = project.root / "dup"
+    (dup / "builds").mkdir(parents=True)
+    (dup / "builds" / "x.yaml").write_text(textwrap.dedent(SPEC) + "  new:\n    ref: v1\n")
+    empty = project.root / "empty"
+    empty.mkdir()
+    cache = ["--cache-dir", str(project.cache)]
+    return {
+        "bomb": ["--project", str(bomb), *cache],
+        "latin": ["--project", str(latin), *cache],
+        "inject": ["--project", str(inject), *cache],
+        "dup": ["--project", str(dup), *cache],
+        "empty": ["--project", str(empty), *cache],
+        "repo": ["--project", str(project.root), *cache, "--repo", f"sglang=-u touch {marker}"],
+        "repo-ext": [
+            "--project",
+            str(project.root),
+            *cache,
+            "--repo",
+            f"sglang=ext::touch {marker}",
+        ],
+        "lock-dir": ["--project", str(project.root), *cache, "--lock-file", str(project.root)],
+    }
+
+
+_ARGS: dict[str, list[list[str]]] = {
+    "patches": [[], ["new"], ["--locked"], ["--json"]],
+    "prepare": [["new"], ["new", "--force"], ["new", "--locked"]],
+    "lock": [[], ["new"], ["--check"]],
+    "build": [[], ["new"], ["--locked", "new"]],
+    "publish": [["new", "--registry", "127.0.0.1:9"]],
+    "rollback": [["new", "--registry", "127.0.0.1:9"]],
+    "smoke": [["--url", "http://127.0.0.1:9", "--profile", "PROFILE"]],
+    "bench": [["--url", "http://127.0.0.1:9", "--profile", "PROFILE"]],
+}
+
+
+def test_every_command_with_a_broken_project(project: Project, tmp_path: Path) -> None:
+    """Specs, lock and --repo that are hostile or broken: exit 1 or 2, one screen, nothing
+    executed. Commands added later get the generic argument sets."""
+    profile = _profile(project, "vllm")
+    profile.write_text(profile.read_text() + BOMB)  # a broken profile too
+    broken = _broken_projects(project, tmp_path)
+    for command in _commands():
+        for template in _ARGS.get(command, [[], ["new"]]):
+            args = [a.replace("PROFILE", str(profile)) for a in template]
+            for name, options in broken.items():
+                result = CliRunner().invoke(main, [*options, "--quiet", command, *args])
+                where = f"{name}: sparkbuild {command} {' '.join(args)}"
+                assert result.exit_code in (1, 2), f"{where}\n{result.output}"
+                assert_one_screen(result)
+    assert not (tmp_path / "pwned").exists()
+
+
+MALFORMED_ARGS = [
+    ["no-such-build"],
+    ["--", "../../escape"],
+    ["--", "-rf"],
+    ["[red]x[/]"],
+    ["new\x00x"],
+    ["--json", "/nonexistent/dir/out.json"],
+    ["--profile", "../../../../etc/passwd"],
+    ["--url", "http://127.0.0.1:9", "--profile", "no-such-profile"],
+    ["--url", "not a url", "--profile", "PROFILE"],
+    ["--url", "http://127.0.0.1:9", "--profile", "PROFILE", "--boot-timeout", "nan"],
+    ["--url", "http://127.0.0.1:9", "--profile", "PROFILE", "--json", "/"],
+    ["--registry", "UPPER CASE/../x", "new"],
+    ["--to", "--upload-pack=x", "new"],
+    ["--pp", "nan", "--url", "http://127.0.0.1:9"],
+    ["--pp", "-5", "--url", "http://127.0.0.1:9"],
+    ["--concurrency", "0,1e9", "--url", "http://127.0.0.1:9"],
+    ["compare", "/nonexistent.json", "/etc/hostname"],
+    ["compare", "LATIN", "LATIN"],
+]
+
+
+def test_every_command_with_malformed_arguments(project: Project, tmp_path: Path) -> None:
+    profile = _profile(project, "vllm")
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"label": "\xff"}')
+    (project.root / "images.lock").write_bytes(b"schema: 1\nbuilds:\n  new: {source: \xff}\n")
+    for command in _commands():
+        for template in MALFORMED_ARGS:
+            args = [
+                a.replace("PROFILE", str(profile)).replace("LATIN", str(latin)) for a in template
+            ]
+            result = project.run(command, *args)
+            where = f"sparkbuild {command} {' '.join(args)}"
+            assert result.exit_code in (1, 2), f"{where}\n{result.output}"
+    assert not (tmp_path / "escape").exists()
