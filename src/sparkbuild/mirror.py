@@ -24,7 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from sparkbuild import console, git, validate
+from sparkbuild import console, git, settings, validate
 from sparkbuild.errors import RemoteError, UsageError
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -42,25 +42,9 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, git.GitError) and not any(marker in exc.stderr for marker in _PERMANENT)
 
 
-def env_number(name: str, default: str, kind: type[int] | type[float]) -> float:
-    """A numeric setting from the environment; a bad one is a usage error naming it."""
-    raw = os.environ.get(name, default)
-    try:
-        value = kind(raw)
-        validate.finite(float(value), name)
-    except ValueError as exc:
-        raise UsageError(
-            f"{name}={raw!r} is not a {'whole' if kind is int else 'finite'} number",
-            f"unset it or set it to a number, e.g. {name}={default}",
-        ) from exc
-    if value < 0:
-        raise UsageError(f"{name}={raw!r} must not be negative", f"e.g. {name}={default}")
-    return value
-
-
 def _retrying() -> Retrying:
-    attempts = int(env_number("SPARKBUILD_NET_ATTEMPTS", "4", int))
-    scale = env_number("SPARKBUILD_NET_BACKOFF", "1", float)
+    attempts = int(settings.env_number("SPARKBUILD_NET_ATTEMPTS", "4", int))
+    scale = settings.env_number("SPARKBUILD_NET_BACKOFF", "1", float)
     return Retrying(
         stop=stop_after_attempt(max(attempts, 1)),
         wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),

@@ -66,3 +66,19 @@ def parse_repo_overrides(values: tuple[str, ...] | list[str]) -> dict[str, str]:
                 "pass a https://, http://, ssh://, git://, file:// URL or a local path",
             ) from exc
     return overrides
+
+
+def env_number(name: str, default: str, kind: type[int] | type[float]) -> float:
+    """A numeric setting from the environment; a bad one is a usage error naming it."""
+    raw = os.environ.get(name, default)
+    try:
+        value = kind(raw)
+        validate.finite(float(value), name)
+    except ValueError as exc:
+        raise UsageError(
+            f"{name}={raw!r} is not a {'whole' if kind is int else 'finite'} number",
+            f"unset it or set it to a number, e.g. {name}={default}",
+        ) from exc
+    if value < 0:
+        raise UsageError(f"{name}={raw!r} must not be negative", f"e.g. {name}={default}")
+    return value

@@ -332,7 +332,7 @@ def _run(
         kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
         raise SparkbuildError(
             f"{report.error or 'the sweep stopped'}; "
-            f"{len(report.pending_cells)} cell(s) not measured{kept}",
+            f"{len(report.pending_cells)} cells not measured{kept}",
             "see the engine log and re-run the missing cells",
         )
     if record_build:

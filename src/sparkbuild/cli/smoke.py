@@ -120,13 +120,13 @@ def smoke(
     target = make_target(choice, profile, adapter, logs)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
         result = run_smoke(target, adapter, profile, name, progress=console.info)
+    if record_build:  # first: the verdict is what the run was for; outputs come after
+        image_id = report.record(settings.lock_file, record_build, result)
+        console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
     if json_path:
         emit_json(result.as_json(), json_path)
     if json_path != "-":
         report.render(result, console.out)
-    if record_build:
-        image_id = report.record(settings.lock_file, record_build, result)
-        console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
     if result.verdict != "pass":
         failed = [c.name for c in result.checks if c.status == "fail"]
         raise SparkbuildError(

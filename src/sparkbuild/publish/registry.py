@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -32,6 +31,7 @@ from sparkbuild.errors import (
     UsageError,
 )
 from sparkbuild.publish.credentials import PASSWORD_ENV, USER_ENV, Credentials
+from sparkbuild.settings import env_number
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -140,7 +140,7 @@ class Manifest:
 
 
 def _attempts() -> int:
-    return max(int(os.environ.get("SPARKBUILD_NET_ATTEMPTS", "5")), 1)
+    return max(int(env_number("SPARKBUILD_NET_ATTEMPTS", "5", int)), 1)
 
 
 def _errors_of(response: requests.Response) -> str:
@@ -171,7 +171,7 @@ class RegistryClient:
     # --- transport -----------------------------------------------------------------------
 
     def _retrying(self) -> Retrying:
-        scale = float(os.environ.get("SPARKBUILD_NET_BACKOFF", "1"))
+        scale = env_number("SPARKBUILD_NET_BACKOFF", "1", float)
         return Retrying(
             stop=stop_after_attempt(_attempts()),
             wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
