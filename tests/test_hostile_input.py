@@ -294,6 +294,14 @@ def test_file_url_token_is_not_stored(project: Project) -> None:
     assert "S3CRETTOKEN" not in patches.output
     for config in project.cache.glob("mirrors/*.git/config"):
         assert "S3CRETTOKEN" not in config.read_text()
+    assert "S3CRETTOKEN" not in " ".join(str(p) for p in project.cache.rglob("*"))
+
+
+def test_token_without_a_path_is_not_in_the_cache(project: Project) -> None:
+    result = project.run("--repo", "sglang=https://alice:S3CRETTOKEN@127.0.0.1:9", "patches")
+    assert result.exit_code == 1
+    assert "S3CRETTOKEN" not in result.output
+    assert "S3CRETTOKEN" not in " ".join(str(p) for p in project.cache.rglob("*"))
 
 
 # -- medium: malformed engine responses are failed checks, not tracebacks ------------------

@@ -33,7 +33,8 @@ _PERMANENT = ("couldn't find remote ref", "not our ref", "invalid refspec")
 
 
 def _slug(url: str) -> str:
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", url.rstrip("/").rsplit("/", 1)[-1])
+    public = validate.strip_userinfo(url)  # a directory name is shown everywhere
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", public.rstrip("/").rsplit("/", 1)[-1])
     tail = tail.removesuffix(".git") or "repo"
     return f"{tail}-{hashlib.sha256(url.encode()).hexdigest()[:10]}"
 
