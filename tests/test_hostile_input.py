@@ -22,6 +22,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+from sparkbuild import validate
 from sparkbuild.bench.client import StreamResult, make_client, stream_completion
 from sparkbuild.cli import main
 from sparkbuild.errors import RegistryError
@@ -252,6 +253,33 @@ def test_patch_paths_stay_inside_the_project(project: Project, tmp_path: Path, f
         assert f"{spec}:8: patches[0].file: patch file" in result.stderr
         assert "outside the project" in result.stderr
     assert not (project.root / "images.lock").exists()
+
+
+@pytest.mark.parametrize("file", ["/etc/passwd", "../../Dockerfile"])
+def test_dockerfile_stays_inside_the_project(project: Project, file: str) -> None:
+    spec = project.write_spec(
+        SPEC.replace("ref: v1.1.0", f"ref: v1.1.0\n        dockerfile: {file}")
+    )
+    result = project.run("build", "new")
+    assert result.exit_code == 2
+    assert f"{spec}:12: builds.new.dockerfile: dockerfile {file!r} is outside the project" in (
+        result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "git@github.com:sgl-project/sglang.git",
+        "ssh://git@github.com/sgl-project/sglang.git",
+        "https://github.com/sgl-project/sglang.git",
+        "git://example.org/x.git",
+        "/srv/mirrors/sglang.git",
+        "../mirrors/sglang.git",
+    ],
+)
+def test_ordinary_urls_are_accepted(url: str) -> None:
+    assert validate.repo_url(url) == url
 
 
 def test_a_patch_path_that_is_a_directory(project: Project) -> None:

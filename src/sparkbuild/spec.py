@@ -93,6 +93,14 @@ class ImageFields(_Strict):
     dockerfile: str | None = None
     install_dir: str | None = None
 
+    @field_validator("dockerfile")
+    @classmethod
+    def _dockerfile_inside_project(cls, value: str | None, info: ValidationInfo) -> str | None:
+        project = (info.context or {}).get("project_dir")
+        if value is not None and project is not None:
+            validate.inside(Path(project), value, "dockerfile")
+        return value
+
 
 class BuildModel(ImageFields):
     ref: GitRef

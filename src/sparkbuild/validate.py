@@ -23,7 +23,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
 _BUILD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
-HEX_SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 
 
 def repo_url(url: str) -> str:
@@ -54,11 +53,10 @@ def repo_url(url: str) -> str:
             raise ValueError(f"{redact_url(url)!r} is not a valid {name}:// URL")
         return url
     scp = _SCP.match(url)
-    if scp and "/" not in url.split(":", 1)[0]:
-        if scp.group(1).startswith("-"):
-            raise ValueError(f"{url!r}: an ssh host must not start with '-'")
-        return url
-    return url  # a local path (absolute or relative), which git cannot read as an option
+    if scp and scp.group(1).startswith("-"):  # ssh would read the host as an option
+        raise ValueError(f"{redact_url(url)!r}: an ssh host must not start with '-'")
+    # Otherwise scp-like ssh or a local path: neither can be read as an option any more.
+    return url
 
 
 def redact_url(text: str) -> str:
