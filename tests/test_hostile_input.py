@@ -803,6 +803,15 @@ def test_names_paths_and_hunks_are_not_markup(project: Project) -> None:
     assert "[red]warn.patch" in result.stderr
 
 
+def test_prepare_json_stays_json_on_conflict(project: Project, tmp_path: Path) -> None:
+    patch = project.root / "patches" / "pkg" / "applies.patch"
+    patch.write_text(patch.read_text().replace("alpha line 19", "alpha line I9"))
+    result = project.run("prepare", "new", "--out", str(tmp_path / "t"), "--json")
+    assert result.exit_code == 1
+    (build,) = json.loads(result.stdout)["builds"]
+    assert {i["id"]: i["status"] for i in build["items"]}["patches/pkg/applies.patch"] == "conflict"
+
+
 def test_patches_json_reports_every_build(project: Project) -> None:
     project.write_spec(SPEC + "      broken:\n        ref: v9.9.9\n")
     result = project.run("patches", "--json")

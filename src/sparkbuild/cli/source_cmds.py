@@ -134,12 +134,13 @@ def prepare(
         console.out.print(prepared.tree, markup=False)
         console.info(f"{prepared.build.name}: patched tree at {path}")
     if not prepared.ok:
-        _explain_conflicts(prepared, path)
+        _explain_conflicts(prepared, path, table=not as_json)  # stdout stays JSON with --json
         raise _failed_items([prepared])
 
 
-def _explain_conflicts(prepared: source.PreparedSource, path: Path) -> None:
-    console.out.print(_table([prepared]))
+def _explain_conflicts(prepared: source.PreparedSource, path: Path, *, table: bool) -> None:
+    if table:
+        console.out.print(_table([prepared]))
     for item in prepared.items:
         if item.status == "conflict":
             name = source.conflict_patch_name(item)
