@@ -1024,3 +1024,28 @@ def test_every_command_with_malformed_arguments(project: Project, tmp_path: Path
             where = f"sparkbuild {command} {' '.join(args)}"
             assert result.exit_code in (1, 2), f"{where}\n{result.output}"
     assert not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize(
+    "number", ['"103; touch pwned"', "-103", "0", "1.5", "'--upload-pack=x'", ".nan"]
+)
+def test_pr_numbers_are_numbers(project: Project, number: str) -> None:
+    spec = project.write_spec(SPEC.replace("{number: 103}", f"{{number: {number}}}"))
+    result = project.run("patches")
+    assert result.exit_code == 2
+    assert f"{spec}:6: prs[0].number" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["../../x", "--upload-pack=x", "[red]x"])
+def test_record_names_are_looked_up_not_used(project: Project, name: str) -> None:
+    result = project.run(
+        "smoke",
+        "--url",
+        "http://127.0.0.1:9",
+        "--profile",
+        str(_profile(project, "vllm")),
+        "--record",
+        name,
+    )
+    assert result.exit_code == 1
+    assert f"build {name!r} has no image in images.lock" in result.stderr
