@@ -1049,3 +1049,18 @@ def test_record_names_are_looked_up_not_used(project: Project, name: str) -> Non
     )
     assert result.exit_code == 1
     assert f"build {name!r} has no image in images.lock" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("https://alice:T0KEN@h/x.git", "https://***@h/x.git"),
+        ("https://ghp_T0KEN@h/x.git", "https://***@h/x.git"),  # a token as the user name
+        ("file://alice:T0KEN@localhost/x", "file://***@localhost/x"),
+        ("ssh://alice:T0KEN@h/x", "ssh://***@h/x"),
+        ("ssh://git@h/x", "ssh://git@h/x"),  # a login name is not a secret
+    ],
+)
+def test_redaction_forms(url: str, shown: str) -> None:
+    assert validate.redact_url(f"cannot fetch {url}: failed") == f"cannot fetch {shown}: failed"
+    assert "T0KEN" not in validate.strip_userinfo(url)

@@ -20,7 +20,7 @@ _TRANSPORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")
 # scp-like ssh: [user@]host:path (git reads "host:path" so when no slash precedes the colon).
 _SCP = re.compile(r"^(?:[A-Za-z0-9._~%+-]+@)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?!/?/)(.+)$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@]+)@")
 _BUILD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
 
@@ -59,14 +59,19 @@ def repo_url(url: str) -> str:
     return url
 
 
+def _is_ssh_user(match: re.Match[str]) -> bool:
+    """``ssh://git@host``: a login name, not a secret (a token needs ``user:token@``)."""
+    return match.group(1).lower() == "ssh://" and ":" not in match.group(2)
+
+
 def redact_url(text: str) -> str:
     """Text with the userinfo of every URL in it (``user:token@``) replaced by ``***@``."""
-    return _USERINFO.sub(lambda m: m.group(1) + "***@", text)
+    return _USERINFO.sub(lambda m: m.group(0) if _is_ssh_user(m) else m.group(1) + "***@", text)
 
 
 def strip_userinfo(url: str) -> str:
     """The URL without ``user:token@``: what may be stored (lock, image labels)."""
-    return _USERINFO.sub(lambda m: m.group(1), url)
+    return _USERINFO.sub(lambda m: m.group(0) if _is_ssh_user(m) else m.group(1), url)
 
 
 def git_ref(ref: str) -> str:
