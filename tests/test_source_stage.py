@@ -435,7 +435,7 @@ def test_lock_check_validates_the_schema(project: Project) -> None:
     cases = {
         "no `schema:` field": {k: v for k, v in good.items() if k != "schema"},
         "`schema: 2` is not 1": {**good, "schema": 2},
-        "`builds.old.source.commit`: String should match pattern": {
+        "builds.old.source.commit": {
             **good,
             "builds": {"old": {"source": {**good["builds"]["old"]["source"], "commit": "v1.1"}}},
         },

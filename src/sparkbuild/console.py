@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.text import Text
+
+from sparkbuild.validate import redact_url
 
 _state = {"quiet": False}
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -29,19 +32,20 @@ def interactive() -> bool:
 def info(message: str) -> None:
     """A one-line progress note on stderr, dropped with --quiet."""
     if not _state["quiet"]:
-        err.print(message, markup=False)
+        err.print(redact_url(message), markup=False)
 
 
 def warn(message: str) -> None:
     """Warnings are shown even with --quiet: they change what the user should believe."""
-    err.print(f"warning: {message}", style="yellow", markup=False)
+    err.print(f"warning: {redact_url(message)}", style="yellow", markup=False)
 
 
 @contextmanager
 def status(message: str) -> Iterator[None]:
     """A spinner on a TTY; a single line otherwise; nothing with --quiet."""
     if interactive():
-        with err.status(message):
+        # Text, not str: a str status is parsed as markup, and names like fix[/x] are data.
+        with err.status(Text(redact_url(message))):
             yield
     else:
         info(message)

@@ -1,6 +1,13 @@
-"""Errors that reach the user as a message and a next step, never as a traceback."""
+"""Every error sparkbuild raises, in one module (after docker-py's errors.py).
+
+Each reaches the user as one screen: ``error: <what, naming the file/field/build>`` and
+``hint: <the next command>``, with exit status 1 (or 2 for bad input), never a traceback.
+The command line renders them in one place (``sparkbuild.cli``).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -35,3 +42,58 @@ class SpecError(UsageError):
 
 class LockError(SparkbuildError):
     """images.lock is missing, stale, or disagrees with what was asked for."""
+
+
+class RemoteError(SparkbuildError):
+    """A git remote could not be listed or fetched (after retries where they can help)."""
+
+
+class GitError(SparkbuildError):
+    """A git command failed; ``stderr`` is git's own reason (URL credentials redacted)."""
+
+    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
+        from sparkbuild.validate import redact_url  # validate imports nothing of ours
+
+        self.args_ = list(args)
+        self.returncode = returncode
+        self.stderr = redact_url(stderr.strip())
+        shown = redact_url(" ".join(args))
+        super().__init__(f"git {shown} failed ({returncode}): {self.stderr}")
+
+
+class BuildFailedError(SparkbuildError):
+    """The image build ran and failed; ``message`` carries the failing step's last lines."""
+
+
+class RegistryError(SparkbuildError):
+    """The registry answered, and the answer was no."""
+
+
+class CredentialsRejectedError(RegistryError):
+    """Authentication failed: wrong or missing credentials (never quoted)."""
+
+
+class EngineHTTPError(SparkbuildError):
+    """A request the engine answered with an error status, with a malformed body, or did not
+    answer at all. Smoke turns it into a failed check; elsewhere it reaches the user."""
+
+    def __init__(
+        self, what: str, status: int | None, body: str = "", *, timed_out: bool = False
+    ) -> None:
+        self.what = what
+        self.status = status
+        self.body = body[:500]
+        self.timed_out = timed_out
+        shown = f"HTTP {status}" if status is not None else "no response"
+        super().__init__(
+            f"{what}: {shown}{': ' + self.body if self.body else ''}",
+            "check that the URL points at a running engine of the profile's kind",
+        )
+
+
+class CalibrationError(SparkbuildError):
+    """The engine's tokenizer could not be made to give the requested prompt length."""
+
+
+class EngineGoneError(SparkbuildError):
+    """The engine stopped answering in the middle of a bench sweep."""

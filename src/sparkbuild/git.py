@@ -7,7 +7,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import GitError
+
+__all__ = ["GitError", "git_env", "run", "text"]
 
 # Deterministic identity for the commits sparkbuild writes into its own scratch history.
 _IDENTITY = {
@@ -16,14 +18,6 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "sparkbuild",
     "GIT_COMMITTER_EMAIL": "sparkbuild@localhost",
 }
-
-
-class GitError(SparkbuildError):
-    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
-        self.args_ = list(args)
-        self.returncode = returncode
-        self.stderr = stderr.strip()
-        super().__init__(f"git {' '.join(args)} failed ({returncode}): {self.stderr}")
 
 
 def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,9 @@ from typing import Any
 
 import yaml
 from filelock import FileLock
+from pydantic import ValidationError
 
+from sparkbuild import lockschema, yamlfile
 from sparkbuild.errors import LockError, SparkbuildError
 
 SCHEMA = 1
@@ -30,39 +33,85 @@ def empty() -> LockData:
     return {"schema": SCHEMA, "builds": {}}
 
 
+def _repair_hint(path: Path) -> str:
+    return (
+        f"restore it with `git checkout -- {path.name}`, or move it aside "
+        f"(`mv {path} {path}.bad`) and run `sparkbuild lock` to pin the sources again"
+    )
+
+
 def load(path: Path) -> LockData:
-    """The lock as plain data; an empty lock when the file does not exist yet."""
-    if not path.exists():
-        return empty()
+    """The lock as plain data; an empty lock when the file does not exist yet.
+
+    The file is checked against :mod:`sparkbuild.lockschema`; anything else (not UTF-8, not
+    YAML, aliases, a wrong shape) is a LockError naming the file, the line and the repair.
+    """
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise LockError(
-            f"{path}: not valid YAML ({exc})",
-            f"restore it with `git checkout -- {path.name}` and run `sparkbuild lock`",
-        ) from exc
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return empty()
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        data, node = yamlfile.parse_yaml(raw)
+    except yamlfile.BadYAMLError as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise LockError(f"{where}: {exc.problem}", _repair_hint(path)) from exc
     if data is None:
         return empty()
     if not isinstance(data, dict) or not isinstance(data.get("builds", {}), dict):
-        raise LockError(f"{path}: not a sparkbuild lock (no 'builds' mapping)")
+        raise LockError(f"{path}: not a sparkbuild lock (no 'builds' mapping)", _repair_hint(path))
     if data.get("schema", SCHEMA) != SCHEMA:
-        raise LockError(f"{path}: lock schema {data.get('schema')} is not {SCHEMA}")
+        raise LockError(
+            f"{path}: `schema: {data.get('schema')!r}` is not {SCHEMA}, the one this sparkbuild "
+            "reads",
+            "use the sparkbuild that wrote it, or re-lock with `sparkbuild lock`",
+        )
+    try:
+        lockschema.check(data)
+    except ValidationError as exc:
+        lines: dict[yamlfile.Location, int] = {}
+        if node is not None:
+            yamlfile.node_lines(node, (), lines)
+        problems = [
+            yamlfile.describe_error(e, lockschema.LockFile, path, lines) for e in exc.errors()
+        ]
+        shown = "\n  ".join(problems[:10])
+        raise LockError(f"{path} is damaged:\n  {shown}", _repair_hint(path)) from exc
     data.setdefault("builds", {})
     data["schema"] = SCHEMA
     return data
 
 
+class _CanonicalDumper(yaml.SafeDumper):
+    """Never writes anchors or aliases: the lock is read back with aliases refused."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def dumps(data: LockData) -> str:
     """Canonical text: sorted keys, block style, no timestamps added here."""
-    body = yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
+    body = yaml.dump(
+        data,
+        Dumper=_CanonicalDumper,
+        sort_keys=True,
+        default_flow_style=False,
+        allow_unicode=True,
+    )
     return HEADER + body
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Write beside the target, fsync, then rename over it: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # mkstemp makes 0600 files; the lock is a shared, committed file
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o644
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -18,10 +18,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import git
+from sparkbuild import git, yamlfile
+from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError
 from sparkbuild.lock import SCHEMA
 from sparkbuild.mirror import Mirror, looks_like_sha
@@ -82,18 +82,19 @@ class _LockFile(BaseModel):
 
 
 def schema_problems(path: Path) -> list[str]:
-    """What is wrong with the shape of the lock at ``path`` (empty when it validates)."""
+    """What is wrong with the shape of the lock at ``path`` (empty when it validates).
+
+    The loader's checks come first (UTF-8, no aliases, the schema every command reads, with
+    file and line); then the stricter shape a lock sparkbuild wrote always has."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        return [f"{path.name}: unreadable ({type(exc).__name__}: {exc})"]
+        lockfile.load(path)
+        data, _ = yamlfile.parse_yaml(path.read_bytes())
+    except (LockError, yamlfile.BadYAMLError) as exc:
+        return [exc.message if isinstance(exc, LockError) else f"{path}: {exc.problem}"]
     if not isinstance(data, dict):
         return [f"{path.name}: not a mapping with `schema:` and `builds:`"]
     if "schema" not in data:
         return [f"{path.name}: no `schema:` field (sparkbuild writes `schema: {SCHEMA}`)"]
-    if data["schema"] != SCHEMA:
-        return [f"{path.name}: `schema: {data['schema']!r}` is not {SCHEMA}, the one this "
-                "sparkbuild reads"]  # fmt: skip
     try:
         _LockFile.model_validate(data)
     except ValidationError as exc:

@@ -24,20 +24,17 @@ from tenacity import (
     wait_exponential,
 )
 
-from sparkbuild import console, git
-from sparkbuild.errors import SparkbuildError
+from sparkbuild import console, git, settings, validate
+from sparkbuild.errors import RemoteError, UsageError
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 # Errors that no retry can fix: the remote answered and said no.
 _PERMANENT = ("couldn't find remote ref", "not our ref", "invalid refspec")
 
 
-class RemoteError(SparkbuildError):
-    pass
-
-
 def _slug(url: str) -> str:
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", url.rstrip("/").rsplit("/", 1)[-1])
+    public = validate.strip_userinfo(url)  # a directory name is shown everywhere
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", public.rstrip("/").rsplit("/", 1)[-1])
     tail = tail.removesuffix(".git") or "repo"
     return f"{tail}-{hashlib.sha256(url.encode()).hexdigest()[:10]}"
 
@@ -47,8 +44,8 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 def _retrying() -> Retrying:
-    attempts = int(os.environ.get("SPARKBUILD_NET_ATTEMPTS", "4"))
-    scale = float(os.environ.get("SPARKBUILD_NET_BACKOFF", "1"))
+    attempts = int(settings.env_number("SPARKBUILD_NET_ATTEMPTS", "4", int))
+    scale = settings.env_number("SPARKBUILD_NET_BACKOFF", "1", float)
     return Retrying(
         stop=stop_after_attempt(max(attempts, 1)),
         wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
@@ -75,7 +72,11 @@ class RemoteRefs:
 
 class Mirror:
     def __init__(self, cache_dir: Path, url: str) -> None:
-        self.url = url
+        try:  # checked where the URL enters too; here so no caller can skip it
+            self.url = validate.repo_url(url)
+        except ValueError as exc:
+            raise UsageError(f"repository URL: {exc}") from exc
+        self.shown_url = validate.redact_url(url)  # for messages: never show credentials
         self.path = cache_dir / "mirrors" / f"{_slug(url)}.git"
 
     @contextmanager
@@ -90,8 +91,9 @@ class Mirror:
         if (self.path / "HEAD").exists():
             return
         tmp = self.path.with_name(self.path.name + f".init-{os.getpid()}")
-        git.run(["init", "--bare", "--quiet", str(tmp)])
-        git.run(["config", "remote.origin.url", self.url], git_dir=tmp)
+        git.run(["init", "--bare", "--quiet", "--", str(tmp)])
+        # Only for humans poking at the cache: fetches pass the URL, so no secret is stored.
+        git.run(["config", "--", "remote.origin.url", self.shown_url], git_dir=tmp)
         git.run(["config", "gc.auto", "0"], git_dir=tmp)  # no gc racing a concurrent reader
         # Renamed into place last, so an interrupted init never leaves a half-made mirror.
         tmp.rename(self.path)
@@ -105,16 +107,17 @@ class Mirror:
             last = exc.last_attempt.exception()
             detail = last.stderr if isinstance(last, git.GitError) else str(last)
             raise RemoteError(
-                f"cannot {what} {self.url}: {_first_line(detail)}",
+                f"cannot {what} {self.shown_url}: {validate.redact_url(_first_line(detail))}",
                 f"check the URL and your network, or point the engine elsewhere with "
                 f"--repo ENGINE=URL (tried {exc.last_attempt.attempt_number} times)",
             ) from exc
         except git.GitError as exc:
-            raise RemoteError(f"cannot {what} {self.url}: {exc.stderr}") from exc
+            detail = validate.redact_url(exc.stderr)
+            raise RemoteError(f"cannot {what} {self.shown_url}: {detail}") from exc
         raise AssertionError("unreachable")
 
     def ls_remote(self, patterns: list[str]) -> RemoteRefs:
-        output = self._network(["ls-remote", self.url, *patterns], "list refs of")
+        output = self._network(["ls-remote", "--", self.url, *patterns], "list refs of")
         refs: dict[str, str] = {}
         for line in output.splitlines():
             sha, _, name = line.partition("\t")
@@ -124,7 +127,7 @@ class Mirror:
     def fetch(self, refspecs: list[str]) -> None:
         if not refspecs:
             return
-        with console.status(f"fetching {len(refspecs)} ref(s) from {self.url}"):
+        with console.status(f"fetching {len(refspecs)} ref(s) from {self.shown_url}"):
             self._network(
                 [
                     "fetch",
@@ -132,6 +135,7 @@ class Mirror:
                     "--no-write-fetch-head",
                     "--tags",
                     "--force",
+                    "--",
                     self.url,
                     *refspecs,
                 ],
@@ -151,12 +155,16 @@ class Mirror:
         return RemoteRefs(refs)
 
     def has_commit(self, sha: str) -> bool:
-        result = git.run(["cat-file", "-e", f"{sha}^{{commit}}"], git_dir=self.path, check=False)
+        result = git.run(
+            ["cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"],
+            git_dir=self.path,
+            check=False,
+        )
         return result.returncode == 0
 
     def rev_parse(self, ref: str) -> str | None:
         result = git.run(
-            ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
             git_dir=self.path,
             check=False,
         )

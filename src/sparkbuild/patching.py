@@ -41,7 +41,7 @@ class ScratchIndex:
         self.git_dir = git_dir
         self._tmp = tempfile.TemporaryDirectory(prefix="sparkbuild-index-")
         self.env = {"GIT_INDEX_FILE": str(Path(self._tmp.name) / "index")}
-        git.run(["read-tree", commit], git_dir=git_dir, env=self.env)
+        git.run(["read-tree", "--end-of-options", commit], git_dir=git_dir, env=self.env)
 
     def __enter__(self) -> ScratchIndex:
         return self
@@ -69,6 +69,21 @@ class ScratchIndex:
 
     def apply(self, diff: bytes) -> ApplyOutcome:
         return self._apply(diff)
+
+    def diff_problem(self, diff: bytes) -> str | None:
+        """Why ``diff`` is not a usable diff at all (None when git can read it).
+
+        An HTML error page, an empty or truncated download or random bytes must never pass
+        for "nothing to apply"."""
+        if not diff.strip():
+            return "the file is empty, not a diff"
+        result = git.run(["apply", "--numstat", "-"], git_dir=self.git_dir, input=diff, check=False)
+        if result.returncode != 0:
+            reason = result.stderr.decode(errors="replace").strip().splitlines()
+            return f"not a valid diff: {reason[0] if reason else 'git apply cannot read it'}"
+        if not result.stdout.strip():
+            return "not a valid diff: it changes no file"
+        return None
 
     def files(self, diff: bytes) -> list[str]:
         """Paths the diff touches, as git reads them (any unified diff format)."""
@@ -105,15 +120,33 @@ class ScratchIndex:
         return failed
 
 
+_PLAIN_HEADER = re.compile(rb"^--- (\S+)[^\n]*\n\+\+\+ (\S+)", re.M)
+
+
+def _plain_path(old: bytes, new: bytes) -> str:
+    """The path a ``diff -u`` section names (``-p1``: the first component dropped)."""
+    chosen = new if new != b"/dev/null" else old
+    text = chosen.decode(errors="replace")
+    return text.split("/", 1)[1] if "/" in text else text
+
+
+def _sections(diff: bytes) -> list[tuple[int, str]]:
+    """Where each file's section starts and its path, for git-style and plain diffs."""
+    git_style = [
+        (m.start(), m.group(2).decode(errors="replace")) for m in _FILE_HEADER.finditer(diff)
+    ]
+    if git_style:
+        return git_style
+    return [(m.start(), _plain_path(m.group(1), m.group(2))) for m in _PLAIN_HEADER.finditer(diff)]
+
+
 def split_diff(diff: bytes) -> list[tuple[str, bytes, list[bytes]]]:
-    """(path, file header, [hunks]) for each file of a git-style diff."""
-    starts = [match.start() for match in _FILE_HEADER.finditer(diff)]
+    """(path, file header, [hunks]) for each file of a git-style or plain unified diff."""
+    found = _sections(diff)
+    starts = [start for start, _ in found]
     sections: list[tuple[str, bytes, list[bytes]]] = []
-    for begin, end in zip(starts, [*starts[1:], len(diff)], strict=True):
+    for (begin, path), end in zip(found, [*starts[1:], len(diff)], strict=True):
         section = diff[begin:end]
-        match = _FILE_HEADER.match(section)
-        assert match is not None
-        path = match.group(2).decode(errors="replace")
         hunk_starts = [m.start() for m in _HUNK.finditer(section)]
         if not hunk_starts or b"GIT binary patch" in section:
             sections.append((path, section, []))

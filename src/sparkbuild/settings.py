@@ -6,9 +6,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkbuild import validate
 from sparkbuild.errors import UsageError
 
 LOCK_FILENAME = "images.lock"
+ENGINES = ("sglang", "vllm")  # the spec's `engine:` values
 
 
 def default_cache_dir() -> Path:
@@ -47,8 +49,36 @@ def parse_repo_overrides(values: tuple[str, ...] | list[str]) -> dict[str, str]:
         engine, sep, url = value.partition("=")
         if not sep or not engine or not url:
             raise UsageError(
-                f"--repo {value!r} is not ENGINE=URL",
+                f"--repo {validate.redact_url(value)!r} is not ENGINE=URL",
                 "for example: --repo sglang=/srv/mirrors/sglang.git",
             )
-        overrides[engine.strip()] = url.strip()
+        engine, url = engine.strip(), url.strip()
+        if engine not in ENGINES:
+            raise UsageError(
+                f"--repo {validate.redact_url(value)!r}: unknown engine {engine!r}",
+                f"use one of: {', '.join(ENGINES)}",
+            )
+        try:
+            overrides[engine] = validate.repo_url(url)
+        except ValueError as exc:
+            raise UsageError(
+                f"--repo {engine}=...: {exc}",
+                "pass a https://, http://, ssh://, git://, file:// URL or a local path",
+            ) from exc
     return overrides
+
+
+def env_number(name: str, default: str, kind: type[int] | type[float]) -> float:
+    """A numeric setting from the environment; a bad one is a usage error naming it."""
+    raw = os.environ.get(name, default)
+    try:
+        value = kind(raw)
+        validate.finite(float(value), name)
+    except ValueError as exc:
+        raise UsageError(
+            f"{name}={raw!r} is not a {'whole' if kind is int else 'finite'} number",
+            f"unset it or set it to a number, e.g. {name}={default}",
+        ) from exc
+    if value < 0:
+        raise UsageError(f"{name}={raw!r} must not be negative", f"e.g. {name}={default}")
+    return value

@@ -7,7 +7,8 @@ For each item, in spec order (PRs, then patches), exactly one status:
   succeeds, or applying changes nothing): the rebase-helper rule, not an error;
 - ``out-of-range``: its ``when`` excludes this build's version;
 - ``conflict``: it does not apply exactly; the failing files and hunks are listed;
-- ``missing``: the patch file or the PR ref does not exist.
+- ``missing``: the patch file or the PR ref does not exist;
+- ``invalid``: the patch file is not a diff (an HTML page, empty, truncated, binary junk).
 
 A PR's change is its own commits, from where it left the base branch to its head, never the
 unrelated commits between the build's tag and the PR's base.
@@ -31,9 +32,10 @@ from sparkbuild.mirror import Mirror, RemoteRefs, looks_like_sha
 from sparkbuild.patching import ScratchIndex
 from sparkbuild.settings import Settings
 from sparkbuild.spec import PR, Build, Patch, file_sha256
+from sparkbuild.validate import redact_url, strip_userinfo
 
-Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing"]
-FAILING: frozenset[str] = frozenset({"conflict", "missing"})
+Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
+FAILING: frozenset[str] = frozenset({"conflict", "missing", "invalid"})
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,14 @@ class _Pins:
         )
 
 
+def distinct_prefixes(a: str, b: str, shortest: int = 12) -> tuple[str, str]:
+    """Short forms of two hashes that still differ (a lock cut short shares a prefix)."""
+    length = shortest
+    while length < max(len(a), len(b)) and a[:length] == b[:length]:
+        length += 8
+    return a[:length], b[:length]
+
+
 # -- resolving -------------------------------------------------------------------------
 
 
@@ -174,7 +184,7 @@ def _resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: _Pins)
     if pins.commit:
         if not mirror.has_commit(pins.commit):
             raise LockError(
-                f"{build.name}: locked commit {pins.commit} is not in {build.repo}",
+                f"{build.name}: locked commit {pins.commit} is not in {redact_url(build.repo)}",
                 "the upstream history was rewritten; re-resolve with `sparkbuild lock "
                 f"{build.name}`",
             )
@@ -186,10 +196,13 @@ def _resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: _Pins)
         sha = mirror.rev_parse(build.ref)
     if sha is None or not mirror.has_commit(sha):
         raise SparkbuildError(
-            f"{build.name}: ref '{build.ref}' not found at {build.repo}",
-            f"check `ref:` in {build.spec_file.name}; `git ls-remote {build.repo}` lists refs",
+            f"{build.name}: ref '{build.ref}' not found at {redact_url(build.repo)}",
+            f"check `ref:` in {build.spec_file.name}; "
+            f"`git ls-remote {redact_url(build.repo)}` lists refs",
         )
-    return git.text(["rev-parse", f"{sha}^{{commit}}"], git_dir=mirror.path)
+    return git.text(
+        ["rev-parse", "--verify", "--end-of-options", f"{sha}^{{commit}}"], git_dir=mirror.path
+    )
 
 
 def _fork_point(mirror: Mirror, head: str, base_branch: str) -> str:
@@ -198,15 +211,15 @@ def _fork_point(mirror: Mirror, head: str, base_branch: str) -> str:
     branch = f"refs/remotes/origin/{base_branch}"
     outside = git.text(["rev-list", "--first-parent", branch, "--not", head], git_dir=mirror.path)
     if not outside:
-        return git.text(["merge-base", head, branch], git_dir=mirror.path)
+        return git.text(["merge-base", "--end-of-options", head, branch], git_dir=mirror.path)
     oldest_outside = outside.splitlines()[-1]
     parent = git.run(
-        ["rev-parse", "--verify", "--quiet", f"{oldest_outside}^1"],
+        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{oldest_outside}^1"],
         git_dir=mirror.path,
         check=False,
     )
     if parent.returncode != 0:  # the branch and the PR share no history
-        return git.text(["merge-base", head, branch], git_dir=mirror.path)
+        return git.text(["merge-base", "--end-of-options", head, branch], git_dir=mirror.path)
     return parent.stdout.decode().strip()
 
 
@@ -214,7 +227,14 @@ def _squash_merge_of(mirror: Mirror, number: int, base: str) -> str | None:
     """GitHub titles a squash merge "... (#N)"; the newest such commit in the base that is
     not a revert means the PR is in, even where later commits changed the same lines."""
     log = git.text(
-        ["log", "--format=%h %s", "--fixed-strings", f"--grep=(#{number})", base],
+        [
+            "log",
+            "--format=%h %s",
+            "--fixed-strings",
+            f"--grep=(#{number})",
+            "--end-of-options",
+            base,
+        ],
         git_dir=mirror.path,
     )
     for line in log.splitlines():
@@ -225,7 +245,11 @@ def _squash_merge_of(mirror: Mirror, number: int, base: str) -> str | None:
 
 
 def _is_ancestor(mirror: Mirror, commit: str, of: str) -> bool:
-    result = git.run(["merge-base", "--is-ancestor", commit, of], git_dir=mirror.path, check=False)
+    result = git.run(
+        ["merge-base", "--is-ancestor", "--end-of-options", commit, of],
+        git_dir=mirror.path,
+        check=False,
+    )
     return result.returncode == 0
 
 
@@ -242,7 +266,9 @@ class _Applier:
         self.commit = base_commit
         self.tree = self.index.write_tree()
         self.conflict_commit: str | None = None
-        self._date = git.text(["log", "-1", "--format=%cI", base_commit], git_dir=mirror.path)
+        self._date = git.text(
+            ["log", "-1", "--format=%cI", "--end-of-options", base_commit], git_dir=mirror.path
+        )
 
     def close(self) -> None:
         self.index.__exit__(None, None, None)
@@ -287,12 +313,12 @@ def _settle_pr(applier: _Applier, pr: PR, remote: RemoteRefs, pins: _Pins) -> It
         )
     head = remote.pr_head(pr.number)
     if head is None:
-        return replace(item, detail=f"no refs/pull/{pr.number}/head at {build.repo}")
+        return replace(item, detail=f"no refs/pull/{pr.number}/head at {redact_url(build.repo)}")
     locked_head = pins.pr_heads.get(pr.number)
     if locked_head and locked_head != head:
         raise LockError(
             f"{build.name}: PR #{pr.number} head moved since it was locked "
-            f"(locked {locked_head[:12]}, now {head[:12]})",
+            "(locked {}, now {})".format(*distinct_prefixes(locked_head, head)),
             f"review the new commits, then `sparkbuild lock {build.name}` to pin them",
         )
     if _is_ancestor(mirror, head, applier.commit):
@@ -308,13 +334,15 @@ def _settle_pr(applier: _Applier, pr: PR, remote: RemoteRefs, pins: _Pins) -> It
     commits = tuple(
         git.text(["rev-list", "--reverse", f"{fork}..{head}"], git_dir=mirror.path).split()
     )
-    diff = git.run(["diff", "--binary", "--full-index", fork, head], git_dir=mirror.path).stdout
+    diff = git.run(
+        ["diff", "--binary", "--full-index", "--end-of-options", fork, head], git_dir=mirror.path
+    ).stdout
     digest = hashlib.sha256(diff).hexdigest()
     locked_digest = pins.pr_diffs.get(pr.number)
     if locked_digest and locked_digest != digest:
         raise LockError(
             f"{build.name}: PR #{pr.number}'s change differs from the locked one "
-            f"(diff sha256 {digest[:12]} vs {locked_digest[:12]})",
+            "(diff sha256 {} vs {})".format(*distinct_prefixes(digest, locked_digest)),
             f"`sparkbuild lock {build.name}` to pin it again",
         )
     status, detail, files = applier.settle(diff, f"PR #{pr.number} ({head[:12]})")
@@ -345,9 +373,14 @@ def _settle_patch(applier: _Applier, patch: Patch) -> ItemResult:
         return replace(
             item, status="out-of-range", detail=f"when '{patch.when}' excludes {build.version}"
         )
+    if patch.path.is_dir():
+        return replace(item, status="invalid", detail=f"{patch.file} is a directory, not a diff")
     if not patch.path.is_file():
         return replace(item, detail=f"no such file: {patch.path}")
     diff = patch.path.read_bytes()
+    problem = applier.index.diff_problem(diff)
+    if problem:
+        return replace(item, status="invalid", detail=f"{patch.file}: {problem}")
     digest = hashlib.sha256(diff).hexdigest()
     if patch.sha256 and patch.sha256 != digest:
         raise SparkbuildError(
@@ -361,7 +394,11 @@ def _settle_patch(applier: _Applier, patch: Patch) -> ItemResult:
 
 def _changed(mirror: Mirror, base_commit: str, tree: str) -> tuple[ChangedFile, ...]:
     raw = git.text(
-        ["diff-tree", "-r", "--no-renames", "--name-status", "-z", f"{base_commit}^{{tree}}", tree],
+        [
+            *("diff-tree", "-r", "--no-renames", "--name-status", "-z", "--end-of-options"),
+            f"{base_commit}^{{tree}}",
+            tree,
+        ],
         git_dir=mirror.path,
     )
     fields = [f for f in raw.split("\0") if f]
@@ -369,6 +406,31 @@ def _changed(mirror: Mirror, base_commit: str, tree: str) -> tuple[ChangedFile, 
         ChangedFile(path=fields[i + 1], status=fields[i][0])  # type: ignore[arg-type]
         for i in range(0, len(fields) - 1, 2)
     )
+
+
+def _locked_heads(build: Build, settings: Settings) -> dict[int, str]:
+    """PR heads the lock pins for ``build``, to mention when an unlocked run sees others.
+
+    Only a note: an unlocked run must work with a damaged lock (that is how it is redone)."""
+    try:
+        entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name)
+    except LockError as exc:
+        console.warn(f"ignoring {settings.lock_file.name} for this unlocked run: {exc.message}")
+        return {}
+    source = entry.get("source") if entry else None
+    return _Pins.from_lock(source).pr_heads if isinstance(source, dict) else {}
+
+
+def _note_moved_head(item: ItemResult, noted: dict[int, str], build: Build) -> ItemResult:
+    locked = noted.get(item.number or 0)
+    if item.kind != "pr" or not item.head or not locked or locked == item.head:
+        return item
+    then, now = distinct_prefixes(locked, item.head)
+    note = (
+        f"; images.lock pins head {then}, now {now} "
+        f"(`sparkbuild lock {build.name}` to pin the new head)"
+    )
+    return replace(item, detail=item.detail + note)
 
 
 def prepare_source(
@@ -381,6 +443,7 @@ def prepare_source(
     if locked:
         entry = require_locked_source(build, settings)
         pins = _Pins.from_lock(entry)
+    noted = {} if locked else _locked_heads(build, settings)
     mirror = Mirror(settings.cache_dir, build.repo)
     in_range = [pr for pr in build.prs if build.in_range(pr.when)]
     with mirror.locked():
@@ -402,6 +465,7 @@ def prepare_source(
         applier.close()
     if locked and not any(item.status in FAILING for item in items):
         lockproof.check_tree(build, pins.tree, applier.tree)
+    items = [_note_moved_head(item, noted, build) for item in items]
     return PreparedSource(
         build=build,
         base_commit=base_commit,
@@ -421,7 +485,7 @@ def lock_section(prepared: PreparedSource) -> dict[str, Any]:
     build = prepared.build
     return {
         "engine": build.engine,
-        "repo": build.spec_repo,
+        "repo": strip_userinfo(build.spec_repo),  # a token in the spec never reaches the lock
         "ref": build.ref,
         "commit": prepared.base_commit,
         "version": str(build.version),
@@ -458,9 +522,10 @@ def staleness(build: Build, entry: dict[str, Any] | None) -> list[str]:
         if current is None:
             problems.append(f"{build.name}: patch {patch.file} is missing")
         elif locked_patches[patch.file] and current != locked_patches[patch.file]:
+            locked_sha = str(locked_patches[patch.file])
+            now, then = distinct_prefixes(current, locked_sha)
             problems.append(
-                f"{build.name}: patch {patch.file} changed "
-                f"(sha256 {current[:12]}, locked {str(locked_patches[patch.file])[:12]})"
+                f"{build.name}: patch {patch.file} changed (sha256 {now}, locked {then})"
             )
     for file in set(locked_patches) - {p.file for p in build.patches}:
         problems.append(f"{build.name}: patch {file} was removed from the spec")
@@ -499,20 +564,54 @@ def record(prepared: PreparedSource, settings: Settings) -> None:
 _MARKER = "sparkbuild-checkout"
 
 
-def checkout(prepared: PreparedSource, out: Path) -> Path:
+def local_changes(out: Path) -> list[str]:
+    """Edited, staged, untracked and ignored paths of a checkout: what a re-checkout loses."""
+    result = git.run(
+        ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored"],
+        cwd=out,
+        check=False,
+    )
+    if result.returncode != 0:
+        return []
+    records = result.stdout.decode(errors="replace").split("\0")
+    changes: list[str] = []
+    skip = False
+    for record in records:
+        if skip or len(record) < 4:  # a rename's second path, or the trailing empty field
+            skip = False
+            continue
+        code, path = record[:2], record[3:]
+        skip = "R" in code or "C" in code
+        if path.split("/", 1)[0] != ".sparkbuild":  # kept by the re-checkout
+            changes.append(f"{code.strip() or '?'} {path}")
+    return changes
+
+
+def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Path:
     """A git checkout of the patched tree at ``out``, one commit per applied item.
 
     On conflict the checkout stops at the last good commit and the conflicting diff is
-    saved beside it; the caller prints the command to try it by hand.
+    saved beside it; the caller prints the command to try it by hand. An existing checkout
+    with local edits or untracked files is left alone unless ``force``.
     """
     out = out.resolve()
     if out.exists() and any(out.iterdir()) and not (out / ".git" / _MARKER).exists():
         raise SparkbuildError(
             f"{out} exists and is not a sparkbuild checkout", "pass an empty or new --out DIR"
         )
+    lost = local_changes(out) if (out / ".git" / _MARKER).exists() and not force else []
+    if lost:
+        shown = "\n  ".join(lost[:20]) + (
+            f"\n  ... and {len(lost) - 20} more" if len(lost) > 20 else ""
+        )
+        raise SparkbuildError(
+            f"{out} has local changes that a new checkout would discard:\n  {shown}",
+            f"save them (e.g. `cd {out} && git diff > my.patch`), or re-run with --force "
+            "to discard them, or pass another --out DIR",
+        )
     if not (out / ".git").exists():
         out.mkdir(parents=True, exist_ok=True)
-        git.run(["init", "--quiet", str(out)])
+        git.run(["init", "--quiet", "--", str(out)])
         (out / ".git" / _MARKER).write_text(prepared.build.name + "\n")
     alternates = out / ".git" / "objects" / "info" / "alternates"
     alternates.write_text(str(prepared.mirror / "objects") + "\n")
@@ -520,7 +619,7 @@ def checkout(prepared: PreparedSource, out: Path) -> Path:
     branch = f"sparkbuild/{prepared.build.name}"
     # checkout.workers=0: one checkout worker per core (git's parallel checkout).
     git.run(
-        ["-c", "checkout.workers=0", "checkout", "--quiet", "--force", "-B", branch, target],
+        ["-c", "checkout.workers=0", "checkout", "--quiet", "--force", "-B", branch, target, "--"],
         cwd=out,
     )
     git.run(["clean", "--quiet", "-fdx", "-e", ".sparkbuild"], cwd=out)

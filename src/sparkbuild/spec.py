@@ -12,12 +12,21 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from sparkbuild import validate
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.yamlfile import load_model
@@ -38,8 +47,14 @@ def _check_when(value: str | None) -> str | None:
     return value
 
 
+# Hostile input must never reach git as an option or a transport, nor leave the project.
+RepoURL = Annotated[str, AfterValidator(validate.repo_url)]
+GitRef = Annotated[str, AfterValidator(validate.git_ref)]
+BuildName = Annotated[str, AfterValidator(validate.build_name)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PRModel(_Strict):
@@ -58,6 +73,14 @@ class PatchModel(_Strict):
 
     _when = field_validator("when")(_check_when)
 
+    @field_validator("file")
+    @classmethod
+    def _inside_project(cls, value: str, info: ValidationInfo) -> str:
+        project = (info.context or {}).get("project_dir")
+        if project is not None:
+            validate.inside(Path(project), value, "patch file")
+        return value
+
 
 class ImageFields(_Strict):
     """Image-stage settings: file-level defaults, overridable per build."""
@@ -70,9 +93,17 @@ class ImageFields(_Strict):
     dockerfile: str | None = None
     install_dir: str | None = None
 
+    @field_validator("dockerfile")
+    @classmethod
+    def _dockerfile_inside_project(cls, value: str | None, info: ValidationInfo) -> str | None:
+        project = (info.context or {}).get("project_dir")
+        if value is not None and project is not None:
+            validate.inside(Path(project), value, "dockerfile")
+        return value
+
 
 class BuildModel(ImageFields):
-    ref: str
+    ref: GitRef
     version: str | None = None
     description: str | None = None
     prs: list[PRModel] = []
@@ -92,12 +123,12 @@ class BuildModel(ImageFields):
 
 class SpecModel(ImageFields):
     engine: Engine
-    repo: str
-    base_branch: str = "main"
+    repo: RepoURL
+    base_branch: GitRef = "main"
     package_dir: str
     prs: list[PRModel] = []
     patches: list[PatchModel] = []
-    builds: dict[str, BuildModel]
+    builds: dict[BuildName, BuildModel]
 
     @model_validator(mode="after")
     def _has_builds(self) -> SpecModel:
@@ -193,7 +224,7 @@ class Build:
 def file_sha256(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    except FileNotFoundError:
+    except OSError:  # missing, a directory, unreadable: the source stage says which
         return None
 
 
@@ -239,7 +270,12 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
                 f"add `version: \"X.Y.Z\"` to build '{name}'",
             )
         patches = tuple(
-            Patch(file=p.file, path=settings.project_dir / p.file, when=p.when, sha256=p.sha256)
+            Patch(
+                file=p.file,
+                path=validate.inside(settings.project_dir, p.file, "patch file"),
+                when=p.when,
+                sha256=p.sha256,
+            )
             for p in (*spec.patches, *entry.patches)
         )
         prs = tuple(PR(number=p.number, when=p.when) for p in (*spec.prs, *entry.prs))
@@ -265,7 +301,8 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
 
 
 def load_spec_file(path: Path, settings: Settings) -> list[Build]:
-    return _builds_of(path, load_model(path, SpecModel), settings)
+    context = {"project_dir": settings.project_dir}
+    return _builds_of(path, load_model(path, SpecModel, context), settings)
 
 
 def spec_files(settings: Settings) -> list[Path]:

@@ -19,36 +19,104 @@ Model = TypeVar("Model", bound=BaseModel)
 Location = tuple[str | int, ...]
 
 
-def _node_lines(node: yaml.Node, path: Location, lines: dict[Location, int]) -> None:
+def node_lines(node: yaml.Node, path: Location, lines: dict[Location, int]) -> None:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = key_node.value
             lines[(*path, key)] = key_node.start_mark.line + 1
-            _node_lines(value_node, (*path, key), lines)
+            node_lines(value_node, (*path, key), lines)
             lines[(*path, key)] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _node_lines(item, (*path, index), lines)
+            node_lines(item, (*path, index), lines)
+
+
+class BadYAMLError(Exception):
+    """Why a YAML text was refused, and on which line (1-based) when known."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases: ``*name`` is how a 600-byte file becomes gigabytes
+    (an alias bomb) or a structure that contains itself. Our files never need them."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"aliases (*{event.anchor}) are not allowed in sparkbuild files",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+def _check_duplicate_keys(node: yaml.Node) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            line = key_node.start_mark.line + 1
+            if key is not None and key in seen:
+                raise BadYAMLError(
+                    f"duplicate key '{key}' (first defined on line {seen[key]})", line
+                )
+            if key is not None:
+                seen[key] = line
+            _check_duplicate_keys(value_node)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_duplicate_keys(item)
+
+
+def parse_yaml(raw: bytes) -> tuple[Any, yaml.Node | None]:
+    """Data and node tree of a YAML document: UTF-8 only, no aliases, no duplicate keys."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise BadYAMLError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", line) from exc
+    loader = _NoAliasLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_duplicate_keys(node)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise BadYAMLError(f"malformed YAML: {problem}", mark.line + 1 if mark else None) from exc
+    except RecursionError as exc:
+        raise BadYAMLError("malformed YAML: nested too deeply") from exc
+    finally:
+        loader.dispose()
+    return data, node
 
 
 def read_yaml(path: Path) -> tuple[Any, dict[Location, int]]:
     """Parsed data and the line of every key and list item."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError as exc:
         raise SpecError(f"{path}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise SpecError(f"{path}: is a directory, not a YAML file", "rename or remove it") from exc
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{where}: malformed YAML: {problem}") from exc
+        data, node = parse_yaml(raw)
+    except BadYAMLError as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise SpecError(f"{where}: {exc.problem}", f"fix {path.name} and re-run") from exc
     lines: dict[Location, int] = {}
     if node is not None:
-        _node_lines(node, (), lines)
+        node_lines(node, (), lines)
     return data, lines
 
 
@@ -96,18 +164,23 @@ def _known_fields(model: type[BaseModel], loc: Location) -> list[str]:
     return []
 
 
-def _describe(error: Any, model: type[BaseModel], path: Path, lines: dict[Location, int]) -> str:
+def describe_error(
+    error: Any, model: type[BaseModel], path: Path, lines: dict[Location, int]
+) -> str:
     loc: Location = tuple(error["loc"])
     line = _line_for(loc, lines)
     where = f"{path}:{line}" if line else str(path)
     field = _field_name(loc)
+    if loc and loc[-1] == "[key]":  # pydantic's marker for a bad mapping key
+        field = f"{_field_name(loc[:-2])}: key {loc[-2]!r}"
     if error["type"] == "extra_forbidden":
         known = _known_fields(model, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         allowed = f" (known: {', '.join(sorted(known))})" if known and not close else ""
         return f"{where}: unknown field '{field}'{hint}{allowed}"
-    return f"{where}: {field}: {error['msg']}"
+    message = str(error["msg"]).removeprefix("Value error, ")  # our validators say why
+    return f"{where}: {field}: {message}"
 
 
 def load_model(path: Path, model: type[Model], context: dict[str, Any] | None = None) -> Model:
@@ -118,5 +191,5 @@ def load_model(path: Path, model: type[Model], context: dict[str, Any] | None = 
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        problems = [_describe(error, model, path, lines) for error in exc.errors()]
+        problems = [describe_error(error, model, path, lines) for error in exc.errors()]
         raise SpecError("\n".join(problems)) from exc

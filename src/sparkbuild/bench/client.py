@@ -73,6 +73,13 @@ def _usage_int(usage: Mapping[str, Any], key: str) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
+def _why(exc: Exception, client: httpx.AsyncClient) -> str:
+    """A reason for httpx errors whose text is empty (timeouts mostly)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer within {client.timeout.read or 0:g} s (--request-timeout)"
+    return "the connection failed"
+
+
 async def stream_completion(
     client: httpx.AsyncClient, body: Mapping[str, Any], path: str = "/v1/completions"
 ) -> StreamResult:
@@ -113,12 +120,15 @@ async def stream_completion(
     except _StreamError as exc:
         return StreamResult(sent, first, last, time.monotonic(), None, None, finish, str(exc))
     except (httpx.TransportError, httpx.StreamError) as exc:
-        message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        reason = str(exc) or _why(exc, client)
+        message = f"{type(exc).__name__}: {reason}"
         return StreamResult(
             sent, first, last, time.monotonic(), None, None, finish, message, transport_error=True
         )
-    except ValueError as exc:  # a data line that is not JSON
-        return StreamResult(sent, first, last, time.monotonic(), None, None, finish, str(exc))
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+        # a data line that is not JSON, or JSON of the wrong shape
+        message = f"malformed stream chunk from POST {path}: {type(exc).__name__}: {exc}"
+        return StreamResult(sent, first, last, time.monotonic(), None, None, finish, message)
     done = time.monotonic()
     prompt_tokens = _usage_int(usage, "prompt_tokens")
     completion_tokens = _usage_int(usage, "completion_tokens")

@@ -21,7 +21,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import CalibrationError, UsageError
 
 PROMPT_RECIPE = "builtin-prose-v1"
 HEAD_WORDS = 6
@@ -73,10 +73,6 @@ _HEAD_CANDIDATES = (
 )  # fmt: skip
 
 CountTokens = Callable[[str], Awaitable[int]]
-
-
-class CalibrationError(SparkbuildError):
-    """The engine's tokenizer could not be made to give the requested prompt length."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sparkbuild import lock
 from sparkbuild.bench.results import BenchReport, CellResult, Stat
@@ -107,7 +109,7 @@ def markdown(report: BenchReport) -> str:
 
 def render(report: BenchReport, console: Console) -> None:
     """A terminal summary: medians only (the Markdown and JSON outputs have min and max)."""
-    console.print(f"[bold]bench[/bold] {report.label}", highlight=False)
+    console.print(f"[bold]bench[/bold] {escape(report.label)}", highlight=False)
     for line in _headline(report):
         console.print(line, markup=False, highlight=False)
     table = Table(
@@ -117,7 +119,7 @@ def render(report: BenchReport, console: Console) -> None:
         table.add_column(title, justify="right")
     for cell in report.cells:
         row = [*_cell_words(cell), *(number(central(c.value(cell)), c.digits) for c in COLUMNS)]
-        table.add_row(*row, _errors(cell), style="red" if cell.errors else None)
+        table.add_row(*row, Text(_errors(cell)), style="red" if cell.errors else None)
     console.print(table)
 
 
@@ -246,7 +248,7 @@ def render_compare(
     rows: Sequence[dict[str, Any]], label_a: str, label_b: str, console: Console
 ) -> None:
     table = Table(
-        title=f"A = {label_a}   B = {label_b}   (medians, A → B, Δ% of A)",
+        title=f"A = {escape(label_a)}   B = {escape(label_b)}   (medians, A → B, Δ% of A)",
         header_style="bold",
         pad_edge=False,
     )

@@ -43,9 +43,9 @@ from sparkbuild.bench.results import (
     run_figures,
 )
 from sparkbuild.bench.sweep import CellKey, Sweep
-from sparkbuild.engines.adapters import Counters, EngineAdapter
+from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
 from sparkbuild.engines.targets import ContainerTarget, Target, docker_client, probe, wait_ready
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import EngineGoneError, EngineHTTPError, SparkbuildError, UsageError
 from sparkbuild.smoke.runner import settled_counters
 from sparkbuild.smoke.signatures import diagnose
 
@@ -97,10 +97,6 @@ class BenchPlan:
     request_timeout_s: float = 1800.0
 
 
-class EngineGoneError(SparkbuildError):
-    """The engine stopped answering in the middle of the sweep."""
-
-
 def host_info() -> HostInfo:
     return HostInfo(
         hostname=socket.gethostname(),
@@ -138,11 +134,12 @@ class _Engine:
         try:
             response = await self.client.get("/v1/models")
             response.raise_for_status()
-            first = response.json()["data"][0]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
-            raise SparkbuildError(
-                f"cannot list the served model at {self.client.base_url}/v1/models: {exc}",
-                "is this an OpenAI-compatible vLLM or SGLang server?",
+            first = first_model(response.json())
+        except httpx.HTTPError as exc:
+            raise EngineHTTPError(f"GET {self.client.base_url}/v1/models", None, str(exc)) from exc
+        except ValueError as exc:  # not JSON, or JSON of the wrong shape
+            raise EngineHTTPError(
+                f"GET {self.client.base_url}/v1/models", 200, f"malformed response: {exc}"
             ) from exc
         self.served_model = str(first["id"])
         length = first.get("max_model_len")
@@ -157,7 +154,8 @@ class _Engine:
             try:
                 response = await self.client.get(path)
                 if response.status_code == 200:
-                    value = response.json().get("version")
+                    payload = response.json()
+                    value = payload.get("version") if isinstance(payload, dict) else None
                     if value:
                         return str(value)
             except (httpx.HTTPError, ValueError, AttributeError):
@@ -173,7 +171,12 @@ class _Engine:
             return None
         if response.status_code != 200:
             return None
-        data = response.json()
+        try:
+            data = response.json()
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
         if isinstance(data.get("count"), int):
             return int(data["count"])
         tokens = data.get("tokens") or data.get("input_ids")

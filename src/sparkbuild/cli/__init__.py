@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,8 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import click
 
 from sparkbuild import __version__, console
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import EXIT_FAILURE, SparkbuildError, UsageError
 from sparkbuild.settings import Settings, default_cache_dir, parse_repo_overrides
+from sparkbuild.validate import redact_url
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
     from sparkbuild.spec import Build
@@ -36,13 +38,32 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except SparkbuildError as exc:
-            console.err.print(f"error: {exc.message}", style="red", markup=False)
-            if exc.hint:
-                console.err.print(f"hint: {exc.hint}", markup=False)
+            render_error(exc)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             console.err.print("interrupted", markup=False)
             ctx.exit(130)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # a bug: still one screen, with the way to see the trace
+            if os.environ.get("SPARKBUILD_DEBUG"):
+                raise
+            render_error(
+                SparkbuildError(
+                    f"internal error: {type(exc).__name__}: {exc}",
+                    "this is a sparkbuild bug; re-run with SPARKBUILD_DEBUG=1 for the "
+                    "traceback and report it",
+                )
+            )
+            ctx.exit(EXIT_FAILURE)
+
+
+def render_error(exc: SparkbuildError) -> None:
+    """The one way an error reaches the user: ``error:`` and ``hint:`` lines, credentials
+    in URLs masked, no markup interpreted."""
+    console.err.print(f"error: {redact_url(exc.message)}", style="red", markup=False)
+    if exc.hint:
+        console.err.print(f"hint: {redact_url(exc.hint)}", markup=False)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -86,10 +107,7 @@ def main(
 ) -> None:
     """Reproducible, patched SGLang and vLLM images for NVIDIA DGX Spark."""
     console.set_quiet(quiet)
-    try:
-        overrides = parse_repo_overrides(repos)
-    except SparkbuildError as exc:
-        raise click.UsageError(str(exc)) from exc
+    overrides = parse_repo_overrides(repos)  # a UsageError: rendered like every other error
     ctx.obj = Settings(
         project_dir=project_dir.resolve(),
         cache_dir=(cache_dir or default_cache_dir()).expanduser().resolve(),
@@ -101,11 +119,36 @@ def main(
 
 def emit_json(payload: Any, path: str | None = None) -> None:
     """JSON for scripts: to stdout, or to ``path`` when a command takes ``--json FILE``."""
-    text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+    text = redact_url(json.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
     if path is None or path == "-":
         sys.stdout.write(text)
-    else:
+        return
+    try:
         Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            f"--json {path}: cannot write: {exc.strerror or exc}", "pass a writable path or '-'"
+        ) from exc
+
+
+def check_writable(path: str | Path | None, option: str) -> None:
+    """Fail before a long run, not after it, when its output file cannot be written."""
+    if path is None or str(path) == "-":
+        return
+    target = Path(path)
+    problem = None
+    if target.is_dir():
+        problem = "is a directory"
+    elif target.exists() and not os.access(target, os.W_OK):
+        problem = "is not writable"
+    elif not target.exists():
+        parent = target.parent if str(target.parent) else Path(".")
+        if not parent.is_dir():
+            problem = f"directory {parent} does not exist"
+        elif not os.access(parent, os.W_OK):
+            problem = f"directory {parent} is not writable"
+    if problem:
+        raise UsageError(f"{option} {target}: {problem}", f"pass a writable path to {option}")
 
 
 class _Reportable(Protocol):
@@ -137,7 +180,7 @@ def run_per_build(
             if len(builds) == 1:
                 raise
             failures.append((build.name, exc))
-            console.err.print(f"error: {exc}", style="red", markup=False)
+            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
             continue
         results.append(result)
         if not as_json:

@@ -25,10 +25,11 @@ from sparkbuild.bench.plot import plot_decode, require_matplotlib
 from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import BenchPlan, SilentProgress, run_bench
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
-from sparkbuild.cli import emit_json
-from sparkbuild.engines.adapters import ADAPTERS, adapter_for
+from sparkbuild.cli import check_writable, emit_json
+from sparkbuild.cli.options import SECONDS
+from sparkbuild.engines.adapters import ADAPTERS, adapter_for, first_model
 from sparkbuild.engines.targets import UrlTarget, stop_on_signals
-from sparkbuild.errors import EXIT_FAILURE, SparkbuildError, UsageError
+from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke.profile import load_profile
 from sparkbuild.smoke.runner import TargetChoice, make_target
@@ -100,7 +101,7 @@ def _detect_engine(url: str) -> str:
     """vLLM and SGLang both name themselves in ``/v1/models`` ``owned_by``."""
     try:
         response = requests.get(url.rstrip("/") + "/v1/models", timeout=10)
-        owner = str(response.json()["data"][0].get("owned_by", ""))
+        owner = str(first_model(response.json()).get("owned_by", ""))
     except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as exc:
         raise SparkbuildError(
             f"cannot reach {url}/v1/models to find out which engine serves it: {exc}",
@@ -203,10 +204,10 @@ def _write_outputs(
     metavar="BUILD",
     help="Store a summary in images.lock under BUILD's image id (section bench).",
 )
-@click.option("--boot-timeout", type=click.FloatRange(min=1), metavar="SECONDS")
+@click.option("--boot-timeout", type=SECONDS, metavar="SECONDS")
 @click.option(
     "--request-timeout",
-    type=click.FloatRange(min=1),
+    type=SECONDS,
     default=1800.0,
     show_default=True,
     metavar="SECONDS",
@@ -270,7 +271,7 @@ def _run(
     log_path: Path | None,
 ) -> None:
     choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
-    kind = choice.kind()
+    kind = choice.kind("bench")
     if gpus is not None and image is None:
         raise UsageError("--gpus only applies to --image")
     if profile_name is None and kind != "url":
@@ -278,6 +279,9 @@ def _run(
             f"--{kind} needs --profile (engine, model and serve flags)",
             "e.g. sparkbuild bench --command '...' --profile cpu-reference",
         )
+    for path, option in ((json_path, "--json"), (markdown_path, "--markdown"),
+                         (plot_path, "--plot"), (log_path, "--log")):  # fmt: skip
+        check_writable(path, option)  # before the boot and the sweep, not after them
     if plot_path is not None:
         require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
     if record_build:
@@ -325,10 +329,12 @@ def _run(
     if json_path != "-":
         bench_report.render(report, console.out)
     if not report.complete:
-        console.err.print(f"error: {report.error}", style="red", markup=False)
         kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
-        console.err.print(f"{len(report.pending_cells)} cells not measured{kept}", markup=False)
-        raise click.exceptions.Exit(EXIT_FAILURE)
+        raise SparkbuildError(
+            f"{report.error or 'the sweep stopped'}; "
+            f"{len(report.pending_cells)} cells not measured{kept}",
+            "see the engine log and re-run the missing cells",
+        )
     if record_build:
         image_id = bench_report.record(settings.lock_file, record_build, report)
         console.info(f"recorded bench for {record_build} ({image_id[:19]}) / {plan.profile}")

@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 
 from sparkbuild import console, lock
-from sparkbuild.cli import emit_json
+from sparkbuild.cli import check_writable, emit_json
+from sparkbuild.cli.options import SECONDS
 from sparkbuild.engines.adapters import adapter_for
 from sparkbuild.engines.targets import local_image_id, stop_on_signals
-from sparkbuild.errors import EXIT_FAILURE, UsageError
+from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
 from sparkbuild.smoke.profile import load_profile
@@ -52,9 +53,16 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
 )
 @click.option(
     "--boot-timeout",
-    type=click.FloatRange(min=1),
+    type=SECONDS,
     metavar="SECONDS",
     help="Override the profile's expect.boot_timeout_s.",
+)
+@click.option(
+    "--request-timeout",
+    type=SECONDS,
+    metavar="SECONDS",
+    help="Override the profile's expect.request_timeout_s (per request; a timeout ends the "
+    "run, since a hung engine answers no further request).",
 )
 @click.option(
     "--json",
@@ -85,6 +93,7 @@ def smoke(
     model: str | None,
     gpus: str | None,
     boot_timeout: float | None,
+    request_timeout: float | None,
     json_path: str | None,
     record_build: str | None,
     log_path: Path | None,
@@ -98,23 +107,21 @@ def smoke(
     if gpus is not None and image is None:
         raise UsageError("--gpus only applies to --image")
     name, profile = load_profile(settings, profile_name, model=model, need_model=url is None)
-    if boot_timeout is not None:
-        profile = profile.model_copy(
-            update={"expect": profile.expect.model_copy(update={"boot_timeout_s": boot_timeout})}
-        )
-    if record_build:  # fail before a long boot, not after it
+    overrides = {"boot_timeout_s": boot_timeout, "request_timeout_s": request_timeout}
+    chosen = {key: value for key, value in overrides.items() if value is not None}
+    if chosen:
+        profile = profile.model_copy(update={"expect": profile.expect.model_copy(update=chosen)})
+    check_writable(json_path, "--json")  # fail before a long boot, not after it
+    check_writable(log_path, "--log")
+    if record_build:
         tested_id = local_image_id(image) if image else None
         lock.check_pinned_image(settings.lock_file, record_build, tested_id, "smoke run")
-    adapter = adapter_for(profile.engine)
+    adapter = adapter_for(profile.engine, request_timeout_s=profile.expect.request_timeout_s)
     logs = None if url else (log_path or _default_log_path(settings, name))
     target = make_target(choice, profile, adapter, logs)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
         result = run_smoke(target, adapter, profile, name, progress=console.info)
-    if json_path:
-        emit_json(result.as_json(), json_path)
-    if json_path != "-":
-        report.render(result, console.out)
-    if record_build:
+    if record_build:  # first: the verdict is what the run was for; outputs come after
         image_id = report.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
         if not report.is_verified(result):
@@ -123,8 +130,17 @@ def smoke(
                 f"ran, so `sparkbuild publish {record_build}` does not count it; "
                 f"`sparkbuild smoke --image IMAGE --profile {name} --record {record_build}` does"
             )
+    if json_path:
+        emit_json(result.as_json(), json_path)
+    if json_path != "-":
+        report.render(result, console.out)
     if result.verdict != "pass":
-        raise click.exceptions.Exit(EXIT_FAILURE)
+        failed = [c.name for c in result.checks if c.status == "fail"]
+        raise SparkbuildError(
+            f"smoke {name}: {result.verdict}" + (f" ({', '.join(failed)})" if failed else ""),
+            "the checks above say what was wrong"
+            + (f"; the engine log is at {result.log_file}" if result.log_file else ""),
+        )
 
 
 COMMANDS: list[click.Command] = [smoke]

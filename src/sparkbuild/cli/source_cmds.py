@@ -7,11 +7,12 @@ from typing import Any, NoReturn
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from sparkbuild import console, lockproof, source
 from sparkbuild import lock as lockfile
-from sparkbuild.cli import emit_json
-from sparkbuild.errors import EXIT_FAILURE, LockError
+from sparkbuild.cli import emit_json, render_error
+from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.mirror import Mirror
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
@@ -22,6 +23,7 @@ _STATUS_STYLE = {
     "out-of-range": "dim",
     "conflict": "bold red",
     "missing": "bold red",
+    "invalid": "bold red",
 }
 
 locked_option = click.option(
@@ -32,9 +34,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 def _prepare_all(
     settings: Settings, names: tuple[str, ...], locked: bool
-) -> list[source.PreparedSource]:
+) -> tuple[list[source.PreparedSource], list[tuple[str, SparkbuildError]]]:
+    """Every build's report; a build that cannot be prepared at all is listed, not fatal."""
     builds: list[Build] = select(load_builds(settings), names)
-    return [source.prepare_source(build, settings, locked=locked) for build in builds]
+    results: list[source.PreparedSource] = []
+    failures: list[tuple[str, SparkbuildError]] = []
+    for build in builds:
+        try:
+            results.append(source.prepare_source(build, settings, locked=locked))
+        except SparkbuildError as exc:
+            if len(builds) == 1:
+                raise
+            failures.append((build.name, exc))
+    return results, failures
 
 
 def _table(results: list[source.PreparedSource]) -> Table:
@@ -43,16 +55,31 @@ def _table(results: list[source.PreparedSource]) -> Table:
         table.add_column(column, overflow="fold")
     for prepared in results:
         for item in prepared.items:
+            # Text, not markup: names, paths and hunks such as `list[int]` are data.
             table.add_row(
-                prepared.build.name,
-                item.kind,
-                item.id,
-                f"[{_STATUS_STYLE[item.status]}]{item.status}[/]",
-                item.detail,
+                Text(prepared.build.name),
+                Text(item.kind),
+                Text(item.id),
+                Text(item.status, style=_STATUS_STYLE[item.status]),
+                Text(item.detail),
             )
         if not prepared.items:
-            table.add_row(prepared.build.name, "", "(no PRs or patches)", "", "")
+            table.add_row(Text(prepared.build.name), "", "(no PRs or patches)", "", "")
     return table
+
+
+def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
+    bad = [
+        f"{p.build.name} {item.id} ({item.status})"
+        for p in results
+        for item in p.items
+        if item.status in source.FAILING
+    ]
+    shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    return SparkbuildError(
+        f"{len(bad)} item(s) do not apply: {shown}",
+        "see the detail column; `sparkbuild prepare BUILD` checks out the tree before a conflict",
+    )
 
 
 @click.command()
@@ -61,14 +88,25 @@ def _table(results: list[source.PreparedSource]) -> Table:
 @json_option
 @click.pass_obj
 def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: bool) -> None:
-    """Status of every PR and patch of BUILDS (default: all). Exit 1 on conflict or missing."""
-    results = _prepare_all(settings, builds, locked)
+    """Status of every PR and patch of BUILDS (default: all). Exit 1 if any is in conflict,
+    missing or invalid, or a build cannot be resolved; every build is still reported."""
+    results, failures = _prepare_all(settings, builds, locked)
     if as_json:
-        emit_json({"builds": [r.to_json() for r in results]})
+        emit_json(
+            {
+                "builds": [r.to_json() for r in results],
+                "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
+            }
+        )
     else:
         console.out.print(_table(results))
+        for name, exc in failures:
+            render_error(SparkbuildError(f"{name}: {exc.message}", exc.hint))
+    if failures:
+        names = ", ".join(name for name, _ in failures)
+        raise SparkbuildError(f"{len(failures)} build(s) could not be prepared: {names}")
     if not all(r.ok for r in results):
-        raise SystemExit(EXIT_FAILURE)
+        raise _failed_items(results)
 
 
 @click.command()
@@ -79,26 +117,32 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
     default=None,
     help="Where to check out the patched tree [default: CACHE/trees/BUILD].",
 )
+@click.option(
+    "--force", is_flag=True, help="Discard local edits and untracked files in the checkout."
+)
 @locked_option
 @json_option
 @click.pass_obj
-def prepare(settings: Settings, build: str, out: str | None, locked: bool, as_json: bool) -> None:
+def prepare(
+    settings: Settings, build: str, out: str | None, force: bool, locked: bool, as_json: bool
+) -> None:
     """Check out BUILD's patched tree and print its tree hash."""
-    (prepared,) = _prepare_all(settings, (build,), locked)
+    (prepared,), _ = _prepare_all(settings, (build,), locked)
     target = Path(out) if out else source.default_checkout_dir(settings, prepared.build)
-    path = source.checkout(prepared, target)
+    path = source.checkout(prepared, target, force=force)
     if as_json:
         emit_json({"builds": [{**prepared.to_json(), "path": str(path)}]})
     elif prepared.ok:
         console.out.print(prepared.tree, markup=False)
         console.info(f"{prepared.build.name}: patched tree at {path}")
     if not prepared.ok:
-        _explain_conflicts(prepared, path)
-        raise SystemExit(EXIT_FAILURE)
+        _explain_conflicts(prepared, path, table=not as_json)  # stdout stays JSON with --json
+        raise _failed_items([prepared])
 
 
-def _explain_conflicts(prepared: source.PreparedSource, path: Path) -> None:
-    console.out.print(_table([prepared]))
+def _explain_conflicts(prepared: source.PreparedSource, path: Path, *, table: bool) -> None:
+    if table:
+        console.out.print(_table([prepared]))
     for item in prepared.items:
         if item.status == "conflict":
             name = source.conflict_patch_name(item)
@@ -136,10 +180,12 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     if failed:
         console.out.print(_table(failed))
         names = ", ".join(p.build.name for p in failed)
-        console.err.print(
-            f"not locked (conflict or missing): {names}; their entries are unchanged", markup=False
+        raise SparkbuildError(
+            f"not locked (conflict, missing or invalid items): {names}; their entries are "
+            "unchanged",
+            f"fix them, then `sparkbuild lock {failed[0].build.name}`; "
+            "`sparkbuild patches` shows the detail",
         )
-        raise SystemExit(EXIT_FAILURE)
 
 
 def _check(settings: Settings, builds: list[Build], all_builds: bool) -> None:
@@ -190,11 +236,10 @@ def _prove_offline(settings: Settings, build: Build, locked: Any) -> list[str]:
 
 
 def _stale(problems: list[str], headline: str) -> NoReturn:
-    console.err.print(f"{headline}:\n  " + "\n  ".join(problems), markup=False)
-    console.err.print(
-        "hint: run `sparkbuild lock` (or `nox -s lock`) and commit images.lock", markup=False
+    raise LockError(
+        f"{headline}:\n  " + "\n  ".join(problems),
+        "run `sparkbuild lock` (or `nox -s lock`) and commit images.lock",
     )
-    raise SystemExit(EXIT_FAILURE)
 
 
 COMMANDS: list[click.Command] = [patches, prepare, lock_command]

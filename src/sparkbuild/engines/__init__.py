@@ -9,7 +9,6 @@ from sparkbuild.engines.adapters import (
     Acceptance,
     Counters,
     EngineAdapter,
-    EngineHTTPError,
     Generation,
     SglangAdapter,
     VllmAdapter,
@@ -27,6 +26,7 @@ from sparkbuild.engines.targets import (
     free_port,
     wait_ready,
 )
+from sparkbuild.errors import EngineHTTPError
 
 __all__ = [
     "ADAPTERS",

@@ -27,25 +27,14 @@ import math
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkbuild.errors import UsageError
-
-
-class EngineHTTPError(Exception):
-    """A request the engine answered with an error status, or did not answer."""
-
-    def __init__(self, what: str, status: int | None, body: str = "") -> None:
-        self.what = what
-        self.status = status
-        self.body = body[:500]
-        shown = f"HTTP {status}" if status is not None else "no response"
-        super().__init__(f"{what}: {shown}{': ' + self.body if self.body else ''}")
+from sparkbuild.errors import EngineHTTPError, UsageError
 
 
 @dataclass(frozen=True)
@@ -71,6 +60,8 @@ class Counters:
     values: Mapping[str, float]
     available: bool = True  # False when /metrics could not be read
     taken_at: float = 0.0
+    problem: str = ""  # why not available, naming the endpoint
+    malformed: bool = False  # the engine answered /metrics, with something that is not Prometheus
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -105,6 +96,47 @@ def parse_prometheus(text: str) -> dict[str, float]:
         for sample in family.samples:
             values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
     return values
+
+
+def _no_counters(problem: str) -> Counters:
+    return Counters({}, available=False, taken_at=time.monotonic(), problem=problem)
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def whole_number(value: Any, name: str) -> int:
+    """An engine's count field; a string, float or list there is a malformed response."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} is {_short(repr(value), 40)}, not a whole number")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{name} is {value!r}, not a whole number")
+    return int(value)
+
+
+def first_model(payload: Any) -> Mapping[str, Any]:
+    """The first entry of an OpenAI ``/v1/models`` answer, or ValueError saying what is off."""
+    if not isinstance(payload, Mapping):
+        raise ValueError(f"the answer is a JSON {type(payload).__name__}, not an object")
+    data = payload.get("data")
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"'data' is {_short(repr(data), 40)}, not a non-empty list")
+    first = data[0]
+    if not isinstance(first, Mapping) or not isinstance(first.get("id"), str):
+        raise ValueError(f"data[0] is {_short(repr(first), 60)}, not a model with an 'id'")
+    return first
+
+
+def parse_or_fail(what: str, parse: Callable[[], Generation]) -> Generation:
+    """Run ``parse`` over a 200 answer; a wrong shape becomes EngineHTTPError naming ``what``."""
+    try:
+        return parse()
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        raise EngineHTTPError(what, 200, f"malformed response: {_short(str(exc))}") from exc
 
 
 def non_finite(values: Iterable[float | None]) -> int:
@@ -186,13 +218,19 @@ class EngineAdapter(ABC):
 
     def snapshot_counters(self, session: requests.Session, base_url: str) -> Counters:
         """All Prometheus samples of the engine right now."""
+        where = f"GET {base_url}{self.metrics_path}"
         try:
             response = session.get(base_url + self.metrics_path, timeout=10)
-        except requests.RequestException:
-            return Counters({}, available=False, taken_at=time.monotonic())
+        except requests.RequestException as exc:
+            return _no_counters(f"{where}: no response ({type(exc).__name__})")
         if response.status_code != 200:
-            return Counters({}, available=False, taken_at=time.monotonic())
-        return Counters(parse_prometheus(response.text), taken_at=time.monotonic())
+            return _no_counters(f"{where}: HTTP {response.status_code}")
+        try:
+            values = parse_prometheus(response.text)
+        except (ValueError, TypeError, IndexError) as exc:
+            problem = f"{where}: not Prometheus text ({_short(str(exc))})"
+            return Counters({}, False, time.monotonic(), problem, malformed=True)
+        return Counters(values, taken_at=time.monotonic())
 
     def _post(
         self, session: requests.Session, url: str, body: Mapping[str, Any]
@@ -200,6 +238,13 @@ class EngineAdapter(ABC):
         started = time.monotonic()
         try:
             response = session.post(url, json=body, timeout=self.request_timeout_s)
+        except requests.Timeout as exc:
+            raise EngineHTTPError(
+                f"POST {url}",
+                None,
+                f"no answer within {self.request_timeout_s:g} s (request timeout)",
+                timed_out=True,
+            ) from exc
         except requests.RequestException as exc:
             raise EngineHTTPError(f"POST {url}", None, str(exc)) from exc
         seconds = time.monotonic() - started
@@ -243,9 +288,13 @@ class VllmAdapter(EngineAdapter):
             try:
                 response = session.get(base_url + "/v1/models", timeout=10)
                 response.raise_for_status()
-                self._served_model = str(response.json()["data"][0]["id"])
-            except (requests.RequestException, ValueError, KeyError, IndexError) as exc:
+                self._served_model = str(first_model(response.json())["id"])
+            except requests.RequestException as exc:
                 raise EngineHTTPError(f"GET {base_url}/v1/models", None, str(exc)) from exc
+            except ValueError as exc:  # not JSON, or JSON of the wrong shape
+                raise EngineHTTPError(
+                    f"GET {base_url}/v1/models", 200, f"malformed response: {exc}"
+                ) from exc
         return self._served_model
 
     def generate(
@@ -264,15 +313,25 @@ class VllmAdapter(EngineAdapter):
             "logprobs": 1,
             **(extra or {}),
         }
-        payload, seconds = self._post(session, base_url + "/v1/completions", body)
+        url = base_url + "/v1/completions"
+        payload, seconds = self._post(session, url, body)
+        return parse_or_fail(
+            f"POST {url}", lambda: self.generation_from_response(prompt, payload, seconds)
+        )
+
+    @staticmethod
+    def generation_from_response(
+        prompt: str, payload: Mapping[str, Any], seconds: float = 0.0
+    ) -> Generation:
+        """A /v1/completions response as a Generation; TypeError/ValueError on a wrong shape."""
         choice = (payload.get("choices") or [{}])[0]
         logprobs = choice.get("logprobs") or {}
         usage = payload.get("usage") or {}
         return Generation(
             prompt=prompt,
-            text=choice.get("text") or "",
+            text=str(choice.get("text") or ""),
             finish_reason=choice.get("finish_reason"),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
+            completion_tokens=whole_number(usage.get("completion_tokens"), "completion_tokens"),
             tokens=tuple(str(t) for t in logprobs.get("tokens") or ()),
             logprobs=tuple(_number(v) for v in logprobs.get("token_logprobs") or ()),
             seconds=seconds,
@@ -283,7 +342,9 @@ class VllmAdapter(EngineAdapter):
         drafts = after.delta(before, self.DRAFTS)
         accepted = after.delta(before, self.ACCEPTED)
         if not after.available:
-            return Acceptance(False, None, "counters", detail="/metrics not readable")
+            return Acceptance(
+                False, None, "counters", detail=after.problem or "/metrics not readable"
+            )
         if drafts is None or accepted is None:
             return Acceptance(False, None, "counters", detail="no spec_decode counters on /metrics")
         if drafts <= 0:
@@ -328,8 +389,11 @@ class SglangAdapter(EngineAdapter):
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **(extra or {})},
             "return_logprob": True,
         }
-        payload, seconds = self._post(session, base_url + "/generate", body)
-        return self.generation_from_response(prompt, payload, seconds)
+        url = base_url + "/generate"
+        payload, seconds = self._post(session, url, body)
+        return parse_or_fail(
+            f"POST {url}", lambda: self.generation_from_response(prompt, payload, seconds)
+        )
 
     @staticmethod
     def generation_from_response(
@@ -346,11 +410,11 @@ class SglangAdapter(EngineAdapter):
             prompt=prompt,
             text=str(payload.get("text") or ""),
             finish_reason=reason,
-            completion_tokens=int(meta.get("completion_tokens") or 0),
+            completion_tokens=whole_number(meta.get("completion_tokens"), "completion_tokens"),
             tokens=tuple(str(e[1]) for e in entries if len(e) > 1),
             logprobs=tuple(_number(e[0]) for e in entries if e),
             seconds=seconds,
-            spec_verify_ct=int(verify) if verify is not None else None,
+            spec_verify_ct=whole_number(verify, "spec_verify_ct") if verify is not None else None,
             spec_accept_length=_number(length) if length is not None else None,
             raw=payload,
         )
@@ -379,7 +443,7 @@ class SglangAdapter(EngineAdapter):
                 False,
                 None,
                 "counters",
-                detail="/metrics not readable (start with --enable-metrics)",
+                detail=after.problem or "/metrics not readable (start with --enable-metrics)",
             )
         verify = after.delta(before, self.VERIFY_CALLS)
         generated = after.delta(before, self.GENERATED)
@@ -393,11 +457,14 @@ class SglangAdapter(EngineAdapter):
     def server_info_accept_length(server_info: Mapping[str, Any]) -> float | None:
         """``internal_states[*].avg_spec_accept_length`` (lifetime average; mean over DP ranks)."""
         states = server_info.get("internal_states") or []
-        values = [
-            float(state["avg_spec_accept_length"])
+        if not isinstance(states, list):
+            return None
+        found = [
+            _number(state.get("avg_spec_accept_length"))
             for state in states
-            if isinstance(state, Mapping) and state.get("avg_spec_accept_length") is not None
+            if isinstance(state, Mapping)
         ]
+        values = [v for v in found if v is not None and math.isfinite(v)]
         return sum(values) / len(values) if values else None
 
     def fetch_server_info(
@@ -409,7 +476,10 @@ class SglangAdapter(EngineAdapter):
             except requests.RequestException:
                 return None
             if response.status_code == 200:
-                data = response.json()
+                try:
+                    data = response.json()
+                except ValueError:  # a hint only: a garbled one is no hint
+                    return None
                 return data if isinstance(data, dict) else None
         return None
 

@@ -24,7 +24,7 @@ import docker
 import docker.errors
 
 from sparkbuild import console
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BuildFailedError, SparkbuildError
 
 SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
 BUILDX_HINT = (
@@ -65,10 +65,6 @@ class BuildRequest:
     no_cache: bool = False
     builder: str | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
-
-
-class BuildFailedError(SparkbuildError):
-    """The build ran and failed; ``message`` carries the failing step's last lines."""
 
 
 def docker_candidates() -> list[str]:

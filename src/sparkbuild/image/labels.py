@@ -18,6 +18,7 @@ from typing import Any
 from sparkbuild import git
 from sparkbuild.errors import UsageError
 from sparkbuild.source import PreparedSource
+from sparkbuild.validate import strip_userinfo
 
 INPUTS_FORMAT = 1
 INPUTS_LABEL = "io.sparkbuild.inputs-digest"
@@ -62,7 +63,7 @@ def image_labels(
         if item.kind == "patch"
     ]
     return {
-        "org.opencontainers.image.source": build.spec_repo,
+        "org.opencontainers.image.source": strip_userinfo(build.spec_repo),
         "org.opencontainers.image.revision": prepared.base_commit,
         "org.opencontainers.image.version": str(build.version),
         "org.opencontainers.image.created": rfc3339(epoch),

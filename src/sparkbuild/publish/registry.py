@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -25,8 +24,14 @@ from tenacity import (
     wait_exponential,
 )
 
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import (
+    CredentialsRejectedError,
+    RegistryError,
+    SparkbuildError,
+    UsageError,
+)
 from sparkbuild.publish.credentials import PASSWORD_ENV, USER_ENV, Credentials
+from sparkbuild.settings import env_number
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -40,14 +45,6 @@ _TIMEOUT = 60
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 TAG_PATTERN = re.compile(r"^[\w][\w.-]{0,127}$")
-
-
-class RegistryError(SparkbuildError):
-    """The registry answered, and the answer was no."""
-
-
-class CredentialsRejectedError(RegistryError):
-    """Authentication failed: wrong or missing credentials (never quoted)."""
 
 
 class _TransientError(Exception):
@@ -143,7 +140,7 @@ class Manifest:
 
 
 def _attempts() -> int:
-    return max(int(os.environ.get("SPARKBUILD_NET_ATTEMPTS", "5")), 1)
+    return max(int(env_number("SPARKBUILD_NET_ATTEMPTS", "5", int)), 1)
 
 
 def _errors_of(response: requests.Response) -> str:
@@ -174,7 +171,7 @@ class RegistryClient:
     # --- transport -----------------------------------------------------------------------
 
     def _retrying(self) -> Retrying:
-        scale = float(os.environ.get("SPARKBUILD_NET_BACKOFF", "1"))
+        scale = env_number("SPARKBUILD_NET_BACKOFF", "1", float)
         return Retrying(
             stop=stop_after_attempt(_attempts()),
             wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
@@ -274,9 +271,11 @@ class RegistryClient:
     ) -> requests.Response:
         if response.status_code == 403:
             action = "push to" if push else "read"
+            # repository None is the /v2/ version check: access to the registry itself
+            what = repository or "this registry"
             raise RegistryError(
                 f"registry {self.registry.host} denied access: {self.credentials.describe()} "
-                f"may not {action} {repository} ({_errors_of(response)})",
+                f"may not {action} {what} ({_errors_of(response)})",
                 "grant the account write access to the repository (for GHCR, a token with "
                 "`write:packages`, or `packages: write` in the workflow)",
             )

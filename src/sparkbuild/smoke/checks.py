@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sparkbuild.engines.adapters import Acceptance, EngineHTTPError, Generation, non_finite
+from sparkbuild.engines.adapters import Acceptance, Generation, non_finite
 from sparkbuild.engines.targets import Readiness
+from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke.profile import Expectations, RepetitionLimits
 from sparkbuild.smoke.signatures import Diagnosis
 

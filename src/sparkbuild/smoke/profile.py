@@ -21,7 +21,8 @@ FinishReason = Literal["stop", "length", "any"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: a NaN timeout waits forever and a NaN limit compares false.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class CustomPrompt(_Strict):
@@ -69,6 +70,9 @@ class ContainerSettings(_Strict):
 
 class Expectations(_Strict):
     boot_timeout_s: float = Field(default=900.0, gt=0)
+    # Per request; a request that times out ends the run (a hung engine answers no others),
+    # so the request phase is bounded by about this plus the answers before it.
+    request_timeout_s: float = Field(default=300.0, gt=0)
     speculation: bool = True
     # None: strictly greater than 1.0 (at least one draft token accepted on average).
     min_accept_len: float | None = Field(default=None, ge=1.0)

@@ -45,10 +45,10 @@ def render(result: SmokeResult, console: Console) -> None:
     table.add_column("value", justify="right")
     table.add_column("detail", overflow="fold", max_width=90)
     for check in result.checks:
-        table.add_row(
-            check.name,
+        table.add_row(  # Text everywhere: engine output and names are data, not markup
+            Text(check.name),
             Text(check.status, style=_STYLE[check.status]),
-            _value(check.value),
+            Text(_value(check.value)),
             Text(check.detail),
         )
     console.print(table)

@@ -15,7 +15,6 @@ from sparkbuild.engines.adapters import (
     Acceptance,
     Counters,
     EngineAdapter,
-    EngineHTTPError,
     Generation,
     adapter_for,
 )
@@ -30,7 +29,7 @@ from sparkbuild.engines.targets import (
     free_port,
     wait_ready,
 )
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import EngineHTTPError, UsageError
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.profile import CustomPrompt, SmokeProfile
@@ -162,12 +161,12 @@ class TargetChoice:
     url: str | None = None
     gpus: str | None = None  # overrides the profile's container.gpus
 
-    def kind(self) -> str:
+    def kind(self, command: str = "smoke") -> str:
         given = [k for k in ("image", "command", "url") if getattr(self, k)]
         if len(given) != 1:
             raise UsageError(
                 "give exactly one of --image, --command, --url",
-                "e.g. sparkbuild smoke --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
+                f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
             )
         return given[0]
 
@@ -249,11 +248,20 @@ def serve_prompts(
             )
         except EngineHTTPError as exc:
             served.errors.append(exc)
+            if exc.timed_out:  # a hung engine answers none of the rest either
+                left = len(prompts) - len(served.generations) - len(served.errors)
+                if left:
+                    progress(f"engine hung; {left} request(s) not sent")
+                break
             continue
         served.generations.append(generation)
         served.names.append(prompt.name)
         served.exempt.append(prompt.expect_repetition)
     after = settled_counters(adapter, session, base_url)
+    for snapshot in (before, after):  # a garbled /metrics is a misbehaving engine
+        if snapshot.malformed and not any(e.what.endswith("/metrics") for e in served.errors):
+            what, _, detail = snapshot.problem.partition(": ")
+            served.errors.append(EngineHTTPError(what, 200, detail))
     if served.generations:
         served.acceptance = adapter.acceptance(before, after, served.generations)
     served.nan_count = adapter.nan_count_from_delta(before, after)
