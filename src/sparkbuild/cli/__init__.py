@@ -166,4 +166,6 @@ COMMAND_MODULES: dict[str, str] = {
     "bench": "bench",
     "publish": "publish",
     "rollback": "publish",
+    "bump": "bump",
+    "releases": "bump",
 }
