@@ -288,8 +288,9 @@ def _edits(base: list[str], other: list[str]) -> list[tuple[int, int, list[str]]
 def merge_tokens(base: str, ours: str, theirs: str) -> str | None:
     """A three-way merge word by word, or None when both sides edit the same words.
 
-    Two insertions at the same point are ordered so that ours wraps theirs: an insertion of
-    ours that opens a bracket goes first, any other goes after upstream's.
+    Two insertions at the same point are a clash unless one adds no words; they are then
+    ordered so that ours wraps theirs: an insertion of ours that opens a bracket goes
+    first, any other after upstream's.
     """
     b = _TOKEN.findall(base)
     mine, upstream = _edits(b, _TOKEN.findall(ours)), _edits(b, _TOKEN.findall(theirs))
@@ -321,12 +322,18 @@ def merge_tokens(base: str, ours: str, theirs: str) -> str | None:
     return "".join(out)
 
 
+def _has_words(tokens: list[str]) -> bool:
+    return any(token[0].isalnum() or token[0] == "_" for token in tokens)
+
+
 def _clash(a: tuple[int, int, list[str]], b: tuple[int, int, list[str]]) -> bool:
     if (a[0], a[1], a[2]) == (b[0], b[1], b[2]):
         return False
     a_insert, b_insert = a[0] == a[1], b[0] == b[1]
     if a_insert and b_insert:
-        return False  # both insert at one point: ordered by merge_tokens
+        # Two insertions at one point compete, unless one only adds brackets or operators
+        # (upstream turning a name into a call, ``x`` -> ``x()``): ordered by merge_tokens.
+        return _has_words(a[2]) and _has_words(b[2])
     if a_insert:
         return b[0] < a[0] < b[1]
     if b_insert:

@@ -420,15 +420,16 @@ def _carry(ctx: _Context, decision: Decision, item: source.ItemResult) -> Decisi
         why = "; ".join(carried.attempts) if not carried.ok else "a PR is not rewritten"
         return replace(decision, action="conflict", detail=why, report_file=report)
     variant = _variant_path(ctx, item)
+    variant_when = start_at(decision.when, ctx.to)
+    header = _carried_header(item, variant_when, base_ref, carried.strategy or "", ctx.to)
+    content = header + carried.diff
     existing = ctx.settings.project_dir / variant
-    if existing.exists():
+    if existing.exists() and existing.read_bytes() != content:  # same bytes: a re-run
         raise UsageError(
             f"{variant} already exists; bump writes the {ctx.to} variant of {item.file} there",
             f"remove it, or list it in {ctx.from_prepared.build.spec_file.name} with a `when`",
         )
-    variant_when = start_at(decision.when, ctx.to)
-    header = _carried_header(item, variant_when, base_ref, carried.strategy or "", ctx.to)
-    ctx.files[variant] = header + carried.diff
+    ctx.files[variant] = content
     new_when = end_before(decision.when, ctx.to)
     detail = f"regenerated from {item.file} (last applied to {base_ref}) by {carried.strategy}"
     return replace(
@@ -618,10 +619,17 @@ def _note_verification(plan: BumpPlan) -> None:
 
 def write_plan(settings: Settings, plan: BumpPlan) -> None:
     """New files first, the spec last, each by temp file and rename."""
-    project = settings.project_dir
-    for path, data in plan.files.items():
-        specedit.write_atomic(project / path, data)
-    specedit.write_atomic(plan.spec_file, plan.spec_after.encode("utf-8"))
+    targets = [(settings.project_dir / path, data) for path, data in plan.files.items()]
+    targets.append((plan.spec_file, plan.spec_after.encode("utf-8")))
+    for path, data in targets:
+        try:
+            specedit.write_atomic(path, data)
+        except OSError as exc:
+            raise SparkbuildError(
+                f"cannot write {path}: {exc.strerror or exc}",
+                f"{plan.spec_file.name} is unchanged unless it was the last file; "
+                "fix the cause and run the same bump again",
+            ) from exc
 
 
 def fresh_builds(settings: Settings) -> set[str]:
