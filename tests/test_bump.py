@@ -14,7 +14,6 @@ from click.testing import CliRunner, Result
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sparkbuild.bump import specedit
 from sparkbuild.bump.carry import merge_tokens
 from sparkbuild.bump.plan import end_before, start_at
 from sparkbuild.cli import main
@@ -197,12 +196,12 @@ def test_a_failed_write_never_leaves_a_half_edited_spec(
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
-    monkeypatch.setattr(specedit.os, "replace", failing_replace)
+    monkeypatch.setattr(os, "replace", failing_replace)
     result = _run(project, upstream, "bump", "sglang", "--to", "v1.1.0", "--write")
     assert result.exit_code == 1 and "No space left on device" in result.stderr
     assert spec.read_bytes() == original
     assert not [p for p in spec.parent.iterdir() if p.name.endswith(".tmp")]
-    monkeypatch.setattr(specedit.os, "replace", real_replace)
+    monkeypatch.undo()
     # The same bump again finishes the job (the variant written first is reused).
     again = _run(project, upstream, "bump", "sglang", "--to", "v1.1.0", "--write")
     assert again.exit_code == 0, again.output
