@@ -132,3 +132,24 @@ def make_demo_project(root: Path, upstream: DemoUpstream, spec_level: list[str])
     git(project, "init", "-q", "-b", "main")
     commit_all(project, "the project before the bump")
     return project
+
+
+# Files 0.5.12 added over 0.5.11 for Gemma-4 MTP: the stand-in for PR #24436's change.
+GEMMA4_MTP_FILES = [
+    "python/sglang/srt/models/gemma4_mtp.py",
+    "python/sglang/srt/speculative/frozen_kv_mtp_worker.py",
+    "python/sglang/srt/speculative/frozen_kv_mtp_info.py",
+]
+
+
+def sglang_upstream_with_pr_24436(releases: Path, root: Path) -> Path:
+    """A bare clone of the release repository plus ``refs/pull/24436/head`` (the stand-in:
+    the Gemma-4 MTP files of 0.5.12 committed on top of v0.5.11, as in test_shipped_specs)."""
+    repo = root / "sglang.git"
+    git(root, "clone", "-q", "--bare", str(releases), str(repo))
+    work = root / "pr-work"
+    git(root, "clone", "-q", "--branch", "v0.5.11", str(repo), str(work))
+    git(work, "checkout", "-q", "v0.5.12", "--", *GEMMA4_MTP_FILES)
+    git(work, "commit", "-q", "-m", "Gemma-4 MTP (stand-in for PR #24436)")
+    git(work, "push", "-q", str(repo), "HEAD:refs/pull/24436/head")
+    return repo
