@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild.bump.carry import merge_tokens
-from sparkbuild.bump.plan import end_before, start_at
+from sparkbuild.bump.plan import _inside, end_before, start_at
 from sparkbuild.cli import main
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.settings import Settings
 from tests.support.bump_repos import DemoUpstream, make_demo_project, make_demo_upstream
 from tests.support.gitrepos import git
 
@@ -125,6 +128,16 @@ def test_write_keeps_comments_marks_not_ready_and_writes_the_report(
     assert statuses["renamed-1.1.0"] == "applied" and statuses["clash"] == "conflict"
     lock = project / "images.lock"
     assert not lock.exists() or "demo-1.1.0-spark" not in lock.read_text()
+    # The report's commands work: the tree before the clash, then git's 3-way apply.
+    out = tmp_path / "by-hand"
+    prepared = _run(project, upstream, "prepare", "demo-1.1.0-spark", "--out", str(out))
+    assert prepared.exit_code == 1 and (out / "python/pkg/moved.py").exists()
+    by_hand = subprocess.run(
+        ["git", "apply", "--3way", str(full)], cwd=out, capture_output=True, text=True
+    )
+    assert by_hand.returncode == 1 and "with conflicts" in by_hand.stderr
+    merged = (out / "python/pkg/alpha.py").read_text()
+    assert "alpha line 5 (ours)" in merged and "alpha line 5 (theirs)" in merged
 
 
 def test_write_locks_a_ready_build_and_keeps_the_lock_fresh(
@@ -237,3 +250,10 @@ def test_token_merge_keeps_both_sides_or_refuses() -> None:
         "    (spec.topk or 1)\n    * (spec.steps or 0),\n    draft() or 0,\n"
     )
     assert merge_tokens("a = 1\n", "a = 2\n", "a = 3\n") is None  # the same word, both sides
+
+
+def test_nothing_is_written_outside_the_project(tmp_path: Path) -> None:
+    settings = Settings(project_dir=tmp_path / "project", cache_dir=tmp_path / "cache")
+    with pytest.raises(SparkbuildError, match="outside the project"):
+        _inside(settings, "../elsewhere/x-1.1.0.patch")
+    assert _inside(settings, "patches/sglang/x-1.1.0.patch").name == "x-1.1.0.patch"

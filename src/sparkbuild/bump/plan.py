@@ -619,7 +619,7 @@ def _note_verification(plan: BumpPlan) -> None:
 
 def write_plan(settings: Settings, plan: BumpPlan) -> None:
     """New files first, the spec last, each by temp file and rename."""
-    targets = [(settings.project_dir / path, data) for path, data in plan.files.items()]
+    targets = [(_inside(settings, path), data) for path, data in plan.files.items()]
     targets.append((plan.spec_file, plan.spec_after.encode("utf-8")))
     for path, data in targets:
         try:
@@ -630,6 +630,18 @@ def write_plan(settings: Settings, plan: BumpPlan) -> None:
                 f"{plan.spec_file.name} is unchanged unless it was the last file; "
                 "fix the cause and run the same bump again",
             ) from exc
+
+
+def _inside(settings: Settings, relative: str) -> Path:
+    """A path the plan writes, refused unless it stays inside the project."""
+    project = settings.project_dir.resolve()
+    path = (project / relative).resolve()
+    if not path.is_relative_to(project):
+        raise SparkbuildError(
+            f"refusing to write {relative}: it is outside the project {project}",
+            "patch files named in the spec must live under the project (patches/ENGINE/)",
+        )
+    return path
 
 
 def fresh_builds(settings: Settings) -> set[str]:
