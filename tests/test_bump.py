@@ -70,6 +70,7 @@ def test_preview_decides_every_item_and_changes_nothing(
     items = _items(payload)
     assert payload["build"] == "demo-1.1.0-spark" and payload["ready"] is False
     assert items["#101"]["action"] == "upstream" and "is in the base" in items["#101"]["detail"]
+    assert "merged by " in items["#101"]["detail"] and "Merge PR #101" in items["#101"]["detail"]
     assert items["kept"]["action"] == "keep"
     assert items["absorbed"]["action"] == "upstream"
     assert "Fix beta 10 (#77)" in items["absorbed"]["detail"]

@@ -344,8 +344,8 @@ def _decide(ctx: _Context, position: int, spec_counts: dict[str, int]) -> Decisi
             detail = f"{now.detail}: not carried to {ctx.to} (widen `when` if it still applies)"
             return replace(decision, action="follow-range", detail=detail)
         return replace(decision, action="out-of-range")
-    if now.status == "missing":
-        return replace(decision, action="missing")
+    if now.status not in ("conflict", "upstream"):  # missing, or a status added later
+        return replace(decision, action="missing", detail=f"{now.status}: {now.detail}")
     if before.status == "upstream":
         detail = f"already upstream in {ctx.from_prepared.build.ref}: {before.detail}"
         return _upstream(ctx, decision, detail)
@@ -361,10 +361,12 @@ def _upstream(ctx: _Context, decision: Decision, detail: str) -> Decision:
 
 def _absorbed_detail(ctx: _Context, item: source.ItemResult) -> str:
     """Name the first upstream commit (between the two releases) that has the change."""
-    if item.kind == "pr" or not item.diff:
-        return item.detail
     path = ctx.mirror.path
     start, end = ctx.from_prepared.base_commit, ctx.to_prepared.base_commit
+    if item.kind == "pr" and item.head and "is in the base" in item.detail:
+        return f"{item.detail}; {_merged_by(path, item.head, end)}"
+    if item.kind == "pr" or not item.diff:
+        return item.detail
     listed = git.run(
         ["rev-list", "--reverse", f"{start}..{end}", "--", *item.files], git_dir=path, check=False
     )
@@ -385,6 +387,17 @@ def _absorbed_detail(ctx: _Context, item: source.ItemResult) -> str:
             low = middle + 1
     subject = git.text(["log", "-1", "--format=%h %s", commits[low]], git_dir=path)
     return f"{item.detail}; absorbed by {subject}"
+
+
+def _merged_by(git_dir: Path, head: str, release: str) -> str:
+    """The merge commit that brought a PR head into the release, as "abc123 subject"."""
+    merges = git.text(
+        ["rev-list", "--ancestry-path", "--merges", "--reverse", f"{head}..{release}"],
+        git_dir=git_dir,
+    ).split()
+    if not merges:
+        return "fast-forwarded into the release"
+    return "merged by " + git.text(["log", "-1", "--format=%h %s", merges[0]], git_dir=git_dir)
 
 
 def _last_fit(ctx: _Context, item: source.ItemResult) -> tuple[str, str] | None:
