@@ -141,10 +141,12 @@ def _conflict_regions(git_dir: Path, tree: str, path: str) -> str:
         if line.startswith("<<<<<<< "):
             inside = True
             out.append(f"--- {path}, line {number}")
-        if inside:
-            out.append(line)
+            line = "<<<<<<< the new release"
         if line.startswith(">>>>>>> "):
             inside = False
+            out.append(">>>>>>> the change")
+        elif inside:
+            out.append(line)
         if len(out) > _MAX_CONFLICT_LINES:
             out.append("... (cut)")
             break

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -509,7 +510,9 @@ def _write_report(
     full = f"{folder}/{stem}.full.diff"
     project = ctx.settings.project_dir
     target = _variant_path(ctx, item) if item.kind == "patch" else f"{folder}/{stem}.patch"
-    overrides = " ".join(f"--repo {k}={v}" for k, v in ctx.settings.repo_overrides.items())
+    overrides = " ".join(
+        f"--repo {shlex.quote(f'{k}={v}')}" for k, v in ctx.settings.repo_overrides.items()
+    )
     prefix = f"sparkbuild {overrides} " if overrides else "sparkbuild "
     lines = [
         f"# {item.id} does not apply to {ctx.tag} (build {ctx.new_build})",
@@ -528,9 +531,9 @@ def _write_report(
         "## Finish by hand",
         "```",
         f"{prefix}prepare {ctx.new_build} --out /tmp/{ctx.new_build}",
-        f"cd /tmp/{ctx.new_build} && git apply --3way {project / full}",
+        f"cd /tmp/{ctx.new_build} && git apply --3way {shlex.quote(str(project / full))}",
         "# resolve the conflicts, then save the result as the new variant:",
-        f"git diff HEAD > {project}/{target}",
+        f"git diff HEAD > {shlex.quote(str(project / target))}",
         f"# copy the header of {item.file or item.id} onto it, split the `when` ranges in "
         f"{ctx.from_prepared.build.spec_file.name}, then:",
         f"{prefix}lock {ctx.new_build}",
