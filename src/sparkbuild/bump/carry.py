@@ -140,9 +140,8 @@ def _conflict_regions(git_dir: Path, tree: str, path: str) -> str:
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("<<<<<<< "):
             inside = True
-            out.append(f"--- {path}, line {number}")
-            line = "<<<<<<< the new release"
-        if line.startswith(">>>>>>> "):
+            out += [f"--- {path}, line {number}", "<<<<<<< the new release"]
+        elif line.startswith(">>>>>>> "):
             inside = False
             out.append(">>>>>>> the change")
         elif inside:
