@@ -165,6 +165,31 @@ def test_write_locks_a_ready_build_and_keeps_the_lock_fresh(
         assert sum(version in SpecifierSet(w) for w in variants) == 1, (version, variants)
 
 
+def test_when_edits_that_would_break_a_newer_build_make_the_bump_not_ready(
+    upstream: DemoUpstream, tmp_path: Path
+) -> None:
+    newer = "\n  demo-1.2.0-spark:\n    ref: v1.2.0\n    smoke: [demo-profile]\n"
+    project = make_demo_project(tmp_path, upstream, ["renamed"], extra_builds=newer)
+    before = _run(project, upstream, "patches", "demo-1.2.0-spark")
+    assert before.exit_code == 0, before.output  # v1.2.0 moved the file back: it applies
+    result = _run(
+        project,
+        upstream,
+        "bump",
+        "sglang",
+        "--to",
+        "v1.1.0",
+        "--from",
+        "demo-1.0.0-spark",
+        "--json",
+    )
+    assert result.exit_code == 1, result.output
+    payload = json.loads(result.stdout)
+    assert _items(payload)["renamed"]["action"] == "regenerated"
+    assert payload["regressions"] == ["demo-1.2.0-spark"] and payload["ready"] is False
+    assert any("demo-1.2.0-spark (newer than 1.1.0)" in note for note in payload["notes"])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

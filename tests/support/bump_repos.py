@@ -3,6 +3,7 @@
 History of ``main``::
 
     v1.0.0 ── merge PR #101 ── "Fix beta 10 (#77)" ── rename old.py → moved.py ── v1.1.0 ── v1.2.0
+                                                              (v1.2.0 moves it back) ──┘
 
 Between v1.0.0 and v1.1.0 upstream
 - merges PR #101 by a merge commit (its head is in v1.1.0);
@@ -95,6 +96,7 @@ def make_demo_upstream(root: Path) -> DemoUpstream:
     commit_all(work, "Move old.py to moved.py")
     git(work, "tag", "v1.1.0")
     replace_line(pkg / "alpha.py", "alpha line 12\n", "alpha line 12 (v1.2.0)\n")
+    git(work, "mv", "python/pkg/moved.py", "python/pkg/old.py")  # and back again
     commit_all(work, "release 1.2.0")
     git(work, "tag", "v1.2.0")
 
@@ -116,7 +118,9 @@ def make_patch(work: Path, name: str) -> str:
     return PATCH_HEADER.format(title=name, when=">=1.0.0") + "\n" + diff + "\n"
 
 
-def make_demo_project(root: Path, upstream: DemoUpstream, spec_level: list[str]) -> Path:
+def make_demo_project(
+    root: Path, upstream: DemoUpstream, spec_level: list[str], extra_builds: str = ""
+) -> Path:
     """A git-tracked project: ``kept`` in the build, ``spec_level`` patches for every build."""
     project = root / "project"
     (project / "builds").mkdir(parents=True)
@@ -128,7 +132,8 @@ def make_demo_project(root: Path, upstream: DemoUpstream, spec_level: list[str])
     entries = "\n".join(
         f'  - {{file: patches/sglang/{name}.patch, when: ">=1.0.0"}}' for name in spec_level
     )
-    (project / "builds" / "sglang.yaml").write_text(SPEC.format(patches=entries or "  []"))
+    spec = SPEC.format(patches=entries or "  []") + extra_builds
+    (project / "builds" / "sglang.yaml").write_text(spec)
     git(project, "init", "-q", "-b", "main")
     commit_all(project, "the project before the bump")
     return project

@@ -83,12 +83,15 @@ class BumpPlan:
     spec_after: str
     files: dict[str, bytes] = field(default_factory=dict)  # project-relative path -> bytes
     notes: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)  # newer builds this bump breaks
     verified: source.PreparedSource | None = None
 
     @property
     def ready(self) -> bool:
         planned_ok = not any(d.action in ("conflict", "missing") for d in self.decisions)
-        return planned_ok and self.verified is not None and self.verified.ok
+        return (
+            planned_ok and not self.regressions and self.verified is not None and self.verified.ok
+        )
 
     def spec_diff(self) -> str:
         name = str(self.spec_file.name)
@@ -115,6 +118,7 @@ class BumpPlan:
             "ref": self.tag,
             "build": self.new_build,
             "ready": self.ready,
+            "regressions": list(self.regressions),
             "counts": self.counts(),
             "items": [d.to_json() for d in self.decisions],
             "notes": list(self.notes),
@@ -342,7 +346,7 @@ def _decide(ctx: _Context, position: int, spec_counts: dict[str, int]) -> Decisi
         return decision
     if now.status == "out-of-range":
         if before.status in ("applied", "conflict"):
-            detail = f"{now.detail}: not carried to {ctx.to} (widen `when` if it still applies)"
+            detail = f"{now.detail}: not carried to {ctx.to}{_would_apply(ctx, now)}"
             return replace(decision, action="follow-range", detail=detail)
         return replace(decision, action="out-of-range")
     if now.status not in ("conflict", "upstream"):  # missing, or a status added later
@@ -353,6 +357,17 @@ def _decide(ctx: _Context, position: int, spec_counts: dict[str, int]) -> Decisi
     if now.status == "upstream":
         return _upstream(ctx, decision, _absorbed_detail(ctx, now))
     return _carry(ctx, decision, now)
+
+
+def _would_apply(ctx: _Context, item: source.ItemResult) -> str:
+    """Whether a patch left behind by its range would still apply: worth a look if so."""
+    path = ctx.settings.project_dir / item.file if item.file else None
+    if path is None or not path.is_file():
+        return ""
+    with ScratchIndex(ctx.mirror.path, ctx.to_prepared.base_commit) as index:
+        if index.applies(path.read_bytes()).ok:
+            return " (it would still apply: widen `when` if it is still needed)"
+    return f" (it no longer applies to {ctx.tag} either)"
 
 
 def _upstream(ctx: _Context, decision: Decision, detail: str) -> Decision:
@@ -615,11 +630,30 @@ def _verify(settings: Settings, plan: BumpPlan) -> source.PreparedSource | None:
             (scratch / path).write_bytes(data)
         check = replace(settings, project_dir=scratch)
         try:
-            build = load_builds(check)[plan.new_build]
+            planned = load_builds(check)
         except SparkbuildError as exc:
             plan.notes.append(f"the planned spec does not load: {exc.message}")
             return None
-        return source.prepare_source(build, check)
+        _check_newer_builds(settings, plan, planned, check)
+        return source.prepare_source(planned[plan.new_build], check)
+
+
+def _check_newer_builds(
+    settings: Settings, plan: BumpPlan, planned: dict[str, Build], check: Settings
+) -> None:
+    """File-level `when` edits reach builds newer than --to too: none may break."""
+    for build in planned.values():
+        if build.engine != plan.engine or build.version <= plan.to_version:
+            continue
+        if build.name == plan.new_build or source.prepare_source(build, check).ok:
+            continue
+        current = load_builds(settings).get(build.name)
+        if current is not None and source.prepare_source(current, settings).ok:
+            plan.regressions.append(build.name)
+            plan.notes.append(
+                f"{build.name} (newer than {plan.to_version}) would no longer settle with "
+                "these `when` edits; bump from it instead, or edit the ranges by hand"
+            )
 
 
 def _note_verification(plan: BumpPlan) -> None:
