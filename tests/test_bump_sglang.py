@@ -161,6 +161,7 @@ def test_draft_memory_leaves_from_0_5_14_as_the_spec_says(chain: Chain) -> None:
     draft = _items(json.loads(preview.stdout))[DRAFT]
     assert draft["status_from"] == "applied"
     assert draft["status_to"] == "out-of-range" and draft["action"] == "follow-range"
+    assert "it no longer applies to v0.5.14 either" in draft["detail"]  # upstream reworked it
     assert _items(chain.payloads["0.5.17"])[DRAFT]["status_to"] == "out-of-range"
     assert "sglang-0.5.14-spark" not in chain.spec()["builds"]  # a preview writes nothing
 
