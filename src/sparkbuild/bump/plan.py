@@ -436,7 +436,7 @@ def _last_fit(ctx: _Context, item: source.ItemResult) -> tuple[str, str] | None:
 def _carry(ctx: _Context, decision: Decision, item: source.ItemResult) -> Decision:
     fit = _last_fit(ctx, item)
     if fit is None:
-        report = _write_report(ctx, decision, item, None, None)
+        report = _write_report(ctx, item, None, None)
         detail = f"{item.detail}; it applies to no release up to {ctx.from_prepared.build.ref}"
         return replace(decision, action="conflict", detail=detail, report_file=report)
     base_commit, base_ref = fit
@@ -445,7 +445,7 @@ def _carry(ctx: _Context, decision: Decision, item: source.ItemResult) -> Decisi
         detail = f"merging it onto {ctx.tag} changes nothing: upstream has it"
         return _upstream(ctx, decision, detail)
     if not carried.ok or item.kind == "pr":
-        report = _write_report(ctx, decision, item, carried, base_ref)
+        report = _write_report(ctx, item, carried, base_ref)
         why = "; ".join(carried.attempts) if not carried.ok else "a PR is not rewritten"
         return replace(decision, action="conflict", detail=why, report_file=report)
     variant = _variant_path(ctx, item)
@@ -509,7 +509,6 @@ def _carried_header(
 
 def _write_report(
     ctx: _Context,
-    decision: Decision,
     item: source.ItemResult,
     carried: Carried | None,
     base_ref: str | None,
@@ -558,7 +557,6 @@ def _write_report(
     ctx.files[report] = "\n".join(lines).encode()
     if carried is not None and carried.full_diff:
         ctx.files[full] = carried.full_diff
-    del decision
     return report
 
 
