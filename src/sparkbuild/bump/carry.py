@@ -33,6 +33,7 @@ from sparkbuild.patching import ScratchIndex
 _TOKEN = re.compile(r"\w+|[ \t]+|\n|[^\w\s]")
 _OPENERS = ("(", "[", "{")
 _MAX_CONFLICT_LINES = 80
+_MAX_CANDIDATE_FILES = 50
 
 
 @dataclass(frozen=True)
@@ -388,7 +389,9 @@ def _find_block(
     paths = [p.split(":", 1)[1] for p in grep.stdout.decode(errors="replace").splitlines()]
     wanted = [line.strip() for line in removed]
     found: list[tuple[str, int]] = []
-    for path in paths[:50]:
+    if len(paths) > _MAX_CANDIDATE_FILES:  # too common a line to place the change by
+        raise _FailedError(f"the lines it replaces ({anchor[:60]!r}) are in {len(paths)} files")
+    for path in paths:
         if path not in files:
             text = _blob_text(git_dir, tree, path)
             if text is None:
