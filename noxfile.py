@@ -93,3 +93,15 @@ def rollback(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Throughput sweep of an image or endpoint: `nox -s bench -- --url U ...`."""
     _cli(session, "bench")
+
+
+@nox.session
+def bump(session: nox.Session) -> None:
+    """Carry a build to a new release: `nox -s bump -- sglang --to v0.5.24 [--write]`."""
+    _cli(session, "bump")
+
+
+@nox.session
+def releases(session: nox.Session) -> None:
+    """Upstream releases newer than the newest build: `nox -s releases -- sglang`."""
+    _cli(session, "releases")

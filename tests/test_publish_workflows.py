@@ -48,7 +48,7 @@ def _check_jsonschema(*paths: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_there_are_workflows() -> None:
-    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "images.yml"}
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "images.yml", "bump.yml"}
 
 
 def test_workflows_match_the_github_schema() -> None:
@@ -112,6 +112,19 @@ def test_images_build_on_arm64_smoke_on_a_spark_and_publish_to_ghcr() -> None:
     assert pr["needs"] == "smoke-publish"
     creator = next(s for s in pr["steps"] if "create-pull-request" in s.get("uses", ""))
     assert creator["with"]["add-paths"] == "images.lock"
+
+
+def test_a_weekly_bump_opens_a_pull_request_with_spec_patches_and_lock() -> None:
+    workflow = _workflow("bump.yml")
+    assert {"schedule", "workflow_dispatch"} <= set(_triggers(workflow))
+    assert re.match(r"^\d+ \d+ \* \* [0-6]$", _triggers(workflow)["schedule"][0]["cron"])
+    job = workflow["jobs"]["bump"]
+    runs = [step.get("run", "") for step in job["steps"]]
+    assert any("nox -s releases -- " in run for run in runs)
+    assert any('nox -s bump -- "$ENGINE" --to "$TAG" --write' in run for run in runs)
+    creator = next(s for s in job["steps"] if "create-pull-request" in s.get("uses", ""))
+    assert creator["with"]["add-paths"].split() == ["builds/", "patches/", "images.lock"]
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
 
 
 def test_untrusted_values_reach_shell_only_through_the_environment() -> None:

@@ -209,4 +209,6 @@ COMMAND_MODULES: dict[str, str] = {
     "bench": "bench",
     "publish": "publish",
     "rollback": "publish",
+    "bump": "bump",
+    "releases": "bump",
 }
