@@ -1,0 +1,425 @@
+"""Holding a bench run against claims: per claimed figure, what the run measured in the same
+cell, their ratio, and every setting in which the claim and the run differ.
+
+A claim is about a run when it names the run's profile or model (or is chosen by setup name).
+Its cell is found by pp, tg and depth (unpublished dimensions match anything); then:
+
+* ``compared``: the run has the claim's concurrency; measured = median (min-max) over the
+  runs of the matching cells, ratio = measured / claimed;
+* ``not comparable``: the run measured that cell only at another concurrency, or measured
+  no value for the figure (e.g. no drafts proposed): no ratio, and the reason says why;
+* ``not reproduced``: the run has no such cell at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.table import Table
+
+from sparkbuild.bench.claims import METRICS, Figure, LoadedClaim, Setup
+from sparkbuild.bench.report import number
+from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
+from sparkbuild.errors import UsageError
+
+Status = Literal["compared", "not comparable", "not reproduced"]
+DIMENSIONS = (("pp", "prompt tokens"), ("tg", "generated tokens"), ("depth", "context depth"))
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    claim: LoadedClaim
+    metric: str
+    claimed: Figure
+    status: Status
+    measured: Stat | None = None
+    ratio: float | None = None
+    reason: str | None = None
+    run_cells: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        cell = self.claim.claim.cell
+        return {
+            "id": self.claim.id,
+            "file": str(self.claim.file),
+            "line": self.claim.line,
+            "setup": self.claim.setup_name,
+            "source": self.claim.source,
+            "url": self.claim.url,
+            "date": self.claim.date,
+            "cell": {"pp": cell.pp, "tg": cell.tg, "depth": cell.depth,
+                     "concurrency": cell.concurrency},
+            "metric": self.metric,
+            "claimed": list(self.claimed) if isinstance(self.claimed, tuple) else self.claimed,
+            "measured": self.measured.model_dump() if self.measured else None,
+            "ratio": self.ratio,
+            "status": self.status,
+            "reason": self.reason,
+            "run_cells": self.run_cells,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClaimsComparison:
+    report: BenchReport
+    rows: list[ClaimRow]
+    differences: dict[str, list[str]]  # setup name -> how the run differs from it
+    other_claims: int  # claims about other models or profiles, left out
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        return {
+            "run": {"label": r.label, "created": r.created, "profile": r.profile,
+                    "engine": r.engine.name, "version": r.engine.version,
+                    "model": r.engine.model, "target": f"{r.target.kind} {r.target.value}",
+                    "complete": r.complete},
+            "rows": [row.to_json() for row in self.rows],
+            "differences": self.differences,
+            "other_claims": self.other_claims,
+        }  # fmt: skip
+
+
+# --- matching ------------------------------------------------------------------------------
+
+
+def _model_name(model: str) -> str:
+    """Compare models by their last path part: a local copy of org/name is still name."""
+    return PurePosixPath(model.rstrip("/")).name.lower()
+
+
+def is_about(claim: LoadedClaim, report: BenchReport) -> bool:
+    setup = claim.setup
+    if setup.profile is not None and setup.profile == report.profile:
+        return True
+    run_models = {_model_name(report.engine.model), _model_name(report.engine.served_model)}
+    return _model_name(setup.model) in run_models
+
+
+def select_claims(
+    claims: Sequence[LoadedClaim], report: BenchReport, setups: Sequence[str] = ()
+) -> tuple[list[LoadedClaim], int]:
+    """(claims about this run, how many were left out). ``setups`` chooses by setup name."""
+    if setups:
+        known = {c.setup_name for c in claims}
+        unknown = [name for name in setups if name not in known]
+        if unknown:
+            raise UsageError(
+                f"--claims-setup {', '.join(unknown)}: no such setup in the claims files",
+                f"known setups: {', '.join(sorted(known))}",
+            )
+        chosen = [c for c in claims if c.setup_name in setups]
+    else:
+        chosen = [c for c in claims if is_about(c, report)]
+    return chosen, len(claims) - len(chosen)
+
+
+def _run_values(cell: CellResult, metric: str) -> list[float | None]:
+    if metric == "accept_len":
+        return [cell.accept_len]
+    return [_run_value(run, metric) for run in cell.runs]
+
+
+def _run_value(run: RunFigures, metric: str) -> float | None:
+    if metric == "decode_tps":
+        return run.decode_tps_aggregate
+    if metric == "decode_tps_peak":  # the sum of per-request rates over successful requests
+        ok = run.requests - run.errors
+        return run.decode_tps_request * ok if run.decode_tps_request is not None else None
+    if metric == "ttft_ms":
+        return run.ttft_s * 1000.0 if run.ttft_s is not None else None
+    value: float | None = getattr(run, metric)
+    return value
+
+
+def ratio_to(measured: float, claimed: Figure) -> float:
+    """measured / claimed; for a published range, 1.0 inside it, else against the nearer end."""
+    low, high = claimed if isinstance(claimed, tuple) else (claimed, claimed)
+    if low <= measured <= high and low != high:
+        return 1.0
+    return round(measured / (low if measured < low else high), 4)
+
+
+def _cell_words(cells: Iterable[CellResult]) -> list[str]:
+    return [c.key.label() for c in cells]
+
+
+def match_claim(claim: LoadedClaim, report: BenchReport) -> list[ClaimRow]:
+    cell = claim.claim.cell
+    same_shape = [
+        c for c in report.cells
+        if all(getattr(cell, d) in (None, getattr(c, d)) for d, _ in DIMENSIONS)
+    ]  # fmt: skip
+    rows: list[ClaimRow] = []
+    for metric, claimed in claim.claim.figures().items():
+        if not same_shape:
+            rows.append(
+                ClaimRow(claim, metric, claimed, "not reproduced", reason=_no_cell(claim, report))
+            )
+            continue
+        cells = [c for c in same_shape if cell.concurrency in (None, c.concurrency)]
+        if not cells:
+            measured_at = ", ".join(str(c) for c in sorted({c.concurrency for c in same_shape}))
+            reason = f"concurrency differs: claim c={cell.concurrency}, run c={measured_at}"
+            rows.append(ClaimRow(claim, metric, claimed, "not comparable", reason=reason,
+                                 run_cells=_cell_words(same_shape)))  # fmt: skip
+            continue
+        rows.append(_compare(claim, metric, claimed, cells))
+    return rows
+
+
+def _compare(claim: LoadedClaim, metric: str, claimed: Figure, cells: list[CellResult]) -> ClaimRow:
+    stat = Stat.of([v for c in cells for v in _run_values(c, metric)])
+    words = _cell_words(cells)
+    if stat.median is None:
+        missing = (
+            "the run proposed no drafts in this cell (speculation off)"
+            if metric == "accept_len"
+            else f"the run has no {METRICS[metric]} in this cell"
+        )
+        return ClaimRow(claim, metric, claimed, "not comparable", reason=missing, run_cells=words)
+    failed = sum(c.errors for c in cells)
+    reason = f"{failed} of {sum(c.requests for c in cells)} requests failed" if failed else None
+    return ClaimRow(claim, metric, claimed, "compared", stat, ratio_to(stat.median, claimed),
+                    reason, words)  # fmt: skip
+
+
+def _no_cell(claim: LoadedClaim, report: BenchReport) -> str:
+    cell = claim.claim.cell
+    wanted = " ".join(
+        f"{d}={getattr(cell, d)}" for d, _ in DIMENSIONS if getattr(cell, d) is not None
+    )
+    sweep = report.sweep
+    have = f"pp={_join(sweep.pp)} tg={_join(sweep.tg)} depth={_join(sweep.depth)}"
+    missing = "" if report.complete else " (the run is incomplete)"
+    return f"the run has no cell {wanted}; it swept {have}{missing}"
+
+
+def _join(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+# --- differences ---------------------------------------------------------------------------
+
+
+def parse_flags(args: Sequence[str]) -> dict[str, str]:
+    """``--name value`` / ``--name=value`` / bare ``--flag`` as {name: value}."""
+    flags: dict[str, str] = {}
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word.startswith("-"):
+            name, eq, value = word.partition("=")
+            if not eq:
+                following = args[index + 1] if index + 1 < len(args) else None
+                if following is not None and not following.startswith("--"):
+                    value = following
+                    index += 1
+                else:
+                    value = "on"
+            flags[name] = value
+        index += 1
+    return flags
+
+
+def _same_value(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return a == b
+    try:
+        return float(a) == float(b)  # 0.80 and 0.8 are one setting
+    except ValueError:
+        return a == b
+
+
+def flag_differences(claimed: Sequence[str], run: Sequence[str]) -> list[str]:
+    a, b = parse_flags(claimed), parse_flags(run)
+    names = [*a, *(n for n in b if n not in a)]
+    return [
+        f"{name} {a.get(name, '-')} vs {b.get(name, '-')}"
+        for name in names
+        if not _same_value(a.get(name), b.get(name))
+    ]
+
+
+def _run_image(report: BenchReport) -> str:
+    target = report.target
+    if target.kind == "image":
+        return target.value + (f" ({target.image_id[:19]})" if target.image_id else "")
+    return f"{target.kind} {target.value}"
+
+
+def setup_differences(
+    setup: Setup, report: BenchReport, claims: Sequence[LoadedClaim]
+) -> list[str]:
+    """Every setting in which the run differs from a setup: claim value vs run value."""
+    found: list[str] = []
+
+    def note(name: str, claimed: str | None, measured: str | None) -> None:
+        if not _same_value(claimed, measured):
+            found.append(f"{name}: {claimed or 'not published'} vs {measured or 'unknown'}")
+
+    engine = report.engine
+    note("engine", setup.engine, engine.name)
+    if setup.version is not None:
+        note("engine version", setup.version, engine.version)
+    note("image", setup.image, _run_image(report))
+    if _model_name(setup.model) not in {
+        _model_name(engine.model),
+        _model_name(engine.served_model),
+    }:
+        note("model", setup.model, engine.model)
+    if setup.profile is not None:
+        note("profile", setup.profile, report.profile)
+    if setup.flags is None:
+        found.append("flags: not published")
+    else:
+        found.extend(f"flag {text}" for text in flag_differences(setup.flags, engine.args))
+    note("harness", setup.harness, f"{report.harness.name} {report.harness.version}")
+    prompts = report.prompts
+    note("prompt set", setup.prompts, f"{prompts.recipe} seed {prompts.seed}" if prompts else None)
+    host = report.host
+    note("hardware", setup.hardware, f"{host.hostname} ({host.machine}, {host.cpus} cpus)")
+    found.extend(_unpublished_dimensions(claims, report))
+    return found
+
+
+def _unpublished_dimensions(claims: Sequence[LoadedClaim], report: BenchReport) -> list[str]:
+    sweep = report.sweep
+    run_values = {
+        "pp": sweep.pp, "tg": sweep.tg, "depth": sweep.depth, "concurrency": sweep.concurrency,
+    }  # fmt: skip
+    found = []
+    for name, words in (*DIMENSIONS, ("concurrency", "concurrency")):
+        if any(getattr(c.claim.cell, name) is None for c in claims):
+            found.append(f"{words}: not published vs {_join(run_values[name])}")
+    return found
+
+
+def compare_claims(
+    report: BenchReport, claims: Sequence[LoadedClaim], setups: Sequence[str] = ()
+) -> ClaimsComparison:
+    chosen, others = select_claims(claims, report, setups)
+    rows = [row for claim in chosen for row in match_claim(claim, report)]
+    by_setup: dict[str, list[LoadedClaim]] = {}
+    for claim in chosen:
+        by_setup.setdefault(claim.setup_name, []).append(claim)
+    differences = {
+        name: setup_differences(group[0].setup, report, group) for name, group in by_setup.items()
+    }
+    return ClaimsComparison(report, rows, differences, others)
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def figure_text(value: Figure, metric: str) -> str:
+    digits = 2 if metric == "accept_len" else None
+    if isinstance(value, tuple):
+        return f"{number(value[0], digits)}-{number(value[1], digits)}"
+    return number(value, digits)
+
+
+def measured_text(row: ClaimRow) -> str:
+    stat = row.measured
+    if stat is None or stat.median is None:
+        return "-"
+    digits = 2 if row.metric == "accept_len" else None
+    text = number(stat.median, digits)
+    if stat.n > 1 and stat.min != stat.max:
+        text += f" ({number(stat.min, digits)}-{number(stat.max, digits)})"
+    return text
+
+
+def ratio_text(row: ClaimRow) -> str:
+    if row.ratio is None:
+        return row.status
+    if isinstance(row.claimed, tuple) and row.ratio == 1.0:
+        return "within range"
+    return f"{row.ratio:.2f}\N{MULTIPLICATION SIGN}"
+
+
+def _run_line(report: BenchReport) -> str:
+    engine = report.engine
+    return (
+        f"{report.label}: {engine.name} {engine.version or ''} · {engine.model} · "
+        f"{report.sweep.runs} runs/cell · {report.harness.name} {report.harness.version} · "
+        f"{report.host.machine}, {report.host.cpus} cpus · {report.created}"
+    )
+
+
+def _differs(result: ClaimsComparison, row: ClaimRow) -> str:
+    names = [d.split(":", 1)[0].split(" ", 1)[0] if d.startswith("flag ") else d.split(":", 1)[0]
+             for d in result.differences.get(row.claim.setup_name, [])]  # fmt: skip
+    words = list(dict.fromkeys(names))
+    if row.reason and row.status == "compared":
+        words.append(row.reason)
+    return ", ".join(words) or "-"
+
+
+def render(result: ClaimsComparison, console: Console) -> None:
+    console.print("[bold]claims[/bold] against " + _run_line(result.report), highlight=False)
+    table = Table(header_style="bold", pad_edge=False)
+    for title, justify in (("claim", "left"), ("figure", "left"), ("claimed", "right"),
+                           ("measured (median, min-max)", "right"), ("ratio", "right"),
+                           ("differs", "left")):  # fmt: skip
+        table.add_column(title, justify=justify)  # type: ignore[arg-type]
+    for row in result.rows:
+        table.add_row(
+            f"{row.claim.id}", METRICS[row.metric], figure_text(row.claimed, row.metric),
+            measured_text(row), ratio_text(row), _differs(result, row),
+            style=None if row.status == "compared" else "yellow",
+        )  # fmt: skip
+    console.print(table)
+    for line in _notes(result):
+        console.print(line, markup=False, highlight=False)
+
+
+def _notes(result: ClaimsComparison) -> list[str]:
+    lines: list[str] = []
+    for row in result.rows:
+        if row.status != "compared":
+            lines.append(f"{row.status}: {row.claim.id} {METRICS[row.metric]}: {row.reason}")
+    for name, found in result.differences.items():
+        if found:
+            lines.append(f"{name} differs from the run in: " + "; ".join(found))
+    if not result.rows:
+        lines.append(
+            "no claim is about this run (match by profile or model, or pass --claims-setup)"
+        )
+    if result.other_claims:
+        lines.append(f"{result.other_claims} claims about other models or profiles left out")
+    return lines
+
+
+def markdown(result: ClaimsComparison) -> str:
+    """The comparison as a Markdown section, ready to paste into a forum post."""
+    out = [
+        f"### Published figures against {result.report.label}",
+        "",
+        f"Run: {_run_line(result.report)}",
+        "",
+    ]
+    sources = {(r.claim.setup_name, r.claim.source, r.claim.date, r.claim.url) for r in result.rows}
+    for name, source, date, url in sorted(sources, key=lambda s: s[0]):
+        out.append(f"- {name}: {source} ({date})" + (f" <{url}>" if url else ""))
+    out += ["", "| claim | figure | claimed | measured (median, min-max) | ratio | differs |",
+            "|---|---|---:|---:|---:|---|"]  # fmt: skip
+    for row in result.rows:
+        cells = [row.claim.id, METRICS[row.metric], figure_text(row.claimed, row.metric),
+                 measured_text(row), ratio_text(row), _differs(result, row)]  # fmt: skip
+        out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    notes = _notes(result)
+    if notes:
+        out += ["", *(f"- {line}" for line in notes)]
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(result: ClaimsComparison, path: Path, *, append: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = markdown(result)
+    if append and path.exists():
+        text = path.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text
+    path.write_text(text, encoding="utf-8")
