@@ -60,6 +60,7 @@ class ClaimRow:
             "status": self.status,
             "reason": self.reason,
             "run_cells": self.run_cells,
+            "unpublished": unpublished(self.claim),
         }  # fmt: skip
 
 
@@ -67,7 +68,7 @@ class ClaimRow:
 class ClaimsComparison:
     report: BenchReport
     rows: list[ClaimRow]
-    differences: dict[str, list[str]]  # setup name -> how the run differs from it
+    differences: dict[str, list[Difference]]  # setup name -> how the run differs from it
     other_claims: int  # claims about other models or profiles, left out
 
     def to_json(self) -> dict[str, Any]:
@@ -78,7 +79,9 @@ class ClaimsComparison:
                     "model": r.engine.model, "target": f"{r.target.kind} {r.target.value}",
                     "complete": r.complete},
             "rows": [row.to_json() for row in self.rows],
-            "differences": self.differences,
+            "differences": {
+                name: [d.to_json() for d in found] for name, found in self.differences.items()
+            },
             "other_claims": self.other_claims,
         }  # fmt: skip
 
@@ -162,7 +165,7 @@ def match_claim(claim: LoadedClaim, report: BenchReport) -> list[ClaimRow]:
             continue
         cells = [c for c in same_shape if cell.concurrency in (None, c.concurrency)]
         if not cells:
-            measured_at = ", ".join(str(c) for c in sorted({c.concurrency for c in same_shape}))
+            measured_at = _join(sorted({c.concurrency for c in same_shape}))
             reason = f"concurrency differs: claim c={cell.concurrency}, run c={measured_at}"
             rows.append(ClaimRow(claim, metric, claimed, "not comparable", reason=reason,
                                  run_cells=_cell_words(same_shape)))  # fmt: skip
@@ -234,32 +237,51 @@ def _same_value(a: str | None, b: str | None) -> bool:
         return a == b
 
 
-def flag_differences(claimed: Sequence[str], run: Sequence[str]) -> list[str]:
-    a, b = parse_flags(claimed), parse_flags(run)
-    names = [*a, *(n for n in b if n not in a)]
-    return [
-        f"{name} {a.get(name, '-')} vs {b.get(name, '-')}"
-        for name in names
-        if not _same_value(a.get(name), b.get(name))
+@dataclass(frozen=True)
+class Difference:
+    """One setting in which a run differs from a claim's setup."""
+
+    setting: str
+    claim: str
+    run: str
+
+    def text(self) -> str:
+        return f"{self.setting}: {self.claim} (claim) vs {self.run} (run)"
+
+    def to_json(self) -> dict[str, str]:
+        return {"setting": self.setting, "claim": self.claim, "run": self.run}
+
+
+def _flag_words(flags: dict[str, str], names: Sequence[str]) -> str:
+    words = [
+        name if flags[name] == "on" else f"{name} {flags[name]}" for name in names if name in flags
     ]
+    return " ".join(words) or "-"
+
+
+def flag_difference(claimed: Sequence[str], run: Sequence[str]) -> Difference | None:
+    """The flags set differently (or only on one side), each side as it sets them."""
+    a, b = parse_flags(claimed), parse_flags(run)
+    names = [n for n in [*a, *(n for n in b if n not in a)] if not _same_value(a.get(n), b.get(n))]
+    if not names:
+        return None
+    return Difference("flags", _flag_words(a, names), _flag_words(b, names))
 
 
 def _run_image(report: BenchReport) -> str:
     target = report.target
     if target.kind == "image":
         return target.value + (f" ({target.image_id[:19]})" if target.image_id else "")
-    return f"{target.kind} {target.value}"
+    return "none (local command)" if target.kind == "command" else f"unknown ({target.kind})"
 
 
-def setup_differences(
-    setup: Setup, report: BenchReport, claims: Sequence[LoadedClaim]
-) -> list[str]:
-    """Every setting in which the run differs from a setup: claim value vs run value."""
-    found: list[str] = []
+def setup_differences(setup: Setup, report: BenchReport) -> list[Difference]:
+    """Every setting in which the run differs from a setup."""
+    found: list[Difference] = []
 
-    def note(name: str, claimed: str | None, measured: str | None) -> None:
+    def note(setting: str, claimed: str | None, measured: str | None) -> None:
         if not _same_value(claimed, measured):
-            found.append(f"{name}: {claimed or 'not published'} vs {measured or 'unknown'}")
+            found.append(Difference(setting, claimed or "not published", measured or "unknown"))
 
     engine = report.engine
     note("engine", setup.engine, engine.name)
@@ -273,29 +295,23 @@ def setup_differences(
         note("model", setup.model, engine.model)
     if setup.profile is not None:
         note("profile", setup.profile, report.profile)
+    flags = flag_difference(setup.flags, engine.args) if setup.flags is not None else None
     if setup.flags is None:
-        found.append("flags: not published")
-    else:
-        found.extend(f"flag {text}" for text in flag_differences(setup.flags, engine.args))
+        found.append(Difference("flags", "not published", " ".join(engine.args) or "-"))
+    elif flags is not None:
+        found.append(flags)
     note("harness", setup.harness, f"{report.harness.name} {report.harness.version}")
     prompts = report.prompts
     note("prompt set", setup.prompts, f"{prompts.recipe} seed {prompts.seed}" if prompts else None)
     host = report.host
     note("hardware", setup.hardware, f"{host.hostname} ({host.machine}, {host.cpus} cpus)")
-    found.extend(_unpublished_dimensions(claims, report))
     return found
 
 
-def _unpublished_dimensions(claims: Sequence[LoadedClaim], report: BenchReport) -> list[str]:
-    sweep = report.sweep
-    run_values = {
-        "pp": sweep.pp, "tg": sweep.tg, "depth": sweep.depth, "concurrency": sweep.concurrency,
-    }  # fmt: skip
-    found = []
-    for name, words in (*DIMENSIONS, ("concurrency", "concurrency")):
-        if any(getattr(c.claim.cell, name) is None for c in claims):
-            found.append(f"{words}: not published vs {_join(run_values[name])}")
-    return found
+def unpublished(claim: LoadedClaim) -> list[str]:
+    """The cell dimensions the source did not publish (they match any run value)."""
+    cell = claim.claim.cell
+    return [name for name in ("pp", "tg", "depth", "concurrency") if getattr(cell, name) is None]
 
 
 def compare_claims(
@@ -307,7 +323,7 @@ def compare_claims(
     for claim in chosen:
         by_setup.setdefault(claim.setup_name, []).append(claim)
     differences = {
-        name: setup_differences(group[0].setup, report, group) for name, group in by_setup.items()
+        name: setup_differences(group[0].setup, report) for name, group in by_setup.items()
     }
     return ClaimsComparison(report, rows, differences, others)
 
@@ -341,19 +357,29 @@ def ratio_text(row: ClaimRow) -> str:
     return f"{row.ratio:.2f}\N{MULTIPLICATION SIGN}"
 
 
+def _display_model(model: str) -> str:
+    """A local path shows as its last part (what the model is, not where it is cached)."""
+    return PurePosixPath(model).name if model.startswith(("/", "./", "~")) else model
+
+
 def _run_line(report: BenchReport) -> str:
     engine = report.engine
     return (
-        f"{report.label}: {engine.name} {engine.version or ''} · {engine.model} · "
+        f"{report.label}: {engine.name} {engine.version or ''} · {_display_model(engine.model)} · "
         f"{report.sweep.runs} runs/cell · {report.harness.name} {report.harness.version} · "
         f"{report.host.machine}, {report.host.cpus} cpus · {report.created}"
     )
 
 
 def _differs(result: ClaimsComparison, row: ClaimRow) -> str:
-    names = [d.split(":", 1)[0].split(" ", 1)[0] if d.startswith("flag ") else d.split(":", 1)[0]
-             for d in result.differences.get(row.claim.setup_name, [])]  # fmt: skip
-    words = list(dict.fromkeys(names))
+    words = [d.setting for d in result.differences.get(row.claim.setup_name, [])]
+    if row.status == "not comparable" and row.reason:
+        words.insert(0, row.reason)
+    elif row.status == "not reproduced":
+        words.insert(0, "no such cell in the run")
+    missing = unpublished(row.claim)
+    if missing:
+        words.append(f"{', '.join(missing)} not published")
     if row.reason and row.status == "compared":
         words.append(row.reason)
     return ", ".join(words) or "-"
@@ -384,7 +410,8 @@ def _notes(result: ClaimsComparison) -> list[str]:
             lines.append(f"{row.status}: {row.claim.id} {METRICS[row.metric]}: {row.reason}")
     for name, found in result.differences.items():
         if found:
-            lines.append(f"{name} differs from the run in: " + "; ".join(found))
+            lines.append(f"{name} differs from the run in:")
+            lines.extend(f"  - {d.text()}" for d in found)
     if not result.rows:
         lines.append(
             "no claim is about this run (match by profile or model, or pass --claims-setup)"
@@ -413,7 +440,7 @@ def markdown(result: ClaimsComparison) -> str:
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     notes = _notes(result)
     if notes:
-        out += ["", *(f"- {line}" for line in notes)]
+        out += ["", *(line if line.startswith("  - ") else f"- {line}" for line in notes)]
     return "\n".join(out) + "\n"
 
 
