@@ -292,7 +292,7 @@ def setup_differences(setup: Setup, report: BenchReport) -> list[Difference]:
         _model_name(engine.model),
         _model_name(engine.served_model),
     }:
-        note("model", setup.model, engine.model)
+        note("model", setup.model, _display_model(engine.model))
     if setup.profile is not None:
         note("profile", setup.profile, report.profile)
     flags = flag_difference(setup.flags, engine.args) if setup.flags is not None else None
@@ -332,17 +332,18 @@ def compare_claims(
 
 
 def figure_text(value: Figure, metric: str) -> str:
-    digits = 2 if metric == "accept_len" else None
+    """A claimed figure as it was published (no rounding, no padding)."""
     if isinstance(value, tuple):
-        return f"{number(value[0], digits)}-{number(value[1], digits)}"
-    return number(value, digits)
+        return f"{value[0]:g}-{value[1]:g}"
+    return f"{value:g}"
 
 
 def measured_text(row: ClaimRow) -> str:
+    """``median (min-max)``, all three with the decimals the median's magnitude calls for."""
     stat = row.measured
     if stat is None or stat.median is None:
         return "-"
-    digits = 2 if row.metric == "accept_len" else None
+    digits = 2 if row.metric == "accept_len" else 0 if abs(stat.median) >= 100 else 1
     text = number(stat.median, digits)
     if stat.n > 1 and stat.min != stat.max:
         text += f" ({number(stat.min, digits)}-{number(stat.max, digits)})"
@@ -392,7 +393,7 @@ def render(result: ClaimsComparison, console: Console) -> None:
                            ("measured (median, min-max)", "right"), ("ratio", "right"),
                            ("differs", "left")):  # fmt: skip
         table.add_column(title, justify=justify)  # type: ignore[arg-type]
-    for row in result.rows:
+    for row in _tabled(result):
         table.add_row(
             f"{row.claim.id}", METRICS[row.metric], figure_text(row.claimed, row.metric),
             measured_text(row), ratio_text(row), _differs(result, row),
@@ -403,11 +404,23 @@ def render(result: ClaimsComparison, console: Console) -> None:
         console.print(line, markup=False, highlight=False)
 
 
+def _tabled(result: ClaimsComparison) -> list[ClaimRow]:
+    """Rows the run has a cell for; claims with no cell go to the notes, one line each."""
+    return [row for row in result.rows if row.status != "not reproduced"]
+
+
 def _notes(result: ClaimsComparison) -> list[str]:
     lines: list[str] = []
     for row in result.rows:
-        if row.status != "compared":
-            lines.append(f"{row.status}: {row.claim.id} {METRICS[row.metric]}: {row.reason}")
+        if row.status == "not comparable":
+            lines.append(f"not comparable: {row.claim.id} {METRICS[row.metric]}: {row.reason}")
+    missing: dict[str, list[ClaimRow]] = {}
+    for row in result.rows:
+        if row.status == "not reproduced":
+            missing.setdefault(row.claim.id, []).append(row)
+    for claim_id, rows in missing.items():
+        figures = ", ".join(f"{METRICS[r.metric]} {figure_text(r.claimed, r.metric)}" for r in rows)
+        lines.append(f"not reproduced: {claim_id} ({figures}): {rows[0].reason}")
     for name, found in result.differences.items():
         if found:
             lines.append(f"{name} differs from the run in:")
@@ -432,9 +445,12 @@ def markdown(result: ClaimsComparison) -> str:
     sources = {(r.claim.setup_name, r.claim.source, r.claim.date, r.claim.url) for r in result.rows}
     for name, source, date, url in sorted(sources, key=lambda s: s[0]):
         out.append(f"- {name}: {source} ({date})" + (f" <{url}>" if url else ""))
-    out += ["", "| claim | figure | claimed | measured (median, min-max) | ratio | differs |",
-            "|---|---|---:|---:|---:|---|"]  # fmt: skip
-    for row in result.rows:
+    if _tabled(result):
+        out += ["", "| claim | figure | claimed | measured (median, min-max) | ratio | differs |",
+                "|---|---|---:|---:|---:|---|"]  # fmt: skip
+    else:
+        out += ["", "No published cell was measured in this run."]
+    for row in _tabled(result):
         cells = [row.claim.id, METRICS[row.metric], figure_text(row.claimed, row.metric),
                  measured_text(row), ratio_text(row), _differs(result, row)]  # fmt: skip
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
