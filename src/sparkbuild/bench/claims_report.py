@@ -143,7 +143,7 @@ def ratio_to(measured: float, claimed: Figure) -> float:
     low, high = claimed if isinstance(claimed, tuple) else (claimed, claimed)
     if low <= measured <= high and low != high:
         return 1.0
-    return round(measured / (low if measured < low else high), 4)
+    return float(f"{measured / (low if measured < low else high):.4g}")  # tiny ratios stay exact
 
 
 def _cell_words(cells: Iterable[CellResult]) -> list[str]:
