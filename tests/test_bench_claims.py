@@ -235,6 +235,19 @@ def test_compare_cli_holds_a_report_against_claims(tmp_path: Path) -> None:
         (["compare", "a.json", "--claims", "nope"], "no claims file 'nope'"),
         (["compare", "a.json", "--claims", "post", "--claims-setup", "s7"], "--claims-setup s7"),
         (["--url", "http://127.0.0.1:9", "--claims-setup", "s1"], "--claims-setup needs --claims"),
+        (
+            [
+                "--url",
+                "http://127.0.0.1:9",
+                "--json",
+                "-",
+                "--claims",
+                "post",
+                "--claims-json",
+                "-",
+            ],
+            "cannot both write to stdout",
+        ),
     ],
 )
 def test_claims_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

@@ -246,6 +246,7 @@ def bench(ctx: click.Context, /, **options: Any) -> None:
     claims = claims_request(
         ctx.obj, options.pop("claims_files"), options.pop("claims_setups"),
         options.pop("claims_json"), options["markdown_path"],
+        stdout_taken=options["json_path"] == "-",
     )  # fmt: skip
     _run(ctx.obj, **options, claims=claims)
 

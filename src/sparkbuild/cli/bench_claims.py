@@ -49,6 +49,7 @@ class ClaimsRequest:
     setups: tuple[str, ...]
     json_path: str | None
     markdown_path: Path | None
+    stdout_taken: bool = False  # the bench report's JSON goes to stdout: no table there
 
     def show(self, report: BenchReport, *, append_markdown: bool) -> None:
         result = claims_report.compare_claims(report, self.claims, self.setups)
@@ -56,7 +57,7 @@ class ClaimsRequest:
             emit_json(result.to_json(), self.json_path)
         if self.markdown_path:
             claims_report.write_markdown(result, self.markdown_path, append=append_markdown)
-        if self.json_path != "-":
+        if self.json_path != "-" and not self.stdout_taken:
             claims_report.render(result, console.out)
 
 
@@ -66,6 +67,8 @@ def claims_request(
     setups: tuple[str, ...],
     json_path: str | None = None,
     markdown_path: Path | None = None,
+    *,
+    stdout_taken: bool = False,
 ) -> ClaimsRequest | None:
     if not files:
         if setups:
@@ -79,4 +82,6 @@ def claims_request(
             f"--claims-setup {', '.join(unknown)}: no such setup in {', '.join(files)}",
             f"known setups: {', '.join(sorted(known))}",
         )
-    return ClaimsRequest(claims, setups, json_path, markdown_path)
+    if stdout_taken and json_path == "-":
+        raise UsageError("--json - and --claims-json - cannot both write to stdout")
+    return ClaimsRequest(claims, setups, json_path, markdown_path, stdout_taken)
