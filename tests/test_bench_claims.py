@@ -15,11 +15,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from sparkbuild.bench.claims import load_claims
+from sparkbuild.bench.claims import load_claim_files, load_claims
 from sparkbuild.bench.claims_report import compare_claims, flag_difference, parse_flags
 from sparkbuild.bench.results import BenchReport
 from sparkbuild.cli import main
-from sparkbuild.errors import SpecError
+from sparkbuild.errors import SpecError, UsageError
+from sparkbuild.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -189,6 +190,15 @@ def test_flags_parse_in_every_spelling() -> None:
     difference = flag_difference(["--tp", "4"], ["--enable-metrics"])
     assert difference is not None
     assert (difference.claim, difference.run) == ("--tp 4", "--enable-metrics")
+
+
+def test_shipped_claims_load_together(tmp_path: Path) -> None:
+    files = [str(p) for p in sorted((ROOT / "claims").glob("*.yaml"))]
+    claims = load_claim_files(Settings(project_dir=ROOT), files)
+    assert len({(c.file, c.setup_name) for c in claims}) == len({c.setup_name for c in claims})
+    twice = [files[0], str(_write(tmp_path, (ROOT / "claims" / Path(files[0]).name).read_text()))]
+    with pytest.raises(UsageError, match="is in both"):
+        load_claim_files(Settings(project_dir=ROOT), twice)
 
 
 def test_shipped_claims_validate_and_name_real_profiles() -> None:

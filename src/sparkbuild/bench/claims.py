@@ -226,7 +226,18 @@ def load_claims(path: Path) -> list[LoadedClaim]:
 
 
 def load_claim_files(settings: Settings, names: tuple[str, ...] | list[str]) -> list[LoadedClaim]:
+    """The claims of several files; a setup name must be unique across them (it keys the
+    differences and --claims-setup)."""
     claims: list[LoadedClaim] = []
+    owner: dict[str, Path] = {}
     for name in names:
-        claims.extend(load_claims(claims_path(settings, name)))
+        path = claims_path(settings, name)
+        loaded = load_claims(path)
+        for setup in {claim.setup_name for claim in loaded}:
+            if owner.setdefault(setup, path) != path:
+                raise UsageError(
+                    f"setup {setup!r} is in both {owner[setup]} and {path}",
+                    "rename one of them, or pass the files one at a time",
+                )
+        claims.extend(loaded)
     return claims
