@@ -234,7 +234,8 @@ def test_compare_cli_holds_a_report_against_claims(tmp_path: Path) -> None:
     times = "\N{MULTIPLICATION SIGN}"
     row = f"| s1 pp=32 tg=16 depth=0 c=1 | decode tok/s total | 400 | 100 (80-120) | 0.25{times} |"
     assert row in table
-    assert "- not reproduced: s1 pp=4096 tg=16 depth=0 c=1 (decode tok/s total 20)" in table
+    assert "- not reproduced (no such cell; the run swept pp=32 tg=16 depth=0 c=1,2):" in table
+    assert "\n  - s1 pp=4096 tg=16 depth=0 c=1: decode tok/s total 20\n" in table
 
 
 @pytest.mark.parametrize(

@@ -129,7 +129,7 @@ def test_other_concurrency_is_not_comparable(run: dict[str, Any]) -> None:
     row = _rows(run["claims"], 8)["decode_tps"]
     assert row["status"] == "not comparable" and row["ratio"] is None
     assert row["reason"] == "concurrency differs: claim c=8, run c=1,2"
-    assert "not comparable: spark pp=32 tg=16 depth=0 c=8" in run["markdown"]
+    assert "| not comparable | concurrency differs: claim c=8, run c=1,2, " in run["markdown"]
 
 
 def test_compare_gives_the_same_verdicts_from_the_saved_report(

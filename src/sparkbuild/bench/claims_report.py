@@ -410,17 +410,23 @@ def _tabled(result: ClaimsComparison) -> list[ClaimRow]:
 
 
 def _notes(result: ClaimsComparison) -> list[str]:
+    """Under the table: the claims the run has no cell for, then each setup's differences.
+    (A claim at another concurrency is a table row; its reason is in the differs column.)"""
     lines: list[str] = []
-    for row in result.rows:
-        if row.status == "not comparable":
-            lines.append(f"not comparable: {row.claim.id} {METRICS[row.metric]}: {row.reason}")
     missing: dict[str, list[ClaimRow]] = {}
     for row in result.rows:
         if row.status == "not reproduced":
             missing.setdefault(row.claim.id, []).append(row)
+    if missing:
+        sweep = result.report.sweep
+        swept = (
+            f"pp={_join(sweep.pp)} tg={_join(sweep.tg)} depth={_join(sweep.depth)} "
+            f"c={_join(sweep.concurrency)}" + ("" if result.report.complete else ", incomplete")
+        )
+        lines.append(f"not reproduced (no such cell; the run swept {swept}):")
     for claim_id, rows in missing.items():
         figures = ", ".join(f"{METRICS[r.metric]} {figure_text(r.claimed, r.metric)}" for r in rows)
-        lines.append(f"not reproduced: {claim_id} ({figures}): {rows[0].reason}")
+        lines.append(f"  - {claim_id}: {figures}")
     for name, found in result.differences.items():
         if found:
             lines.append(f"{name} differs from the run in:")
@@ -430,7 +436,7 @@ def _notes(result: ClaimsComparison) -> list[str]:
             "no claim is about this run (match by profile or model, or pass --claims-setup)"
         )
     if result.other_claims:
-        lines.append(f"{result.other_claims} claims about other models or profiles left out")
+        lines.append(f"{result.other_claims} claims of other setups left out")
     return lines
 
 
