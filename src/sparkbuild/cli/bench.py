@@ -26,6 +26,7 @@ from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import BenchPlan, SilentProgress, run_bench
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
 from sparkbuild.cli import check_writable, emit_json
+from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
 from sparkbuild.cli.options import SECONDS
 from sparkbuild.engines.adapters import ADAPTERS, adapter_for, first_model
 from sparkbuild.engines.targets import UrlTarget, stop_on_signals
@@ -219,6 +220,8 @@ def _write_outputs(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Keep the engine's log here [default: .sparkbuild/bench-logs/].",
 )
+@claims_options
+@click.option("--claims-json", metavar="FILE", help="Write the claims comparison as JSON.")
 @click.pass_context
 def bench(ctx: click.Context, /, **options: Any) -> None:
     """Sweep prompt length x generation length x depth x concurrency against an engine.
@@ -241,7 +244,12 @@ def bench(ctx: click.Context, /, **options: Any) -> None:
                 f"(got {', '.join('--' + g.replace('_', '-') for g in given)})"
             )
         return
-    _run(ctx.obj, **options)
+    claims = claims_request(
+        ctx.obj, options.pop("claims_files"), options.pop("claims_setups"),
+        options.pop("claims_json"), options["markdown_path"],
+        stdout_taken=options["json_path"] == "-",
+    )  # fmt: skip
+    _run(ctx.obj, **options, claims=claims)
 
 
 def _run(
@@ -269,6 +277,7 @@ def _run(
     boot_timeout: float | None,
     request_timeout: float,
     log_path: Path | None,
+    claims: ClaimsRequest | None = None,
 ) -> None:
     choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
     kind = choice.kind("bench")
@@ -328,6 +337,8 @@ def _run(
     _write_outputs(report, json_path, markdown_path, plot_path)
     if json_path != "-":
         bench_report.render(report, console.out)
+    if claims is not None:
+        claims.show(report, append_markdown=True)
     if not report.complete:
         kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
         raise SparkbuildError(
@@ -342,7 +353,8 @@ def _run(
 
 @bench.command("compare")
 @click.argument("report_a", type=click.Path(dir_okay=False, path_type=Path))
-@click.argument("report_b", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("report_b", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@claims_options
 @click.option("--json", "json_path", metavar="FILE", help="Write the comparison as JSON.")
 @click.option(
     "--markdown",
@@ -356,9 +368,13 @@ def _run(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a PNG with both runs' decode curves.",
 )
+@click.pass_obj
 def compare(
+    settings: Settings,
     report_a: Path,
-    report_b: Path,
+    report_b: Path | None,
+    claims_files: tuple[str, ...],
+    claims_setups: tuple[str, ...],
     json_path: str | None,
     markdown_path: Path | None,
     plot_path: Path | None,
@@ -367,7 +383,18 @@ def compare(
 
     Warns when the runs differ in more than the one thing compared (harness version, prompts
     or seed, cells, runs, host, or several engine settings at once).
+
+    `bench compare RUN.json --claims FILE` holds one run against published figures instead.
     """
+    claims = claims_request(settings, claims_files, claims_setups, json_path, markdown_path)
+    if claims is not None or report_b is None:
+        if claims is None or report_b is not None or plot_path is not None:
+            raise UsageError(
+                "bench compare takes two reports, or one report and --claims FILE (no --plot)",
+                "e.g. sparkbuild bench compare run.json --claims claims/NAME.yaml",
+            )
+        claims.show(bench_report.load_report(report_a), append_markdown=False)
+        return
     a, b = bench_report.load_report(report_a), bench_report.load_report(report_b)
     label_a = a.label if a.label != b.label else f"{a.label} ({report_a.name})"
     label_b = b.label if a.label != b.label else f"{b.label} ({report_b.name})"

@@ -1,0 +1,87 @@
+"""The ``--claims`` options of ``sparkbuild bench`` and ``bench compare`` (defined once here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from sparkbuild import console
+from sparkbuild.bench import claims_report
+from sparkbuild.bench.claims import LoadedClaim, load_claim_files
+from sparkbuild.bench.results import BenchReport
+from sparkbuild.cli import emit_json
+from sparkbuild.errors import UsageError
+from sparkbuild.settings import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def claims_options(function: F) -> F:
+    """--claims and --claims-setup, shared by `bench` and `bench compare`."""
+    function = click.option(
+        "--claims-setup",
+        "claims_setups",
+        multiple=True,
+        metavar="NAME",
+        help="Hold the run against this setup of the claims files, whatever its model "
+        "(repeatable; default: the setups naming the run's profile or model).",
+    )(function)
+    function = click.option(
+        "--claims",
+        "claims_files",
+        multiple=True,
+        metavar="FILE|NAME",
+        help="A claims file (or a name in claims/) of published figures to hold the run "
+        "against (repeatable).",
+    )(function)
+    return function
+
+
+@dataclass(frozen=True)
+class ClaimsRequest:
+    """Claims loaded and validated before any engine boots."""
+
+    claims: list[LoadedClaim]
+    setups: tuple[str, ...]
+    json_path: str | None
+    markdown_path: Path | None
+    stdout_taken: bool = False  # the bench report's JSON goes to stdout: no table there
+
+    def show(self, report: BenchReport, *, append_markdown: bool) -> None:
+        result = claims_report.compare_claims(report, self.claims, self.setups)
+        if self.json_path:
+            emit_json(result.to_json(), self.json_path)
+        if self.markdown_path:
+            claims_report.write_markdown(result, self.markdown_path, append=append_markdown)
+        if self.json_path != "-" and not self.stdout_taken:
+            claims_report.render(result, console.out)
+
+
+def claims_request(
+    settings: Settings,
+    files: tuple[str, ...],
+    setups: tuple[str, ...],
+    json_path: str | None = None,
+    markdown_path: Path | None = None,
+    *,
+    stdout_taken: bool = False,
+) -> ClaimsRequest | None:
+    if not files:
+        if setups:
+            raise UsageError("--claims-setup needs --claims FILE")
+        return None
+    claims = load_claim_files(settings, files)
+    known = {claim.setup_name for claim in claims}
+    unknown = [name for name in setups if name not in known]
+    if unknown:
+        raise UsageError(
+            f"--claims-setup {', '.join(unknown)}: no such setup in {', '.join(files)}",
+            f"known setups: {', '.join(sorted(known))}",
+        )
+    if stdout_taken and json_path == "-":
+        raise UsageError("--json - and --claims-json - cannot both write to stdout")
+    return ClaimsRequest(claims, setups, json_path, markdown_path, stdout_taken)
