@@ -6,11 +6,13 @@ import time
 from pathlib import Path
 
 import click
+from packaging.version import Version
 
 from sparkbuild import console, lock
 from sparkbuild.cli import emit_json
 from sparkbuild.engines.adapters import adapter_for
-from sparkbuild.engines.targets import local_image_id, stop_on_signals
+from sparkbuild.engines.targets import image_labels, local_image_id, stop_on_signals
+from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import EXIT_FAILURE, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
@@ -74,6 +76,12 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Keep the engine's full log here [default: .sparkbuild/smoke-logs/].",
 )
+@click.option(
+    "--engine-version",
+    metavar="VERSION",
+    help="The engine version under test (default: the image's "
+    "org.opencontainers.image.version label); picks the NaN switch that version reads.",
+)
 @click.pass_obj
 def smoke(
     settings: Settings,
@@ -87,6 +95,7 @@ def smoke(
     json_path: str | None,
     record_build: str | None,
     log_path: Path | None,
+    engine_version: str | None = None,
 ) -> None:
     """Boot an engine and check boot, acceptance length, NaNs, output and errors.
 
@@ -104,7 +113,7 @@ def smoke(
     if record_build:  # fail before a long boot, not after it
         tested_id = local_image_id(image) if image else None
         lock.check_pinned_image(settings.lock_file, record_build, tested_id, "smoke run")
-    adapter = adapter_for(profile.engine)
+    adapter = adapter_for(profile.engine, version=_engine_version(engine_version, image))
     logs = None if url else (log_path or _default_log_path(settings, name))
     target = make_target(choice, profile, adapter, logs)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
@@ -118,6 +127,18 @@ def smoke(
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
     if result.verdict != "pass":
         raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+def _engine_version(given: str | None, image: str | None) -> Version | None:
+    """``--engine-version``, else the image's OCI version label (sparkbuild images carry it)."""
+    if given is not None:
+        version = parse_version(given)
+        if version is None:
+            raise UsageError(f"--engine-version {given!r} is not a version such as 0.5.12")
+        return version
+    if image is None:
+        return None
+    return parse_version(image_labels(image).get(VERSION_LABEL))
 
 
 COMMANDS: list[click.Command] = [smoke]

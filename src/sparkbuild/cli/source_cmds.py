@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
-from sparkbuild import console, source
+from sparkbuild import console, requirements, source
 from sparkbuild import lock as lockfile
 from sparkbuild.cli import emit_json
 from sparkbuild.errors import EXIT_FAILURE
@@ -59,14 +61,33 @@ def _table(results: list[source.PreparedSource]) -> Table:
 @json_option
 @click.pass_obj
 def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: bool) -> None:
-    """Status of every PR and patch of BUILDS (default: all). Exit 1 on conflict or missing."""
+    """Status of every PR and patch of BUILDS (default: all). Exit 1 on conflict or missing.
+
+    Builds with `requirements:` also list each one that the release pins differently.
+    """
     results = _prepare_all(settings, builds, locked)
+    checked = {r.build.name: requirements.check(r, settings) for r in results if r.ok}
     if as_json:
-        emit_json({"builds": [r.to_json() for r in results]})
+        emit_json({"builds": [_with_requirements(r.to_json(), checked) for r in results]})
     else:
         console.out.print(_table(results))
-    if not all(r.ok for r in results):
+        _print_requirement_conflicts(checked)
+    if not all(r.ok for r in results) or not all(c.ok for c in checked.values() if c):
         raise SystemExit(EXIT_FAILURE)
+
+
+def _with_requirements(
+    data: dict[str, Any], checked: dict[str, requirements.RequirementReport | None]
+) -> dict[str, Any]:
+    report = checked.get(str(data.get("build")))
+    return {**data, "requirements": report.to_json()} if report else data
+
+
+def _print_requirement_conflicts(checked: dict[str, requirements.RequirementReport | None]) -> None:
+    for report in (r for r in checked.values() if r is not None):
+        for conflict in report.conflicts:
+            style = "yellow" if conflict.overridden else "bold red"
+            console.out.print(Text(conflict.describe(report.build), style=style))
 
 
 @click.command()
@@ -125,7 +146,10 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     for build in selected:
         prepared = source.prepare_source(build, settings)
         if prepared.ok:
+            pinned = requirements.lock_requirements(prepared, settings)  # raises on a conflict
             source.record(prepared, settings)
+            if pinned is not None:
+                requirements.record(pinned, settings)
             console.info(
                 f"locked {build.name}: {prepared.base_commit[:12]} tree {prepared.tree[:12]}"
             )
