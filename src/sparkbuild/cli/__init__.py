@@ -166,4 +166,5 @@ COMMAND_MODULES: dict[str, str] = {
     "bench": "bench",
     "publish": "publish",
     "rollback": "publish",
+    "preflight": "preflight",
 }

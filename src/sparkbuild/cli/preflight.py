@@ -1,0 +1,122 @@
+"""`sparkbuild preflight`: the engine's own boot path on the CPU, per build and profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sparkbuild import console
+from sparkbuild.cli import emit_json
+from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
+from sparkbuild.settings import Settings
+from sparkbuild.source import prepare_source
+from sparkbuild.spec import Build, load_builds, select
+
+
+def _profiles(build: Build, chosen: tuple[str, ...]) -> list[str]:
+    if not chosen:
+        return list(build.smoke_profiles)
+    return list(chosen)
+
+
+def _print(report: PreflightReport) -> None:
+    console.out.print(
+        f"{report.build} ({report.engine} {report.version}, {report.where}): {report.verdict}",
+        markup=False,
+    )
+    for check in report.package_checks:
+        console.out.print(f"  {check.name:<9} {check.status:<4} {check.detail}", markup=False)
+    for profile in report.profiles:
+        console.out.print(f"  {profile.profile}: {report.verdict_for(profile)}", markup=False)
+        for check in profile.checks:
+            console.out.print(f"    {check.name:<7} {check.status:<4} {check.detail}", markup=False)
+
+
+def preflight_one(
+    settings: Settings, build: Build, profiles: list[str], where: Where, *, locked: bool
+) -> PreflightReport:
+    prepared = prepare_source(build, settings, locked=locked)
+    if not prepared.ok:
+        raise SparkbuildError(
+            f"{build.name}: the source does not prepare (a PR or patch conflicts)",
+            f"see `sparkbuild patches {build.name}`",
+        )
+    return run_preflight(settings, prepared, profiles, where)
+
+
+@click.command(name="preflight")
+@click.argument("builds", nargs=-1)
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    metavar="P",
+    help="Only these profiles (a name in smoke/ or a file) [default: the build's own].",
+)
+@click.option(
+    "--image",
+    default=None,
+    metavar="IMAGE",
+    help="Run inside this built image (no GPU) instead of a local venv.",
+)
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Run under this interpreter (e.g. a vLLM CPU venv) instead of a cached venv.",
+)
+@click.option("--locked", is_flag=True, help="Prepare exactly what images.lock pins.")
+@click.option(
+    "--json", "json_file", default=None, metavar="FILE", help="Write the report (- for stdout)."
+)
+@click.option(
+    "--record",
+    "record_verdicts",
+    is_flag=True,
+    help="Record each verdict in images.lock under builds.<name>.preflight.",
+)
+@click.pass_obj
+def preflight_command(
+    settings: Settings,
+    builds: tuple[str, ...],
+    profiles: tuple[str, ...],
+    image: str | None,
+    python: Path | None,
+    locked: bool,
+    json_file: str | None,
+    record_verdicts: bool,
+) -> None:
+    """Check BUILDS (default: all) on the CPU: compile, imports, flags, env, config, signals."""
+    if image and python:
+        raise UsageError("--image and --python are two places to run; pass one")
+    selected = select(load_builds(settings), builds)
+    if image and len(selected) != 1:
+        raise UsageError("--image checks one build's image; name that build")
+    where = Where(image=image, python=python.resolve() if python else None)
+    reports = []
+    for build in selected:
+        report = preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
+        reports.append(report)
+        if json_file != "-":
+            _print(report)
+    if json_file:
+        emit_json({"results": [r.to_json() for r in reports]}, json_file)
+    failed = [r for r in reports if r.verdict != "pass"]
+    for report in failed:
+        for line in report.failures():
+            console.err.print(f"{report.build}: {line}", markup=False)
+    if record_verdicts:
+        for report in reports:
+            record(settings, report)
+    if failed:
+        names = ", ".join(f"{r.build} ({r.verdict})" for r in failed)
+        raise SparkbuildError(
+            f"preflight did not pass: {names}",
+            "fix what each failure names, then run `sparkbuild preflight` again",
+        )
+
+
+COMMANDS: list[click.Command] = [preflight_command]
