@@ -374,7 +374,8 @@ def _python_digest(python: Path) -> str:
 
 
 def record(settings: Settings, report: PreflightReport) -> None:
-    """``builds.<build>.preflight.<tree>+<deps>``; other keys stay."""
+    """``builds.<build>.preflight.<tree>+<deps>``; other keys (and, under the same key, the
+    verdicts of profiles this run did not check) stay."""
     from sparkbuild import lock as lockfile
 
     def mutate(data: dict[str, Any]) -> None:
@@ -382,7 +383,12 @@ def record(settings: Settings, report: PreflightReport) -> None:
         section = entry.get(SECTION)
         if not isinstance(section, dict):
             section = entry[SECTION] = {}
-        section[report.key] = report.lock_value()
+        value = report.lock_value()
+        earlier = section.get(report.key)
+        if isinstance(earlier, dict) and isinstance(earlier.get("profiles"), dict):
+            # Same tree and dependencies: a run of other profiles adds to the verdicts.
+            value["profiles"] = {**earlier["profiles"], **value["profiles"]}
+        section[report.key] = value
 
     lockfile.update(settings.lock_file, mutate)
 
