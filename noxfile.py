@@ -93,3 +93,9 @@ def rollback(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Throughput sweep of an image or endpoint: `nox -s bench -- --url U ...`."""
     _cli(session, "bench")
+
+
+@nox.session
+def preflight(session: nox.Session) -> None:
+    """The engine's own boot path on the CPU: `nox -s preflight -- [BUILD...] [--profile P]`."""
+    _cli(session, "preflight")

