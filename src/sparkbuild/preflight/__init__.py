@@ -64,6 +64,8 @@ class Where:
     venv_root: Path | None = None
     wheel: Path | None = None  # the engine release's wheel (read for its Requires-Dist)
     tree: bool = False  # put the prepared tree over a given interpreter's installed package
+    image_python: str = "python3"  # the interpreter inside the image
+    docker_args: tuple[str, ...] = ()  # more `docker run` options for the image
     checks: tuple[str, ...] = ALL_CHECKS
 
 
@@ -265,9 +267,19 @@ def _targets(settings: Settings, prepared: PreparedSource, where: Where, changed
         image_id = image_id_of(where.image, where.docker)
         platform = build.image.platform
         base_image = build.image.base_image if changed else None
+
+        def in_image(reference: str) -> ImageTarget:
+            return ImageTarget(
+                reference,
+                docker=where.docker,
+                platform=platform,
+                python=where.image_python,
+                extra_args=where.docker_args,
+            )
+
         return _Targets(
-            ImageTarget(where.image, docker=where.docker, platform=platform),
-            ImageTarget(base_image, docker=where.docker, platform=platform) if base_image else None,
+            in_image(where.image),
+            in_image(base_image) if base_image else None,
             image_id,
             image_id=image_id,
         )

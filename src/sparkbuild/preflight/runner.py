@@ -82,6 +82,7 @@ class ImageTarget:
     python: str = "python3"
     platform: str | None = None
     where: str = "image"
+    extra_args: tuple[str, ...] = ()  # more `docker run` options (mounts, environment)
 
     def run(self, plan: dict[str, Any]) -> dict[str, Any]:
         client = shutil.which(self.docker)
@@ -96,7 +97,7 @@ class ImageTarget:
             Path(tmp, "plan.json").write_text(json.dumps(full), encoding="utf-8")
             cmd = [client, "run", "--rm", "--network", "none", "--entrypoint", self.python]
             cmd += ["--platform", self.platform] if self.platform else []
-            cmd += ["-v", f"{tmp}:/sparkbuild-preflight:ro", self.image]
+            cmd += [*self.extra_args, "-v", f"{tmp}:/sparkbuild-preflight:ro", self.image]
             cmd += ["/sparkbuild-preflight/probe.py", "/sparkbuild-preflight/plan.json"]
             done = _run(cmd, f"image {self.image}")
         return parse_output(done.stdout, done.stderr, f"image {self.image}")
