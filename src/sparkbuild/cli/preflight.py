@@ -72,7 +72,7 @@ def preflight_one(
     "python",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Run under this interpreter (e.g. a vLLM CPU venv) instead of a cached venv.",
+    help="Run under this interpreter (e.g. a vLLM CPU venv's bin/python) instead of a cached venv.",
 )
 @click.option("--locked", is_flag=True, help="Prepare exactly what images.lock pins.")
 @click.option(
@@ -105,7 +105,7 @@ def preflight_command(
     reports = []
     for build in selected:
         pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
-        where = Where(image=image or pinned, python=python.resolve() if python else None)
+        where = Where(image=image or pinned, python=python.absolute() if python else None)
         report = preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
         reports.append(report)
         if json_file != "-":
