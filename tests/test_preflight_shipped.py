@@ -4,7 +4,8 @@ The shipped ``builds/sglang.yaml`` and ``smoke/`` profiles, prepared by the real
 from a git repository of the real releases (PR #24436 from its stand-in, see
 tests/support/pr_standins.py), each build in a venv with its release's own dependencies and
 its ``requirements:`` pins. This is the gate the content must pass before any GPU: a failure
-here prints every check's cause and fix.
+here prints every check's cause and fix. A check that needs a CUDA-only package (a changed
+module importing sgl_kernel, say) is a skip naming it: only the image run can pass it.
 """
 
 from __future__ import annotations
@@ -47,12 +48,23 @@ def test_shipped_build_passes_preflight(project: Project, build: str) -> None:
     profiles = list(SHIPPED[build].get("smoke", []))
     report = project.preflight(build, profiles)
     assert [p.profile for p in report.profiles] == profiles
-    assert report.verdict == "pass", "\n".join(report.failures())
-    # Every check ran and none was skipped for a missing package.
-    ran = {c.name for c in report.package_checks} | {
-        c.name for p in report.profiles for c in p.checks
+    assert report.verdict != "fail", "\n".join(report.failures())
+    checks = [*report.package_checks, *(c for p in report.profiles for c in p.checks)]
+    assert {c.name for c in checks} == {
+        "compile",
+        "imports",
+        "registry",
+        "signals",
+        "flags",
+        "env",
+        "config",
     }
-    assert ran == {"compile", "imports", "registry", "signals", "flags", "env", "config"}
+    # A skip is honest only when it names a package this CPU cannot have (the image has it).
+    for check in checks:
+        if check.status == "skip":
+            assert "installable on this CPU" in check.detail or "installed on this CPU" in (
+                check.detail
+            ), check.detail
     assert report.dependencies["unavailable"] == []
 
 
