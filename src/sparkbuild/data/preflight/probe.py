@@ -430,8 +430,11 @@ def write_model_dir(dest: Path, model: dict[str, Any]) -> tuple[Path, str]:
     model_type = model["model_type"]
     from transformers import CONFIG_MAPPING
 
-    if model_type in CONFIG_MAPPING:
-        config = CONFIG_MAPPING[model_type](**model.get("config", {}))
+    # The engine's own config class for the type wins, as it does in the engine's loader.
+    own = engine_config_classes().get(model_type)
+    cls = own or (CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None)
+    if cls is not None:
+        config = cls(**model.get("config", {}))
         config.architectures = model.get("architectures") or None
         config.save_pretrained(dest)
         how = f"generated from transformers' {type(config).__name__}"
@@ -442,6 +445,25 @@ def write_model_dir(dest: Path, model: dict[str, Any]) -> tuple[Path, str]:
         (dest / "config.json").write_text(json.dumps(data))
         how = f"declared only ({model_type} is not in this transformers)"
     return dest, how
+
+
+ENGINE_CONFIG_REGISTRIES = (
+    "sglang.srt.utils.hf_transformers.common",
+    "vllm.transformers_utils.config",
+)
+
+
+def engine_config_classes() -> dict[str, Any]:
+    """model type -> config class the engine registers over transformers' own."""
+    for name in ENGINE_CONFIG_REGISTRIES:
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            continue
+        try:
+            registry = importlib.import_module(name)._CONFIG_REGISTRY
+        except (ImportError, AttributeError):
+            continue
+        return {key: registry[key] for key in list(registry)}
+    return {}
 
 
 def load_draft_config(path: Path, model: dict[str, Any], trust: bool) -> Check:
@@ -504,15 +526,33 @@ def reserved_tokens(root: Path, server_args: Any) -> int:
         function = module.compute_num_reserved_tokens
         if function.__code__.co_argcount:
             return int(function(server_args))
-        # From 0.5.18 it reads the spec settings from the runtime context.
-        patched = {"get_spec": lambda: server_args}
-        saved = {k: module.__dict__.get(k) for k in patched}
-        module.__dict__.update(patched)
-        try:
-            return int(function())
-        finally:
-            module.__dict__.update(saved)
+        # From 0.5.18 it reads the spec settings from the runtime context, which the
+        # tokenizer process publishes at boot: publish them the same way first.
+        publish_for_tokenizer(server_args)
+        return int(function())
     return int(_inline_reserved_tokens(root / "srt/managers/tokenizer_manager.py", server_args))
+
+
+def resolved_spec(server_args: Any) -> Any:
+    """The speculative settings as the boot path reads them: from 0.5.18 the runtime
+    context's resolved ``spec`` namespace (published by the tokenizer), else ServerArgs."""
+    if importlib.util.find_spec("sglang.srt.runtime_context") is None:
+        return server_args
+    context = importlib.import_module("sglang.srt.runtime_context")
+    if not hasattr(context, "get_spec"):
+        return server_args
+    publish_for_tokenizer(server_args)
+    return context.get_spec()
+
+
+def publish_for_tokenizer(server_args: Any) -> None:
+    module = importlib.import_module("sglang.srt.server_args")
+    setter = getattr(module, "set_global_server_args_for_tokenizer", None)
+    if setter is not None:
+        setter(server_args)
+        return
+    context = importlib.import_module("sglang.srt.runtime_context")
+    context.publish(server_args, role="tokenizer")
 
 
 def _inline_reserved_tokens(path: Path, server_args: Any) -> Any:
@@ -600,9 +640,20 @@ def check_config(root: Path, engine: str, profile: dict[str, Any], plan: dict[st
     return sglang_spec_steps(root, engine, argv, server_args, steps, unavailable)
 
 
+GPU_ONLY = re.compile(
+    r"platform support|only supported on (?:CUDA|cuda)|CUDA is not available|"
+    r"no CUDA GPUs|requires (?:a )?(?:CUDA|GPU)",
+)
+
+
 def config_failure(
     what: str, exc: BaseException, steps: list[dict[str, Any]], unavailable: dict[str, str]
 ) -> Check:
+    if GPU_ONLY.search(str(exc)):
+        # The engine checks the GPU platform itself here; a CPU cannot stand in for it.
+        detail = f"{what} checks the GPU platform, which a CPU run cannot stand in for: {exc}"
+        steps.append({"step": what, "status": "skip", "detail": detail})
+        return result("skip", detail, steps)
     checked = import_problem(what, exc, unavailable)
     steps.append({"step": what, **checked})
     return result(checked["status"], checked["detail"], steps)
@@ -628,7 +679,8 @@ def sglang_spec_steps(
     bare = without_count_flags(argv)
     try:
         defaulted = server_args_from(engine, bare)
-        unset = [f for f in SPEC_COUNT_FIELDS if getattr(defaulted, f, None) is None]
+        resolved = resolved_spec(defaulted)
+        unset = [f for f in SPEC_COUNT_FIELDS if getattr(resolved, f, None) is None]
         if not unset:
             reserved_default = reserved_tokens(root, defaulted)
     except Exception as exc:
@@ -647,7 +699,7 @@ def sglang_spec_steps(
         )
         steps.append({"step": "speculative defaults", "status": "fail", "detail": detail})
         return result("fail", detail, steps)
-    filled = {f: getattr(defaulted, f) for f in SPEC_COUNT_FIELDS}
+    filled = {f: getattr(resolved, f) for f in SPEC_COUNT_FIELDS}
     steps.append(
         {
             "step": "speculative defaults",
