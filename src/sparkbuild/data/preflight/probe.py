@@ -432,7 +432,9 @@ def write_model_dir(dest: Path, model: dict[str, Any]) -> tuple[Path, str]:
 
     # The engine's own config class for the type wins, as it does in the engine's loader.
     own = engine_config_classes().get(model_type)
-    cls = own or (CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None)
+    # Not .get(): transformers' lazy mapping loads the class only through __getitem__.
+    lazy = CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None  # noqa: SIM401
+    cls = own or lazy
     if cls is not None:
         config = cls(**model.get("config", {}))
         config.architectures = model.get("architectures") or None
