@@ -18,7 +18,9 @@ See docs/preflight.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -319,6 +321,29 @@ def _package_checks(
     return results
 
 
+def _baseline(
+    settings: Settings, prepared: PreparedSource, chosen: _Targets, plan: dict[str, Any]
+) -> dict[str, Any]:
+    """The unpatched release's imports/registry results, cached: the same release commit,
+    dependencies and plan always give the same answer, so warm runs skip it."""
+    assert chosen.base is not None
+    if chosen.image_id is not None:  # an image's base is judged by its own id each time
+        return chosen.base.run(plan)
+    text = json.dumps([prepared.base_commit, chosen.deps_digest, plan], sort_keys=True)
+    key = hashlib.sha256(text.encode()).hexdigest()[:32]
+    path = settings.cache_dir / "preflight-baselines" / f"{key}.json"
+    if path.exists():
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(cached, dict):
+            return cached
+    data = chosen.base.run(plan)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    tmp.replace(path)
+    return data
+
+
 def run_preflight(
     settings: Settings,
     prepared: PreparedSource,
@@ -339,7 +364,8 @@ def run_preflight(
     base_checks = tuple(c for c in ("imports", "registry") if c in checks)
     base_data = None
     if chosen.base is not None and base_checks:
-        base_data = chosen.base.run(probe_plan(build, changed, [], unavailable, base_checks))
+        base_plan = probe_plan(build, changed, [], unavailable, base_checks)
+        base_data = _baseline(settings, prepared, chosen, base_plan)
     profile_results = tuple(
         ProfileResult(
             p.name,
@@ -374,8 +400,6 @@ def _deps_json(venv: LocalVenv | None) -> dict[str, Any]:
 
 def _python_digest(python: Path) -> str:
     """A given interpreter's dependency set: the digest of its `pip freeze`."""
-    import hashlib
-
     done = subprocess.run(
         [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False
     )
