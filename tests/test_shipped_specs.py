@@ -35,7 +35,7 @@ from tests.support.pr_standins import (
     GEMMA4_MTP_NEW_FILES,
     push_gemma4_mtp_pr,
 )
-from tests.support.sglang_releases import ALL_RELEASES, sglang_release_repo
+from tests.support.sglang_releases import ALL_RELEASES, download_wheel, sglang_release_repo
 
 pytestmark = pytest.mark.upstream
 
@@ -51,8 +51,20 @@ def upstream(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return repo
 
 
+def _seed_release_wheels(cache: Path, test_cache: Path) -> None:
+    """The release wheels `patches` reads pins from for builds with requirements: the same
+    files pip would fetch, taken from the test cache instead of downloaded again."""
+    for version in ALL_RELEASES:
+        wheel = download_wheel(version, test_cache)
+        folder = cache / "release-wheels" / f"sglang-{version}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(wheel, folder / wheel.name)
+
+
 @pytest.fixture(scope="module")
-def report(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def report(
+    upstream: Path, tmp_path_factory: pytest.TempPathFactory, test_cache: Path
+) -> dict[str, Any]:
     """`sparkbuild patches --json` over the shipped spec plus one build per release."""
     project = tmp_path_factory.mktemp("project")
     shutil.copytree(ROOT / "patches", project / "patches")
@@ -61,6 +73,7 @@ def report(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     for version in ALL_RELEASES:
         spec["builds"][f"every-{version}"] = {"ref": f"v{version}"}
     (project / "builds" / "sglang.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    _seed_release_wheels(project / "cache", test_cache)
     result = CliRunner().invoke(
         main,
         [
@@ -113,7 +126,12 @@ def test_shipped_builds_carry_what_the_readme_says(report: dict[str, Any]) -> No
     assert applied("sglang-0.5.23-spark") == {
         "patches/sglang/reserved-tokens-none-utils-0.5.18.patch",
         "patches/sglang/speculative-defaults-frozen-kv-mtp-hook-0.5.19.patch",
+        "patches/sglang/draft-kv-nextn-without-draft-path-0.5.22.patch",
     }
+    for name in ("sglang-0.5.11-gemma4-mtp", "sglang-0.5.12-spark"):
+        (conflict,) = by_build(report)[name]["requirements"]["conflicts"]
+        assert conflict["overridden"] and conflict["theirs"] == "transformers==5.6.0"
+    assert "requirements" not in by_build(report)["sglang-0.5.23-spark"]
     pr = {i["id"]: i for i in by_build(report)["sglang-0.5.12-spark"]["items"]}["#24436"]
     assert pr["status"] == "upstream"  # 0.5.12 has the PR's files already
 
