@@ -337,9 +337,11 @@ def write_context(dest: Path, pins: list[PinnedWheel], wheels: list[Path]) -> No
 LAYER = """
 # sparkbuild requirements: one extra layer with the wheels images.lock pins (by sha256),
 # installed by the base image's own Python from the build context (no index, no deps).
+# PIP_BREAK_SYSTEM_PACKAGES: base images install the engine into the system Python, which
+# Debian/Ubuntu mark externally managed (PEP 668); older pips ignore the variable.
 ARG SPARKBUILD_PYTHON=python3
 RUN --mount=type=bind,target=/tmp/sparkbuild-context \\
-    "${SPARKBUILD_PYTHON}" -m pip install --no-index --no-deps --require-hashes \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 "${SPARKBUILD_PYTHON}" -m pip install --no-index --no-deps --require-hashes \\
     --no-cache-dir --find-links /tmp/sparkbuild-context/sparkbuild-requirements \\
     -r /tmp/sparkbuild-context/sparkbuild-requirements/requirements.txt
 """
