@@ -111,7 +111,13 @@ def preflight_command(
         if json_file != "-":
             _print(report)
     if json_file:
-        emit_json({"results": [r.to_json() for r in reports]}, json_file)
+        try:
+            emit_json({"results": [r.to_json() for r in reports]}, json_file)
+        except OSError as exc:
+            raise SparkbuildError(
+                f"cannot write the preflight report to {json_file}: {exc.strerror}",
+                "pass --json with a writable path, or --json - for stdout",
+            ) from exc
     failed = [r for r in reports if r.verdict != "pass"]
     for report in failed:
         for line in report.failures():
