@@ -103,16 +103,30 @@ def preflight_command(
     if image and len(selected) != 1:
         raise UsageError("--image checks one build's image; name that build")
     reports = []
+    errors: list[tuple[str, SparkbuildError]] = []
     for build in selected:
-        pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
-        where = Where(image=image or pinned, python=python.absolute() if python else None)
-        report = preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
+        try:
+            pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
+            where = Where(image=image or pinned, python=python.absolute() if python else None)
+            report = preflight_one(
+                settings, build, _profiles(build, profiles), where, locked=locked
+            )
+        except SparkbuildError as exc:
+            if len(selected) == 1:
+                raise
+            errors.append((build.name, exc))  # one build's problem does not stop the others
+            console.err.print(f"{build.name}: error: {exc}", style="red", markup=False)
+            continue
         reports.append(report)
         if json_file != "-":
             _print(report)
     if json_file:
+        payload = {
+            "results": [r.to_json() for r in reports],
+            "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in errors],
+        }
         try:
-            emit_json({"results": [r.to_json() for r in reports]}, json_file)
+            emit_json(payload, json_file)
         except OSError as exc:
             raise SparkbuildError(
                 f"cannot write the preflight report to {json_file}: {exc.strerror}",
@@ -125,8 +139,10 @@ def preflight_command(
     if record_verdicts:
         for report in reports:
             record(settings, report)
-    if failed:
-        names = ", ".join(f"{r.build} ({r.verdict})" for r in failed)
+    if failed or errors:
+        names = ", ".join(
+            [f"{r.build} ({r.verdict})" for r in failed] + [f"{n} (error)" for n, _ in errors]
+        )
         raise SparkbuildError(
             f"preflight did not pass: {names}",
             "fix what each failure names, then run `sparkbuild preflight` again",
