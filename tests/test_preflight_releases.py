@@ -132,6 +132,19 @@ def test_verify_counter_is_a_signal_only_where_the_release_has_it(
     assert status == "pass", detail
 
 
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.12"])
+def test_gemma4_drafter_cannot_load_with_the_release_transformers(
+    project: Project, version: str
+) -> None:
+    project.write_builds({"release-pins": {"ref": f"v{version}"}})
+    report = project.preflight("release-pins", ["gemma-fixed"], checks=("config",))
+    status, detail = _check(report, "gemma-fixed", "config")
+    assert report.versions["transformers"] == "5.6.0"
+    assert status == "fail"
+    assert "model type 'gemma4_assistant'" in detail and "transformers 5.6.0" in detail
+    assert "fix: pin transformers>=5.8.0" in detail and "requirements" in detail
+
+
 def test_gemma4_drafter_needs_a_newer_transformers_than_0_5_12_pins(project: Project) -> None:
     project.write_builds(
         {"release-pins": {"ref": "v0.5.12"}, "pinned": {"ref": "v0.5.12"}},
