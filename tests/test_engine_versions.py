@@ -131,3 +131,14 @@ def test_smoke_report_says_which_nan_signal_was_active() -> None:
     out = io.StringIO()
     report.render(result, Console(file=out, width=200))
     assert "NaN signal (sglang 0.5.12): SGLANG_SPEC_NAN_DETECTION=1" in out.getvalue()
+
+
+def test_engine_version_option_is_validated() -> None:
+    from sparkbuild.cli.smoke import _engine_version
+
+    assert _engine_version("v0.5.12.post1", None) == Version("0.5.12.post1")
+    assert _engine_version(None, None) is None
+    with pytest.raises(UsageError, match="not a version"):
+        _engine_version("latest", None)
+    assert versions.sglang_nan_switch(None) is versions.UNKNOWN_VERSION
+    assert not versions.UNKNOWN_VERSION.active
