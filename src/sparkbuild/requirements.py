@@ -341,8 +341,9 @@ LAYER = """
 # Debian/Ubuntu mark externally managed (PEP 668); older pips ignore the variable.
 ARG SPARKBUILD_PYTHON=python3
 RUN --mount=type=bind,target=/tmp/sparkbuild-context \\
-    PIP_BREAK_SYSTEM_PACKAGES=1 "${SPARKBUILD_PYTHON}" -m pip install --no-index --no-deps --require-hashes \\
-    --no-cache-dir --find-links /tmp/sparkbuild-context/sparkbuild-requirements \\
+    PIP_BREAK_SYSTEM_PACKAGES=1 "${SPARKBUILD_PYTHON}" -m pip install \\
+    --no-index --no-deps --require-hashes --no-cache-dir \\
+    --find-links /tmp/sparkbuild-context/sparkbuild-requirements \\
     -r /tmp/sparkbuild-context/sparkbuild-requirements/requirements.txt
 """
 
