@@ -39,3 +39,15 @@ def test_a_new_registry_failure_is_named_by_class_and_missing_name() -> None:
     assert "B, BMTP (sglang.srt.models.b): name 'g' missing from sglang.srt.layers.y" in (
         result.detail
     )
+
+
+def test_a_new_import_failure_is_listed_without_the_release_own_failures() -> None:
+    ray = _item("sglang.srt.ray.engine", "No module named 'ray'", missing_module="ray")
+    new = _item("sglang.srt.speculative.frozen_kv_mtp_info", "ImportError: cannot import ...",
+                missing_name="EagleDraftExtendInput",
+                from_module="sglang.srt.speculative.eagle_info")  # fmt: skip
+    patched = CheckResult("imports", "fail", "2 fail: ray, frozen_kv_mtp_info", (ray, new))
+    result = _compare(patched, CheckResult("imports", "fail", "", (ray,)), "imports")
+    assert result.status == "fail" and "ray" not in result.detail
+    assert result.detail.startswith("1 of 2 module(s) fail to import where the unpatched")
+    assert "frozen_kv_mtp_info imports name 'EagleDraftExtendInput' that " in result.detail

@@ -222,6 +222,17 @@ def _failure_key(item: dict[str, Any]) -> tuple[Any, ...]:
     return (item.get("module"), item.get("missing_module"), item.get("missing_name"), error)
 
 
+def _import_line(item: dict[str, Any]) -> str:
+    if item.get("missing_name"):
+        return (
+            f"{item['module']} imports name {item['missing_name']!r} that "
+            f"{item.get('from_module')} does not have (a prerequisite change is missing)"
+        )
+    if item.get("missing_module"):
+        return f"{item['module']} needs module {item['missing_module']!r}, which is missing"
+    return f"{item['module']}: {item.get('error', '')}"
+
+
 def _registry_line(item: dict[str, Any]) -> str:
     classes = ", ".join(item.get("classes") or []) or "(no EntryClass)"
     cause = (
@@ -251,7 +262,12 @@ def _compare_imports(patched: CheckResult, base_failing: set[tuple[Any, Any]]) -
         if not i.get("ok") and not i.get("pre_existing") and not i.get("unavailable_package")
     ]
     if failing:
-        return CheckResult("imports", "fail", patched.detail, tuple(items))
+        lines = "; ".join(_import_line(i) for i in failing)
+        detail = (
+            f"{len(failing)} of {len(items)} module(s) fail to import where the unpatched "
+            f"release does not: {lines}"
+        )
+        return CheckResult("imports", "fail", detail, tuple(items))
     same = sum(bool(i.get("pre_existing")) for i in items)
     needs = sorted({str(i["unavailable_package"]) for i in items if i.get("unavailable_package")})
     if needs:
