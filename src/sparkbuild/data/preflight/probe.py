@@ -491,6 +491,28 @@ def load_draft_config(path: Path, model: dict[str, Any], trust: bool) -> Check:
     return result("pass", f"AutoConfig loaded {type(config).__name__} (transformers {version})")
 
 
+def model_import_cause(
+    engine: str, exc: BaseException, architectures: list[str], unavailable: dict[str, str]
+) -> BaseException | None:
+    """vLLM inspects the model class in a subprocess and reports only "failed to be
+    inspected": import the class's module here to name what is really missing."""
+    if engine != "vllm" or "failed to be inspected" not in str(exc):
+        return None
+    try:
+        registry = importlib.import_module("vllm.model_executor.models.registry")
+        models = registry._VLLM_MODELS
+    except (ImportError, AttributeError):
+        return None
+    for arch in architectures:
+        if arch in models:
+            name = f"vllm.model_executor.models.{models[arch][0]}"
+            try:
+                importlib.import_module(name)
+            except ImportError as inner:
+                return inner
+    return None
+
+
 def server_args_from(engine: str, argv: list[str]) -> Any:
     namespace, error = parse_flags(engine, argv)
     if namespace is None:
@@ -633,8 +655,9 @@ def check_config(root: Path, engine: str, profile: dict[str, Any], plan: dict[st
     try:
         server_args = server_args_from(engine, argv)
     except Exception as exc:
+        cause = model_import_cause(engine, exc, target.get("architectures") or [], unavailable)
         return config_failure(
-            "building the server config from the profile flags", exc, steps, unavailable
+            "building the server config from the profile flags", cause or exc, steps, unavailable
         )
     steps.append({"step": "server config", "status": "pass", "detail": type(server_args).__name__})
     if engine != "sglang":
