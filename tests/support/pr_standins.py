@@ -15,7 +15,13 @@ first released in 0.5.12, and touches these files (from the PR's file list):
   and what an import check of the stand-in then sees is 0.5.12's Gemma-4 model code.
 
 What this cannot show: the real PR's exact text, and prerequisites it needs from commits
-between v0.5.11 and the PR's base (the imports check is what would reveal those).
+between v0.5.11 and the PR's base (the imports check is what would reveal those). The
+0.5.12 files also carry later PRs' changes, and preflight's imports check on the 0.5.11 build
+finds two of them: `speculative/eagle_info.EagleDraftExtendInput` (imported by the
+frozen_kv_mtp_* modules; introduced by PR #24859, merged after #24436, whose description
+says it changed frozen_kv_mtp_worker.py) and `layers/gemma4_fused_ops.
+gemma_dual_rmsnorm_residual_scalar` (imported by 0.5.12's Gemma-4 model files; origin not
+checked). Failures naming those are artifacts of this stand-in, not of PR #24436.
 """
 
 from __future__ import annotations
