@@ -105,3 +105,9 @@ def bump(session: nox.Session) -> None:
 def releases(session: nox.Session) -> None:
     """Upstream releases newer than the newest build: `nox -s releases -- sglang`."""
     _cli(session, "releases")
+
+
+@nox.session
+def preflight(session: nox.Session) -> None:
+    """The engine's own boot path on the CPU: `nox -s preflight -- [BUILD...] [--profile P]`."""
+    _cli(session, "preflight")

@@ -35,6 +35,7 @@ from tests.support.docker_env import (
     start_registry,
 )
 from tests.support.image_project import load_lock
+from tests.support.preflight_lock import record_preflight
 from tests.support.publish_env import record_smoke, run_cli, tiny_upstream, write_project
 
 pytestmark = [pytest.mark.docker]
@@ -185,6 +186,7 @@ def test_a_build_without_smoke_profiles_needs_force(env: Env) -> None:
 def test_wrong_credentials_fail_without_showing_them(env: Env) -> None:
     passing = env.lock_copy("creds")
     record_smoke(passing, BUILD, PROFILE)
+    record_preflight(passing, BUILD, PROFILE)
     assert env.registry.auth is not None
     user = env.registry.auth[0]
     wrong = "Wr0ng-" + env.registry.auth[1][::-1]
@@ -209,6 +211,7 @@ def test_wrong_credentials_fail_without_showing_them(env: Env) -> None:
 def test_unreachable_registry_is_retried_then_named(env: Env) -> None:
     passing = env.lock_copy("unreachable")
     record_smoke(passing, BUILD, PROFILE)
+    record_preflight(passing, BUILD, PROFILE)
     closed = "127.0.0.1:9"  # discard port: nothing listens
     result = run_cli(
         env.project,
@@ -235,6 +238,7 @@ def test_lock_and_local_image_must_agree(env: Env) -> None:
     verified = {"verdict": "pass", "verified": True, "image_id": missing_id}
     data["builds"][BUILD]["smoke"] = {missing_id: {PROFILE: verified}}
     stale.write_text(yaml.safe_dump(data))
+    record_preflight(stale, BUILD, PROFILE)
     result = env.publish(lock=stale, env=env.creds_env())
     assert result.returncode == 1, _output(result)
     assert "images.lock pins" in result.stderr and missing_id[:19] in result.stderr
@@ -245,6 +249,7 @@ def test_lock_and_local_image_must_agree(env: Env) -> None:
 def test_an_immutable_tag_holding_other_content_is_never_moved(env: Env) -> None:
     passing = env.lock_copy("conflict")
     record_smoke(passing, BUILD, PROFILE)
+    record_preflight(passing, BUILD, PROFILE)
     tag = f"0.5.12-sm121-{env.image_section()['tree'][:12]}"
     squatter = f"{env.registry.address}/conflict/sglang:{tag}"
     subprocess.run([docker_cli(), "tag", env.base_ref, squatter], check=True)
@@ -265,6 +270,7 @@ def test_an_immutable_tag_holding_other_content_is_never_moved(env: Env) -> None
 def test_publish_pull_and_rollback(env: Env) -> None:
     first = env.image_section()
     record_smoke(env.lock, BUILD, PROFILE)
+    record_preflight(env.lock, BUILD, PROFILE)
     tag_a = f"0.5.12-sm121-{first['tree'][:12]}"
 
     result = env.publish("--alias", "{version}-sm121", "--alias", "latest", env=env.creds_env())
@@ -313,6 +319,7 @@ def test_publish_pull_and_rollback(env: Env) -> None:
     second = _build(env, "second")
     assert second["image_id"] != first["image_id"]
     record_smoke(env.lock, BUILD, PROFILE)
+    record_preflight(env.lock, BUILD, PROFILE)
     tag_b = f"0.5.12-sm121-{second['tree'][:12]}"
     partial = f"{env.registry.address}/{REPOSITORY}:{tag_b}"
     subprocess.run([docker_cli(), "tag", second["image_id"], partial], check=True)

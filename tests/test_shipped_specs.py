@@ -5,9 +5,9 @@ laid out as in the upstream repository) stands in for GitHub; `sparkbuild patche
 runs over builds/sglang.yaml with the repo overridden to it, for the shipped builds and for
 one extra build per release, so every patch is checked on every version.
 
-PR #24436 cannot be fetched here. Its stand-in ref is made from the release files: the
-Gemma-4 MTP files that 0.5.12 added over 0.5.11 (gemma4_mtp.py and the frozen_kv_mtp_*
-modules), committed on top of v0.5.11 as `refs/pull/24436/head`.
+PR #24436 cannot be fetched here. Its stand-in ref is made from the release files (every
+file the PR touches, see tests/support/pr_standins.py), committed on top of v0.5.11 as
+`refs/pull/24436/head`.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from sparkbuild.settings import Settings
 from sparkbuild.smoke.profile import load_profile
 from sparkbuild.spec import load_builds
 from tests.support.gitrepos import git
-from tests.support.sglang_releases import ALL_RELEASES, sglang_release_repo
+from tests.support.pr_standins import (
+    GEMMA4_MTP_CHANGED_FILES,
+    GEMMA4_MTP_NEW_FILES,
+    push_gemma4_mtp_pr,
+)
+from tests.support.sglang_releases import ALL_RELEASES, download_wheel, sglang_release_repo
 
 pytestmark = pytest.mark.upstream
 
 ROOT = Path(__file__).resolve().parent.parent
-GEMMA4_MTP_FILES = [
-    "python/sglang/srt/models/gemma4_mtp.py",
-    "python/sglang/srt/speculative/frozen_kv_mtp_worker.py",
-    "python/sglang/srt/speculative/frozen_kv_mtp_info.py",
-]
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +47,24 @@ def upstream(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     cached = sglang_release_repo(test_cache, ALL_RELEASES)
     repo = tmp_path_factory.mktemp("sglang") / "sglang.git"
     git(repo.parent, "clone", "-q", "--bare", str(cached), str(repo))
-    work = repo.parent / "work"
-    git(repo.parent, "clone", "-q", "--branch", "v0.5.11", str(repo), str(work))
-    git(work, "checkout", "-q", "v0.5.12", "--", *GEMMA4_MTP_FILES)
-    git(work, "commit", "-q", "-m", "Gemma-4 MTP (stand-in for PR #24436)")
-    git(work, "push", "-q", str(repo), "HEAD:refs/pull/24436/head")
+    push_gemma4_mtp_pr(repo, repo.parent / "work")
     return repo
 
 
+def _seed_release_wheels(cache: Path, test_cache: Path) -> None:
+    """The release wheels `patches` reads pins from for builds with requirements: the same
+    files pip would fetch, taken from the test cache instead of downloaded again."""
+    for version in ALL_RELEASES:
+        wheel = download_wheel(version, test_cache)
+        folder = cache / "release-wheels" / f"sglang-{version}"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(wheel, folder / wheel.name)
+
+
 @pytest.fixture(scope="module")
-def report(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def report(
+    upstream: Path, tmp_path_factory: pytest.TempPathFactory, test_cache: Path
+) -> dict[str, Any]:
     """`sparkbuild patches --json` over the shipped spec plus one build per release."""
     project = tmp_path_factory.mktemp("project")
     shutil.copytree(ROOT / "patches", project / "patches")
@@ -65,6 +73,7 @@ def report(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     for version in ALL_RELEASES:
         spec["builds"][f"every-{version}"] = {"ref": f"v{version}"}
     (project / "builds" / "sglang.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    _seed_release_wheels(project / "cache", test_cache)
     result = CliRunner().invoke(
         main,
         [
@@ -110,14 +119,26 @@ def test_shipped_builds_carry_what_the_readme_says(report: dict[str, Any]) -> No
         return {i["id"] for i in by_build(report)[name]["items"] if i["status"] == "applied"}
 
     tm12 = "patches/sglang/reserved-tokens-none-tokenizer-manager-0.5.12.patch"
+    defaults12 = "patches/sglang/speculative-defaults-frozen-kv-mtp-server-args-0.5.12.patch"
     draft = "patches/sglang/draft-memory-before-kv-pool.patch"
-    assert applied("sglang-0.5.11-gemma4-mtp") == {"#24436", tm12, draft}
-    assert applied("sglang-0.5.12-spark") == {tm12, draft}
+    assert applied("sglang-0.5.11-gemma4-mtp") == {"#24436", tm12, defaults12, draft}
+    assert applied("sglang-0.5.12-spark") == {tm12, defaults12, draft}
     assert applied("sglang-0.5.23-spark") == {
-        "patches/sglang/reserved-tokens-none-utils-0.5.18.patch"
+        "patches/sglang/reserved-tokens-none-utils-0.5.18.patch",
+        "patches/sglang/speculative-defaults-frozen-kv-mtp-hook-0.5.19.patch",
+        "patches/sglang/draft-kv-nextn-without-draft-path-0.5.22.patch",
     }
+    for name in ("sglang-0.5.11-gemma4-mtp", "sglang-0.5.12-spark"):
+        (conflict,) = by_build(report)[name]["requirements"]["conflicts"]
+        assert conflict["overridden"] and conflict["theirs"] == "transformers==5.6.0"
+    assert "requirements" not in by_build(report)["sglang-0.5.23-spark"]
     pr = {i["id"]: i for i in by_build(report)["sglang-0.5.12-spark"]["items"]}["#24436"]
-    assert pr["status"] == "upstream"  # 0.5.12 has the PR's files already
+    assert pr["status"] == "out-of-range"  # first released in 0.5.12 (see the spec)
+
+
+def test_pr_standin_touches_every_file_the_pr_touches(report: dict[str, Any]) -> None:
+    items = {i["id"]: i for i in by_build(report)["sglang-0.5.11-gemma4-mtp"]["items"]}
+    assert set(items["#24436"]["files"]) == set(GEMMA4_MTP_NEW_FILES + GEMMA4_MTP_CHANGED_FILES)
 
 
 def test_every_patched_file_byte_compiles(report: dict[str, Any], tmp_path: Path) -> None:

@@ -28,6 +28,12 @@ print(image["image_id"], ",".join(build.smoke_profiles))
 PY
     )
     passed=1
+    # publish requires a passing preflight of this image (the one built here), recorded.
+    if ! sparkbuild preflight "$build" --in-image --record; then
+        failed+=("$build (preflight)")
+        echo "::endgroup::"
+        continue
+    fi
     IFS=',' read -r -a profile_list <<< "$profiles"
     for profile in "${profile_list[@]}"; do
         if ! sparkbuild smoke --image "$image" --profile "$profile" --record "$build"; then

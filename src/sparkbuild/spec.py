@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as PEP508Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import (
     AfterValidator,
@@ -82,6 +85,30 @@ class PatchModel(_Strict):
         return value
 
 
+def _check_requirement(value: str) -> str:
+    try:
+        PEP508Requirement(value)
+    except InvalidRequirement as exc:
+        raise ValueError(
+            f"'{value}' is not a PEP 508 requirement such as 'transformers==5.8.1'"
+        ) from exc
+    return value
+
+
+class RequirementModel(_Strict):
+    """An extra Python package for the image, installed from a wheel pinned in images.lock."""
+
+    req: str
+    when: str | None = None
+    # The release pins the same package differently; true says that replacing its pin is
+    # intended (otherwise `patches`/`lock` report the conflict and stop).
+    override: bool = False
+    note: str | None = None
+
+    _req = field_validator("req")(_check_requirement)
+    _when = field_validator("when")(_check_when)
+
+
 class ImageFields(_Strict):
     """Image-stage settings: file-level defaults, overridable per build."""
 
@@ -92,6 +119,8 @@ class ImageFields(_Strict):
     build_args: dict[str, str] | None = None
     dockerfile: str | None = None
     install_dir: str | None = None
+    # The base image's Python (X.Y): requirement wheels are resolved for it.
+    python: str | None = Field(default=None, pattern=r"^3\.\d+$")
 
     @field_validator("dockerfile")
     @classmethod
@@ -109,6 +138,7 @@ class BuildModel(ImageFields):
     prs: list[PRModel] = []
     patches: list[PatchModel] = []
     smoke: list[str] = []
+    requirements: list[RequirementModel] = []
 
     @field_validator("version")
     @classmethod
@@ -128,6 +158,7 @@ class SpecModel(ImageFields):
     package_dir: str
     prs: list[PRModel] = []
     patches: list[PatchModel] = []
+    requirements: list[RequirementModel] = []
     builds: dict[BuildName, BuildModel]
 
     @model_validator(mode="after")
@@ -160,6 +191,24 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    req: str  # a PEP 508 line, as written in the spec
+    when: str | None = None
+    override: bool = False
+
+    @property
+    def name(self) -> str:
+        """The normalized project name (PEP 503)."""
+        return canonicalize_name(PEP508Requirement(self.req).name)
+
+    def parsed(self) -> PEP508Requirement:
+        return PEP508Requirement(self.req)
+
+
+DEFAULT_PYTHON = "3.12"
+
+
+@dataclass(frozen=True)
 class ImageConfig:
     mode: Mode = "overlay"
     base_image: str | None = None
@@ -168,6 +217,7 @@ class ImageConfig:
     build_args: tuple[tuple[str, str], ...] = ()
     dockerfile: str | None = None
     install_dir: str | None = None
+    python: str = DEFAULT_PYTHON
 
 
 @dataclass(frozen=True)
@@ -189,16 +239,21 @@ class Build:
     spec_file: Path
     description: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    requirements: tuple[Requirement, ...] = ()
 
     def in_range(self, when: str | None) -> bool:
         return when is None or SpecifierSet(when).contains(self.version, prereleases=True)
+
+    def active_requirements(self) -> tuple[Requirement, ...]:
+        """The requirements whose `when` admits this build's version (build's own last)."""
+        return tuple(r for r in self.requirements if self.in_range(r.when))
 
     def spec_digest(self) -> str:
         """sha256 over everything the spec says about this build and the patch bytes.
 
         The lock stores it; a different digest means the lock is stale.
         """
-        payload = {
+        payload: dict[str, Any] = {
             "engine": self.engine,
             "repo": self.spec_repo,
             "base_branch": self.base_branch,
@@ -217,6 +272,9 @@ class Build:
                 "install_dir": self.image.install_dir,
             },
         }
+        if self.requirements:  # only when used, so older lock entries stay current
+            payload["requirements"] = [[r.req, r.when, r.override] for r in self.requirements]
+            payload["image"]["python"] = self.image.python
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -256,6 +314,7 @@ def _merge_image(defaults: ImageFields, build: BuildModel) -> ImageConfig:
         build_args=tuple(sorted(build_args.items())),
         dockerfile=pick("dockerfile"),
         install_dir=pick("install_dir"),
+        python=pick("python") or DEFAULT_PYTHON,
     )
 
 
@@ -279,6 +338,10 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
             for p in (*spec.patches, *entry.patches)
         )
         prs = tuple(PR(number=p.number, when=p.when) for p in (*spec.prs, *entry.prs))
+        requirements = tuple(
+            Requirement(req=r.req, when=r.when, override=r.override)
+            for r in (*spec.requirements, *entry.requirements)
+        )
         builds.append(
             Build(
                 name=name,
@@ -295,6 +358,7 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
                 smoke_profiles=tuple(entry.smoke),
                 spec_file=path,
                 description=entry.description,
+                requirements=requirements,
             )
         )
     return builds

@@ -211,4 +211,5 @@ COMMAND_MODULES: dict[str, str] = {
     "rollback": "publish",
     "bump": "bump",
     "releases": "bump",
+    "preflight": "preflight",
 }

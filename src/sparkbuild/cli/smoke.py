@@ -6,12 +6,14 @@ import time
 from pathlib import Path
 
 import click
+from packaging.version import Version
 
 from sparkbuild import console, lock
 from sparkbuild.cli import check_writable, emit_json
 from sparkbuild.cli.options import SECONDS
 from sparkbuild.engines.adapters import adapter_for
-from sparkbuild.engines.targets import local_image_id, stop_on_signals
+from sparkbuild.engines.targets import image_labels, local_image_id, stop_on_signals
+from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
@@ -83,6 +85,12 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Keep the engine's full log here [default: .sparkbuild/smoke-logs/].",
 )
+@click.option(
+    "--engine-version",
+    metavar="VERSION",
+    help="The engine version under test (default: the image's "
+    "org.opencontainers.image.version label); picks the NaN switch that version reads.",
+)
 @click.pass_obj
 def smoke(
     settings: Settings,
@@ -97,6 +105,7 @@ def smoke(
     json_path: str | None,
     record_build: str | None,
     log_path: Path | None,
+    engine_version: str | None = None,
 ) -> None:
     """Boot an engine and check boot, acceptance length, NaNs, output and errors.
 
@@ -116,7 +125,11 @@ def smoke(
     if record_build:
         tested_id = local_image_id(image) if image else None
         lock.check_pinned_image(settings.lock_file, record_build, tested_id, "smoke run")
-    adapter = adapter_for(profile.engine, request_timeout_s=profile.expect.request_timeout_s)
+    adapter = adapter_for(
+        profile.engine,
+        version=_engine_version(engine_version, image),
+        request_timeout_s=profile.expect.request_timeout_s,
+    )
     logs = None if url else (log_path or _default_log_path(settings, name))
     target = make_target(choice, profile, adapter, logs)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
@@ -141,6 +154,18 @@ def smoke(
             "the checks above say what was wrong"
             + (f"; the engine log is at {result.log_file}" if result.log_file else ""),
         )
+
+
+def _engine_version(given: str | None, image: str | None) -> Version | None:
+    """``--engine-version``, else the image's OCI version label (sparkbuild images carry it)."""
+    if given is not None:
+        version = parse_version(given)
+        if version is None:
+            raise UsageError(f"--engine-version {given!r} is not a version such as 0.5.12")
+        return version
+    if image is None:
+        return None
+    return parse_version(image_labels(image).get(VERSION_LABEL))
 
 
 COMMANDS: list[click.Command] = [smoke]

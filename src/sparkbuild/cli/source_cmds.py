@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import console, lockproof, source
+from sparkbuild import console, lockproof, requirements, source
 from sparkbuild import lock as lockfile
 from sparkbuild.cli import emit_json, render_error
 from sparkbuild.errors import LockError, SparkbuildError
@@ -89,17 +89,22 @@ def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
 @click.pass_obj
 def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: bool) -> None:
     """Status of every PR and patch of BUILDS (default: all). Exit 1 if any is in conflict,
-    missing or invalid, or a build cannot be resolved; every build is still reported."""
+    missing or invalid, or a build cannot be resolved; every build is still reported.
+
+    Builds with `requirements:` also list each one that the release pins differently.
+    """
     results, failures = _prepare_all(settings, builds, locked)
+    checked = {r.build.name: requirements.check(r, settings) for r in results if r.ok}
     if as_json:
         emit_json(
             {
-                "builds": [r.to_json() for r in results],
+                "builds": [_with_requirements(r.to_json(), checked) for r in results],
                 "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
             }
         )
     else:
         console.out.print(_table(results))
+        _print_requirement_conflicts(checked)
         for name, exc in failures:
             render_error(SparkbuildError(f"{name}: {exc.message}", exc.hint))
     if failures:
@@ -107,6 +112,27 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
         raise SparkbuildError(f"{len(failures)} build(s) could not be prepared: {names}")
     if not all(r.ok for r in results):
         raise _failed_items(results)
+    clashing = [name for name, report in checked.items() if report and not report.ok]
+    if clashing:
+        raise SparkbuildError(
+            f"requirements clash with the release's own pins: {', '.join(clashing)}",
+            "see the conflicts above; pin a compatible version, or set `override: true` on "
+            "the requirement when the clash is intended",
+        )
+
+
+def _with_requirements(
+    data: dict[str, Any], checked: dict[str, requirements.RequirementReport | None]
+) -> dict[str, Any]:
+    report = checked.get(str(data.get("build")))
+    return {**data, "requirements": report.to_json()} if report else data
+
+
+def _print_requirement_conflicts(checked: dict[str, requirements.RequirementReport | None]) -> None:
+    for report in (r for r in checked.values() if r is not None):
+        for conflict in report.conflicts:
+            style = "yellow" if conflict.overridden else "bold red"
+            console.out.print(Text(conflict.describe(report.build), style=style))
 
 
 @click.command()
@@ -171,7 +197,10 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     for build in selected:
         prepared = source.prepare_source(build, settings)
         if prepared.ok:
+            pinned = requirements.lock_requirements(prepared, settings)  # raises on a conflict
             source.record(prepared, settings)
+            if pinned is not None:
+                requirements.record(pinned, settings)
             console.info(
                 f"locked {build.name}: {prepared.base_commit[:12]} tree {prepared.tree[:12]}"
             )

@@ -14,11 +14,16 @@ Formats (checked against SGLang 0.5.10/0.5.23 wheels and vLLM 0.32 on the CPU):
   ``VLLM_COMPUTE_NANS_IN_LOGITS=1``; log ``SpecDecoding metrics: Mean acceptance length: 2.31``.
 * SGLang: native ``/generate`` with ``return_logprob``; ``meta_info.spec_verify_ct`` (all
   versions) and ``spec_accept_length`` = completion_tokens / spec_verify_ct; 0.5.10 adds
-  ``spec_accept_token_num``/``spec_draft_token_num``, 0.5.23 ``spec_num_correct_drafts``/
-  ``spec_num_proposed_drafts``. With ``--enable-metrics``: counters
-  ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total``, gauge
-  ``sglang:spec_accept_length``. Decode log ``accept len: 2.83``. ``/server_info``
-  ``internal_states[*].avg_spec_accept_length`` (a lifetime average, so only a hint).
+  ``spec_accept_token_num``/``spec_draft_token_num``; ``spec_num_correct_drafts`` is there
+  from 0.5.12 (``managers/tokenizer_manager.py`` sets it in ``meta_info``). With
+  ``--enable-metrics``: counter ``sglang:generation_tokens_total`` and gauge
+  ``sglang:spec_accept_length``; ``sglang:spec_verify_calls_total`` only from 0.5.13, so an
+  adapter for an older version never relies on it. Decode log ``accept len: 2.83``.
+  ``/server_info`` ``internal_states[*].avg_spec_accept_length`` (a lifetime average, so
+  only a hint) and ``version``.
+
+The NaN switch differs by version too (:mod:`sparkbuild.engines.versions`): an adapter made
+with the engine's version sets only what that version reads (:meth:`EngineAdapter.nan_switch`).
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import requests
+from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkbuild.engines import versions
 from sparkbuild.errors import EngineHTTPError, UsageError
 
 
@@ -173,8 +180,17 @@ class EngineAdapter(ABC):
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
 
-    def __init__(self, request_timeout_s: float = 300.0) -> None:
+    def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
         self.request_timeout_s = request_timeout_s
+        self.version = version  # of the engine under test, when known
+
+    def nan_switch(self) -> versions.NanSwitch:
+        """The NaN detection this engine version reads (environment and flags to add)."""
+        return versions.UNKNOWN_VERSION
+
+    def ignored_variables(self, env: Mapping[str, str]) -> list[str]:
+        """Variables in ``env`` that this engine version is known not to read."""
+        return []
 
     @abstractmethod
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
@@ -275,9 +291,12 @@ class VllmAdapter(EngineAdapter):
     ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
     CORRUPTED = "vllm:corrupted_requests_total"
 
-    def __init__(self, request_timeout_s: float = 300.0) -> None:
-        super().__init__(request_timeout_s)
+    def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
+        super().__init__(request_timeout_s, version)
         self._served_model: str | None = None
+
+    def nan_switch(self) -> versions.NanSwitch:
+        return versions.VLLM_NAN_SWITCH
 
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         return ["--model", model, "--host", host, "--port", str(port), *args]
@@ -372,6 +391,31 @@ class SglangAdapter(EngineAdapter):
     GENERATED = "sglang:generation_tokens_total"
     ACCEPT_GAUGE = "sglang:spec_accept_length"
 
+    def nan_switch(self) -> versions.NanSwitch:
+        return versions.sglang_nan_switch(self.version)
+
+    @classmethod
+    def preflight_signals(cls, version: Version | str | None) -> list[dict[str, str]]:
+        """Every metric and response field this adapter relies on for SGLang ``version``."""
+        parsed = versions.parse_version(str(version)) if version is not None else None
+        fields = ("completion_tokens", "spec_verify_ct", "spec_accept_length")
+        signals = [
+            {"name": f, "kind": "field", "used_for": "acceptance per request"} for f in fields
+        ]
+        if versions.sglang_has_verify_counter(parsed):
+            signals += [
+                {"name": cls.VERIFY_CALLS, "kind": "metric",
+                 "used_for": "acceptance from counters"},
+                {"name": cls.GENERATED, "kind": "metric",
+                 "used_for": "acceptance from counters"},
+            ]  # fmt: skip
+        return signals
+
+    def ignored_variables(self, env: Mapping[str, str]) -> list[str]:
+        if self.version is None:
+            return []
+        return versions.sglang_ignored_variables(self.version, env)
+
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         extra = [] if "--enable-metrics" in args else ["--enable-metrics"]
         return ["--model-path", model, "--host", host, "--port", str(port), *extra, *args]
@@ -444,6 +488,14 @@ class SglangAdapter(EngineAdapter):
                 None,
                 "counters",
                 detail=after.problem or "/metrics not readable (start with --enable-metrics)",
+            )
+        if not versions.sglang_has_verify_counter(self.version):
+            return Acceptance(
+                False,
+                None,
+                "counters",
+                detail=f"SGLang {self.version} has no {self.VERIFY_CALLS} (first in "
+                f"{versions.SGLANG_VERIFY_COUNTER_SINCE}); per-request fields only",
             )
         verify = after.delta(before, self.VERIFY_CALLS)
         generated = after.delta(before, self.GENERATED)

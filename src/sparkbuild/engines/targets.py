@@ -291,6 +291,20 @@ def local_image_id(image: str) -> str:
         ) from exc
 
 
+def image_labels(image: str) -> dict[str, str]:
+    """The labels of ``image`` in the local Docker engine (empty when it has none)."""
+    import docker.errors
+
+    try:
+        labels = docker_client().images.get(image).labels
+    except docker.errors.ImageNotFound as exc:
+        raise SparkbuildError(
+            f"image {image} is not in the local Docker engine",
+            "build it with `sparkbuild build BUILD` or `docker pull` it first",
+        ) from exc
+    return {str(k): str(v) for k, v in (labels or {}).items()}
+
+
 class ContainerTarget(Target):
     """The engine in a container of ``image``; logs streamed and kept; always removed.
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild import console, source
+from sparkbuild import console, requirements, source
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, SpecError
 from sparkbuild.image import builder, context, labels, registry
@@ -80,6 +80,9 @@ class _Plan:
     build_args: dict[str, str]
     epoch: int
     digest_parts: dict[str, Any] = field(default_factory=dict)
+    # Extra wheels (images.lock `requirements`) and their files: one more layer when set.
+    wheels: list[requirements.PinnedWheel] = field(default_factory=list)
+    wheel_files: list[Path] = field(default_factory=list)
 
     @property
     def inputs_digest(self) -> str:
@@ -197,6 +200,13 @@ def _plan(
         "build_args": {k: v for k, v in build_args.items() if k not in _NON_CONTENT_ARGS},
         "labels": image_labels,
     }
+    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name)
+    plan.wheels, plan.wheel_files = requirements.image_wheels(
+        build, settings, entry, locked=locked is not None
+    )
+    if plan.wheels:  # only then, so images without requirements keep their digests
+        plan.digest_parts["requirements"] = [w.to_dict() for w in plan.wheels]
+        plan.digest_parts["requirements_layer"] = labels.file_digest(requirements.LAYER.encode())
     return plan
 
 
@@ -288,9 +298,14 @@ def _run_build(
             context.write_overlay_context(plan.prepared, context_dir, build.image.install_dir)
         else:
             context.write_source_context(plan.prepared, context_dir)
+        dockerfile = plan.dockerfile.path
+        if plan.wheels:
+            requirements.write_context(context_dir, plan.wheels, plan.wheel_files)
+            dockerfile = Path(tmp) / "Dockerfile"
+            dockerfile.write_bytes(requirements.dockerfile_with_layer(plan.dockerfile.read()))
         request = builder.BuildRequest(
             context=context_dir,
-            dockerfile=plan.dockerfile.path,
+            dockerfile=dockerfile,
             platform=plan.platform,
             build_args=build_args,
             labels={**plan.labels, labels.INPUTS_LABEL: plan.inputs_digest},

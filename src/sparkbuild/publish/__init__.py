@@ -20,6 +20,7 @@ from sparkbuild import console
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
 from sparkbuild.image import builder
+from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import manifests
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import TAG_PATTERN, Manifest, Registry, RegistryClient
@@ -390,6 +391,7 @@ def publish_build(
     image_id = str(image["image_id"])
     target: Target = target_of(build, str(image["tree"]))
     verified = smoke_gate(settings, build, image_id, force=force)
+    verified = preflight_gate(settings, build, image_id, force=force) and verified
     verdicts = smoke_verdicts(settings, build, image_id)
     record = _record(settings, build, target.reference)
     rolled_back = {h["digest"] for h in _history(record) if h.get("rolled_back")}

