@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkbuild import console, git
+from sparkbuild import console, git, scope
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.mirror import Mirror, RemoteRefs, looks_like_sha
@@ -357,6 +357,14 @@ def _settle_patch(applier: _Applier, patch: Patch) -> ItemResult:
     return replace(item, status=status, detail=detail, files=files, diff=diff)
 
 
+def _note_overlay_scope(build: Build, item: ItemResult) -> ItemResult:
+    """In overlay mode, say which of an item's tests and docs the image leaves out."""
+    note = scope.left_out_note(build.package_dir, item.files)
+    if build.image.mode != "overlay" or item.status != "applied" or note is None:
+        return item
+    return replace(item, detail=f"{item.detail}; {note}")
+
+
 def _changed(mirror: Mirror, base_commit: str, tree: str) -> tuple[ChangedFile, ...]:
     raw = git.text(
         ["diff-tree", "-r", "--no-renames", "--name-status", "-z", f"{base_commit}^{{tree}}", tree],
@@ -389,6 +397,7 @@ def prepare_source(build: Build, settings: Settings, *, locked: bool = False) ->
             items += [_settle_patch(applier, patch) for patch in build.patches]
     finally:
         applier.close()
+    items = [_note_overlay_scope(build, item) for item in items]
     return PreparedSource(
         build=build,
         base_commit=base_commit,

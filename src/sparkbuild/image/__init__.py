@@ -20,7 +20,7 @@ import docker.errors
 from sparkbuild import console, source
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, SpecError
-from sparkbuild.image import builder, context, labels, registry
+from sparkbuild.image import base_config, builder, context, labels, registry
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build
@@ -167,6 +167,7 @@ def _plan(
         changes = context.overlay_changes(prepared)
         if build.image.install_dir:
             build_args["SPARKBUILD_INSTALL_DIR"] = build.image.install_dir
+        build_args["SPARKBUILD_BASE_USER"] = _base_user(build, base, platform)
         helper = context.packaged(context.OVERLAY_HELPER).read_bytes()
         changed: list[list[str]] = sorted([c.path, c.status] for c in changes)
     else:
@@ -198,6 +199,31 @@ def _plan(
         "labels": image_labels,
     }
     return plan
+
+
+def _base_user(build: Build, base: registry.BaseImage, platform: str) -> str:
+    with console.status(f"{build.name}: reading the USER of {base.reference}"):
+        return base_config.base_user(base, platform)
+
+
+_OVERLAY_LINE = re.compile(r"sparkbuild overlay: (error|hint): (.*)$")
+
+
+def overlay_failure(build: Build, failure: builder.BuildFailedError) -> builder.BuildFailedError:
+    """The overlay helper's own error and hint, as sparkbuild's error (the one error path)."""
+    found: dict[str, str] = {}
+    for line in failure.log:
+        match = _OVERLAY_LINE.search(line)
+        if match:
+            found.setdefault(match.group(1), match.group(2).strip())
+    if "error" not in found:
+        return failure
+    hint = found.get("hint") or failure.hint or ""
+    return builder.BuildFailedError(
+        f"{build.name}: the build failed: overlay: {found['error']}\n{failure.message}",
+        f"{hint}; images.lock was not changed" if hint else "images.lock was not changed",
+        log=failure.log,
+    )
 
 
 def _explain_locked_difference(plan: _Plan, locked: dict[str, Any]) -> str:
@@ -302,7 +328,12 @@ def _run_build(
             f"{build.name}: building {build.image.mode} image for {plan.platform} "
             f"with {client.describe()}"
         )
-        return builder.run_build(client, request, stream=builder.stream_progress())
+        try:
+            return builder.run_build(client, request, stream=builder.stream_progress())
+        except builder.BuildFailedError as failure:
+            if build.image.mode == "overlay":
+                raise overlay_failure(build, failure) from None
+            raise
 
 
 def build_image(

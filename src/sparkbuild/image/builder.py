@@ -70,6 +70,10 @@ class BuildRequest:
 class BuildFailedError(SparkbuildError):
     """The build ran and failed; ``message`` carries the failing step's last lines."""
 
+    def __init__(self, message: str, hint: str | None = None, log: list[str] | None = None):
+        super().__init__(message, hint)
+        self.log = log or []
+
 
 def docker_candidates() -> list[str]:
     """Every `docker` executable on PATH, then Debian's /usr/bin/docker, without repeats."""
@@ -255,6 +259,7 @@ def run_build(client: BuildClient, request: BuildRequest, *, stream: bool) -> st
                 "the build failed:\n" + failure_summary(list(tail)),
                 "fix the failing step (run again without --quiet to see the whole log); "
                 "images.lock was not changed",
+                log=list(tail),
             )
         image_id = iidfile.read_text().strip() if iidfile.exists() else ""
         if not image_id:
