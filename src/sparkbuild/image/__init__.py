@@ -20,7 +20,7 @@ import docker.errors
 from sparkbuild import console, source
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, SpecError
-from sparkbuild.image import base_config, builder, context, labels, registry
+from sparkbuild.image import base_config, builder, context, cubins, labels, registry
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build
@@ -49,6 +49,7 @@ class ImageResult:
     base_image: str
     base_digest: str
     mode: str
+    cuda_code: dict[str, Any] | None = None  # source mode: what the built wheels carry
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class ImageResult:
             "base_image": self.base_image,
             "base_digest": self.base_digest,
             "mode": self.mode,
+            "cuda_code": self.cuda_code,
         }
 
 
@@ -282,6 +284,22 @@ def _lock_section(plan: _Plan, image: Any) -> dict[str, Any]:
     }
 
 
+def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | None:
+    """Source mode: the built wheels' cubins match TORCH_CUDA_ARCH_LIST, or the image goes."""
+    if plan.prepared.build.image.mode != "source":
+        return None
+    arch_list = plan.build_args.get("TORCH_CUDA_ARCH_LIST", "")
+    with console.status(f"{plan.prepared.build.name}: checking the cubins of the built wheels"):
+        try:
+            code = cubins.verify(api, image, plan.platform, arch_list)
+        except cubins.CubinCheckError as failure:
+            api.images.remove(image.id, force=True)
+            raise cubins.CubinCheckError(
+                f"{plan.prepared.build.name}: {failure.message}", failure.hint
+            ) from None
+    return code.to_json() if code is not None else None
+
+
 def _check_platform(image: Any, platform: str) -> None:
     arch = builder.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
@@ -398,9 +416,13 @@ def build_image(
             ) from exc
         _check_platform(image, target)
         skipped = False
+    cuda_code = _verify_cuda_code(plan, api, image)
     if not locked:
         source.record(prepared, settings)
-    lockfile.set_section(settings.lock_file, build.name, SECTION, _lock_section(plan, image))
+    section = _lock_section(plan, image)
+    if cuda_code is not None:
+        section["cuda_code"] = cuda_code
+    lockfile.set_section(settings.lock_file, build.name, SECTION, section)
     return ImageResult(
         build=build.name,
         image_id=str(image.id),
@@ -414,6 +436,7 @@ def build_image(
         base_image=plan.base.reference,
         base_digest=plan.base.digest,
         mode=build.image.mode,
+        cuda_code=cuda_code,
     )
 
 
