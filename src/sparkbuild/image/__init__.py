@@ -20,7 +20,15 @@ import docker.errors
 from sparkbuild import console, source
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, SpecError
-from sparkbuild.image import base_config, builder, context, cubins, labels, registry
+from sparkbuild.image import (
+    base_config,
+    builder,
+    context,
+    cubins,
+    labels,
+    registry,
+    source_args,
+)
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build
@@ -130,7 +138,10 @@ def _resolve_base(
     build: Build, api: Any, platform: str, locked: dict[str, Any] | None
 ) -> registry.BaseImage:
     where = f"base_image of build '{build.name}' in {build.spec_file.name}"
-    if not build.image.base_image:
+    reference = build.image.base_image
+    if not reference and build.image.mode == "source":
+        reference = source_args.default_base(build)
+    if not reference:
         raise SpecError(
             f"{build.spec_file}: builds.{build.name}.base_image is not set",
             "name the upstream release image to start from, e.g. "
@@ -139,15 +150,15 @@ def _resolve_base(
         )
     if locked is not None:
         locked_ref = str(locked.get("base_image", ""))
-        if registry.strip_digest(build.image.base_image) != locked_ref:
+        if registry.strip_digest(reference) != locked_ref:
             raise LockError(
-                f"{build.name}: --locked, but the spec's base image {build.image.base_image} "
+                f"{build.name}: --locked, but the spec's base image {reference} "
                 f"is not the locked {locked_ref}",
                 f"`sparkbuild build {build.name}` without --locked re-pins it",
             )
         return registry.pinned(locked_ref, str(locked["base_digest"]))
-    with console.status(f"{build.name}: resolving {build.image.base_image}"):
-        return registry.resolve(api, build.image.base_image, platform, where=where)
+    with console.status(f"{build.name}: resolving {reference}"):
+        return registry.resolve(api, reference, platform, where=where)
 
 
 def _plan(
@@ -173,7 +184,7 @@ def _plan(
         helper = context.packaged(context.OVERLAY_HELPER).read_bytes()
         changed: list[list[str]] = sorted([c.path, c.status] for c in changes)
     else:
-        build_args |= {"TORCH_CUDA_ARCH_LIST": "12.1a", "CUDA_VERSION": "13.0"}
+        build_args |= source_args.source_args(build)
         helper = b""
         changed = []
     build_args |= dict(build.image.build_args)

@@ -36,9 +36,10 @@ BUILDX_HINT = (
 _LAST_BUILTIN_MAJOR = 22
 _FAILURE_TAIL = 15
 _GIB = 1024**3
-# An nvcc job for sm_121a kernels peaks at several GiB; one job per 8 GiB keeps a Spark's
-# unified memory (shared with the page cache) out of the OOM killer.
-MEMORY_PER_JOB = 8 * _GIB
+# An nvcc job for sm_121a kernels peaks at 10-12 GiB; one job per 11 GiB keeps a Spark's
+# unified memory (shared with the page cache) out of the OOM killer. Override with the
+# MAX_JOBS (or GIB_PER_JOB) build argument.
+MEMORY_PER_JOB = 11 * _GIB
 
 
 @dataclass(frozen=True)
