@@ -20,6 +20,7 @@ from sparkbuild import console
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
 from sparkbuild.image import builder
+from sparkbuild.publish import layers
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import TAG_PATTERN, Manifest, Registry, RegistryClient
 from sparkbuild.settings import Settings
@@ -369,6 +370,7 @@ def publish_build(
     credentials: Credentials,
     *,
     force: bool = False,
+    max_layer_size: int | None = None,
 ) -> PublishResult:
     """Push ``build``'s pinned image to ``target_of(build, tree)``, move its aliases, lock it.
 
@@ -389,6 +391,7 @@ def publish_build(
     if manifest is None:
         api = builder.docker_api()
         local = local_image(api, build, image)
+        layers.check_layers(local, max_layer_size, f"{target.reference}:{target.tag}")
         reported = daemon_push(api, local, target, credentials)
         manifest = _verify_pushed(client, target, image_id, reported)
     else:
