@@ -329,6 +329,7 @@ def _run_build(
     *,
     builder_name: str | None,
     no_cache: bool,
+    cache: tuple[tuple[str, ...], str | None] = ((), None),
 ) -> str:
     build = plan.prepared.build
     build_args = dict(plan.build_args)
@@ -352,6 +353,8 @@ def _run_build(
             tags=plan.tags,
             no_cache=no_cache,
             builder=builder_name,
+            cache_from=cache[0],
+            cache_to=cache[1],
         )
         console.info(
             f"{build.name}: building {build.image.mode} image for {plan.platform} "
@@ -373,9 +376,16 @@ def build_image(
     platform: str | None = None,
     builder_name: str | None = None,
     no_cache: bool = False,
+    cache_from: tuple[str, ...] = (),
+    cache_to: str | None = None,
 ) -> ImageResult:
-    """Build (or find up to date) one build's image and record it in images.lock."""
+    """Build (or find up to date) one build's image and record it in images.lock.
+
+    ``cache_from``/``cache_to`` name registry build caches; ``{build}`` in them becomes the
+    build's name, so each build keeps its own cache.
+    """
     started = time.monotonic()
+    cache = builder.cache_refs(cache_from, cache_to, build.name)
     api = builder.docker_api()
     client = builder.find_client(need_buildx=builder_name is not None)
     locked_section = _locked_image(build, settings) if locked else None
@@ -416,7 +426,13 @@ def build_image(
         if builder_name is None:
             builder.check_can_run(target)
         image_id = _run_build(
-            plan, settings, client, api, builder_name=builder_name, no_cache=no_cache
+            plan,
+            settings,
+            client,
+            api,
+            builder_name=builder_name,
+            no_cache=no_cache,
+            cache=cache,
         )
         try:
             image = api.images.get(image_id)
