@@ -130,3 +130,21 @@ def test_workflow_scripts_parse(path: Path) -> None:
     result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "set -uo pipefail" in path.read_text() or "set -euo pipefail" in path.read_text()
+
+
+def test_images_fit_their_runners_and_share_a_build_cache() -> None:
+    jobs = _workflow("images.yml")["jobs"]
+    hosted = jobs["build"]["steps"]
+    runs = [step.get("run", "") for step in hosted]
+    free = next(i for i, run in enumerate(runs) if "docker system prune" in run)
+    build = next(i for i, run in enumerate(runs) if "sparkbuild build" in run)
+    assert free < build and "/usr/share/dotnet" in runs[free]
+    assert "--cache-to" in runs[build] and "--cache-from" in runs[build]
+    assert "--builder sparkbuild" in runs[build]
+    assert any("--driver docker-container" in run for run in runs)
+    assert jobs["build"]["permissions"]["packages"] == "write"
+    spark = jobs["smoke-publish"]["steps"]
+    cache = next(s for s in spark if "SPARKBUILD_CACHE_FROM=" in s.get("run", ""))
+    publish = next(s for s in spark if "smoke-and-publish.sh" in s.get("run", ""))
+    assert spark.index(cache) < spark.index(publish)
+    assert "sparkbuild-cache:{build}" in cache["run"]
