@@ -74,10 +74,10 @@ def test_sglang_template_per_release(tmp_path: Path, version: str) -> None:
     assert "FLASHINFER_CUDA_ARCH_LIST=12.1a" in text
     step = _run_step(text)
     # The community recipe: one nvcc thread as a CMake define, not an environment variable.
-    assert "-Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1" in step
+    assert "--config-settings=cmake.define.SGL_KERNEL_COMPILE_THREADS=1" in step
     assert "export SGL_KERNEL_COMPILE_THREADS" not in step
     for off in ("SGL_KERNEL_ENABLE_FA3", "SGL_KERNEL_ENABLE_FLASHMLA", "SGL_KERNEL_BUILD_SM90"):
-        assert f"-Ccmake.define.{off}=OFF" in step
+        assert f"--config-settings=cmake.define.{off}=OFF" in step
     assert "CMAKE_CUDA_ARCHITECTURES" not in step  # adds an arch, prunes none
     assert "SGL_KERNEL_ENABLE_SM100A" not in step  # a no-op from CUDA 12.8
     assert "PIP_CONSTRAINT=/tmp/sparkbuild-constraints.txt" in step

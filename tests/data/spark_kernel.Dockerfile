@@ -14,7 +14,7 @@ COPY . .
 RUN set -eux; \
     export CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS:-1}"; \
     python3 -m pip wheel --no-build-isolation --no-deps --no-index -w /tmp/wheels \
-        -Ccmake.define.SPARK_KERNEL_COMPILE_THREADS=1 -Cbuild-dir=/tmp/spark-kernel-build .; \
+        --config-settings=cmake.define.SPARK_KERNEL_COMPILE_THREADS=1 --config-settings=build-dir=/tmp/spark-kernel-build .; \
     mkdir -p "$SPARKBUILD_WHEELS"; \
     cp /tmp/wheels/spark_kernel-*.whl "$SPARKBUILD_WHEELS"/; \
     python3 -m pip install --no-deps --no-index --break-system-packages \

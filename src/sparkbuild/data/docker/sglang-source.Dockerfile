@@ -50,13 +50,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m pip install "scikit-build-core>=0.10" "cmake>=3.31" ninja setuptools wheel; \
     cd "${SGL_KERNEL_DIR}"; \
     python3 -m pip wheel --no-build-isolation --no-deps -w /tmp/wheels \
-        -Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1 \
-        -Ccmake.define.ENABLE_BELOW_SM90=OFF \
-        -Ccmake.define.SGL_KERNEL_BUILD_SM90=OFF \
-        -Ccmake.define.SGL_KERNEL_ENABLE_FA3=OFF \
-        -Ccmake.define.SGL_KERNEL_ENABLE_FLASHMLA=OFF \
-        -Ccmake.define.CMAKE_POLICY_VERSION_MINIMUM=3.5 \
-        -Cbuild-dir=/tmp/sgl-kernel-build .; \
+        --config-settings=cmake.define.SGL_KERNEL_COMPILE_THREADS=1 \
+        --config-settings=cmake.define.ENABLE_BELOW_SM90=OFF \
+        --config-settings=cmake.define.SGL_KERNEL_BUILD_SM90=OFF \
+        --config-settings=cmake.define.SGL_KERNEL_ENABLE_FA3=OFF \
+        --config-settings=cmake.define.SGL_KERNEL_ENABLE_FLASHMLA=OFF \
+        --config-settings=cmake.define.CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+        --config-settings=build-dir=/tmp/sgl-kernel-build .; \
     mkdir -p "${SPARKBUILD_WHEELS}"; \
     set -- /tmp/wheels/"${SGL_KERNEL_WHEEL}"-*.whl; \
     if [ ! -f "$1" ]; then \
