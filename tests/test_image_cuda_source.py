@@ -8,12 +8,15 @@ loopback registry. `sparkbuild build` runs the real source-mode path: a pruning 
 `when` range (like our sgl-kernel patches) cuts the list to sm_121a; BuildKit compiles; then
 sparkbuild's own check lists the wheel's cubins with cuobjdump inside the image. Without the
 pruning patch the same build fails that check, the image is removed, and the lock is kept.
-Natively on this x86_64 host for speed (nvcc cross-compiles device code for any arch).
+Natively on this x86_64 host for speed (nvcc cross-compiles device code for any arch);
+SPARKBUILD_TEST_CUDA_ARCH=arm64 runs the same test for linux/arm64 under emulation (aarch64
+nvcc wheels, a debootstrapped arm64 base: minutes, so not the default).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -35,6 +38,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
 DATA = Path(__file__).parent / "data"
 BUILD = "spark-kernel-0.1.0"
+ARCH = os.environ.get("SPARKBUILD_TEST_CUDA_ARCH", "amd64")
+WHEEL = "spark_kernel-0.1.0-cp311-cp311-linux_{}.whl".format(
+    {"amd64": "x86_64", "arm64": "aarch64"}[ARCH]
+)
 GENCODES_OLD = """set(SPARK_KERNEL_CUDA_FLAGS
     "-gencode=arch=compute_90a,code=sm_90a"
     "-gencode=arch=compute_100a,code=sm_100a"
@@ -58,7 +65,7 @@ def _spec(repo: Path, base: str, patches: list[dict[str, str]]) -> str:
         "repo": str(repo),
         "package_dir": "python/spark_kernel",
         "mode": "source",
-        "platform": "linux/amd64",
+        "platform": f"linux/{ARCH}",
         "base_image": base,
         "dockerfile": "docker/spark_kernel.Dockerfile",
         "tags": ["sparkbuild-tests/spark-kernel:{version}-{tree_short}"],
@@ -73,7 +80,17 @@ def _wheel_build_info(image_id: str) -> dict[str, str]:
         "print(json.dumps({k: getattr(b, k) for k in dir(b) if k.isupper()}))"
     )
     run = subprocess.run(
-        [docker_cli(), "run", "--rm", image_id, "python3", "-c", code],
+        [
+            docker_cli(),
+            "run",
+            "--rm",
+            "--platform",
+            f"linux/{ARCH}",
+            image_id,
+            "python3",
+            "-c",
+            code,
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -106,9 +123,9 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
             "sparkbuild-tests/cuda13-nvcc",
             packages=BASE_PACKAGES,
             setup=BASE_SETUP,
-            context_files={"wheels": cuda_wheels("amd64")},
+            context_files={"wheels": cuda_wheels(ARCH)},
             work_dir=tmp_path,
-            arch="amd64",
+            arch=ARCH,
         )
         images.append(base)
         try:
@@ -119,7 +136,7 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
             assert result["cuda_code"] == {
                 "wheels_dir": "/opt/sparkbuild/wheels",
                 "expected": ["sm_121a"],
-                "wheels": ["spark_kernel-0.1.0-cp311-cp311-linux_x86_64.whl"],
+                "wheels": [WHEEL],
                 "cubin_archs": ["sm_121a"],
                 "ptx_archs": [],
             }
@@ -139,8 +156,7 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
             failed = sparkbuild(project, tmp_path / "cache", "--quiet", "build")
             assert failed.returncode == 1, failed.stderr
             assert "carry CUDA code for other targets than sm_121a" in failed.stderr
-            wheel = "spark_kernel-0.1.0-cp311-cp311-linux_x86_64.whl"
-            assert f"{wheel}: spark_kernel/_kernels" in failed.stderr
+            assert f"{WHEEL}: spark_kernel/_kernels" in failed.stderr
             assert "cubins for sm_100a, sm_90a" in failed.stderr
             assert "the image was removed" in failed.stderr
             assert "Traceback" not in failed.stderr
