@@ -54,7 +54,11 @@ def _platform_manifest(index: dict[str, Any], platform: str, what: str) -> str:
     os_name, _, arch = platform.partition("/")
     for entry in index.get("manifests") or []:
         wanted = entry.get("platform") or {}
-        if wanted.get("os") == os_name and wanted.get("architecture") == arch:
+        if (
+            wanted.get("os") == os_name
+            and wanted.get("architecture") == arch
+            and entry.get("digest")
+        ):
             return str(entry["digest"])
     raise SparkbuildError(f"{what} has no {platform} manifest")
 

@@ -112,7 +112,18 @@ def list_code(api: Any, image: Any, platform: str) -> dict[str, dict[str, dict[s
             f"listing the CUDA code of the built wheels failed: {stderr or exc}",
             "the image needs python3 and cuobjdump (CUDA devel images have both)",
         ) from None
-    report = json.loads(output)
+    except docker.errors.DockerException as exc:
+        raise CubinCheckError(
+            f"could not run the built image to list its CUDA code ({exc})",
+            "check that the Docker daemon can run the image's platform (`docker run`)",
+        ) from None
+    try:
+        report = json.loads(output)
+    except ValueError:
+        raise CubinCheckError(
+            f"listing the CUDA code gave no report: {output[-300:]!r}",
+            "run the image and check that python3 works in it",
+        ) from None
     return {
         wheel: {
             member: {"elf": _names_to_archs(code["elf"]), "ptx": _names_to_archs(code["ptx"])}
