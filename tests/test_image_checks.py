@@ -64,9 +64,29 @@ def test_problems_name_the_wheel_library_and_arch() -> None:
     wrong = {"k.whl": {"k/_ops.so": {"elf": ["sm_120a"], "ptx": []}}}
     assert cubins.problems(_code(wrong), ptx_wanted=False) == [
         "k.whl: k/_ops.so: cubins for sm_120a",
-        "no cubins for sm_121a in any wheel",
+        "no cubins that run on sm_121a in any wheel",
     ]
     assert cubins.problems(_code({}), ptx_wanted=False) == ["no wheel in /opt/sparkbuild/wheels"]
+    # vLLM builds its generic kernels as sm_120 for 12.1a: they run on the Spark.
+    portable = {"v.whl": {"v/_C.so": {"elf": ["sm_120", "sm_120f", "sm_121a"], "ptx": []}}}
+    assert cubins.problems(_code(portable), ptx_wanted=False) == []
+
+
+@pytest.mark.parametrize(
+    ("cubin", "target", "runs"),
+    [
+        ("sm_121a", "sm_121a", True),
+        ("sm_120", "sm_121a", True),
+        ("sm_120f", "sm_121a", True),
+        ("sm_120a", "sm_121a", False),
+        ("sm_90a", "sm_121a", False),
+        ("sm_100a", "sm_121a", False),
+        ("sm_110", "sm_121a", False),
+        ("sm_121", "sm_120", False),
+    ],
+)
+def test_which_cubins_run_on_a_gb10(cubin: str, target: str, runs: bool) -> None:
+    assert cubins.runs_on(cubin, target) is runs
 
 
 @pytest.mark.parametrize(

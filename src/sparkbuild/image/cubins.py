@@ -5,8 +5,9 @@ of nvcc time and memory on a Spark, and one that drops sm_121a builds fine and f
 first kernel launch. Neither shows without a GPU, so after a source build sparkbuild lists
 the device code in the wheels the image kept (``$SPARKBUILD_WHEELS``, set by the templates)
 with ``cuobjdump`` inside the image (CUDA devel images have it; no GPU or driver needed) and
-compares it with ``TORCH_CUDA_ARCH_LIST``: cubins for exactly those archs, PTX only with
-``+PTX``. An image that fails is removed, so it is never found "up to date" later.
+compares it with ``TORCH_CUDA_ARCH_LIST``: every cubin must run on a target arch (sm_120 runs
+on sm_121a, sm_90a or sm_100a do not), every target must have cubins, PTX only with ``+PTX``.
+An image that fails is removed, so it is never found "up to date" later.
 """
 
 from __future__ import annotations
@@ -133,8 +134,27 @@ def list_code(api: Any, image: Any, platform: str) -> dict[str, dict[str, dict[s
     }
 
 
+_SM = re.compile(r"^sm_(\d+)(\d)([af]?)$")
+
+
+def runs_on(cubin: str, target: str) -> bool:
+    """Whether a cubin for ``cubin`` (e.g. sm_120) runs on a ``target`` GPU (e.g. sm_121a).
+
+    CUDA's rules: plain and family (``f``) cubins run on the same major version at the same
+    or a higher minor; arch-specific (``a``) cubins only on exactly that arch.
+    """
+    have, want = _SM.match(cubin), _SM.match(target)
+    if not have or not want:
+        return cubin == target
+    if have.group(1) != want.group(1):
+        return False
+    if have.group(3) == "a":
+        return have.group(2) == want.group(2)
+    return int(have.group(2)) <= int(want.group(2))
+
+
 def problems(code: CudaCode, ptx_wanted: bool) -> list[str]:
-    expected = set(code.expected)
+    targets = code.expected
     found: list[str] = []
     if not code.wheels:
         found.append(f"no wheel in {code.wheels_dir}")
@@ -142,15 +162,15 @@ def problems(code: CudaCode, ptx_wanted: bool) -> list[str]:
         found.append(f"no CUDA device code in the wheels in {code.wheels_dir}")
     for wheel, members in sorted(code.wheels.items()):
         for member, listed in sorted(members.items()):
-            other = sorted(set(listed["elf"]) - expected)
-            if other:
-                found.append(f"{wheel}: {member}: cubins for {', '.join(other)}")
-            ptx = sorted(set(listed["ptx"]) - (expected if ptx_wanted else set()))
+            waste = [a for a in listed["elf"] if not any(runs_on(a, t) for t in targets)]
+            if waste:
+                found.append(f"{wheel}: {member}: cubins for {', '.join(sorted(waste))}")
+            ptx = sorted(set(listed["ptx"]) - (set(targets) if ptx_wanted else set()))
             if ptx:
                 found.append(f"{wheel}: {member}: PTX for {', '.join(ptx)}")
-    missing = sorted(expected - set(code.cubin_archs))
+    missing = [t for t in targets if not any(runs_on(a, t) for a in code.cubin_archs)]
     if code.cubin_archs and missing:
-        found.append(f"no cubins for {', '.join(missing)} in any wheel")
+        found.append(f"no cubins that run on {', '.join(missing)} in any wheel")
     return found
 
 
@@ -164,8 +184,8 @@ def verify(api: Any, image: Any, platform: str, arch_list: str) -> CudaCode | No
     found = problems(code, ptx_wanted)
     if found:
         raise CubinCheckError(
-            f"the built wheels carry CUDA code for other targets than "
-            f"{', '.join(expected)} (TORCH_CUDA_ARCH_LIST={arch_list}):\n  " + "\n  ".join(found),
+            f"the built wheels carry CUDA code that does not run on {', '.join(expected)} "
+            f"(TORCH_CUDA_ARCH_LIST={arch_list}):\n  " + "\n  ".join(found),
             "prune the kernel build's arch list (a patch with a `when` range, like "
             "patches/sglang/sgl-kernel-sm121a-only-*.patch) or fix TORCH_CUDA_ARCH_LIST; "
             "the image was removed and images.lock was not changed",
