@@ -86,7 +86,7 @@ def test_failure_summary_shows_the_failing_step() -> None:
 
 def test_max_jobs_follows_memory() -> None:
     gib = 1024**3
-    assert builder.max_jobs(119 * gib, 20) == 14
+    assert builder.max_jobs(119 * gib, 20) == 10  # 11 GiB per job
     assert builder.max_jobs(4 * gib, 2) == 1
     assert builder.max_jobs(512 * gib, 8) == 8
 

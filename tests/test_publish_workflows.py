@@ -196,3 +196,21 @@ def test_a_fresh_fork_builds_unlocked_and_gets_a_lock_pull_request(tmp_path: Pat
     creator = next(s for s in first["steps"] if "create-pull-request" in s.get("uses", ""))
     assert creator["with"]["add-paths"] == "images.lock"
     assert first["permissions"] == {"contents": "write", "pull-requests": "write"}
+
+
+def test_images_fit_their_runners_and_share_a_build_cache() -> None:
+    jobs = _workflow("images.yml")["jobs"]
+    hosted = jobs["build"]["steps"]
+    runs = [step.get("run", "") for step in hosted]
+    free = next(i for i, run in enumerate(runs) if "docker system prune" in run)
+    build = next(i for i, run in enumerate(runs) if "sparkbuild build" in run)
+    assert free < build and "/usr/share/dotnet" in runs[free]
+    assert "--cache-to" in runs[build] and "--cache-from" in runs[build]
+    assert "--builder sparkbuild" in runs[build]
+    assert any("--driver docker-container" in run for run in runs)
+    assert jobs["build"]["permissions"]["packages"] == "write"
+    spark = jobs["smoke-publish"]["steps"]
+    cache = next(s for s in spark if "SPARKBUILD_CACHE_FROM=" in s.get("run", ""))
+    publish = next(s for s in spark if "smoke-and-publish.sh" in s.get("run", ""))
+    assert spark.index(cache) < spark.index(publish)
+    assert "sparkbuild-cache:{build}" in cache["run"]

@@ -64,6 +64,10 @@ class GitError(SparkbuildError):
 class BuildFailedError(SparkbuildError):
     """The image build ran and failed; ``message`` carries the failing step's last lines."""
 
+    def __init__(self, message: str, hint: str | None = None, log: list[str] | None = None):
+        super().__init__(message, hint)
+        self.log = log or []
+
 
 class RegistryError(SparkbuildError):
     """The registry answered, and the answer was no."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkbuild import console, git, lockproof
+from sparkbuild import console, git, lockproof, scope
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.mirror import Mirror, RemoteRefs, looks_like_sha
@@ -392,6 +392,14 @@ def _settle_patch(applier: _Applier, patch: Patch) -> ItemResult:
     return replace(item, status=status, detail=detail, files=files, diff=diff)
 
 
+def _note_overlay_scope(build: Build, item: ItemResult) -> ItemResult:
+    """In overlay mode, say which of an item's tests and docs the image leaves out."""
+    note = scope.left_out_note(build.package_dir, item.files)
+    if build.image.mode != "overlay" or item.status != "applied" or note is None:
+        return item
+    return replace(item, detail=f"{item.detail}; {note}")
+
+
 def _changed(mirror: Mirror, base_commit: str, tree: str) -> tuple[ChangedFile, ...]:
     raw = git.text(
         [
@@ -466,6 +474,7 @@ def prepare_source(
     if locked and not any(item.status in FAILING for item in items):
         lockproof.check_tree(build, pins.tree, applier.tree)
     items = [_note_moved_head(item, noted, build) for item in items]
+    items = [_note_overlay_scope(build, item) for item in items]
     return PreparedSource(
         build=build,
         base_commit=base_commit,

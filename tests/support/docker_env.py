@@ -284,17 +284,19 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",)) -> Path:
-    """A cached tarball of `debootstrap --arch=arm64 --variant=minbase bookworm`.
+def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",), arch: str = "arm64") -> Path:
+    """A cached tarball of `debootstrap --arch=ARCH --variant=minbase bookworm` (arm64 unless
+    `arch` says otherwise, e.g. amd64 for native builds on this host).
 
     `packages` go to `--include`; each distinct list has its own cached tarball.
     """
-    require_arm64_emulation()
+    if arch == "arm64":
+        require_arm64_emulation()
     debootstrap = require_command("debootstrap")
     cache = shared_test_cache() / "rootfs"
     cache.mkdir(parents=True, exist_ok=True)
     name = "-".join(sorted(packages)).replace("+", "p")
-    tarball = cache / f"debian-bookworm-arm64-{name}-v{_ROOTFS_LAYOUT}.tar"
+    tarball = cache / f"debian-bookworm-{arch}-{name}-v{_ROOTFS_LAYOUT}.tar"
     if tarball.exists():
         return tarball
     with FileLock(str(tarball) + ".lock"):
@@ -303,7 +305,7 @@ def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",)) -> Path:
         with tempfile.TemporaryDirectory(dir=cache, prefix=".debootstrap-") as tmp:
             target = Path(tmp) / "root"
             include = ",".join(sorted(packages))
-            cmd = [debootstrap, "--arch=arm64", "--variant=minbase", f"--include={include}"]
+            cmd = [debootstrap, f"--arch={arch}", "--variant=minbase", f"--include={include}"]
             run([*cmd, "bookworm", str(target), debian_mirror()], timeout=1800)
             partial = Path(tmp) / "rootfs.tar"
             # Drop apt lists and caches: they are large and no test needs them.
@@ -349,12 +351,18 @@ def push_arm64_base(
     extras: Mapping[str, Path] | None = None,
     tag: str = "latest",
     work_dir: Path,
+    setup: str = "",
+    context_files: Mapping[str, Path] | None = None,
+    arch: str = "arm64",
 ) -> str:
     """Import a linux/arm64 Debian image (plus `extras`: image path -> local dir) and push it.
 
+    `setup` is more Dockerfile text after the root filesystem (e.g. `RUN useradd ...` and a
+    `USER`), with `context_files` (name -> local file or dir) beside it in the context.
+    `arch` picks another Debian architecture (amd64 builds natively here).
     Returns the pushed reference `127.0.0.1:PORT/repository:tag`.
     """
-    rootfs = debian_arm64_rootfs(packages)
+    rootfs = debian_arm64_rootfs(packages, arch)
     ref = registry.ref(repository, tag)
     cli = docker_cli()
     context = Path(tempfile.mkdtemp(dir=work_dir, prefix="base-context-"))
@@ -363,13 +371,18 @@ def push_arm64_base(
             _tar_with_extras(rootfs, extras, context / "rootfs.tar")
         else:
             _link_or_copy(rootfs, context / "rootfs.tar")
-        (context / "Dockerfile").write_text(_BASE_DOCKERFILE)
+        for name, source in (context_files or {}).items():
+            if source.is_dir():
+                shutil.copytree(source, context / name)
+            else:
+                shutil.copyfile(source, context / name)
+        (context / "Dockerfile").write_text(_BASE_DOCKERFILE + setup)
         # `docker import --platform` leaves the config saying amd64 on dockerd 20.10; a
         # BuildKit build FROM scratch records the platform properly.
         buildkit = builder.find_client()
         build = ["buildx", "build", "--load"] if buildkit.kind == "buildx" else ["build"]
         result = subprocess.run(
-            [buildkit.path, *build, "--platform", "linux/arm64", "--tag", ref, str(context)],
+            [buildkit.path, *build, "--platform", f"linux/{arch}", "--tag", ref, str(context)],
             env={**os.environ, "DOCKER_BUILDKIT": "1"},
             capture_output=True,
             check=False,

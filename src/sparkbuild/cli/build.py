@@ -59,6 +59,21 @@ def _summary(result: ImageResult) -> str:
     help="A docker buildx builder, e.g. a remote BuildKit on a native arm64 Spark.",
 )
 @click.option("--no-cache", is_flag=True, help="Rebuild every step, even if up to date.")
+@click.option(
+    "--cache-from",
+    multiple=True,
+    metavar="REF",
+    envvar="SPARKBUILD_CACHE_FROM",
+    help="Reuse layers from a registry build cache, e.g. ghcr.io/org/sparkbuild-cache:{build} "
+    "[env SPARKBUILD_CACHE_FROM].",
+)
+@click.option(
+    "--cache-to",
+    metavar="REF",
+    envvar="SPARKBUILD_CACHE_TO",
+    help="Export every stage's layers to a registry build cache (needs buildx) "
+    "[env SPARKBUILD_CACHE_TO].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 @click.pass_obj
 def build_command(
@@ -69,6 +84,8 @@ def build_command(
     platform: str | None,
     builder_name: str | None,
     no_cache: bool,
+    cache_from: tuple[str, ...],
+    cache_to: str | None,
     as_json: bool,
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
@@ -82,6 +99,8 @@ def build_command(
             platform=platform,
             builder_name=builder_name,
             no_cache=no_cache,
+            cache_from=cache_from,
+            cache_to=cache_to,
         ),
         summary=_summary,
         as_json=as_json,

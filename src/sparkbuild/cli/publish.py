@@ -17,6 +17,7 @@ from sparkbuild.publish import (
     RollbackResult,
     Target,
     choose_repository,
+    layers,
     plan_target,
     publish_build,
     rollback_build,
@@ -94,6 +95,12 @@ def _publish_line(result: PublishResult) -> str:
     is_flag=True,
     help="Publish without a passing smoke verdict (recorded as unverified in images.lock).",
 )
+@click.option(
+    "--max-layer-size",
+    metavar="SIZE",
+    help="Refuse, before pushing, any layer larger than SIZE (e.g. 10GB) "
+    f"[env {layers.LIMIT_ENV}; default: the registry's own limit, 10GB for ghcr.io].",
+)
 @_credential_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 @click.pass_obj
@@ -105,6 +112,7 @@ def publish_command(
     aliases: tuple[str, ...],
     no_alias: bool,
     force: bool,
+    max_layer_size: str | None,
     username: str | None,
     password_stdin: bool,
     as_json: bool,
@@ -115,6 +123,7 @@ def publish_command(
     under every profile the build lists. Running it again is a no-op.
     """
     registry = Registry.parse(registry_text)
+    layer_limit = layers.limit_for(registry.host, max_layer_size)
     selected = select(load_builds(settings), builds)
     alias_templates = () if no_alias else (aliases or DEFAULT_ALIASES)
 
@@ -126,7 +135,9 @@ def publish_command(
 
     def publish_one(build: Build) -> PublishResult:
         with redactor.guard(f"publishing {build.name}"):
-            return publish_build(build, settings, target_of, found, force=force)
+            return publish_build(
+                build, settings, target_of, found, force=force, max_layer_size=layer_limit
+            )
 
     run_per_build(
         selected, publish_one, summary=_publish_line, as_json=as_json, noun="publications"

@@ -19,8 +19,16 @@ import docker.errors
 
 from sparkbuild import console, requirements, source
 from sparkbuild import lock as lockfile
-from sparkbuild.errors import LockError, SparkbuildError, SpecError
-from sparkbuild.image import builder, context, labels, registry
+from sparkbuild.errors import BuildFailedError, LockError, SparkbuildError, SpecError
+from sparkbuild.image import (
+    base_config,
+    builder,
+    context,
+    cubins,
+    labels,
+    registry,
+    source_args,
+)
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build
@@ -49,6 +57,7 @@ class ImageResult:
     base_image: str
     base_digest: str
     mode: str
+    cuda_code: dict[str, Any] | None = None  # source mode: what the built wheels carry
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +73,7 @@ class ImageResult:
             "base_image": self.base_image,
             "base_digest": self.base_digest,
             "mode": self.mode,
+            "cuda_code": self.cuda_code,
         }
 
 
@@ -131,7 +141,10 @@ def _resolve_base(
     build: Build, api: Any, platform: str, locked: dict[str, Any] | None
 ) -> registry.BaseImage:
     where = f"base_image of build '{build.name}' in {build.spec_file.name}"
-    if not build.image.base_image:
+    reference = build.image.base_image
+    if not reference and build.image.mode == "source":
+        reference = source_args.default_base(build)
+    if not reference:
         raise SpecError(
             f"{build.spec_file}: builds.{build.name}.base_image is not set",
             "name the upstream release image to start from, e.g. "
@@ -140,15 +153,15 @@ def _resolve_base(
         )
     if locked is not None:
         locked_ref = str(locked.get("base_image", ""))
-        if registry.strip_digest(build.image.base_image) != locked_ref:
+        if registry.strip_digest(reference) != locked_ref:
             raise LockError(
-                f"{build.name}: --locked, but the spec's base image {build.image.base_image} "
+                f"{build.name}: --locked, but the spec's base image {reference} "
                 f"is not the locked {locked_ref}",
                 f"`sparkbuild build {build.name}` without --locked re-pins it",
             )
         return registry.pinned(locked_ref, str(locked["base_digest"]))
-    with console.status(f"{build.name}: resolving {build.image.base_image}"):
-        return registry.resolve(api, build.image.base_image, platform, where=where)
+    with console.status(f"{build.name}: resolving {reference}"):
+        return registry.resolve(api, reference, platform, where=where)
 
 
 def _plan(
@@ -170,10 +183,11 @@ def _plan(
         changes = context.overlay_changes(prepared)
         if build.image.install_dir:
             build_args["SPARKBUILD_INSTALL_DIR"] = build.image.install_dir
+        build_args["SPARKBUILD_BASE_USER"] = _base_user(build, base, platform)
         helper = context.packaged(context.OVERLAY_HELPER).read_bytes()
         changed: list[list[str]] = sorted([c.path, c.status] for c in changes)
     else:
-        build_args |= {"TORCH_CUDA_ARCH_LIST": "12.1a", "CUDA_VERSION": "13.0"}
+        build_args |= source_args.source_args(build)
         helper = b""
         changed = []
     build_args |= dict(build.image.build_args)
@@ -208,6 +222,31 @@ def _plan(
         plan.digest_parts["requirements"] = [w.to_dict() for w in plan.wheels]
         plan.digest_parts["requirements_layer"] = labels.file_digest(requirements.LAYER.encode())
     return plan
+
+
+def _base_user(build: Build, base: registry.BaseImage, platform: str) -> str:
+    with console.status(f"{build.name}: reading the USER of {base.reference}"):
+        return base_config.base_user(base, platform)
+
+
+_OVERLAY_LINE = re.compile(r"sparkbuild overlay: (error|hint): (.*)$")
+
+
+def overlay_failure(build: Build, failure: BuildFailedError) -> BuildFailedError:
+    """The overlay helper's own error and hint, as sparkbuild's error (the one error path)."""
+    found: dict[str, str] = {}
+    for line in failure.log:
+        match = _OVERLAY_LINE.search(line)
+        if match:
+            found.setdefault(match.group(1), match.group(2).strip())
+    if "error" not in found:
+        return failure
+    hint = found.get("hint") or failure.hint or ""
+    return BuildFailedError(
+        f"{build.name}: the build failed: overlay: {found['error']}\n{failure.message}",
+        f"{hint}; images.lock was not changed" if hint else "images.lock was not changed",
+        log=failure.log,
+    )
 
 
 def _explain_locked_difference(plan: _Plan, locked: dict[str, Any]) -> str:
@@ -266,6 +305,22 @@ def _lock_section(plan: _Plan, image: Any) -> dict[str, Any]:
     }
 
 
+def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | None:
+    """Source mode: the built wheels' cubins match TORCH_CUDA_ARCH_LIST, or the image goes."""
+    if plan.prepared.build.image.mode != "source":
+        return None
+    arch_list = plan.build_args.get("TORCH_CUDA_ARCH_LIST", "")
+    with console.status(f"{plan.prepared.build.name}: checking the cubins of the built wheels"):
+        try:
+            code = cubins.verify(api, image, plan.platform, arch_list)
+        except cubins.CubinCheckError as failure:
+            api.images.remove(image.id, force=True)
+            raise cubins.CubinCheckError(
+                f"{plan.prepared.build.name}: {failure.message}", failure.hint
+            ) from None
+    return code.to_json() if code is not None else None
+
+
 def _check_platform(image: Any, platform: str) -> None:
     arch = builder.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
@@ -284,6 +339,7 @@ def _run_build(
     *,
     builder_name: str | None,
     no_cache: bool,
+    cache: tuple[tuple[str, ...], str | None] = ((), None),
 ) -> str:
     build = plan.prepared.build
     build_args = dict(plan.build_args)
@@ -312,12 +368,19 @@ def _run_build(
             tags=plan.tags,
             no_cache=no_cache,
             builder=builder_name,
+            cache_from=cache[0],
+            cache_to=cache[1],
         )
         console.info(
             f"{build.name}: building {build.image.mode} image for {plan.platform} "
             f"with {client.describe()}"
         )
-        return builder.run_build(client, request, stream=builder.stream_progress())
+        try:
+            return builder.run_build(client, request, stream=builder.stream_progress())
+        except BuildFailedError as failure:
+            if build.image.mode == "overlay":
+                raise overlay_failure(build, failure) from None
+            raise
 
 
 def build_image(
@@ -328,9 +391,16 @@ def build_image(
     platform: str | None = None,
     builder_name: str | None = None,
     no_cache: bool = False,
+    cache_from: tuple[str, ...] = (),
+    cache_to: str | None = None,
 ) -> ImageResult:
-    """Build (or find up to date) one build's image and record it in images.lock."""
+    """Build (or find up to date) one build's image and record it in images.lock.
+
+    ``cache_from``/``cache_to`` name registry build caches; ``{build}`` in them becomes the
+    build's name, so each build keeps its own cache.
+    """
     started = time.monotonic()
+    cache = builder.cache_refs(cache_from, cache_to, build.name)
     api = builder.docker_api()
     client = builder.find_client(need_buildx=builder_name is not None)
     locked_section = _locked_image(build, settings) if locked else None
@@ -371,7 +441,13 @@ def build_image(
         if builder_name is None:
             builder.check_can_run(target)
         image_id = _run_build(
-            plan, settings, client, api, builder_name=builder_name, no_cache=no_cache
+            plan,
+            settings,
+            client,
+            api,
+            builder_name=builder_name,
+            no_cache=no_cache,
+            cache=cache,
         )
         try:
             image = api.images.get(image_id)
@@ -382,9 +458,13 @@ def build_image(
             ) from exc
         _check_platform(image, target)
         skipped = False
+    cuda_code = _verify_cuda_code(plan, api, image)
     if not locked:
         source.record(prepared, settings)
-    lockfile.set_section(settings.lock_file, build.name, SECTION, _lock_section(plan, image))
+    section = _lock_section(plan, image)
+    if cuda_code is not None:
+        section["cuda_code"] = cuda_code
+    lockfile.set_section(settings.lock_file, build.name, SECTION, section)
     return ImageResult(
         build=build.name,
         image_id=str(image.id),
@@ -398,6 +478,7 @@ def build_image(
         base_image=plan.base.reference,
         base_digest=plan.base.digest,
         mode=build.image.mode,
+        cuda_code=cuda_code,
     )
 
 

@@ -36,9 +36,10 @@ BUILDX_HINT = (
 _LAST_BUILTIN_MAJOR = 22
 _FAILURE_TAIL = 15
 _GIB = 1024**3
-# An nvcc job for sm_121a kernels peaks at several GiB; one job per 8 GiB keeps a Spark's
-# unified memory (shared with the page cache) out of the OOM killer.
-MEMORY_PER_JOB = 8 * _GIB
+# An nvcc job for sm_121a kernels peaks at 10-12 GiB; one job per 11 GiB keeps a Spark's
+# unified memory (shared with the page cache) out of the OOM killer. Override with the
+# MAX_JOBS (or GIB_PER_JOB) build argument.
+MEMORY_PER_JOB = 11 * _GIB
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ class BuildRequest:
     no_cache: bool = False
     builder: str | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Registry build caches (image references): layers another machine built are reused.
+    cache_from: tuple[str, ...] = ()
+    cache_to: str | None = None
 
 
 def docker_candidates() -> list[str]:
@@ -207,8 +211,53 @@ def build_command(client: BuildClient, request: BuildRequest, iidfile: Path) -> 
         cmd += ["--tag", tag]
     if request.no_cache:
         cmd.append("--no-cache")
+    cmd += cache_arguments(client, request)
     cmd.append(str(request.context))
     return cmd
+
+
+_CACHE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._:/@-]*$")
+
+
+def check_cache_ref(reference: str, option: str) -> str:
+    """A cache reference goes into `type=registry,ref=...`: no commas or `=` can slip in."""
+    if not _CACHE_REF.match(reference):
+        raise SparkbuildError(
+            f"{option} {reference!r} is not an image reference",
+            f"for example {option} ghcr.io/my-org/sparkbuild-cache:{{build}}",
+        )
+    return reference
+
+
+def cache_refs(
+    cache_from: tuple[str, ...], cache_to: str | None, build_name: str
+) -> tuple[tuple[str, ...], str | None]:
+    """The cache references for one build (``{build}`` becomes its name), checked."""
+    sources = tuple(
+        check_cache_ref(ref.replace("{build}", build_name), "--cache-from") for ref in cache_from
+    )
+    target = (
+        check_cache_ref(cache_to.replace("{build}", build_name), "--cache-to") if cache_to else None
+    )
+    return sources, target
+
+
+def cache_arguments(client: BuildClient, request: BuildRequest) -> list[str]:
+    """`--cache-from`/`--cache-to` for a registry cache (mode=max keeps every stage)."""
+    args: list[str] = []
+    for reference in request.cache_from:
+        # A built-in BuildKit client takes plain references (inline caches) only.
+        source = f"type=registry,ref={reference}" if client.kind == "buildx" else reference
+        args += ["--cache-from", source]
+    if request.cache_to:
+        if client.kind != "buildx":
+            raise SparkbuildError(
+                "--cache-to needs `docker buildx` (a built-in BuildKit client cannot export a "
+                "registry cache)",
+                BUILDX_HINT,
+            )
+        args += ["--cache-to", f"type=registry,ref={request.cache_to},mode=max"]
+    return args
 
 
 def build_env(client: BuildClient, extra: Mapping[str, str]) -> dict[str, str]:
@@ -251,6 +300,7 @@ def run_build(client: BuildClient, request: BuildRequest, *, stream: bool) -> st
                 "the build failed:\n" + failure_summary(list(tail)),
                 "fix the failing step (run again without --quiet to see the whole log); "
                 "images.lock was not changed",
+                log=list(tail),
             )
         image_id = iidfile.read_text().strip() if iidfile.exists() else ""
         if not image_id:

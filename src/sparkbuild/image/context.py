@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
+from sparkbuild import scope
 from sparkbuild.errors import SparkbuildError, SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.source import ChangedFile, PreparedSource
@@ -67,22 +68,17 @@ def find_dockerfile(build: Build, settings: Settings) -> Dockerfile:
 
 def package_relative(build: Build, path: str) -> str | None:
     """``path`` relative to the package directory, or None when it lies outside it."""
-    pure = PurePosixPath(path)
-    package = PurePosixPath(build.package_dir)
-    if pure == package or package not in pure.parents:
-        return None
-    return str(pure.relative_to(package))
+    return scope.package_relative(build.package_dir, path)
 
 
 def overlay_changes(prepared: PreparedSource) -> list[ChangedFile]:
-    """The changes an overlay can carry; refuses, naming them, any it cannot."""
+    """The changes an overlay carries (tests and docs outside the package are left out);
+    refuses, naming them, any it cannot carry."""
     build = prepared.build
-    outside = [c.path for c in prepared.changed if package_relative(build, c.path) is None]
-    compiled = [
-        c.path
-        for c in prepared.changed
-        if c.path not in outside and c.path.endswith(COMPILED_SUFFIXES) and c.status != "D"
-    ]
+    paths = [c.path for c in prepared.changed]
+    outside = scope.refused(build.package_dir, paths)
+    inside = [c for c in prepared.changed if package_relative(build, c.path) is not None]
+    compiled = [c.path for c in inside if c.path.endswith(COMPILED_SUFFIXES) and c.status != "D"]
     if outside or compiled:
         listed = "\n  ".join(sorted(outside) + sorted(compiled))
         reason = (
@@ -96,9 +92,10 @@ def overlay_changes(prepared: PreparedSource) -> list[ChangedFile]:
             f"{build.name}: overlay mode can only replace Python package files, but its PRs and "
             f"patches change files {reason}:\n  {listed}",
             f"set `mode: source` for build '{build.name}' in {build.spec_file.name} to build from "
-            "the patched source tree",
+            "the patched source tree (tests and docs outside the package are left out by "
+            "themselves)",
         )
-    return list(prepared.changed)
+    return inside
 
 
 def package_name(build: Build) -> str:

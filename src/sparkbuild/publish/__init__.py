@@ -21,7 +21,7 @@ from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
 from sparkbuild.image import builder
 from sparkbuild.preflight.gate import preflight_gate
-from sparkbuild.publish import manifests
+from sparkbuild.publish import layers, manifests
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import TAG_PATTERN, Manifest, Registry, RegistryClient
 from sparkbuild.settings import Settings
@@ -381,6 +381,7 @@ def publish_build(
     credentials: Credentials,
     *,
     force: bool = False,
+    max_layer_size: int | None = None,
 ) -> PublishResult:
     """Push ``build``'s pinned image to ``target_of(build, tree)``, move its aliases, lock it.
 
@@ -403,6 +404,7 @@ def publish_build(
     if manifest is None:
         api = builder.docker_api()
         local = local_image(api, build, image)
+        layers.check_layers(local, max_layer_size, f"{target.reference}:{target.tag}")
         reported = daemon_push(api, local, target, credentials)
         manifest = _verify_pushed(client, target, image_id, reported, platform)
     else:

@@ -395,3 +395,16 @@ class RegistryClient:
                 f"{what} on {self.registry.host}: HTTP {response.status_code} "
                 f"({_errors_of(response)})"
             )
+
+
+def get_blob(client: RegistryClient, repository: str, digest: str) -> bytes:
+    """A small blob (an image config) by digest, checked against its digest."""
+    response = client._request("GET", f"{repository}/blobs/{digest}", repository=repository)
+    client._expect_ok(response, f"GET blob {repository}@{digest}")
+    got = "sha256:" + hashlib.sha256(response.content).hexdigest()
+    if got != digest:
+        raise RegistryError(
+            f"registry served blob {repository}@{digest} with bytes hashing to {got}",
+            "the registry or a proxy in between altered it; do not build from it",
+        )
+    return response.content

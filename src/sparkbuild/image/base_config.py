@@ -1,0 +1,95 @@
+"""The base image's config (its USER), read from its registry without pulling a layer.
+
+An overlay applies its files as root and then restores the base's own USER, so the image
+runs as the same user as the upstream release. Dockerfiles cannot read a base's USER, so
+sparkbuild asks the registry: the manifest by the pinned digest (an index is narrowed to the
+build's platform), then the small config blob. Credentials come from `docker login` only
+(the publish variables belong to the publish registry).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.image.registry import BaseImage
+from sparkbuild.publish import credentials as creds
+from sparkbuild.publish.registry import (
+    DOCKER_HUB,
+    Registry,
+    RegistryClient,
+    get_blob,
+)
+
+_INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+
+
+def split_reference(reference: str) -> tuple[str, str]:
+    """``(registry host, repository)`` of an image reference, Docker Hub rules included."""
+    name = reference.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DOCKER_HUB, name if "/" in name else f"library/{name}"
+
+
+def _json(body: bytes, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise SparkbuildError(f"{what} is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise SparkbuildError(f"{what} is not a JSON object")
+    return data
+
+
+def _platform_manifest(index: dict[str, Any], platform: str, what: str) -> str:
+    os_name, _, arch = platform.partition("/")
+    for entry in index.get("manifests") or []:
+        wanted = entry.get("platform") or {}
+        if (
+            wanted.get("os") == os_name
+            and wanted.get("architecture") == arch
+            and entry.get("digest")
+        ):
+            return str(entry["digest"])
+    raise SparkbuildError(f"{what} has no {platform} manifest")
+
+
+def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
+    """The ``config`` section (User, Env, ...) of ``base`` for ``platform``."""
+    host, repository = split_reference(base.reference)
+    stored = creds._from_docker_config(host) or creds.Credentials("nowhere (anonymous)")
+    client = RegistryClient(Registry.parse(host), stored)
+    what = f"base image {base.pinned}"
+    manifest = client.manifest(repository, base.digest)
+    if manifest is None:
+        raise SparkbuildError(
+            f"{what}: its registry no longer serves the pinned digest",
+            "re-pin it: build without --locked",
+        )
+    body = _json(manifest.body, f"{what}: manifest")
+    if manifest.media_type in _INDEX_TYPES or "manifests" in body:
+        digest = _platform_manifest(body, platform, what)
+        single = client.manifest(repository, digest)
+        if single is None:
+            raise SparkbuildError(f"{what}: its {platform} manifest {digest} is missing")
+        body = _json(single.body, f"{what}: {platform} manifest")
+    config_digest = (body.get("config") or {}).get("digest")
+    if not config_digest:
+        raise SparkbuildError(f"{what}: its manifest names no config")
+    config = _json(get_blob(client, repository, str(config_digest)), f"{what}: config")
+    section = config.get("config") or {}
+    return section if isinstance(section, dict) else {}
+
+
+def base_user(base: BaseImage, platform: str) -> str:
+    """The base's USER (``""`` when it runs as root by default)."""
+    return str(image_config(base, platform).get("User") or "")

@@ -1,0 +1,167 @@
+"""Source mode on a real CUDA extension, without a GPU: BuildKit, nvcc 13, cubin check.
+
+The extension is our own (tests/data/spark_kernel): a CMake build shaped like sgl-kernel's,
+with a hardcoded gencode list (sm_90a, sm_100a, and sm_121a from CUDA 13), an nvcc thread
+count in a CMake cache variable, and a scikit-build-core wheel. The base image is Debian
+with CUDA 13.0's nvcc and cuobjdump from PyPI (tests/support/cuda_toolchain.py), pushed to a
+loopback registry. `sparkbuild build` runs the real source-mode path: a pruning patch with a
+`when` range (like our sgl-kernel patches) cuts the list to sm_121a; BuildKit compiles; then
+sparkbuild's own check lists the wheel's cubins with cuobjdump inside the image. Without the
+pruning patch the same build fails that check, the image is removed, and the lock is kept.
+Natively on this x86_64 host for speed (nvcc cross-compiles device code for any arch);
+SPARKBUILD_TEST_CUDA_ARCH=arm64 runs the same test for linux/arm64 under emulation (aarch64
+nvcc wheels, a debootstrapped arm64 base: minutes, so not the default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cuda_toolchain import BASE_PACKAGES, BASE_SETUP, cuda_wheels
+from tests.support.docker_env import (
+    docker_cli,
+    docker_client,
+    push_arm64_base,
+    remove_images,
+    start_registry,
+)
+from tests.support.image_project import build_json, git, load_lock, make_patch, sparkbuild
+
+pytestmark = [pytest.mark.docker, pytest.mark.upstream]
+
+DATA = Path(__file__).parent / "data"
+BUILD = "spark-kernel-0.1.0"
+ARCH = os.environ.get("SPARKBUILD_TEST_CUDA_ARCH", "amd64")
+WHEEL = "spark_kernel-0.1.0-cp311-cp311-linux_{}.whl".format(
+    {"amd64": "x86_64", "arm64": "aarch64"}[ARCH]
+)
+GENCODES_OLD = """set(SPARK_KERNEL_CUDA_FLAGS
+    "-gencode=arch=compute_90a,code=sm_90a"
+    "-gencode=arch=compute_100a,code=sm_100a"
+)"""
+GENCODES_NEW = "set(SPARK_KERNEL_CUDA_FLAGS)  # sparkbuild: sm_121a only (appended below)"
+
+
+def _kernel_repo(root: Path) -> Path:
+    repo = root / "spark-kernel"
+    shutil.copytree(DATA / "spark_kernel", repo)
+    git("init", "--quiet", "--initial-branch=main", cwd=repo)
+    git("add", ".", cwd=repo)
+    git("commit", "--quiet", "-m", "spark-kernel 0.1.0", cwd=repo)
+    git("tag", "v0.1.0", cwd=repo)
+    return repo
+
+
+def _spec(repo: Path, base: str, patches: list[dict[str, str]]) -> str:
+    spec: dict[str, Any] = {
+        "engine": "sglang",
+        "repo": str(repo),
+        "package_dir": "python/spark_kernel",
+        "mode": "source",
+        "platform": f"linux/{ARCH}",
+        "base_image": base,
+        "dockerfile": "docker/spark_kernel.Dockerfile",
+        "tags": ["sparkbuild-tests/spark-kernel:{version}-{tree_short}"],
+        "builds": {BUILD: {"ref": "v0.1.0", "version": "0.1.0", "patches": patches}},
+    }
+    return json.dumps(spec)  # JSON is YAML
+
+
+def _wheel_build_info(image_id: str) -> dict[str, str]:
+    code = (
+        "import json, spark_kernel.build_info as b;"
+        "print(json.dumps({k: getattr(b, k) for k in dir(b) if k.isupper()}))"
+    )
+    run = subprocess.run(
+        [
+            docker_cli(),
+            "run",
+            "--rm",
+            "--platform",
+            f"linux/{ARCH}",
+            image_id,
+            "python3",
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    info: dict[str, str] = json.loads(run.stdout)
+    return info
+
+
+def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_path: Path) -> None:
+    client = docker_client()
+    repo = _kernel_repo(tmp_path)
+    project = tmp_path / "project"
+    (project / "docker").mkdir(parents=True)
+    shutil.copyfile(DATA / "spark_kernel.Dockerfile", project / "docker/spark_kernel.Dockerfile")
+    make_patch(
+        repo,
+        "v0.1.0",
+        {"CMakeLists.txt": f"<<<OLD>>>{GENCODES_OLD}<<<NEW>>>{GENCODES_NEW}"},
+        project / "patches" / "spark-kernel-sm121a-only.patch",
+    )
+    prune = {"file": "patches/spark-kernel-sm121a-only.patch", "when": ">=0.1,<0.2"}
+    spec_file = project / "builds" / "sglang.yaml"
+    spec_file.parent.mkdir(parents=True)
+    images: list[str] = []
+    with start_registry(tmp_path / "registry") as registry:
+        base = push_arm64_base(
+            registry,
+            "sparkbuild-tests/cuda13-nvcc",
+            packages=BASE_PACKAGES,
+            setup=BASE_SETUP,
+            context_files={"wheels": cuda_wheels(ARCH)},
+            work_dir=tmp_path,
+            arch=ARCH,
+        )
+        images.append(base)
+        try:
+            spec_file.write_text(_spec(repo, base, [prune]))
+            result = build_json(sparkbuild(project, tmp_path / "cache", "build", "--json"))
+            images.append(result["image_id"])
+            assert result["mode"] == "source"
+            assert result["cuda_code"] == {
+                "wheels_dir": "/opt/sparkbuild/wheels",
+                "expected": ["sm_121a"],
+                "wheels": [WHEEL],
+                "cubin_archs": ["sm_121a"],
+                "ptx_archs": [],
+            }
+            info = _wheel_build_info(result["image_id"])
+            assert info["COMPILE_THREADS"] == "1"  # the -D cache variable reached CMake
+            assert info["CUDA_FLAGS"].split() == [
+                "-gencode=arch=compute_121a,code=sm_121a",
+                "--threads=1",
+            ]
+            assert info["CUDA_COMPILER_VERSION"].startswith("13.0")
+            section = load_lock(project)["builds"][BUILD]["image"]
+            assert section["cuda_code"]["cubin_archs"] == ["sm_121a"]
+            lock_before = (project / "images.lock").read_text()
+
+            # The same build with the unpruned arch list: sm_90a and sm_100a come back.
+            spec_file.write_text(_spec(repo, base, []))
+            failed = sparkbuild(project, tmp_path / "cache", "--quiet", "build")
+            assert failed.returncode == 1, failed.stderr
+            assert "carry CUDA code that does not run on sm_121a" in failed.stderr
+            assert f"{WHEEL}: spark_kernel/_kernels" in failed.stderr
+            assert "cubins for sm_100a, sm_90a" in failed.stderr
+            assert "the image was removed" in failed.stderr
+            assert "Traceback" not in failed.stderr
+            assert (project / "images.lock").read_text() == lock_before
+            leftovers = client.images.list(filters={"label": "io.sparkbuild.build=" + BUILD})
+            assert [image.id for image in leftovers] == [result["image_id"]]
+        finally:
+            remove_images(client, images)
