@@ -339,12 +339,17 @@ LAYER = """
 # installed by the base image's own Python from the build context (no index, no deps).
 # PIP_BREAK_SYSTEM_PACKAGES: base images install the engine into the system Python, which
 # Debian/Ubuntu mark externally managed (PEP 668); older pips ignore the variable.
+# Installed as root (the engine's site-packages belong to root), then the image runs as the
+# base's own user again, as the overlay step leaves it.
 ARG SPARKBUILD_PYTHON=python3
+ARG SPARKBUILD_BASE_USER=
+USER root
 RUN --mount=type=bind,target=/tmp/sparkbuild-context \\
     PIP_BREAK_SYSTEM_PACKAGES=1 "${SPARKBUILD_PYTHON}" -m pip install \\
     --no-index --no-deps --require-hashes --no-cache-dir \\
     --find-links /tmp/sparkbuild-context/sparkbuild-requirements \\
     -r /tmp/sparkbuild-context/sparkbuild-requirements/requirements.txt
+USER ${SPARKBUILD_BASE_USER:-root}
 """
 
 
