@@ -4,7 +4,8 @@ The PR itself cannot be fetched here (no GitHub). It was merged after the v0.5.1
 first released in 0.5.12, and touches these files (from the PR's file list):
 
 - new: models/gemma4_mtp.py and speculative/frozen_kv_mtp_{cuda_graph_runner,info,utils,
-  worker,worker_v2}.py. The stand-in takes them whole from 0.5.12.
+  worker,worker_v2}.py. The stand-in takes them whole from 0.5.12 (less one later PR's
+  names, below).
 - changed: models/gemma4_causal.py, models/gemma4_mm.py, server_args.py,
   speculative/spec_info.py, utils/hf_transformers/config.py. Between 0.5.11 and 0.5.12
   these files also carry other PRs' changes (server_args.py alone differs by ~800 lines),
@@ -15,13 +16,30 @@ first released in 0.5.12, and touches these files (from the PR's file list):
   and what an import check of the stand-in then sees is 0.5.12's Gemma-4 model code.
 
 What this cannot show: the real PR's exact text, and prerequisites it needs from commits
-between v0.5.11 and the PR's base (the imports check is what would reveal those). The
-0.5.12 files also carry later PRs' changes, and preflight's imports check on the 0.5.11 build
-finds two of them: `speculative/eagle_info.EagleDraftExtendInput` (imported by the
-frozen_kv_mtp_* modules; introduced by PR #24859, merged after #24436, whose description
-says it changed frozen_kv_mtp_worker.py) and `layers/gemma4_fused_ops.
-gemma_dual_rmsnorm_residual_scalar` (imported by 0.5.12's Gemma-4 model files; origin not
-checked). Failures naming those are artifacts of this stand-in, not of PR #24436.
+between v0.5.11 and the PR's base (the imports check is what would reveal those).
+
+The 0.5.12 files also carry later PRs' changes. Two of them import names 0.5.11 lacks, so
+the stand-in takes them back out, mechanically, where the evidence says the PR had none:
+
+- `speculative/eagle_info.EagleDraftExtendInput` came with PR #24859 ("Split draft-extend
+  phase from EagleDraftInput into new EagleDraftExtendInput", V1 path incl.
+  frozen_kv_mtp_worker.py). #24436 adds that worker, so it was merged before #24859 edited
+  it. A public copy of frozen_kv_mtp_info.py from before that split (found in the public code
+  index by its `_to_frozen_kv_mtp_draft_input`) imports only EagleDraftInput /
+  EagleVerifyInput / EagleVerifyOutput and converts `output.draft_input`, which is 0.5.11's
+  EagleVerifyOutput field. The stand-in drops the tag-only FrozenKVMTPDraftExtendInput class
+  and renames the draft-extend names back (`_before_draft_extend_split`); on
+  frozen_kv_mtp_info.py that gives the same tokens as that copy. For the worker and utils it is
+  only the import-level undo: the 0.5.12 worker also reads later-renamed fields (e.g.
+  `num_correct_drafts_per_req_cpu`), which an import check does not see.
+- `layers/gemma4_fused_ops.gemma_qkv_rmsnorm` and `gemma_dual_rmsnorm_residual_scalar` are
+  used only by 0.5.12's gemma4_causal.py, in attention / MoE-tail norm fusions with no MTP
+  part. gemma_qkv_rmsnorm came with PR #24696 ("[Gemma4] Optimize Gemm4 with fused Q/K/V
+  RMSNorm + per-expert FP8 ckpt loader", opened after #24436); the dual-norm fusion's PR
+  was not found, but its kernel lives in gemma4_fused_ops.py, not in the PR's file list.
+  The stand-in reverse-applies the hunks that call them and drops their import
+  (`_without_later_fused_norms`). The Gemma-4 model files still carry other later changes
+  (Eagle3 aux-hidden capture, #24696's per-expert FP8 loader in gemma4_mm.py).
 """
 
 from __future__ import annotations
@@ -60,18 +78,67 @@ GEMMA4_MTP_CHANGED_FILES = [*GEMMA4_MTP_WHOLE_FILES, *GEMMA4_MTP_HUNK_FILES, GEM
 _FEATURE = re.compile(r"frozen_kv|FROZEN_KV|Frozen-KV|[Aa]ssistant|gemma4_mtp|Gemma4MTP")
 
 
-def _feature_hunks(diff: str) -> str:
-    """The file header plus only the hunks whose changed lines mention the feature."""
+def _feature_hunks(diff: str, feature: re.Pattern[str] = _FEATURE) -> str:
+    """The file header plus only the hunks whose changed lines match `feature`."""
     parts = re.split(r"(?m)^(?=@@ )", diff)
     header, hunks = parts[0], parts[1:]
     kept = [
         hunk
         for hunk in hunks
         if any(
-            _FEATURE.search(line) for line in hunk.splitlines()[1:] if line.startswith(("+", "-"))
+            feature.search(line) for line in hunk.splitlines()[1:] if line.startswith(("+", "-"))
         )
     ]
     return header + "".join(kept) if kept else ""
+
+
+# PR #24859's names, and the pre-split names #24436's Frozen-KV MTP files used (module docstring).
+_DRAFT_EXTEND_RENAMES = (
+    ("FrozenKVMTPDraftExtendInput", "FrozenKVMTPDraftInput"),
+    ("EagleDraftExtendInput", "EagleDraftInput"),
+    ("draft_extend_input", "draft_input"),
+)
+_DRAFT_EXTEND_IMPORT = re.compile(r"(?m)^    (?:Eagle|FrozenKVMTP)DraftExtendInput,\n")
+_DRAFT_EXTEND_CLASS = re.compile(
+    r"\n\n\n@dataclass\nclass FrozenKVMTPDraftExtendInput\(.*?(?=\n\n\n)", re.S
+)
+# Norm fusions 0.5.12's gemma4_causal.py calls that 0.5.11's gemma4_fused_ops.py lacks.
+_LATER_FUSED_NORMS = ("gemma_qkv_rmsnorm", "gemma_dual_rmsnorm_residual_scalar")
+_FUSED_NORM_CALL = re.compile(r"\b(?:" + "|".join(_LATER_FUSED_NORMS) + r")\(")
+
+
+def _before_draft_extend_split(text: str) -> str:
+    """A frozen_kv_mtp_* module's text with PR #24859's draft-extend split undone."""
+    text = _DRAFT_EXTEND_CLASS.sub("", _DRAFT_EXTEND_IMPORT.sub("", text))
+    for new, old in _DRAFT_EXTEND_RENAMES:
+        text = text.replace(new, old)
+    assert "DraftExtendInput" not in text, "a draft-extend name is left in a form not undone"
+    return text
+
+
+def _without_later_fused_norms(work: Path, base: str, head: str) -> None:
+    """Reverse-apply the gemma4_causal.py hunks that call the later norm fusions.
+
+    Three lines of context, so the dual-norm hunk includes the line it moved below the MoE
+    branch: reversed, that line goes back where 0.5.11 has it.
+    """
+    path = _SRT + "models/gemma4_causal.py"
+    diff = subprocess.run(
+        ["git", "diff", "-U3", base, head, "--", path],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    calls = _feature_hunks(diff, _FUSED_NORM_CALL)
+    if calls:
+        subprocess.run(["git", "apply", "-R", "-"], cwd=work, input=calls, text=True, check=True)
+    file = work / path
+    text = file.read_text()
+    for name in _LATER_FUSED_NORMS:
+        text = text.replace(f"    {name},\n", "")
+    assert not any(name in text for name in _LATER_FUSED_NORMS), f"{path}: changed shape"
+    file.write_text(text)
 
 
 def push_gemma4_mtp_pr(
@@ -83,6 +150,11 @@ def push_gemma4_mtp_pr(
     """
     git(repo.parent, "clone", "-q", "--branch", base, str(repo), str(work))
     git(work, "checkout", "-q", head, "--", *GEMMA4_MTP_NEW_FILES, *GEMMA4_MTP_WHOLE_FILES)
+    for path in GEMMA4_MTP_NEW_FILES:
+        if "/frozen_kv_mtp_" in path:
+            file = work / path
+            file.write_text(_before_draft_extend_split(file.read_text()))
+    _without_later_fused_norms(work, base, head)
     kept = []
     for path in GEMMA4_MTP_HUNK_FILES:
         diff = subprocess.run(
