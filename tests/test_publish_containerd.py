@@ -21,6 +21,7 @@ import yaml
 
 from tests.support.docker_env import LocalRegistry, start_registry
 from tests.support.oci_push import Pushed, push_image, push_index, tag_manifest
+from tests.support.preflight_lock import record_preflight
 from tests.support.publish_env import record_smoke, run_cli, tiny_upstream, write_project
 
 # docker-registry only (no Docker engine), from the same host setup as the other publish tests.
@@ -45,6 +46,7 @@ class Env:
         image = {"image_id": image_id, "tree": TREE, "platform": "linux/arm64"}
         lock.write_text(yaml.safe_dump({"schema": 1, "builds": {BUILD: {"image": image}}}))
         record_smoke(lock, BUILD, PROFILE)
+        record_preflight(lock, BUILD, PROFILE)  # publish needs both gates
         assert self.registry.auth is not None
         user, password = self.registry.auth
         return run_cli(

@@ -28,6 +28,7 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
+from tests.support.preflight_lock import record_preflight
 from tests.support.publish_env import record_smoke, run_cli, tiny_upstream, write_project
 
 pytestmark = [pytest.mark.docker]
@@ -91,6 +92,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         result = build_image(build, Settings(project_dir=project, cache_dir=work / "cache"))
         images.append(result.image_id)
         record_smoke(project / "images.lock", BUILD, PROFILE)
+        record_preflight(project / "images.lock", BUILD, PROFILE)  # publish needs both gates
         try:
             yield Env(registry, project, result.image_id, config)
         finally:
