@@ -258,7 +258,7 @@ def test_llama_benchy_report_loads_with_its_metadata(benchy: dict[str, Path]) ->
 def test_a_malformed_llama_benchy_file_is_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"benchmarks": [{"concurrency": "many"}]}), encoding="utf-8")
-    with pytest.raises(UsageError, match="bad.json is not a sparkbuild bench report"):
+    with pytest.raises(UsageError, match=r"bad\.json is not a sparkbuild bench report"):
         load_report(bad)
     result = _compare(str(bad), str(bad))
     assert result.exit_code == 2 and "bad.json" in result.output

@@ -7,6 +7,7 @@ the engine boots, so none of its own cleanup runs. Also the orphan sweep by owne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -142,10 +143,8 @@ def test_next_start_removes_orphans_and_keeps_live_owners() -> None:
         assert made["dead"].name in removed and made["reused"].name in removed
     finally:
         for container in made.values():
-            try:
+            with contextlib.suppress(Exception):  # already removed by the sweep
                 container.remove(force=True)
-            except Exception:  # already removed by the sweep
-                pass
 
 
 def test_parent_death_signal_reaches_the_child(tmp_path: Path) -> None:
