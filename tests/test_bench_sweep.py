@@ -7,6 +7,7 @@ the middle of a sweep in the last test. Each boot takes about a minute on two co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -241,6 +242,51 @@ def test_compare_warns_about_other_differences(
     assert "prompt seed differs" in warnings
     assert "cells differs" in warnings
     assert "several engine settings" not in warnings
+
+
+@contextlib.contextmanager
+def _busy_host(loops: int = 2) -> Iterator[None]:
+    """A loaded host, as a Spark serving other work is: busy loops on every core."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(loops)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_loaded_host_burst_is_flagged_and_the_engine_rate_reported(
+    project: Path, plain_server: ProcessTarget
+) -> None:
+    """On a busy 2-core host the stream reaches the client in bursts (issue 14: 114-158x the
+    engine's rate at c=1). No client rate may come from a burst; the engine's stands."""
+    out = project / "loaded.json"
+    with _busy_host():
+        result = _bench(
+            project, "--url", plain_server.base_url, "--profile", "cpu-plain", "--pp", "32",
+            "--tg", "64", "--concurrency", "1", "--runs", "6", "--no-warmup",
+            "--json", str(out), "--markdown", str(project / "loaded.md"),
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads(out.read_text())["cells"]
+    engine = cell["engine"]
+    assert engine["source"] == "vllm:request_time_per_output_token_seconds"
+    assert engine["requests"] == 6 and engine["decode_tps_request"] > 0
+    assert cell["decode_tps_engine"]["n"] == 6
+    bursts = [run for run in cell["runs"] if run["burst"]]
+    assert bursts, f"no burst on a loaded host: {[r['client_engine_ratio'] for r in cell['runs']]}"
+    assert cell["burst_runs"] == len(bursts)
+    for index, run in enumerate(cell["runs"], start=1):
+        assert run["decode_tps_engine"] > 0
+        if run["burst"]:
+            assert run["decode_tps_request"] is None and run["decode_tps_aggregate"] is None
+            assert any(f.startswith(f"run {index}: burst") for f in cell["flags"])
+        elif abs(run["client_engine_ratio"] - 1) > 0.05:
+            assert any(f.startswith(f"run {index}: client decode rate") for f in cell["flags"])
+    reported = cell["decode_tps_request"]["max"]
+    assert reported is None or reported <= 1.5 * cell["decode_tps_engine"]["max"]
+    assert "burst" in (project / "loaded.md").read_text()
 
 
 def test_engine_dying_mid_sweep_keeps_finished_cells(
