@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sparkbuild.engines import lifeline
+from sparkbuild.engines import ProcessTarget, lifeline
 from sparkbuild.engines.targets import docker_client
 from tests.support.smoke_cli import processes_with_token, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image
@@ -205,3 +205,14 @@ def test_watchdog_stops_the_whole_group_of_a_killed_owner(tmp_path: Path) -> Non
         owner.kill()
         owner.wait()
     _wait_for("every process of the group to exit", lambda: not processes_with_token(token), 30)
+
+
+def test_a_normal_stop_dismisses_the_watchdog() -> None:
+    target = ProcessTarget(["sleep", "60"], port=1)
+    target.start()
+    lifeline_ = target._lifeline
+    assert lifeline_ is not None and lifeline_._proc is not None
+    watchdog = lifeline_._proc
+    assert watchdog.poll() is None  # on guard while the engine runs
+    target.stop()
+    assert watchdog.returncode == 0 and target.exit_code() is not None

@@ -34,6 +34,8 @@ LABEL_PID = "org.sparkbuild.owner.pid"
 LABEL_START = "org.sparkbuild.owner.start"
 LABEL_HOST = "org.sparkbuild.owner.host"
 _DISMISS = b"x"
+# `-c`, not `-m`: the package imports this module first, and runpy would run it twice.
+_WATCHDOG = "import sys; from sparkbuild.engines.lifeline import watch; sys.exit(watch())"
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -137,8 +139,7 @@ class Lifeline:
         read_end, self._write_end = os.pipe()  # both non-inheritable: no engine holds them
         try:
             self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, "-m", "sparkbuild.engines.lifeline", "--fd", str(read_end),
-                 *guard],
+                [sys.executable, "-c", _WATCHDOG, "--fd", str(read_end), *guard],
                 pass_fds=(read_end,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -197,7 +198,8 @@ def _remove_container(name: str, settle_s: float = 5.0) -> None:
             time.sleep(0.5)
 
 
-def _watch(argv: list[str] | None = None) -> int:
+def watch(argv: list[str] | None = None) -> int:
+    """The watchdog's main: wait for a dismissal or the owner's death, then clean up."""
     parser = argparse.ArgumentParser(prog="sparkbuild.engines.lifeline")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--pgid", type=int)
@@ -220,4 +222,4 @@ def _watch(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_watch())
+    sys.exit(watch())
