@@ -344,6 +344,8 @@ def lock_summary(report: BenchReport) -> dict[str, Any]:
                 "prefill_tps": c.prefill_tps.median,
                 "decode_tps_request": c.decode_tps_request.median,
                 "decode_tps_aggregate": c.decode_tps_aggregate.median,
+                "decode_tps_engine": c.decode_tps_engine.median,
+                "burst_runs": c.burst_runs,
                 "accept_len": c.accept_len,
                 "errors": c.errors,
             }
