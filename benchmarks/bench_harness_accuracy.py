@@ -140,8 +140,9 @@ def main() -> int:
     args.tg = [int(t) for t in args.tg.split(",")]
     rows: list[dict[str, Any]] = []
     reports: list[dict[str, Any]] = []
-    for host in args.hosts.split(","):
-        for warm in args.warmup.split(","):
+    # Warm-up outermost: a run cut short still has both hosts.
+    for warm in args.warmup.split(","):
+        for host in args.hosts.split(","):
             began = time.monotonic()
             print(f"{host} host, warm-up {warm}: booting vLLM and sweeping ...", flush=True)
             report = sweep_once(host, warm == "on", args)
