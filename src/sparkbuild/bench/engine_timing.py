@@ -16,7 +16,6 @@ of these histograms (read with prometheus-client's parser) gives:
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -34,11 +33,12 @@ HISTOGRAMS = (TPOT, ITL, TTFT)
 
 #: A run whose client decode rate exceeds the engine's by this factor was received in bursts.
 BURST_FACTOR = 1.5
-#: Decode chunks closer together than this (median) arrived in one flush from a socket
-#: buffer: a Python-served engine takes longer than 0.2 ms per decode step (the tiny CPU model
-#: here takes 0.9 ms). With the engine's timing, a quarter of its time per token is the bar.
+#: A stream whose decode tokens arrived less than this far apart on average came in a flush
+#: from a socket buffer: a Python-served engine takes longer than 0.2 ms per decode step (the
+#: tiny CPU model here takes about 1 ms). With the engine's own time per output token, a
+#: stream that arrived more than twice as fast as that is a flush.
 FLUSH_GAP_S = 0.0002
-FLUSH_FRACTION = 0.25
+FLUSH_FRACTION = 0.5
 #: The client's rate agrees with the engine's when within this fraction of it.
 AGREEMENT = 0.05
 
@@ -161,13 +161,15 @@ def engine_delta(before: TimingSnapshot, after: TimingSnapshot, prefix: str) -> 
 
 
 def flushed(result: StreamResult, engine_tpot_s: float | None = None) -> bool:
-    """Whether the stream's decode chunks arrived in a flush rather than as the engine made
-    them: a median gap under :data:`FLUSH_GAP_S`, or under a quarter of the engine's own time
-    per output token when that is known."""
-    times = result.chunk_times
-    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    """Whether the stream's decode tokens arrived in a flush rather than as the engine made
+    them: on average less than :data:`FLUSH_GAP_S` apart, or less than half the engine's own
+    time per output token when that is known. (An average, not a median: engines and
+    frontends often hand over two or three tokens at once without the rate being wrong.)"""
+    tpot = result.time_per_output_token
+    if tpot is None or result.decode_tokens < 2:
+        return False
     bar = max(FLUSH_GAP_S, FLUSH_FRACTION * engine_tpot_s) if engine_tpot_s else FLUSH_GAP_S
-    return len(gaps) >= 2 and statistics.median(gaps) < bar
+    return tpot < bar
 
 
 def client_tpot(results: Sequence[StreamResult]) -> float | None:
