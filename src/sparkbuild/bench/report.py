@@ -43,6 +43,10 @@ COLUMNS = (
     Column("accept len", lambda c: c.accept_len, 2),
 )
 CELL_HEADERS = ("pp", "tg", "depth", "conc")
+# What fits a terminal; the Markdown and JSON outputs have every column.
+TERMINAL_COLUMNS = tuple(
+    c for c in COLUMNS if c.title not in ("TTFT p99 s", "ITL p50 ms", "ITL p99 ms")
+)
 
 
 def number(value: float | None, digits: int | None = None) -> str:
@@ -140,10 +144,11 @@ def render(report: BenchReport, console: Console) -> None:
     table = Table(
         show_header=True, header_style="bold", pad_edge=False, caption="medians over runs"
     )
-    for title in (*CELL_HEADERS, *(c.title for c in COLUMNS), "bursts", "errors"):
+    for title in (*CELL_HEADERS, *(c.title for c in TERMINAL_COLUMNS), "bursts", "errors"):
         table.add_column(title, justify="right")
     for cell in report.cells:
-        row = [*_cell_words(cell), *(number(central(c.value(cell)), c.digits) for c in COLUMNS)]
+        shown = (number(central(c.value(cell)), c.digits) for c in TERMINAL_COLUMNS)
+        row = [*_cell_words(cell), *shown]
         flagged = cell.errors or cell.flags
         table.add_row(*row, _bursts(cell), _errors(cell), style="red" if flagged else None)
     console.print(table)
@@ -296,11 +301,11 @@ def render_compare(
         header_style="bold",
         pad_edge=False,
     )
-    for title in (*CELL_HEADERS, *(c.title for c in COLUMNS)):
+    for title in (*CELL_HEADERS, *(c.title for c in TERMINAL_COLUMNS)):
         table.add_column(title, justify="right")
     for row in rows:
         words = [str(row[k]) for k in ("pp", "tg", "depth", "concurrency")]
-        table.add_row(*words, *(_delta_text(row[c.title], c) for c in COLUMNS))
+        table.add_row(*words, *(_delta_text(row[c.title], c) for c in TERMINAL_COLUMNS))
     console.print(table)
 
 
