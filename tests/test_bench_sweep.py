@@ -268,15 +268,18 @@ def test_loaded_host_burst_is_flagged_and_the_engine_rate_reported(
     project: Path, plain_server: ProcessTarget
 ) -> None:
     """On a busy 2-core host the stream reaches the client in bursts (issue 14: 114-158x the
-    engine's rate at c=1). No client rate may come from a burst; the engine's stands."""
+    engine's rate at c=1). No client rate may come from a burst; the engine's stands.
+
+    The client runs at nice 19 beside two busy loops: it gets the CPU only now and then, as a
+    bench client does on a Spark serving other work, and reads what piled up meanwhile."""
     out = project / "loaded.json"
+    argv = ["nice", "-n", "19", sys.executable, "-m", "sparkbuild", "--project", str(project),
+            "--quiet", "bench", "--url", plain_server.base_url, "--profile", "cpu-plain",
+            "--pp", "32", "--tg", "64", "--concurrency", "1", "--runs", "6", "--no-warmup",
+            "--json", str(out), "--markdown", str(project / "loaded.md")]  # fmt: skip
     with _busy_host():
-        result = _bench(
-            project, "--url", plain_server.base_url, "--profile", "cpu-plain", "--pp", "32",
-            "--tg", "64", "--concurrency", "1", "--runs", "6", "--no-warmup",
-            "--json", str(out), "--markdown", str(project / "loaded.md"),
-        )  # fmt: skip
-    assert result.exit_code == 0, result.output
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
     (cell,) = json.loads(out.read_text())["cells"]
     engine = cell["engine"]
     assert engine["source"] == "vllm:request_time_per_output_token_seconds"
