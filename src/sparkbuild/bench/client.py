@@ -32,6 +32,10 @@ class StreamResult:
     error: str | None = None
     transport_error: bool = False  # the connection failed (engine gone?) rather than HTTP
     first_chunk_tokens: int = 1  # tokens in the first chunk, when the engine reports it
+    #: Arrival time of every chunk that carried text, and the engine's running token count
+    #: at that chunk (0 where the engine sent no per-chunk usage).
+    chunk_times: tuple[float, ...] = ()
+    chunk_tokens: tuple[int, ...] = ()
 
     @property
     def decode_tokens(self) -> int:
@@ -51,6 +55,26 @@ class StreamResult:
         if self.first_token is None or self.last_token is None:
             return None
         return self.last_token - self.first_token
+
+    @property
+    def time_per_output_token(self) -> float | None:
+        """Decode seconds per decode token: the client's view of what vLLM and SGLang
+        histogram as ``request_time_per_output_token_seconds``."""
+        span = self.decode_seconds
+        if not span or span <= 0 or self.decode_tokens <= 0:
+            return None
+        return span / self.decode_tokens
+
+    def chunk_gaps(self) -> list[float]:
+        """Seconds between consecutive chunks after the first, each divided over the tokens
+        the later chunk carried (a speculative step delivers several at once)."""
+        gaps: list[float] = []
+        for i in range(1, len(self.chunk_times)):
+            gap = self.chunk_times[i] - self.chunk_times[i - 1]
+            carried = self.chunk_tokens[i] - self.chunk_tokens[i - 1]
+            tokens = carried if carried > 0 else 1
+            gaps.extend([gap / tokens] * tokens)
+        return gaps
 
 
 def make_client(base_url: str, connections: int, timeout_s: float) -> httpx.AsyncClient:
@@ -93,6 +117,8 @@ async def stream_completion(
     usage: Mapping[str, Any] = {}
     finish: str | None = None
     first_tokens = 1
+    times: list[float] = []
+    counts: list[int] = []
     try:
         async with client.stream("POST", path, json=payload) as response:
             if response.status_code != 200:
@@ -109,11 +135,12 @@ async def stream_completion(
                     raise _StreamError(f"engine error in stream: {str(chunk['error'])[:300]}")
                 if chunk.get("choices"):
                     last = time.monotonic()
+                    running = _usage_int(chunk.get("usage") or {}, "completion_tokens") or 0
+                    times.append(last)
+                    counts.append(running)
                     if first is None:
                         first = last
-                        first_tokens = (
-                            _usage_int(chunk.get("usage") or {}, "completion_tokens") or 1
-                        )
+                        first_tokens = running or 1
                     finish = chunk["choices"][0].get("finish_reason") or finish
                 if chunk.get("usage"):
                     usage = chunk["usage"]
@@ -147,6 +174,8 @@ async def stream_completion(
         finish,
         error,
         first_chunk_tokens=first_tokens,
+        chunk_times=tuple(times),
+        chunk_tokens=tuple(counts),
     )
 
 

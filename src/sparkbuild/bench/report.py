@@ -28,14 +28,27 @@ class Column:
     higher_is_better: bool = True
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
 COLUMNS = (
     Column("TTFT s", lambda c: c.ttft_s, 3, higher_is_better=False),
+    Column("TTFT p99 s", lambda c: c.ttft_p99_s, 3, higher_is_better=False),
     Column("prefill tok/s", lambda c: c.prefill_tps),
     Column("decode tok/s/req", lambda c: c.decode_tps_request),
+    # The engine's own per-request rate (its histograms), beside the client's figure.
+    Column("engine tok/s/req", lambda c: c.decode_tps_engine),
     Column("decode tok/s total", lambda c: c.decode_tps_aggregate),
+    Column("ITL p50 ms", lambda c: _ms(c.itl_p50_s), 2, higher_is_better=False),
+    Column("ITL p99 ms", lambda c: _ms(c.itl_p99_s), 2, higher_is_better=False),
     Column("accept len", lambda c: c.accept_len, 2),
 )
 CELL_HEADERS = ("pp", "tg", "depth", "conc")
+# What fits a terminal; the Markdown and JSON outputs have every column.
+TERMINAL_COLUMNS = tuple(
+    c for c in COLUMNS if c.title not in ("TTFT p99 s", "ITL p50 ms", "ITL p99 ms")
+)
 
 
 def number(value: float | None, digits: int | None = None) -> str:
@@ -70,6 +83,22 @@ def _errors(cell: CellResult) -> str:
     return f"{cell.errors}/{cell.requests}" if cell.errors else "0"
 
 
+def _bursts(cell: CellResult) -> str:
+    return f"{cell.burst_runs}/{len(cell.runs)}" if cell.burst_runs else "0"
+
+
+def _flag_lines(report: BenchReport) -> list[str]:
+    lines = [f"{cell.key.label()}: {flag}" for cell in report.cells for flag in cell.flags]
+    if not lines:
+        return []
+    return [
+        "",
+        "Flagged (a burst run reports the engine's rate only; see `bench` in docs/bench.md):",
+        "",
+        *(f"- {line}" for line in lines),
+    ]
+
+
 def _headline(report: BenchReport) -> list[str]:
     engine = report.engine
     target = report.target
@@ -93,15 +122,17 @@ def markdown(report: BenchReport) -> str:
     out += [f"- {line}" for line in _headline(report)]
     out += [
         "",
-        "Values: median (min-max) over runs. Decode total: all streams of the cell together.",
+        "Values: median (min-max) over runs. Decode total: all streams of the cell together. "
+        "Engine: the engine's own per-request rate. p50/p99: over all requests of the cell.",
         "",
     ]
-    header = [*CELL_HEADERS, *(c.title for c in COLUMNS), "errors"]
+    header = [*CELL_HEADERS, *(c.title for c in COLUMNS), "bursts", "errors"]
     out.append("| " + " | ".join(header) + " |")
     out.append("|" + "|".join("---:" for _ in header) + "|")
     for cell in report.cells:
         row = [*_cell_words(cell), *(show(c.value(cell), c.digits) for c in COLUMNS)]
-        out.append("| " + " | ".join([*row, _errors(cell)]) + " |")
+        out.append("| " + " | ".join([*row, _bursts(cell), _errors(cell)]) + " |")
+    out += _flag_lines(report)
     if report.pending_cells:
         out += ["", "Not measured (the sweep stopped): " + "; ".join(report.pending_cells)]
     return "\n".join(out) + "\n"
@@ -115,24 +146,37 @@ def render(report: BenchReport, console: Console) -> None:
     table = Table(
         show_header=True, header_style="bold", pad_edge=False, caption="medians over runs"
     )
-    for title in (*CELL_HEADERS, *(c.title for c in COLUMNS), "errors"):
+    for title in (*CELL_HEADERS, *(c.title for c in TERMINAL_COLUMNS), "bursts", "errors"):
         table.add_column(title, justify="right")
     for cell in report.cells:
-        row = [*_cell_words(cell), *(number(central(c.value(cell)), c.digits) for c in COLUMNS)]
-        table.add_row(*row, Text(_errors(cell)), style="red" if cell.errors else None)
+        shown = (number(central(c.value(cell)), c.digits) for c in TERMINAL_COLUMNS)
+        row = [*_cell_words(cell), *shown]
+        flagged = cell.errors or cell.flags
+        table.add_row(
+            *row, Text(_bursts(cell)), Text(_errors(cell)), style="red" if flagged else None
+        )
     console.print(table)
+    for line in _flag_lines(report)[3:]:
+        console.print(line, markup=False, highlight=False, style="yellow")
 
 
 def load_report(path: Path) -> BenchReport:
+    """A sparkbuild ``bench --json`` report, or a llama-benchy ``--format json`` one."""
+    from sparkbuild.bench import llama_benchy
+
     try:
-        return BenchReport.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if llama_benchy.is_llama_benchy(data):
+            return llama_benchy.to_report(data, path)
+        return BenchReport.model_validate(data)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except (ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0:3]
         raise UsageError(
-            f"{path} is not a sparkbuild bench report: {' '.join(first)}",
-            "write one with `sparkbuild bench ... --json FILE`",
+            f"{path} is not a sparkbuild bench report or a llama-benchy 0.4 JSON: "
+            f"{' '.join(first)}",
+            "write one with `sparkbuild bench ... --json FILE` (or `llama-benchy --format json`)",
         ) from None
 
 
@@ -197,6 +241,15 @@ def compare_warnings(a: BenchReport, b: BenchReport) -> tuple[str | None, list[s
             + "); the deltas mix their effects",
         )
     for label, report in (("A", a), ("B", b)):
+        if report.harness.name == "llama-benchy":
+            warnings.append(
+                f"{label} is a llama-benchy {report.harness.version} report: means over runs "
+                "(not medians), chat completions, and decode rates from chunk arrival with no "
+                "engine cross-check"
+            )
+        bursts = sum(c.burst_runs for c in report.cells)
+        if bursts:
+            warnings.append(f"{label} has {bursts} burst runs (client decode rate discarded)")
         if not report.complete:
             warnings.append(f"{label} is incomplete: {report.error}")
         if report.prompts is not None and not report.prompts.exact:
@@ -252,11 +305,11 @@ def render_compare(
         header_style="bold",
         pad_edge=False,
     )
-    for title in (*CELL_HEADERS, *(c.title for c in COLUMNS)):
+    for title in (*CELL_HEADERS, *(c.title for c in TERMINAL_COLUMNS)):
         table.add_column(title, justify="right")
     for row in rows:
         words = [str(row[k]) for k in ("pp", "tg", "depth", "concurrency")]
-        table.add_row(*words, *(_delta_text(row[c.title], c) for c in COLUMNS))
+        table.add_row(*words, *(_delta_text(row[c.title], c) for c in TERMINAL_COLUMNS))
     console.print(table)
 
 
@@ -300,6 +353,8 @@ def lock_summary(report: BenchReport) -> dict[str, Any]:
                 "prefill_tps": c.prefill_tps.median,
                 "decode_tps_request": c.decode_tps_request.median,
                 "decode_tps_aggregate": c.decode_tps_aggregate.median,
+                "decode_tps_engine": c.decode_tps_engine.median,
+                "burst_runs": c.burst_runs,
                 "accept_len": c.accept_len,
                 "errors": c.errors,
             }

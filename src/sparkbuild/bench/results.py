@@ -12,6 +12,20 @@ Definitions (per run of a cell, i.e. ``concurrency`` requests sent at once):
 * ``decode_tps_aggregate``: ``sum(decode tokens) / (latest last chunk - earliest first
   chunk)``: what the engine decodes in total while the cell's streams are running.
 * ``output_tps``: ``sum(completion_tokens) / (last stream done - first request sent)``.
+* ``prefill_tps_aggregate``: ``sum(prompt_tokens) / (latest first chunk - earliest send)``.
+* ``decode_tps_engine``: the engine's own per-request decode rate over the same requests,
+  ``1 / mean(request_time_per_output_token_seconds)`` from its histogram delta
+  (:mod:`sparkbuild.bench.engine_timing`); ``client_engine_ratio`` = client / engine rate.
+
+A run is a **burst** when its streams arrived in one flush or far faster than the engine
+decoded them (a starved client reading a socket buffer). A burst run reports no client decode
+rate (``decode_tps_request``/``decode_tps_aggregate`` null, ``burst`` says why); the engine's
+figure stands beside it. ``flags`` on a cell name every run whose client and engine rates
+differ by more than 5 %.
+
+Percentiles (cell, all runs pooled): ``ttft_p50_s``/``ttft_p99_s`` over requests;
+``itl_p50_s``/``itl_p99_s`` over the gaps between decode chunks (per token) of non-burst runs.
+``engine`` holds the engine's own view: TTFT/ITL percentiles as histogram bucket bounds.
 
 A cell reports the median, min and max of each over its runs. Acceptance length is one number
 per cell, from the engine's counter deltas over that cell alone; it is ``null`` when the
@@ -20,6 +34,7 @@ engine proposed no drafts (speculation off), never 1.0 by assumption.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Literal
@@ -27,11 +42,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sparkbuild.bench.client import StreamResult
+from sparkbuild.bench.engine_timing import AGREEMENT, EngineDelta, burst_reason, client_tpot
 from sparkbuild.bench.sweep import CellKey, Sweep
 
 SCHEMA_VERSION = 1
 MAX_ERROR_SAMPLES = 5
-METRICS = ("ttft_s", "prefill_tps", "decode_tps_request", "decode_tps_aggregate", "output_tps")
+METRICS = (
+    "ttft_s",
+    "prefill_tps",
+    "prefill_tps_aggregate",
+    "decode_tps_request",
+    "decode_tps_aggregate",
+    "decode_tps_engine",
+    "output_tps",
+)
 
 
 class _Model(BaseModel):
@@ -73,6 +97,40 @@ class RunFigures(_Model):
     prompt_tokens: int  # summed over the run's successful requests (engine usage)
     completion_tokens: int
     accept_len: float | None = None
+    prefill_tps_aggregate: float | None = None
+    decode_tps_engine: float | None = None  # the engine's own per-request rate
+    client_engine_ratio: float | None = None  # client / engine per-request decode rate
+    burst: str | None = None  # why the client's decode timing was discarded
+
+
+class EngineTiming(_Model):
+    """The engine's own timing over a whole cell (histogram deltas; percentiles are the
+    upper bounds of the buckets that hold them)."""
+
+    source: str
+    requests: float
+    tpot_s: float | None
+    decode_tps_request: float | None
+    itl_mean_s: float | None = None
+    itl_p50_le_s: float | None = None
+    itl_p99_le_s: float | None = None
+    ttft_p50_le_s: float | None = None
+    ttft_p99_le_s: float | None = None
+
+    @classmethod
+    def of(cls, delta: EngineDelta) -> EngineTiming:
+        itl, ttft = delta.itl, delta.ttft
+        return cls(
+            source=delta.source,
+            requests=delta.requests,
+            tpot_s=_round(delta.tpot_s, 6),
+            decode_tps_request=_round(delta.decode_tps_request, 4),
+            itl_mean_s=_round(itl.mean(), 6) if itl else None,
+            itl_p50_le_s=itl.bound(0.5) if itl else None,
+            itl_p99_le_s=itl.bound(0.99) if itl else None,
+            ttft_p50_le_s=ttft.bound(0.5) if ttft else None,
+            ttft_p99_le_s=ttft.bound(0.99) if ttft else None,
+        )
 
 
 class Speculation(_Model):
@@ -94,6 +152,15 @@ class CellResult(_Model):
     decode_tps_request: Stat
     decode_tps_aggregate: Stat
     output_tps: Stat
+    prefill_tps_aggregate: Stat = Stat()
+    decode_tps_engine: Stat = Stat()
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p99_s: float | None = None
+    engine: EngineTiming | None = None
+    burst_runs: int = 0
+    flags: list[str] = []
     accept_len: float | None  # null: no drafts proposed in this cell (speculation off)
     speculation: Speculation | None = None
     prompt_tokens_target: int
@@ -112,7 +179,7 @@ class CellResult(_Model):
 
 
 class HarnessInfo(_Model):
-    name: Literal["sparkbuild-bench"] = "sparkbuild-bench"
+    name: Literal["sparkbuild-bench", "llama-benchy"] = "sparkbuild-bench"
     version: str
     sparkbuild: str
     http_client: str
@@ -173,9 +240,18 @@ class BenchReport(_Model):
         return next((c for c in self.cells if c.key == key), None)
 
 
-def run_figures(results: Sequence[StreamResult], accept_len: float | None = None) -> RunFigures:
-    """One run's figures from its requests (failed requests only count as errors)."""
+def run_figures(
+    results: Sequence[StreamResult],
+    accept_len: float | None = None,
+    engine: EngineDelta | None = None,
+) -> RunFigures:
+    """One run's figures from its requests (failed requests only count as errors), checked
+    against the engine's own timing of the same requests when there is one."""
     good = [r for r in results if r.ok and r.completion_tokens is not None]
+    burst = burst_reason(good, engine)
+    engine_rate = engine.decode_tps_request if engine else None
+    mine = client_tpot(good)
+    ratio = engine.tpot_s / mine if engine and engine.tpot_s and mine else None
     ttfts = [r.ttft for r in good if r.ttft is not None]
     prefill = [r.prompt_tokens / r.ttft for r in good if r.prompt_tokens and r.ttft and r.ttft > 0]
     per_request: list[float] = []
@@ -189,11 +265,16 @@ def run_figures(results: Sequence[StreamResult], accept_len: float | None = None
     window = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
     wall = max(r.done for r in results) - min(r.sent for r in results) if results else 0.0
     produced = sum(r.completion_tokens or 0 for r in good)
+    prompted = sum(r.prompt_tokens or 0 for r in good)
+    prefill_window = max(firsts) - min(r.sent for r in good) if firsts else 0.0
+    trusted = burst is None  # never a client decode rate computed from a burst
     return RunFigures(
         ttft_s=_mean(ttfts),
         prefill_tps=_mean(prefill),
-        decode_tps_request=_mean(per_request),
-        decode_tps_aggregate=round(decoded / window, 4) if decoded and window > 0 else None,
+        decode_tps_request=_mean(per_request) if trusted else None,
+        decode_tps_aggregate=(
+            round(decoded / window, 4) if decoded and window > 0 and trusted else None
+        ),
         output_tps=round(produced / wall, 4) if produced and wall > 0 else None,
         seconds=round(wall, 4),
         requests=len(results),
@@ -201,11 +282,65 @@ def run_figures(results: Sequence[StreamResult], accept_len: float | None = None
         prompt_tokens=sum(r.prompt_tokens or 0 for r in good),
         completion_tokens=produced,
         accept_len=accept_len,
+        prefill_tps_aggregate=(
+            round(prompted / prefill_window, 4) if prompted and prefill_window > 0 else None
+        ),
+        decode_tps_engine=_round(engine_rate, 4),
+        client_engine_ratio=_round(ratio, 4),
+        burst=burst,
     )
 
 
 def _mean(values: Sequence[float]) -> float | None:
     return round(statistics.fmean(values), 4) if values else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (an observed value, no interpolation)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def client_percentiles(
+    runs: Sequence[Sequence[StreamResult]], figures: Sequence[RunFigures]
+) -> dict[str, float | None]:
+    """TTFT p50/p99 over every finished request of a cell; ITL p50/p99 over the decode chunk
+    gaps of its non-burst runs (a burst's gaps are the client's read loop, not the engine)."""
+    ttfts = [r.ttft for run in runs for r in run if r.ok and r.ttft is not None]
+    gaps = [
+        gap
+        for run, fig in zip(runs, figures, strict=True)
+        if fig.burst is None
+        for r in run
+        if r.ok
+        for gap in r.chunk_gaps()
+    ]
+    return {
+        "ttft_p50_s": _round(percentile(ttfts, 0.5), 6),
+        "ttft_p99_s": _round(percentile(ttfts, 0.99), 6),
+        "itl_p50_s": _round(percentile(gaps, 0.5), 6),
+        "itl_p99_s": _round(percentile(gaps, 0.99), 6),
+    }
+
+
+def run_flags(figures: Sequence[RunFigures]) -> list[str]:
+    """A line per run whose client figure is a burst or strays from the engine's."""
+    flags: list[str] = []
+    for index, run in enumerate(figures, start=1):
+        if run.burst:
+            flags.append(f"run {index}: burst ({run.burst}); client decode rate not reported")
+        elif run.client_engine_ratio is not None and abs(run.client_engine_ratio - 1) > AGREEMENT:
+            flags.append(
+                f"run {index}: client decode rate {100 * (run.client_engine_ratio - 1):+.1f} % "
+                "from the engine's"
+            )
+    return flags
 
 
 def cell_stats(runs: Sequence[RunFigures]) -> dict[str, Stat]:

@@ -27,12 +27,14 @@ import requests
 from sparkbuild import __version__
 from sparkbuild.bench import HARNESS_VERSION
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
+from sparkbuild.bench.engine_timing import TimingSnapshot, engine_delta, snapshot_timing
 from sparkbuild.bench.prompts import PROMPT_RECIPE, BenchPrompt, PromptFactory
 from sparkbuild.bench.results import (
     MAX_ERROR_SAMPLES,
     BenchReport,
     CellResult,
     EngineInfo,
+    EngineTiming,
     HarnessInfo,
     HostInfo,
     PromptInfo,
@@ -40,7 +42,9 @@ from sparkbuild.bench.results import (
     Speculation,
     TargetInfo,
     cell_stats,
+    client_percentiles,
     run_figures,
+    run_flags,
 )
 from sparkbuild.bench.sweep import CellKey, Sweep
 from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
@@ -221,8 +225,11 @@ class Sweeper:
             return False
         return probe(self.session, self.target.base_url + self.adapter.health_path, 5.0) == 200
 
-    def _counters(self) -> Counters:
-        return settled_counters(self.adapter, self.session, self.target.base_url)
+    def _counters(self) -> tuple[Counters, TimingSnapshot]:
+        """Counters once settled, then the timing histograms (the engine is idle by then)."""
+        counters = settled_counters(self.adapter, self.session, self.target.base_url)
+        prefix = f"{self.adapter.name}:"
+        return counters, snapshot_timing(self.session, self.target.base_url, prefix)
 
     def _body(self, engine: _Engine, prompt: BenchPrompt, tokens: int) -> dict[str, Any]:
         return {
@@ -279,27 +286,40 @@ class Sweeper:
                 self._log_hint(),
             ) from exc
         self.all_exact = self.all_exact and all(p.exact for p in prompts)
-        cell_before = await asyncio.to_thread(self._counters)
-        before = cell_before
+        cell_before, cell_timing = await asyncio.to_thread(self._counters)
+        before, timing = cell_before, cell_timing
         figures: list[RunFigures] = []
+        all_results: list[list[StreamResult]] = []
         samples: list[str] = []
+        prefix = f"{self.adapter.name}:"
         for run in range(runs):
             self.progress.run(run, runs)
             batch = prompts[run * key.concurrency : (run + 1) * key.concurrency]
             bodies = [self._body(engine, p, key.tg) for p in batch]
             results = await stream_many(engine.client, bodies)
-            after = await asyncio.to_thread(self._counters)
+            after, timing_after = await asyncio.to_thread(self._counters)
             accept = self.adapter.acceptance_from_delta(before, after)
-            figures.append(run_figures(results, accept.accept_len))
+            measured = engine_delta(timing, timing_after, prefix)
+            figures.append(run_figures(results, accept.accept_len, measured))
+            all_results.append(results)
             samples.extend(self._error_samples(results, samples))
-            before = after
+            before, timing = after, timing_after
             if any(not r.ok for r in results) and not await asyncio.to_thread(self._alive):
                 raise EngineGoneError(
                     f"the engine stopped answering during {key.label()} run {run + 1}/{runs}: "
                     f"{next(r.error for r in results if r.error)}",
                     self._log_hint(),
                 )
-        return self._cell_result(key, figures, samples, cell_before, before)
+        cell = self._cell_result(key, figures, samples, cell_before, before)
+        whole = engine_delta(cell_timing, timing, prefix)
+        return cell.model_copy(
+            update={
+                **client_percentiles(all_results, figures),
+                "engine": EngineTiming.of(whole) if whole else None,
+                "burst_runs": sum(1 for f in figures if f.burst),
+                "flags": run_flags(figures),
+            }
+        )
 
     @staticmethod
     def _error_samples(results: Sequence[StreamResult], seen: Sequence[str]) -> list[str]:
@@ -340,12 +360,19 @@ class Sweeper:
         good_requests = sum(run.requests - run.errors for run in runs)
         generated = GENERATION_COUNTER.get(self.adapter.name)
         hits = PREFIX_HIT_COUNTER.get(self.adapter.name)
+        stats = cell_stats(runs)
         return CellResult(
             pp=key.pp,
             tg=key.tg,
             depth=key.depth,
             concurrency=key.concurrency,
-            **cell_stats(runs),
+            ttft_s=stats["ttft_s"],
+            prefill_tps=stats["prefill_tps"],
+            prefill_tps_aggregate=stats["prefill_tps_aggregate"],
+            decode_tps_request=stats["decode_tps_request"],
+            decode_tps_aggregate=stats["decode_tps_aggregate"],
+            decode_tps_engine=stats["decode_tps_engine"],
+            output_tps=stats["output_tps"],
             accept_len=speculation.accept_len if speculation else None,
             speculation=speculation,
             prompt_tokens_target=key.prompt_tokens,

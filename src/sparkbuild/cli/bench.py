@@ -122,13 +122,28 @@ def _default_log_path(settings: Settings, name: str) -> Path:
 
 
 def _write_outputs(
-    report: BenchReport, json_path: str | None, markdown_path: Path | None, plot_path: Path | None
+    report: BenchReport,
+    json_path: str | None,
+    markdown_path: Path | None,
+    plot_path: Path | None,
+    csv_path: Path | None = None,
+    table_style: str = "sparkbuild",
 ) -> None:
+    from sparkbuild.bench import llama_benchy
+
     if json_path:
         emit_json(report.model_dump(mode="json"), json_path)
     if markdown_path:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(bench_report.markdown(report), encoding="utf-8")
+        text = (
+            llama_benchy.to_markdown(report)
+            if table_style == "llama-benchy"
+            else bench_report.markdown(report)
+        )
+        markdown_path.write_text(text, encoding="utf-8")
+    if csv_path:
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        csv_path.write_text(llama_benchy.to_csv(report), encoding="utf-8")
     if plot_path and report.cells:
         plot_decode([report], plot_path)
 
@@ -192,6 +207,20 @@ def _write_outputs(
     "markdown_path",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the Markdown table to FILE.",
+)
+@click.option(
+    "--table-style",
+    type=click.Choice(["sparkbuild", "llama-benchy"]),
+    default="sparkbuild",
+    show_default=True,
+    help="Columns of the --markdown table: sparkbuild's, or llama-benchy 0.4's (plus the "
+    "engine's rate and bursts).",
+)
+@click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a CSV with llama-benchy 0.4's columns (then sparkbuild's) to FILE.",
 )
 @click.option(
     "--plot",
@@ -272,6 +301,8 @@ def _run(
     label: str | None,
     json_path: str | None,
     markdown_path: Path | None,
+    table_style: str,
+    csv_path: Path | None,
     plot_path: Path | None,
     record_build: str | None,
     boot_timeout: float | None,
@@ -334,7 +365,7 @@ def _run(
                 report = run_bench(target, adapter, plan, progress)
         else:
             report = run_bench(target, adapter, plan, SilentProgress())
-    _write_outputs(report, json_path, markdown_path, plot_path)
+    _write_outputs(report, json_path, markdown_path, plot_path, csv_path, table_style)
     if json_path != "-":
         bench_report.render(report, console.out)
     if claims is not None:
@@ -380,6 +411,9 @@ def compare(
     plot_path: Path | None,
 ) -> None:
     """Side-by-side medians of two `bench --json` reports with deltas in percent (B vs A).
+
+    Either side may be a llama-benchy 0.4 `--format json` file (its means stand in for
+    medians), to set a sparkbuild run beside a published llama-benchy table.
 
     Warns when the runs differ in more than the one thing compared (harness version, prompts
     or seed, cells, runs, host, or several engine settings at once).

@@ -7,7 +7,9 @@ One lifecycle for all three, shared by the smoke and bench stages::
         ... talk to target.base_url ...
 
 A target that owns its engine (container, process) always stops it on exit, also on errors
-and Ctrl-C: processes by their process group (no orphans), containers by removal.
+and Ctrl-C: processes by their process group (no orphans), containers by removal. If
+sparkbuild itself is killed (SIGKILL, OOM), :mod:`sparkbuild.engines.lifeline` stops the engine:
+a parent-death signal and a watchdog for processes, a watchdog and owner labels for containers.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import requests
 
+from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
 from sparkbuild.engines.logs import LineSplitter, LogBuffer
 from sparkbuild.errors import SparkbuildError, UsageError
 
@@ -157,6 +160,7 @@ class ProcessTarget(Target):
         self.logs = LogBuffer(log_path)
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
+        self._lifeline: Lifeline | None = None
 
     @property
     def base_url(self) -> str:
@@ -179,6 +183,9 @@ class ProcessTarget(Target):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killpg reaches every child
+                # SIGTERM from the kernel if we die; the thread that starts it must outlive
+                # it. The hook only calls the already-resolved prctl: no lock, no import.
+                preexec_fn=parent_death_signal(),  # noqa: PLW1509
             )
         except OSError as exc:
             raise UsageError(
@@ -187,6 +194,9 @@ class ProcessTarget(Target):
                 "'python -m vllm.entrypoints.openai.api_server')",
             ) from exc
         self.started_at = time.monotonic()
+        # The parent-death signal reaches only the engine's first process; the watchdog
+        # stops the whole group (engine workers it spawned) if we are killed.
+        self._lifeline = Lifeline.for_process_group(self._proc.pid)
         self._reader = threading.Thread(target=self._pump, name="engine-log", daemon=True)
         self._reader.start()
 
@@ -232,6 +242,8 @@ class ProcessTarget(Target):
                 self._signal_group(pgid, signal.SIGKILL)
                 self._wait_group(pgid, 10.0)
         self._proc.wait()
+        if self._lifeline is not None:
+            self._lifeline.dismiss()
         if self._reader is not None:
             self._reader.join(timeout=5)
         if self.logs is not None:
@@ -349,6 +361,7 @@ class ContainerTarget(Target):
         self._reader: threading.Thread | None = None
         self._exit: int | None = None
         self._last_poll = 0.0
+        self._lifeline: Lifeline | None = None
 
     @property
     def base_url(self) -> str:
@@ -374,7 +387,8 @@ class ContainerTarget(Target):
                 for m in self.mounts
             },
             "device_requests": device_requests(self.gpus),
-            "labels": {"org.sparkbuild.stage": "smoke"},
+            # Who owns it: a later run removes it if this process dies without doing so.
+            "labels": {"org.sparkbuild.stage": "smoke", **owner_labels()},
         }
         if self.shm_size and self.ipc != "host":
             kwargs["shm_size"] = self.shm_size
@@ -384,7 +398,10 @@ class ContainerTarget(Target):
         import docker.errors
 
         self._client = docker_client()
+        remove_orphans(self._client)  # engines left by a sparkbuild that was killed
         self.image_id = local_image_id(self.image)
+        # Armed before the container exists: a kill during `run` is covered too.
+        self._lifeline = Lifeline.for_container(self.name)
         try:
             self._container = self._client.containers.run(self.image, **self._run_kwargs())
         except docker.errors.APIError as exc:
@@ -451,6 +468,9 @@ class ContainerTarget(Target):
                 self._reader.join(timeout=5)
         self._remove()
         self._container = None
+        if self._lifeline is not None:
+            self._lifeline.dismiss()
+            self._lifeline = None
         if self.logs is not None:
             self.logs.close()
 

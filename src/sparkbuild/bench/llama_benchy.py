@@ -1,0 +1,275 @@
+"""llama-benchy 0.4 compatibility: read its ``--format json``, write its CSV and Markdown.
+
+DGX Spark posts publish llama-benchy tables. Formats as llama-benchy 0.4.0 writes them
+(``llama_benchy/results.py``):
+
+* JSON: run metadata (``version``, ``timestamp``, ``model``, ``latency_mode``, ...) and
+  ``benchmarks[]``, each with ``concurrency``, ``context_size``, ``prompt_size``,
+  ``response_size``, ``is_context_prefill_phase`` and ``{mean, std, values}`` for
+  ``pp_throughput``, ``pp_req_throughput``, ``tg_throughput``, ``tg_req_throughput``,
+  ``peak_throughput``, ``peak_req_throughput``, ``ttfr``, ``est_ppt``, ``e2e_ttft`` (times
+  in ms). ``*_throughput`` is the batch total when concurrency > 1, per request otherwise.
+* Rows: one ``pp{N}`` and one ``tg{N}`` row per run, `` @ d{depth}`` when there is context,
+  `` (c{N})`` when the suite's highest concurrency is above 1.
+* CSV columns: ``model, test_name, t_s_mean, t_s_std, t_s_req_mean, ..., e2e_ttft_std``.
+* Markdown: ``model | test | t/s (total) | t/s (req) | peak t/s | peak t/s (req) |
+  ttfr (ms) | est_ppt (ms) | e2e_ttft (ms)`` (``t/s`` and no per-request columns at c=1),
+  cells ``mean ± std`` with two decimals.
+
+sparkbuild's exports keep those columns in that order and append its own (the engine's rate,
+bursts, percentiles). It does not measure ``ttfr``/``est_ppt``/peaks: those stay empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkbuild.bench.results import (
+    BenchReport,
+    CellResult,
+    EngineInfo,
+    HarnessInfo,
+    HostInfo,
+    RunFigures,
+    Stat,
+    TargetInfo,
+)
+from sparkbuild.bench.sweep import Sweep
+
+CSV_COLUMNS = (
+    "model", "test_name", "t_s_mean", "t_s_std", "t_s_req_mean", "t_s_req_std",
+    "peak_ts_mean", "peak_ts_std", "peak_ts_req_mean", "peak_ts_req_std", "ttfr_mean",
+    "ttfr_std", "est_ppt_mean", "est_ppt_std", "e2e_ttft_mean", "e2e_ttft_std",
+)  # fmt: skip
+SPARKBUILD_CSV_COLUMNS = (
+    "engine_t_s_req_mean", "engine_t_s_req_std", "burst_runs", "ttft_p50_ms", "ttft_p99_ms",
+    "itl_p50_ms", "itl_p99_ms", "flags",
+)  # fmt: skip
+MD_HEADERS = (
+    "model", "test", "t/s (total)", "t/s (req)", "peak t/s", "peak t/s (req)", "ttfr (ms)",
+    "est_ppt (ms)", "e2e_ttft (ms)",
+)  # fmt: skip
+MD_HEADERS_C1 = ("model", "test", "t/s", "peak t/s", "ttfr (ms)", "est_ppt (ms)", "e2e_ttft (ms)")
+SPARKBUILD_MD_HEADERS = ("engine t/s (req)", "bursts")
+
+
+# --- reading ----------------------------------------------------------------------------
+
+
+class _Metric(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    mean: float
+    std: float = 0.0
+    values: list[float] = []
+
+
+class _Run(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # time series and later additions
+    concurrency: int = Field(ge=1)
+    context_size: int = Field(ge=0)
+    prompt_size: int = Field(ge=0)
+    response_size: int = Field(ge=0)
+    is_context_prefill_phase: bool = False
+    pp_throughput: _Metric | None = None
+    pp_req_throughput: _Metric | None = None
+    tg_throughput: _Metric | None = None
+    tg_req_throughput: _Metric | None = None
+    e2e_ttft: _Metric | None = None
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    version: str = "unknown"
+    timestamp: str = ""
+    model: str = "unknown"
+    latency_mode: str | None = None
+    benchmarks: list[_Run]
+
+
+def is_llama_benchy(data: Any) -> bool:
+    """A llama-benchy JSON: ``benchmarks[]`` at the top, no sparkbuild ``schema_version``."""
+    return isinstance(data, dict) and "benchmarks" in data and "schema_version" not in data
+
+
+def _stat(metric: _Metric | None, scale: float = 1.0) -> Stat:
+    """llama-benchy gives mean ± std: the mean stands where sparkbuild puts its median."""
+    if metric is None:
+        return Stat()
+    values = [v * scale for v in metric.values] or [metric.mean * scale]
+    return Stat(
+        median=round(metric.mean * scale, 4),
+        min=round(min(values), 4),
+        max=round(max(values), 4),
+        n=len(values),
+    )
+
+
+def _cell(run: _Run) -> CellResult:
+    per_request = run.tg_req_throughput or run.tg_throughput
+    return CellResult(
+        pp=run.prompt_size,
+        tg=run.response_size,
+        depth=run.context_size,
+        concurrency=run.concurrency,
+        ttft_s=_stat(run.e2e_ttft, 0.001),  # llama-benchy times are in ms
+        prefill_tps=_stat(run.pp_req_throughput or run.pp_throughput),
+        prefill_tps_aggregate=_stat(run.pp_throughput),
+        decode_tps_request=_stat(per_request),
+        decode_tps_aggregate=_stat(run.tg_throughput),
+        output_tps=Stat(),
+        accept_len=None,
+        prompt_tokens_target=run.context_size + run.prompt_size,
+        prompt_tokens=None,
+        completion_tokens=None,
+        requests=0,
+        errors=0,
+        runs=[],
+    )
+
+
+def to_report(data: Mapping[str, Any], path: Path) -> BenchReport:
+    """A llama-benchy JSON as a (client-side only) sparkbuild report, for ``bench compare``.
+    Raises ValueError/ValidationError on a file that does not have the 0.4 shape."""
+    parsed = _Report.model_validate(data)
+    runs = [r for r in parsed.benchmarks if not r.is_context_prefill_phase]
+    if not runs:
+        raise ValueError("no benchmark runs (only context-prefill phases, or none at all)")
+    cells = [_cell(r) for r in runs]
+    repeats = max((len((r.tg_throughput or r.pp_throughput or _Metric(mean=0)).values)
+                   for r in runs), default=1)  # fmt: skip
+    return BenchReport(
+        created=parsed.timestamp,
+        label=f"llama-benchy {parsed.version} · {parsed.model} ({path.name})",
+        profile=None,
+        harness=HarnessInfo(
+            name="llama-benchy", version=parsed.version, sparkbuild="-", http_client="aiohttp"
+        ),
+        host=HostInfo(hostname="(not recorded)", platform="", machine="", cpus=None, python=""),
+        target=TargetInfo(kind="url", value="(not recorded by llama-benchy)"),
+        engine=EngineInfo(name="(not recorded)", model=parsed.model, served_model=parsed.model),
+        sweep=Sweep(
+            pp=sorted({c.pp for c in cells}),
+            tg=sorted({c.tg for c in cells}),
+            depth=sorted({c.depth for c in cells}),
+            concurrency=sorted({c.concurrency for c in cells}),
+            runs=max(repeats, 1),
+        ),
+        complete=True,
+        cells=cells,
+    )
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def _mean_std(values: Sequence[float | None]) -> tuple[float, float] | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return statistics.fmean(present), statistics.pstdev(present)  # numpy's std: ddof 0
+
+
+def _over_runs(
+    cell: CellResult, pick: Callable[[RunFigures], float | None], scale: float = 1.0
+) -> tuple[float, float] | None:
+    return _mean_std([None if (v := pick(run)) is None else v * scale for run in cell.runs])
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1000:.3f}"
+
+
+def rows(report: BenchReport) -> list[dict[str, Any]]:
+    """llama-benchy's rows (pp then tg per cell) with sparkbuild's extras; each value is a
+    ``(mean, std)`` pair or None."""
+    multi = max(report.sweep.concurrency, default=1) > 1
+    model = report.engine.served_model or report.engine.model
+    out: list[dict[str, Any]] = []
+    for cell in report.cells:
+        depth = f" @ d{cell.depth}" if cell.depth > 0 else ""
+        conc = f" (c{cell.concurrency})" if multi else ""
+        batch = cell.concurrency > 1
+        out.append(
+            {
+                "model": model,
+                "test_name": f"pp{cell.pp}{depth}{conc}",
+                "t_s": _over_runs(
+                    cell,
+                    (lambda r: r.prefill_tps_aggregate) if batch else (lambda r: r.prefill_tps),
+                ),
+                "t_s_req": _over_runs(cell, lambda r: r.prefill_tps),
+                "e2e_ttft": _over_runs(cell, lambda r: r.ttft_s, 1000.0),
+                "ttft_p50_ms": _ms(cell.ttft_p50_s),
+                "ttft_p99_ms": _ms(cell.ttft_p99_s),
+                "cell": cell,
+            }
+        )
+        out.append(
+            {
+                "model": model,
+                "test_name": f"tg{cell.tg}{depth}{conc}",
+                "t_s": _over_runs(
+                    cell,
+                    (lambda r: r.decode_tps_aggregate)
+                    if batch
+                    else (lambda r: r.decode_tps_request),
+                ),
+                "t_s_req": _over_runs(cell, lambda r: r.decode_tps_request),
+                "engine_t_s_req": _over_runs(cell, lambda r: r.decode_tps_engine),
+                "burst_runs": str(cell.burst_runs),
+                "itl_p50_ms": _ms(cell.itl_p50_s),
+                "itl_p99_ms": _ms(cell.itl_p99_s),
+                "flags": "; ".join(cell.flags),
+                "cell": cell,
+            }
+        )
+    return out
+
+
+def _split(pair: tuple[float, float] | None) -> tuple[str, str]:
+    return ("", "") if pair is None else (f"{pair[0]:.4f}", f"{pair[1]:.4f}")
+
+
+def to_csv(report: BenchReport) -> str:
+    """llama-benchy's CSV columns, in its order, then sparkbuild's."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=[*CSV_COLUMNS, *SPARKBUILD_CSV_COLUMNS])
+    writer.writeheader()
+    for row in rows(report):
+        line = {"model": row["model"], "test_name": row["test_name"]}
+        for key in ("t_s", "t_s_req", "e2e_ttft", "engine_t_s_req"):
+            line[f"{key}_mean"], line[f"{key}_std"] = _split(row.get(key))
+        for key in ("burst_runs", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms",
+                    "flags"):  # fmt: skip
+            line[key] = row.get(key, "")
+        writer.writerow({k: v for k, v in line.items() if k in writer.fieldnames})
+    return buffer.getvalue()
+
+
+def _fmt(pair: tuple[float, float] | None) -> str:
+    return "" if pair is None else f"{pair[0]:.2f} ± {pair[1]:.2f}"
+
+
+def to_markdown(report: BenchReport) -> str:
+    """llama-benchy's Markdown table (its headers and ``mean ± std`` cells), then sparkbuild's
+    engine rate and burst count."""
+    multi = max(report.sweep.concurrency, default=1) > 1
+    headers = [*(MD_HEADERS if multi else MD_HEADERS_C1), *SPARKBUILD_MD_HEADERS]
+    lines = ["| " + " | ".join(headers) + " |",
+             "|:" + "|".join(["-" * 3] + ["--:"] * (len(headers) - 1)) + "|"]  # fmt: skip
+    for row in rows(report):
+        values = [row["model"], row["test_name"], _fmt(row["t_s"])]
+        if multi:
+            values.append(_fmt(row["t_s_req"]))
+        values += ["", ""] if multi else [""]  # peak t/s: not measured
+        values += ["", "", _fmt(row.get("e2e_ttft"))]  # ttfr, est_ppt: not measured
+        values += [_fmt(row.get("engine_t_s_req")), row.get("burst_runs", "")]
+        lines.append("| " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"

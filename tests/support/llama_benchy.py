@@ -1,0 +1,87 @@
+"""llama-benchy 0.4.0 from PyPI, for format tests: a cached venv and its own results writer.
+
+``write_outputs(DIR)`` feeds timed requests (made here, no engine) through llama-benchy's own
+``BenchmarkResults`` and writes what ``--format json``, ``csv`` and ``md`` write, so the tests
+read the real format of the real release rather than a copy of it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from filelock import FileLock
+
+from tests.support.cache import shared_test_cache
+
+LLAMA_BENCHY_VERSION = "0.4.0"
+_READY = ".sparkbuild-ready"
+
+#: Runs llama-benchy's result code on requests with known timestamps:
+#: pp 32, tg 16, depth 0 and 64, concurrency 1 and 2, two runs (batches) per cell.
+_WRITE = r"""
+import sys
+from pathlib import Path
+from llama_benchy.client import RequestResult
+from llama_benchy.results import BenchmarkMetadata, BenchmarkResults
+
+out = Path(sys.argv[1])
+results = BenchmarkResults()
+results.metadata = BenchmarkMetadata(
+    version="0.4.0", timestamp="2026-11-22 01:00:00", latency_mode="none", latency_ms=0.0,
+    model="tiny/llama", prefix_caching_enabled=False, max_concurrency=2,
+)
+
+def request(start, ttft, itl, tokens):
+    first = start + ttft
+    stamps = [first + i * itl for i in range(tokens)]
+    return RequestResult(start_ts=start, end_ts=stamps[-1] + 0.001, first_token_ts=first,
+                         first_response_ts=first, prompt_tokens=32, total_tokens=tokens,
+                         token_timestamps=stamps)
+
+for depth in (0, 64):
+    for concurrency in (1, 2):
+        batches = []
+        for run in range(2):
+            itl = 0.010 + 0.002 * run  # 100 and 83.3 tok/s per request
+            batches.append([request(100.0 * run, 0.050, itl, 16) for _ in range(concurrency)])
+        results.add("tiny/llama", 32, 16, depth, concurrency, batches, 0.0, 32)
+
+results.save_report(str(out / "benchy.json"), "json", 2)
+results.save_report(str(out / "benchy.csv"), "csv", 2)
+results.save_report(str(out / "benchy.md"), "md", 2)
+"""
+
+
+def llama_benchy_python(cache_dir: Path | None = None) -> Path:
+    """A venv's python with ``llama-benchy==0.4.0`` (made once, about 20 s)."""
+    cache = cache_dir or shared_test_cache()
+    venv = cache / f"llama-benchy-{LLAMA_BENCHY_VERSION}"
+    python = venv / "bin" / "python"
+    if (venv / _READY).exists():
+        return python
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(venv) + ".lock"):
+        if (venv / _READY).exists():
+            return python
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "--disable-pip-version-check", "-q", "install",
+             f"llama-benchy=={LLAMA_BENCHY_VERSION}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        (venv / _READY).write_text(f"llama-benchy=={LLAMA_BENCHY_VERSION}\n", encoding="utf-8")
+    return python
+
+
+def write_outputs(directory: Path) -> dict[str, Path]:
+    """llama-benchy's own JSON, CSV and Markdown for the requests in ``_WRITE``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [str(llama_benchy_python()), "-c", _WRITE, str(directory)], check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return {kind: directory / f"benchy.{kind}" for kind in ("json", "csv", "md")}

