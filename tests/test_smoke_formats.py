@@ -294,3 +294,21 @@ def test_container_mounts_for_local_model_and_hub_id(
                         "--enable-metrics", "--x"]  # fmt: skip
     full = command_argv("serve {model} --port {port}", VllmAdapter(), "m", 99, ["--x"])
     assert full == ["serve", "m", "--port", "99"]
+
+
+def test_the_total_wait_is_bounded_by_the_profile() -> None:
+    from sparkbuild.smoke.profile import SmokeProfile
+    from sparkbuild.smoke.runner import profile_prompts, request_bound_s, total_bound_s
+
+    profile = SmokeProfile.model_validate(
+        {
+            "engine": "vllm",
+            "model": "/models/x",
+            "prompts": ["prose", "repetitive"],
+            "expect": {"boot_timeout_s": 100, "request_timeout_s": 7},
+        }
+    )
+    count = len(profile_prompts(profile))
+    assert count >= 2
+    assert request_bound_s(profile, count) == 7 * count
+    assert total_bound_s(profile, count) == 100 + 7 * count

@@ -302,6 +302,18 @@ def serve_prompts(
     return served
 
 
+def request_bound_s(profile: SmokeProfile, prompts: int) -> float:
+    """The longest the request phase can take: each request is cut at the profile's
+    ``request_timeout_s``, and the first one cut ends the phase (a hung engine answers none
+    of the rest), so a hung server costs one timeout, never one per prompt."""
+    return prompts * profile.expect.request_timeout_s
+
+
+def total_bound_s(profile: SmokeProfile, prompts: int) -> float:
+    """Boot wait plus the request phase: the most a smoke run waits on the engine."""
+    return profile.expect.boot_timeout_s + request_bound_s(profile, prompts)
+
+
 def run_smoke(
     target: Target,
     adapter: EngineAdapter,
@@ -316,14 +328,17 @@ def run_smoke(
     with target:
         readiness: Readiness | None = None
         if target.owns_engine:
-            progress(f"waiting for {adapter.name} to boot (up to {expect.boot_timeout_s:g} s)")
+            progress(
+                f"waiting for {adapter.name} to boot (up to {expect.boot_timeout_s:g} s; "
+                f"{total_bound_s(profile, len(profile_prompts(profile))):g} s in all at most)"
+            )
             readiness = wait_ready(target, adapter, expect.boot_timeout_s)
         if readiness is not None and not readiness.ready:
             return _boot_failure(target, adapter, profile, profile_name, readiness, began)
         run_from = target.logs.count if target.logs is not None else 0
-        served = serve_prompts(
-            adapter, target.base_url, profile_prompts(profile), profile, progress
-        )
+        prompts = profile_prompts(profile)
+        progress(f"requests: at most {request_bound_s(profile, len(prompts)):g} s in all")
+        served = serve_prompts(adapter, target.base_url, prompts, profile, progress)
         exited = target.exit_code()
         run_to = target.logs.count if target.logs is not None else 0
     all_lines = target.logs.since(0) if target.logs is not None else []
