@@ -116,11 +116,20 @@ def test_far_claim_is_reported_with_its_ratio(run: dict[str, Any]) -> None:
     assert 0.1 < accept["ratio"] <= 0.4
     assert f"{accept['ratio']:.2f}\N{MULTIPLICATION SIGN}" in run["markdown"]
     decode = rows["decode_tps"]
-    measured = [r["decode_tps_aggregate"] for r in cell["runs"]]
-    assert decode["status"] == "compared"
-    assert decode["measured"]["min"] == pytest.approx(min(measured), rel=1e-3)
-    assert decode["measured"]["max"] == pytest.approx(max(measured), rel=1e-3)
-    assert decode["ratio"] == pytest.approx(decode["measured"]["median"] / CLAIMED_DECODE, rel=1e-3)
+    # A burst run has no client rate (a busy host); the claim is held against the others.
+    measured = [
+        r["decode_tps_aggregate"]
+        for r in cell["runs"]
+        if not r["burst"] and r["decode_tps_aggregate"] is not None
+    ]
+    if not measured:
+        assert decode["status"] == "not comparable" and "burst" in decode["reason"]
+    else:
+        assert decode["status"] == "compared"
+        assert decode["measured"]["min"] == pytest.approx(min(measured), rel=1e-3)
+        assert decode["measured"]["max"] == pytest.approx(max(measured), rel=1e-3)
+        ratio = decode["measured"]["median"] / CLAIMED_DECODE
+        assert decode["ratio"] == pytest.approx(ratio, rel=1e-3)
     settings = {d["setting"] for d in run["claims"]["differences"]["spark"]}
     assert settings == {"engine version", "image", "flags", "harness", "prompt set", "hardware"}
 

@@ -178,11 +178,12 @@ def _compare(claim: LoadedClaim, metric: str, claimed: Figure, cells: list[CellR
     stat = Stat.of([v for c in cells for v in _run_values(c, metric)])
     words = _cell_words(cells)
     if stat.median is None:
-        missing = (
-            "the run proposed no drafts in this cell (speculation off)"
-            if metric == "accept_len"
-            else f"the run has no {METRICS[metric]} in this cell"
-        )
+        if metric == "accept_len":
+            missing = "the run proposed no drafts in this cell (speculation off)"
+        elif any(c.burst_runs for c in cells) and metric.startswith("decode"):
+            missing = "every run arrived in a burst: no client decode rate to hold it against"
+        else:
+            missing = f"the run has no {METRICS[metric]} in this cell"
         return ClaimRow(claim, metric, claimed, "not comparable", reason=missing, run_cells=words)
     failed = sum(c.errors for c in cells)
     reason = f"{failed} of {sum(c.requests for c in cells)} requests failed" if failed else None
