@@ -98,22 +98,24 @@ class Chain:
         return data
 
 
-@pytest.fixture(scope="module")
-def chain(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
-    root = tmp_path_factory.mktemp("bump-sglang")
+def _bump_chain(
+    test_cache: Path, root: Path, patches: tuple[str, ...], spec: str, steps: list[str]
+) -> Chain:
+    """A project holding ``patches`` and ``spec``, locked, committed, then bumped through
+    ``steps`` with --write, one commit per step."""
     upstream = sglang_upstream_with_pr_24436(sglang_release_repo(test_cache, ALL_RELEASES), root)
     project = root / "project"
     (project / "builds").mkdir(parents=True)
     (project / "patches" / "sglang").mkdir(parents=True)
-    for name in (TM12, DRAFT):
+    for name in patches:
         shutil.copy(SHIPPED / name, project / "patches" / "sglang" / name)
-    (project / "builds" / "sglang.yaml").write_text(START_SPEC)
+    (project / "builds" / "sglang.yaml").write_text(spec)
     chain = Chain(project, upstream)
     locked = chain.run("lock")
     assert locked.exit_code == 0, locked.output
     git(project, "init", "-q", "-b", "main")
     commit_all(project, "0.5.12 only")
-    for version in STEPS:
+    for version in steps:
         result = chain.run("bump", "sglang", "--to", f"v{version}", "--write", "--json")
         assert result.exit_code in (0, 1), result.output
         chain.payloads[version] = json.loads(result.stdout)
@@ -122,27 +124,20 @@ def chain(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
 
 
 @pytest.fixture(scope="module")
+def chain(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    root = tmp_path_factory.mktemp("bump-sglang")
+    return _bump_chain(test_cache, root, (TM12, DRAFT), START_SPEC, STEPS)
+
+
+@pytest.fixture(scope="module")
 def defaults_chain(test_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Chain:
     """The FROZEN_KV_MTP speculative-defaults fix, carried alone from its 0.5.12 form."""
     root = tmp_path_factory.mktemp("bump-sglang-defaults")
-    upstream = sglang_upstream_with_pr_24436(sglang_release_repo(test_cache, ALL_RELEASES), root)
-    project = root / "project"
-    (project / "builds").mkdir(parents=True)
-    (project / "patches" / "sglang").mkdir(parents=True)
-    shutil.copy(SHIPPED / SD12, project / "patches" / "sglang" / SD12)
     spec = START_SPEC.split("patches:\n", maxsplit=1)[0] + (
         f'patches:\n  - {{file: patches/sglang/{SD12}, when: ">=0.5.12"}}\n\nbuilds:'
         + START_SPEC.split("builds:", 1)[1]
     )
-    (project / "builds" / "sglang.yaml").write_text(spec)
-    chain = Chain(project, upstream)
-    assert chain.run("lock").exit_code == 0
-    git(project, "init", "-q", "-b", "main")
-    commit_all(project, "0.5.12 only")
-    result = chain.run("bump", "sglang", "--to", "v0.5.13", "--write", "--json")
-    assert result.exit_code in (0, 1), result.output
-    chain.payloads["0.5.13"] = json.loads(result.stdout)
-    return chain
+    return _bump_chain(test_cache, root, (SD12,), spec, ["0.5.13"])
 
 
 def _items(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
