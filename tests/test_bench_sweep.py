@@ -23,7 +23,7 @@ import requests
 import yaml
 from click.testing import CliRunner
 
-from sparkbuild import lock
+from sparkbuild import lockfile
 from sparkbuild.cli import main
 from sparkbuild.engines import ProcessTarget, adapter_for, free_port, wait_ready
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_python, vllm_server_command
@@ -57,7 +57,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bench-project")
     _profile(root, "cpu-spec", speculation=True)
     _profile(root, "cpu-plain", speculation=False)
-    lock.set_section(root / "images.lock", "cpu", "image", {"image_id": IMAGE_ID})
+    lockfile.set_section(root / "images.lock", "cpu", "image", {"image_id": IMAGE_ID})
     return root
 
 
@@ -182,7 +182,7 @@ def test_sweep_with_speculation_reports_every_cell(
 
 
 def test_record_stores_summary_beside_smoke(project: Path, spec_report: dict[str, Any]) -> None:
-    entry = lock.build_entry(lock.load(project / "images.lock"), "cpu")
+    entry = lockfile.build_entry(lockfile.load(project / "images.lock"), "cpu")
     assert entry is not None
     summary = entry["bench"][IMAGE_ID]["cpu-spec"]
     assert summary["harness"] == spec_report["harness"]["version"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild import lock as lockfile
+from sparkbuild import lockfile
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.preflight.gate import preflight_gate, preflight_verdicts
 from sparkbuild.settings import Settings

@@ -69,7 +69,7 @@ def test_shipped_build_passes_preflight(project: Project, build: str) -> None:
 
 
 def test_lock_records_the_verdict_by_tree_and_dependencies(project: Project) -> None:
-    from sparkbuild import lock as lockfile
+    from sparkbuild import lockfile
     from sparkbuild.preflight import record
 
     build = "sglang-0.5.23-spark"

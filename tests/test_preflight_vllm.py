@@ -83,7 +83,7 @@ def test_cli_reports_json_records_and_fails_by_exit_status(project: Project) -> 
     import subprocess
     import sys
 
-    from sparkbuild import lock as lockfile
+    from sparkbuild import lockfile
 
     base = [sys.executable, "-m", "sparkbuild", "--project", str(project.path)]
     base += ["--cache-dir", str(project.settings.cache_dir)]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sparkbuild import lock
+from sparkbuild import lockfile
 from sparkbuild.cli import main
 
 
@@ -90,16 +90,16 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
 
 def test_killed_lock_writer_leaves_a_whole_lock(tmp_path: Path) -> None:
     path = tmp_path / "images.lock"
-    lock.set_section(path, "b1", "source", {"commit": "a" * 40})
+    lockfile.set_section(path, "b1", "source", {"commit": "a" * 40})
     writer = (
         "import pathlib, sys\n"
-        "from sparkbuild import lock\n"
+        "from sparkbuild import lockfile\n"
         "path = pathlib.Path(sys.argv[1])\n"
         "blob = ['x' * 1000] * 5000\n"
         "print('ready', flush=True)\n"
         "while True:\n"
-        "    lock.set_section(path, 'b1', 'source', {'commit': 'b' * 40, 'blob': blob})\n"
-        "    lock.set_section(path, 'b1', 'source', {'commit': 'c' * 40, 'blob': blob})\n"
+        "    lockfile.set_section(path, 'b1', 'source', {'commit': 'b' * 40, 'blob': blob})\n"
+        "    lockfile.set_section(path, 'b1', 'source', {'commit': 'c' * 40, 'blob': blob})\n"
     )
     child = subprocess.Popen([sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE)
     assert child.stdout is not None
@@ -107,30 +107,30 @@ def test_killed_lock_writer_leaves_a_whole_lock(tmp_path: Path) -> None:
     time.sleep(1.5)  # let it be in the middle of some write
     child.send_signal(signal.SIGKILL)
     child.wait()
-    commit = lock.load(path)["builds"]["b1"]["source"]["commit"]
+    commit = lockfile.load(path)["builds"]["b1"]["source"]["commit"]
     assert commit in {"a" * 40, "b" * 40, "c" * 40}
 
 
 def test_failed_mutation_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "images.lock"
-    lock.set_section(path, "b1", "image", {"image_id": "sha256:1"})
+    lockfile.set_section(path, "b1", "image", {"image_id": "sha256:1"})
     before = path.read_text()
 
-    def explode(data: lock.LockData) -> None:
+    def explode(data: lockfile.LockData) -> None:
         data["builds"]["b1"]["image"] = {"image_id": "sha256:2"}
         raise RuntimeError("build failed")
 
     with pytest.raises(RuntimeError):
-        lock.update(path, explode)
+        lockfile.update(path, explode)
     assert path.read_text() == before
     assert not list(tmp_path.glob(".images.lock.*.tmp"))
 
 
 def test_lock_is_canonical(tmp_path: Path) -> None:
     path = tmp_path / "images.lock"
-    lock.set_section(path, "zeta", "source", {"b": 1, "a": 2})
-    lock.set_section(path, "alpha", "source", {"y": [3, 1], "x": None})
+    lockfile.set_section(path, "zeta", "source", {"b": 1, "a": 2})
+    lockfile.set_section(path, "alpha", "source", {"y": [3, 1], "x": None})
     text = path.read_text()
     assert text.index("alpha:") < text.index("zeta:")
     assert text.index("a: 2") < text.index("b: 1")
-    assert lock.dumps(lock.load(path)) == text
+    assert lockfile.dumps(lockfile.load(path)) == text

@@ -20,10 +20,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import git, yamlfile
-from sparkbuild import lock as lockfile
+from sparkbuild import git, lockfile, yamlfile
 from sparkbuild.errors import LockError
-from sparkbuild.lock import SCHEMA
+from sparkbuild.lockfile import SCHEMA
 from sparkbuild.mirror import Mirror, looks_like_sha
 from sparkbuild.spec import Build
 

@@ -2,7 +2,7 @@
 
 Only what sparkbuild reads back is pinned down (commits, hashes, PR numbers, image ids);
 each stage may add keys of its own (``extra="allow"``). Validation never changes the data:
-:func:`sparkbuild.lock.load` returns the plain mapping it read.
+:func:`sparkbuild.lockfile.load` returns the plain mapping it read.
 """
 
 from __future__ import annotations

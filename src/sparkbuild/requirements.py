@@ -41,8 +41,7 @@ from packaging.requirements import Requirement as PEP508Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from sparkbuild import git
-from sparkbuild import lock as lockfile
+from sparkbuild import git, lockfile
 from sparkbuild.errors import SparkbuildError, SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkbuild import console, git, lockproof, scope
-from sparkbuild import lock as lockfile
+from sparkbuild import console, git, lockfile, lockproof, scope
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.mirror import Mirror, RemoteRefs, looks_like_sha
 from sparkbuild.patching import ScratchIndex

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from sparkbuild import lock as lockfile
+from sparkbuild import lockfile
 from sparkbuild.preflight import record
 from sparkbuild.preflight.report import CheckResult, PreflightReport, ProfileResult
 from sparkbuild.settings import Settings

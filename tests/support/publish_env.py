@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkbuild import lock
+from sparkbuild import lockfile
 from sparkbuild.smoke import report
 from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.runner import SmokeResult
@@ -78,7 +78,7 @@ def record_smoke(lock_path: Path, build: str, profile: str, verdict: str = "pass
     does after a container of the pinned image ran (so the verdict is verified)."""
     status: Literal["pass", "fail"] = "pass" if verdict == "pass" else "fail"
     result = SmokeResult(
-        image_id=lock.pinned_image_id(lock_path, build),
+        image_id=lockfile.pinned_image_id(lock_path, build),
         verdict=status,
         profile=profile,
         engine="sglang",

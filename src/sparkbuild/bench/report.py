@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import lock
+from sparkbuild import lockfile
 from sparkbuild.bench.results import BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.errors import UsageError
@@ -365,7 +365,7 @@ def lock_summary(report: BenchReport) -> dict[str, Any]:
 
 def record(lock_path: Path, build: str, report: BenchReport) -> str:
     """Store the summary under ``builds.<build>.bench.<image_id>.<profile>``."""
-    return lock.record_for_image(
+    return lockfile.record_for_image(
         lock_path, build, "bench", report.profile or report.label, lock_summary(report),
         tested_id=report.target.image_id, activity="benchmark",
     )  # fmt: skip

@@ -694,7 +694,7 @@ def _inside(settings: Settings, relative: str) -> Path:
 
 def fresh_builds(settings: Settings) -> set[str]:
     """Builds whose lock entry matches the spec now (offline), to re-pin after the edit."""
-    from sparkbuild import lock as lockfile
+    from sparkbuild import lockfile
 
     data = lockfile.load(settings.lock_file)
     fresh = set()

@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
-from sparkbuild import console, lock
+from sparkbuild import console, lockfile
 from sparkbuild.bench import report as bench_report
 from sparkbuild.bench.plot import plot_decode, require_matplotlib
 from sparkbuild.bench.results import BenchReport, CellResult
@@ -325,7 +325,7 @@ def _run(
     if plot_path is not None:
         require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
     if record_build:
-        lock.pinned_image_id(settings.lock_file, record_build)  # fail before a long boot
+        lockfile.pinned_image_id(settings.lock_file, record_build)  # fail before a long boot
     sweep = Sweep(
         pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
         warmup=not no_warmup,

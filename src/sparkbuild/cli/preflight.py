@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from sparkbuild import console
-from sparkbuild import lock as lockfile
+from sparkbuild import console, lockfile
 from sparkbuild.cli import emit_json
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight

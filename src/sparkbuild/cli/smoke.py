@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from packaging.version import Version
 
-from sparkbuild import console, lock
+from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json
 from sparkbuild.cli.options import SECONDS
 from sparkbuild.engines.adapters import adapter_for
@@ -124,7 +124,7 @@ def smoke(
     check_writable(log_path, "--log")
     if record_build:
         tested_id = local_image_id(image) if image else None
-        lock.check_pinned_image(settings.lock_file, record_build, tested_id, "smoke run")
+        lockfile.check_pinned_image(settings.lock_file, record_build, tested_id, "smoke run")
     adapter = adapter_for(
         profile.engine,
         version=_engine_version(engine_version, image),

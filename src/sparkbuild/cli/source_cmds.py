@@ -9,8 +9,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import console, lockproof, requirements, source
-from sparkbuild import lock as lockfile
+from sparkbuild import console, lockfile, lockproof, requirements, source
 from sparkbuild.cli import emit_json, render_error
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.mirror import Mirror

@@ -17,8 +17,7 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild import console, requirements, source
-from sparkbuild import lock as lockfile
+from sparkbuild import console, lockfile, requirements, source
 from sparkbuild.errors import BuildFailedError, LockError, SparkbuildError, SpecError
 from sparkbuild.image import (
     base_config,

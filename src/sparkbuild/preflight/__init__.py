@@ -444,7 +444,7 @@ def _python_digest(python: Path) -> str:
 def record(settings: Settings, report: PreflightReport) -> None:
     """``builds.<build>.preflight.<tree>+<deps>``; other keys (and, under the same key, the
     verdicts of profiles this run did not check) stay."""
-    from sparkbuild import lock as lockfile
+    from sparkbuild import lockfile
 
     def mutate(data: dict[str, Any]) -> None:
         entry = data["builds"].setdefault(report.build, {})

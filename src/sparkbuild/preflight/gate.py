@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkbuild import console
-from sparkbuild import lock as lockfile
+from sparkbuild import console, lockfile
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build

@@ -16,8 +16,7 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild import console
-from sparkbuild import lock as lockfile
+from sparkbuild import console, lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
 from sparkbuild.image import builder
 from sparkbuild.preflight.gate import preflight_gate

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import lock
+from sparkbuild import lockfile
 from sparkbuild.smoke.runner import SmokeResult
 
 _STYLE = {"pass": "green", "fail": "red", "skip": "dim"}
@@ -101,7 +101,7 @@ def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     does not count.
     """
     tested_id = result.image_id if result.target_kind == "image" else None
-    return lock.record_for_image(
+    return lockfile.record_for_image(
         lock_path, build, "smoke", result.profile, lock_entry(result),
         tested_id=tested_id, activity="smoke run",
     )  # fmt: skip
