@@ -107,7 +107,7 @@ def test_killed_lock_writer_leaves_a_whole_lock(tmp_path: Path) -> None:
     time.sleep(1.5)  # let it be in the middle of some write
     child.send_signal(signal.SIGKILL)
     child.wait()
-    commit = lockfile.load(path)["builds"]["b1"]["source"]["commit"]
+    commit = lockfile.load(path).to_data()["builds"]["b1"]["source"]["commit"]
     assert commit in {"a" * 40, "b" * 40, "c" * 40}
 
 
@@ -116,12 +116,12 @@ def test_failed_mutation_writes_nothing(tmp_path: Path) -> None:
     lockfile.set_section(path, "b1", "image", {"image_id": "sha256:1"})
     before = path.read_text()
 
-    def explode(data: lockfile.LockData) -> None:
-        data["builds"]["b1"]["image"] = {"image_id": "sha256:2"}
+    def explode(entry: lockfile.BuildEntry) -> None:
+        entry.image = lockfile.ImageSection(image_id="sha256:2")
         raise RuntimeError("build failed")
 
     with pytest.raises(RuntimeError):
-        lockfile.update(path, explode)
+        lockfile.update_entry(path, "b1", explode)
     assert path.read_text() == before
     assert not list(tmp_path.glob(".images.lock.*.tmp"))
 

@@ -307,14 +307,11 @@ def resolve(build: Build, settings: Settings) -> tuple[list[PinnedWheel], dict[s
     return pinned, wheels
 
 
-def locked_pins(entry: dict[str, Any] | None) -> list[PinnedWheel] | None:
+def locked_pins(entry: lockfile.BuildEntry | None) -> list[PinnedWheel] | None:
     """The requirement pins of a lock entry (None when the entry has no such section)."""
-    if not entry or "requirements" not in entry:
+    if entry is None or entry.requirements is None:
         return None
-    section = entry["requirements"]
-    if not isinstance(section, list):
-        raise SparkbuildError("images.lock: requirements is not a list", "run `sparkbuild lock`")
-    return [PinnedWheel.from_dict(item) for item in section]
+    return [PinnedWheel.from_dict(item.to_data()) for item in entry.requirements]
 
 
 _SAFE_FILENAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
@@ -415,17 +412,14 @@ def lock_requirements(prepared: PreparedSource, settings: Settings) -> Requireme
     return RequirementReport(build, source, tuple(conflicts), tuple(pinned))
 
 
-def record(report: RequirementReport, settings: Settings) -> None:
-    lockfile.set_section(
-        settings.lock_file,
-        report.build.name,
-        "requirements",
-        [p.to_dict() for p in report.pinned],
-    )
+def record(report: RequirementReport, lock: lockfile.LockHandle) -> None:
+    """Queue ``builds.<build>.requirements`` in ``lock`` (written with the build's entry)."""
+    wheels = [lockfile.LockedWheel(**p.to_dict()) for p in report.pinned]
+    lock.set_section(report.build.name, "requirements", wheels)
 
 
 def image_wheels(
-    build: Build, settings: Settings, entry: dict[str, Any] | None, *, locked: bool
+    build: Build, settings: Settings, entry: lockfile.BuildEntry | None, *, locked: bool
 ) -> tuple[list[PinnedWheel], list[Path]]:
     """The pins and files an image of ``build`` installs: the lock's, else resolved now.
 

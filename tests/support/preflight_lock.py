@@ -20,15 +20,14 @@ def record_preflight(
     *,
     where: str = "image",
 ) -> str:
-    entry = lockfile.build_entry(lockfile.load(lock_path), build) or {}
-    image = entry.get("image") or {}
-    image_id = str(image.get("image_id"))
+    image = lockfile.read_entry(lock_path, build).image or lockfile.ImageSection()
+    image_id = str(image.image_id)
     report = PreflightReport(
         build=build,
         engine="sglang",
         version="0.0.0",
         where=where,
-        tree=str(image.get("tree", "0" * 40)),
+        tree=image.tree or "0" * 40,
         deps_digest=image_id if where == "image" else "sha256:" + "c" * 64,
         package_checks=(CheckResult("compile", "pass", "recorded by the tests"),),
         profiles=(ProfileResult(profile, (CheckResult("config", verdict, "recorded"),)),),

@@ -193,13 +193,15 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
         _check(settings, selected, all_builds=not builds)
         return
     failed = []
+    lock = lockfile.LockHandle.open(settings.lock_file)
     for build in selected:
         prepared = source.prepare_source(build, settings)
         if prepared.ok:
             pinned = requirements.lock_requirements(prepared, settings)  # raises on a conflict
-            source.record(prepared, settings)
+            source.record(prepared, lock)
             if pinned is not None:
-                requirements.record(pinned, settings)
+                requirements.record(pinned, lock)
+            lock.write()  # this build's entry, once: a later build's conflict keeps it
             console.info(
                 f"locked {build.name}: {prepared.base_commit[:12]} tree {prepared.tree[:12]}"
             )
@@ -226,30 +228,30 @@ def _check(settings: Settings, builds: list[Build], all_builds: bool) -> None:
             "`sparkbuild lock` (or `nox -s lock`) writes it, then commit it"
         )
         return
-    problems = lockproof.schema_problems(path)
+    problems = lockfile.schema_problems(path)
     if problems:
         _stale(problems, f"{path.name} is not a valid sparkbuild lock")
-    data = lockfile.load(path)
+    lock = lockfile.load(path)
     for build in builds:
-        entry = lockfile.build_entry(data, build.name)
-        locked = entry.get("source") if entry else None
+        entry = lock.entry(build.name)
+        locked = entry.source if entry else None
         stale = source.staleness(build, locked)
         problems += stale or _prove_offline(settings, build, locked)
     if all_builds:
         known = {b.name for b in builds}
         problems += [
-            f"{name}: in the lock but in no spec" for name in data["builds"] if name not in known
+            f"{name}: in the lock but in no spec" for name in lock.builds if name not in known
         ]
     if problems:
         _stale(problems, f"{path.name} is stale")
     console.info(f"images.lock matches the specs ({len(builds)} build(s))")
 
 
-def _prove_offline(settings: Settings, build: Build, locked: Any) -> list[str]:
+def _prove_offline(
+    settings: Settings, build: Build, locked: lockfile.SourceSection | None
+) -> list[str]:
     """Re-derive the locked tree from the local mirror, when it holds the pinned commits."""
-    if not isinstance(locked, dict) or not lockproof.mirror_has(
-        Mirror(settings.cache_dir, build.repo), locked
-    ):
+    if locked is None or not lockproof.mirror_has(Mirror(settings.cache_dir, build.repo), locked):
         console.info(
             f"{build.name}: commit and tree not re-derived (no local mirror holds them); "
             f"`sparkbuild prepare --locked {build.name}` fetches and proves them"

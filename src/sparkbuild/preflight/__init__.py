@@ -446,19 +446,17 @@ def record(settings: Settings, report: PreflightReport) -> None:
     verdicts of profiles this run did not check) stay."""
     from sparkbuild import lockfile
 
-    def mutate(data: dict[str, Any]) -> None:
-        entry = data["builds"].setdefault(report.build, {})
-        section = entry.get(SECTION)
-        if not isinstance(section, dict):
-            section = entry[SECTION] = {}
-        value = report.lock_value()
-        earlier = section.get(report.key)
-        if isinstance(earlier, dict) and isinstance(earlier.get("profiles"), dict):
-            # Same tree and dependencies: a run of other profiles adds to the verdicts.
-            value["profiles"] = {**earlier["profiles"], **value["profiles"]}
-        section[report.key] = value
+    run = lockfile.PreflightRun.model_validate(report.lock_value())
 
-    lockfile.update(settings.lock_file, mutate)
+    def change(entry: lockfile.BuildEntry) -> None:
+        runs = entry.preflight or {}
+        earlier = runs.get(report.key)
+        if earlier is not None and "profiles" in earlier.model_fields_set:
+            # Same tree and dependencies: a run of other profiles adds to the verdicts.
+            run.profiles = {**earlier.profiles, **run.profiles}
+        entry.preflight = {**runs, report.key: run}
+
+    lockfile.update_entry(settings.lock_file, report.build, change)
 
 
 def report_json(reports: list[PreflightReport]) -> str:

@@ -6,8 +6,6 @@ run proves the tree, not what the image holds.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sparkbuild import console, lockfile
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.settings import Settings
@@ -18,20 +16,24 @@ SECTION = "preflight"
 
 def preflight_verdicts(settings: Settings, build: Build, image_id: str) -> dict[str, str]:
     """profile -> 'pass', 'fail', 'skip' or 'missing' for the image's own preflight runs."""
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
-    section = entry.get(SECTION)
-    runs: list[dict[str, Any]] = [
+    entry = lockfile.read_entry(settings.lock_file, build.name)
+    runs = [
         run
-        for run in (section.values() if isinstance(section, dict) else [])
-        if isinstance(run, dict) and run.get("image_id") == image_id and run.get("where") == "image"
+        for run in (entry.preflight or {}).values()
+        if run.image_id == image_id and run.where == "image"
     ]
     verdicts = {}
     for profile in build.smoke_profiles:
-        seen = [
-            str(run.get("profiles", {}).get(profile, {}).get("verdict", "missing")) for run in runs
-        ]
+        seen = [_verdict(run, profile) for run in runs]
         verdicts[profile] = "pass" if "pass" in seen else (seen[-1] if seen else "missing")
     return verdicts
+
+
+def _verdict(run: lockfile.PreflightRun, profile: str) -> str:
+    verdict = run.profiles.get(profile)
+    if verdict is None or "verdict" not in verdict.model_fields_set:
+        return "missing"
+    return str(verdict.verdict)
 
 
 def preflight_gate(settings: Settings, build: Build, image_id: str, *, force: bool) -> bool:
