@@ -108,19 +108,23 @@ def test_every_section_loads_typed_and_dumps_byte_identical(full: Path) -> None:
     assert lockfile.schema_problems(full) == []
 
 
-def test_a_handle_writes_each_build_once_and_keeps_other_writers(full: Path) -> None:
+def test_a_handle_writes_each_build_once_and_keeps_other_writers(
+    full: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     handle = lockfile.LockHandle.open(full)
     # Another command records a verdict meanwhile: the handle's write must keep it.
     lockfile.set_section(full, "b2", "image", {"image_id": IMAGE})
     handle.set_section("b1", "source", handle.entry("b1").source)  # type: ignore[union-attr]
     handle.set_section("b1", "image", lockfile.ImageSection(image_id=IMAGE, tags=["t"]))
-    writes = []
+    writes: list[Path] = []
     real = lockfile.write_atomic
-    try:
-        lockfile.write_atomic = lambda path, text: (writes.append(path), real(path, text))[1]  # type: ignore[assignment]
-        handle.write()
-    finally:
-        lockfile.write_atomic = real  # type: ignore[assignment]
+
+    def counted(path: Path, text: str) -> None:
+        writes.append(path)
+        real(path, text)
+
+    monkeypatch.setattr(lockfile, "write_atomic", counted)
+    handle.write()
     assert writes == [full]
     written = lockfile.load(full)
     assert written.builds["b2"].image is not None
