@@ -696,10 +696,10 @@ def fresh_builds(settings: Settings) -> set[str]:
     """Builds whose lock entry matches the spec now (offline), to re-pin after the edit."""
     from sparkbuild import lockfile
 
-    data = lockfile.load(settings.lock_file)
+    lock = lockfile.load(settings.lock_file)
     fresh = set()
     for build in load_builds(settings).values():
-        entry = lockfile.build_entry(data, build.name)
-        if entry and not source.staleness(build, entry.get("source")):
+        entry = lock.entry(build.name)
+        if entry and not source.staleness(build, entry.source):
             fresh.add(build.name)
     return fresh

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from sparkbuild import console, source
+from sparkbuild import console, lockfile, source
 from sparkbuild.bump.plan import (
     BumpPlan,
     fresh_builds,
@@ -67,10 +67,12 @@ def _lock(settings: Settings, plan: BumpPlan, fresh: set[str]) -> list[str]:
     names = [plan.new_build] if plan.ready else []
     names += sorted(n for n in fresh if n in builds and n != plan.new_build)
     locked = []
+    lock = lockfile.LockHandle.open(settings.lock_file)
     for name in names:
         prepared = source.prepare_source(builds[name], settings)
         if prepared.ok:
-            source.record(prepared, settings)
+            source.record(prepared, lock)
+            lock.write()  # this build's entry, once; a later build's error keeps it
             locked.append(name)
     return locked
 
