@@ -22,11 +22,11 @@ from sparkbuild import lock as lockfile
 from sparkbuild.errors import BuildFailedError, LockError, SparkbuildError, SpecError
 from sparkbuild.image import (
     base_config,
+    base_image,
     builder,
     context,
     cubins,
     labels,
-    registry,
     source_args,
 )
 from sparkbuild.settings import Settings
@@ -83,7 +83,7 @@ class _Plan:
 
     prepared: PreparedSource
     platform: str
-    base: registry.BaseImage
+    base: base_image.BaseImage
     dockerfile: context.Dockerfile
     labels: dict[str, str]
     tags: tuple[str, ...]
@@ -139,7 +139,7 @@ def _locked_image(build: Build, settings: Settings) -> dict[str, Any]:
 
 def _resolve_base(
     build: Build, api: Any, platform: str, locked: dict[str, Any] | None
-) -> registry.BaseImage:
+) -> base_image.BaseImage:
     where = f"base_image of build '{build.name}' in {build.spec_file.name}"
     reference = build.image.base_image
     if not reference and build.image.mode == "source":
@@ -153,15 +153,15 @@ def _resolve_base(
         )
     if locked is not None:
         locked_ref = str(locked.get("base_image", ""))
-        if registry.strip_digest(reference) != locked_ref:
+        if base_image.strip_digest(reference) != locked_ref:
             raise LockError(
                 f"{build.name}: --locked, but the spec's base image {reference} "
                 f"is not the locked {locked_ref}",
                 f"`sparkbuild build {build.name}` without --locked re-pins it",
             )
-        return registry.pinned(locked_ref, str(locked["base_digest"]))
+        return base_image.pinned(locked_ref, str(locked["base_digest"]))
     with console.status(f"{build.name}: resolving {reference}"):
-        return registry.resolve(api, reference, platform, where=where)
+        return base_image.resolve(api, reference, platform, where=where)
 
 
 def _plan(
@@ -224,7 +224,7 @@ def _plan(
     return plan
 
 
-def _base_user(build: Build, base: registry.BaseImage, platform: str) -> str:
+def _base_user(build: Build, base: base_image.BaseImage, platform: str) -> str:
     with console.status(f"{build.name}: reading the USER of {base.reference}"):
         return base_config.base_user(base, platform)
 
