@@ -17,7 +17,7 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild import console, requirements, source
+from sparkbuild import console, imageref, requirements, source
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import BuildFailedError, LockError, SparkbuildError, SpecError
 from sparkbuild.image import (
@@ -34,11 +34,6 @@ from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build
 
 SECTION = "image"
-_TAG_PLACEHOLDERS = ("engine", "version", "tree_short", "build")
-_REFERENCE = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?$"
-)
 # Build arguments that tune the build without changing what it produces.
 _NON_CONTENT_ARGS = frozenset({"MAX_JOBS"})
 
@@ -100,23 +95,17 @@ class _Plan:
 
 
 def render_tags(build: Build, tree: str) -> tuple[str, ...]:
-    values = {
-        "engine": build.engine,
-        "version": str(build.version),
-        "tree_short": tree[:12],
-        "build": build.name,
-    }
     rendered = []
     for template in build.image.tags:
         try:
-            tag = template.format(**values)
-        except (KeyError, IndexError, ValueError) as exc:
+            tag = imageref.render(template, build, tree)
+        except imageref.UnknownPlaceholderError as exc:
             raise SpecError(
                 f"{build.spec_file}: builds.{build.name}.tags: '{template}' uses an unknown "
                 f"placeholder ({exc})",
-                "placeholders: " + ", ".join("{" + p + "}" for p in _TAG_PLACEHOLDERS),
-            ) from exc
-        if not _REFERENCE.match(tag):
+                imageref.placeholder_hint(),
+            ) from None
+        if not imageref.REFERENCE.match(tag):
             raise SpecError(
                 f"{build.spec_file}: builds.{build.name}.tags: '{tag}' is not a valid image "
                 "reference (lowercase repository, optional :tag)",
@@ -153,7 +142,7 @@ def _resolve_base(
         )
     if locked is not None:
         locked_ref = str(locked.get("base_image", ""))
-        if base_image.strip_digest(reference) != locked_ref:
+        if imageref.strip_digest(reference) != locked_ref:
             raise LockError(
                 f"{build.name}: --locked, but the spec's base image {reference} "
                 f"is not the locked {locked_ref}",
@@ -271,18 +260,11 @@ def find_local(api: Any, digest: str) -> Any | None:
     return max(images, key=lambda image: str(image.attrs.get("Created", "")))
 
 
-def split_tag(reference: str) -> tuple[str, str]:
-    name, sep, tag = reference.rpartition(":")
-    if not sep or "/" in tag:
-        return reference, "latest"
-    return name, tag
-
-
 def _ensure_tags(image: Any, tags: tuple[str, ...]) -> None:
     present = set(image.tags)
     for tag in tags:
         if tag not in present:
-            repository, name = split_tag(tag)
+            repository, name = imageref.split_tag(tag)
             image.tag(repository, name)
 
 

@@ -16,14 +16,14 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild import console
+from sparkbuild import console, imageref
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
 from sparkbuild.image import builder
 from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers, manifests
 from sparkbuild.publish.credentials import Credentials
-from sparkbuild.publish.registry import TAG_PATTERN, Manifest, Registry, RegistryClient
+from sparkbuild.publish.registry import Manifest, Registry, RegistryClient
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 
@@ -31,7 +31,6 @@ SECTION = "publish"
 DEFAULT_REPOSITORY = "sparkbuild/{engine}"
 DEFAULT_ALIASES = ("{version}-sm121",)
 IMMUTABLE_TAG = "{version}-sm121-{tree_short}"
-_PLACEHOLDERS = ("engine", "version", "build", "tree_short")
 
 
 @dataclass(frozen=True)
@@ -97,18 +96,11 @@ class RollbackResult:
 
 
 def _render(template: str, build: Build, tree: str, what: str) -> str:
-    values = {
-        "engine": build.engine,
-        "version": str(build.version),
-        "build": build.name,
-        "tree_short": tree[:12],
-    }
     try:
-        return template.format(**values)
-    except (KeyError, IndexError, ValueError) as exc:
+        return imageref.render(template, build, tree)
+    except imageref.UnknownPlaceholderError as exc:
         raise UsageError(
-            f"{what} '{template}' uses an unknown placeholder ({exc})",
-            "placeholders: " + ", ".join("{" + p + "}" for p in _PLACEHOLDERS),
+            f"{what} '{template}' uses an unknown placeholder ({exc})", imageref.placeholder_hint()
         ) from None
 
 
@@ -123,7 +115,7 @@ def plan_target(
     tag = _render(IMMUTABLE_TAG, build, tree, "tag")
     rendered = tuple(dict.fromkeys(_render(a, build, tree, "--alias") for a in aliases))
     for name in (tag, *rendered):
-        if not TAG_PATTERN.match(name):
+        if not imageref.TAG.match(name):
             raise UsageError(f"'{name}' is not a valid tag (letters, digits, '_', '.', '-')")
     if tag in rendered:
         raise UsageError(f"--alias {tag} is the immutable tag; aliases must differ from it")
