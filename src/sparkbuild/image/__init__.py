@@ -17,7 +17,7 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild import console, imageref, requirements, source
+from sparkbuild import console, dockerhost, imageref, requirements, source
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import BuildFailedError, LockError, SparkbuildError, SpecError
 from sparkbuild.image import (
@@ -304,7 +304,7 @@ def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | Non
 
 
 def _check_platform(image: Any, platform: str) -> None:
-    arch = builder.platform_arch(platform)
+    arch = dockerhost.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
     if image.attrs.get("Architecture") != arch:
         raise SparkbuildError(
@@ -383,7 +383,7 @@ def build_image(
     """
     started = time.monotonic()
     cache = builder.cache_refs(cache_from, cache_to, build.name)
-    api = builder.docker_api()
+    api = dockerhost.client()
     client = builder.find_client(need_buildx=builder_name is not None)
     locked_section = _locked_image(build, settings) if locked else None
     target = platform or build.image.platform
@@ -393,7 +393,7 @@ def build_image(
             f"not {target}",
             "drop --platform, or rebuild without --locked",
         )
-    builder.platform_arch(target)
+    dockerhost.platform_arch(target)
     prepared = source.prepare_source(build, settings, locked=locked)
     if not prepared.ok:
         failing = [
@@ -421,7 +421,7 @@ def build_image(
         console.info(f"{build.name}: up to date ({str(image.id)[:19]})")
     else:
         if builder_name is None:
-            builder.check_can_run(target)
+            dockerhost.check_can_run(target)
         image_id = _run_build(
             plan,
             settings,

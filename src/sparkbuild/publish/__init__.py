@@ -16,10 +16,9 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild import console, imageref
+from sparkbuild import console, dockerhost, imageref
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
-from sparkbuild.image import builder
 from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers, manifests
 from sparkbuild.publish.credentials import Credentials
@@ -227,7 +226,7 @@ def local_image(api: Any, build: Build, image: dict[str, Any]) -> Any:
         ) from None
     if found.id != image_id:
         raise LockError(f"{build.name}: local image {found.id} is not the pinned {image_id}")
-    arch = builder.platform_arch(str(image.get("platform") or build.image.platform))
+    arch = dockerhost.platform_arch(str(image.get("platform") or build.image.platform))
     if found.attrs.get("Architecture") != arch:
         raise SparkbuildError(
             f"{build.name}: image {image_id[:19]} is {found.attrs.get('Architecture')}, not {arch}"
@@ -394,7 +393,7 @@ def publish_build(
     manifest = _existing_tag(client, target, image_id, platform)
     pushed = manifest is None
     if manifest is None:
-        api = builder.docker_api()
+        api = dockerhost.client()
         local = local_image(api, build, image)
         layers.check_layers(local, max_layer_size, f"{target.reference}:{target.tag}")
         reported = daemon_push(api, local, target, credentials)
