@@ -28,6 +28,7 @@ from sparkbuild.image import (
     cubins,
     labels,
     source_args,
+    tags,
 )
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
@@ -92,26 +93,6 @@ class _Plan:
     @property
     def inputs_digest(self) -> str:
         return labels.inputs_digest(self.digest_parts)
-
-
-def render_tags(build: Build, tree: str) -> tuple[str, ...]:
-    rendered = []
-    for template in build.image.tags:
-        try:
-            tag = imageref.render(template, build, tree)
-        except imageref.UnknownPlaceholderError as exc:
-            raise SpecError(
-                f"{build.spec_file}: builds.{build.name}.tags: '{template}' uses an unknown "
-                f"placeholder ({exc})",
-                imageref.placeholder_hint(),
-            ) from None
-        if not imageref.REFERENCE.match(tag):
-            raise SpecError(
-                f"{build.spec_file}: builds.{build.name}.tags: '{tag}' is not a valid image "
-                "reference (lowercase repository, optional :tag)",
-            )
-        rendered.append(tag)
-    return tuple(dict.fromkeys(rendered))
 
 
 def _locked_image(build: Build, settings: Settings) -> dict[str, Any]:
@@ -186,7 +167,7 @@ def _plan(
         base=base,
         dockerfile=dockerfile,
         labels=image_labels,
-        tags=render_tags(build, prepared.tree),
+        tags=tags.render_tags(build, prepared.tree),
         build_args=build_args,
         epoch=epoch,
     )
@@ -260,19 +241,6 @@ def find_local(api: Any, digest: str) -> Any | None:
     return max(images, key=lambda image: str(image.attrs.get("Created", "")))
 
 
-def _ensure_tags(image: Any, tags: tuple[str, ...]) -> None:
-    present = set(image.tags)
-    for tag in tags:
-        if tag not in present:
-            repository, name = imageref.split_tag(tag)
-            image.tag(repository, name)
-
-
-def _repo_digest(image: Any) -> str | None:
-    digests = image.attrs.get("RepoDigests") or []
-    return str(digests[0]) if digests else None
-
-
 def _lock_section(plan: _Plan, image: Any) -> dict[str, Any]:
     return {
         "mode": plan.prepared.build.image.mode,
@@ -282,7 +250,7 @@ def _lock_section(plan: _Plan, image: Any) -> dict[str, Any]:
         "tree": plan.prepared.tree,
         "inputs_digest": plan.inputs_digest,
         "image_id": str(image.id),
-        "repo_digest": _repo_digest(image),
+        "repo_digest": tags.repo_digest(image),
         "tags": list(plan.tags),
     }
 
@@ -415,7 +383,7 @@ def build_image(
         )
     existing = None if no_cache else find_local(api, plan.inputs_digest)
     if existing is not None:
-        _ensure_tags(existing, plan.tags)
+        tags.ensure_tags(existing, plan.tags)
         image = api.images.get(existing.id)
         skipped = True
         console.info(f"{build.name}: up to date ({str(image.id)[:19]})")
@@ -450,7 +418,7 @@ def build_image(
     return ImageResult(
         build=build.name,
         image_id=str(image.id),
-        repo_digest=_repo_digest(image),
+        repo_digest=tags.repo_digest(image),
         tags=plan.tags,
         platform=target,
         labels={str(k): str(v) for k, v in (image.labels or {}).items()},
@@ -464,4 +432,4 @@ def build_image(
     )
 
 
-__all__ = ["ImageResult", "build_image", "render_tags"]
+__all__ = ["ImageResult", "build_image"]
