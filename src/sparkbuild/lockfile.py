@@ -421,12 +421,13 @@ class LockHandle:
 
     def write(self) -> LockFile:
         """Apply the queued changes under the file lock and write the file once."""
-        if not self._changes:
+        queued, self._changes = self._changes, {}  # tried once: a failure drops them
+        if not queued:
             return self.lock
         with file_lock(self.path):
             current = self.lock if _stamp(self.path) == self._stamp else load(self.path)
             changed = current.model_copy(deep=True)
-            for build, changes in self._changes.items():
+            for build, changes in queued.items():
                 entry = changed.builds.get(build) or BuildEntry()
                 for change in changes:
                     change(entry)
@@ -434,7 +435,7 @@ class LockHandle:
             text = dumps(changed)
             if text != dumps(current) or not self.path.exists():
                 write_atomic(self.path, text)
-            self.lock, self._stamp, self._changes = changed, _stamp(self.path), {}
+            self.lock, self._stamp = changed, _stamp(self.path)
         return changed
 
 

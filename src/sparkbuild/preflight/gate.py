@@ -14,9 +14,14 @@ from sparkbuild.spec import Build
 SECTION = "preflight"
 
 
-def preflight_verdicts(settings: Settings, build: Build, image_id: str) -> dict[str, str]:
-    """profile -> 'pass', 'fail', 'skip' or 'missing' for the image's own preflight runs."""
-    entry = lockfile.read_entry(settings.lock_file, build.name)
+def preflight_verdicts(
+    settings: Settings, build: Build, image_id: str, entry: lockfile.BuildEntry | None = None
+) -> dict[str, str]:
+    """profile -> 'pass', 'fail', 'skip' or 'missing' for the image's own preflight runs.
+
+    ``entry`` is the build's lock entry when the caller holds it (else it is read)."""
+    if entry is None:
+        entry = lockfile.read_entry(settings.lock_file, build.name)
     runs = [
         run
         for run in (entry.preflight or {}).values()
@@ -36,10 +41,17 @@ def _verdict(run: lockfile.PreflightRun, profile: str) -> str:
     return str(verdict.verdict)
 
 
-def preflight_gate(settings: Settings, build: Build, image_id: str, *, force: bool) -> bool:
+def preflight_gate(
+    settings: Settings,
+    build: Build,
+    image_id: str,
+    *,
+    force: bool,
+    entry: lockfile.BuildEntry | None = None,
+) -> bool:
     """Whether the pinned image passed preflight for every profile; refuses (or with
     ``force`` warns) otherwise."""
-    verdicts = preflight_verdicts(settings, build, image_id)
+    verdicts = preflight_verdicts(settings, build, image_id, entry)
     failing = {p: v for p, v in verdicts.items() if v != "pass"}
     if not failing:
         return True
