@@ -69,6 +69,10 @@ class BuildFailedError(SparkbuildError):
         self.log = log or []
 
 
+class CubinCheckError(SparkbuildError):
+    """The built wheels carry CUDA code for other archs than the build targets."""
+
+
 class RegistryError(SparkbuildError):
     """The registry answered, and the answer was no."""
 
@@ -101,3 +105,8 @@ class CalibrationError(SparkbuildError):
 
 class EngineGoneError(SparkbuildError):
     """The engine stopped answering in the middle of a bench sweep."""
+
+
+class UnknownPlaceholderError(ValueError):
+    """A tag or repository template names a placeholder that does not exist. Internal: the
+    image and publish stages turn it into a SpecError or UsageError naming the field."""
