@@ -57,6 +57,11 @@ class _Section(BaseModel):
         """The plain mapping: exactly the keys that were read or set, nothing defaulted."""
         return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
 
+    def unset(self, name: str) -> None:
+        """Drop field ``name`` from what is written, as if it had never been set."""
+        setattr(self, name, type(self).model_fields[name].get_default())
+        self.__pydantic_fields_set__.discard(name)
+
 
 # --- source: what `lock` resolved ---------------------------------------------------------
 
@@ -110,6 +115,7 @@ class ImageSection(_Section):
     image_id: ImageId | None = None
     repo_digest: str | None = None
     tags: list[str] = []
+    cuda_code: dict[str, Any] | None = None  # source mode: what the built cubins target
 
 
 class LockedWheel(_Section):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sparkbuild import lockfile
 from sparkbuild.cli import run_per_build
 from sparkbuild.errors import UsageError
 from sparkbuild.image import ImageResult, build_image
@@ -90,6 +91,7 @@ def build_command(
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
     selected = _selected(settings, builds, engine)
+    lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes its entry
     run_per_build(
         selected,
         lambda build: build_image(
@@ -101,6 +103,7 @@ def build_command(
             no_cache=no_cache,
             cache_from=cache_from,
             cache_to=cache_to,
+            lock=lock,
         ),
         summary=_summary,
         as_json=as_json,

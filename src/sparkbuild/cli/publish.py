@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from sparkbuild import console
+from sparkbuild import console, lockfile
 from sparkbuild.cli import emit_json, run_per_build
 from sparkbuild.publish import (
     DEFAULT_ALIASES,
@@ -134,11 +134,18 @@ def publish_command(
 
     found = _credentials(registry.host, username, password_stdin)
     redactor = _redactor(found)
+    lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes once
 
     def publish_one(build: Build) -> PublishResult:
         with redactor.guard(f"publishing {build.name}"):
             return publish_build(
-                build, settings, destination_of, found, force=force, max_layer_size=layer_limit
+                build,
+                settings,
+                destination_of,
+                found,
+                force=force,
+                max_layer_size=layer_limit,
+                lock=lock,
             )
 
     run_per_build(
@@ -199,10 +206,13 @@ def rollback_command(
         raise click.UsageError("--repository needs --registry")
     if repository is not None:
         repository = repository.format(engine=build.engine, version=build.version, build=build.name)
-    key = choose_repository(settings, build, registry, repository)
+    lock = lockfile.LockHandle.open(settings.lock_file)
+    key = choose_repository(lock.entry(build.name), build, registry, repository)
     found = _credentials(key.split("/", 1)[0], username, password_stdin)
     with _redactor(found).guard(f"rolling back {build.name}"):
-        result = rollback_build(build, settings, key, found, to_digest=to_digest, force=force)
+        result = rollback_build(
+            build, settings, key, found, to_digest=to_digest, force=force, lock=lock
+        )
     if as_json:
         emit_json(result.to_json())
     else:

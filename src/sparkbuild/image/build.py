@@ -100,10 +100,9 @@ class _Plan:
         return labels.inputs_digest(self.digest_parts)
 
 
-def _locked_image(build: Build, settings: Settings) -> dict[str, Any]:
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
-    section = entry.get(SECTION)
-    if not isinstance(section, dict) or not section.get("inputs_digest"):
+def _locked_image(build: Build, entry: lockfile.BuildEntry | None) -> lockfile.ImageSection:
+    section = entry.image if entry else None
+    if section is None or not section.inputs_digest:
         raise LockError(
             f"{build.name}: --locked, but images.lock has no image entry for it",
             f"build it once without --locked (`sparkbuild build {build.name}`) and commit "
@@ -113,7 +112,7 @@ def _locked_image(build: Build, settings: Settings) -> dict[str, Any]:
 
 
 def _resolve_base(
-    build: Build, api: Any, platform: str, locked: dict[str, Any] | None
+    build: Build, api: Any, platform: str, locked: lockfile.ImageSection | None
 ) -> base_image.BaseImage:
     where = f"base_image of build '{build.name}' in {build.spec_file.name}"
     reference = build.image.base_image
@@ -127,14 +126,14 @@ def _resolve_base(
             "(source)",
         )
     if locked is not None:
-        locked_ref = str(locked.get("base_image", ""))
+        locked_ref = locked.base_image or ""
         if imageref.strip_digest(reference) != locked_ref:
             raise LockError(
                 f"{build.name}: --locked, but the spec's base image {reference} "
                 f"is not the locked {locked_ref}",
                 f"`sparkbuild build {build.name}` without --locked re-pins it",
             )
-        return base_image.pinned(locked_ref, str(locked["base_digest"]))
+        return base_image.pinned(locked_ref, str(locked.base_digest))
     with console.status(f"{build.name}: resolving {reference}"):
         return base_image.resolve(api, reference, platform, where=where)
 
@@ -144,7 +143,8 @@ def _plan(
     settings: Settings,
     api: Any,
     platform: str,
-    locked: dict[str, Any] | None,
+    entry: lockfile.BuildEntry | None,
+    locked: lockfile.ImageSection | None,
 ) -> _Plan:
     build = prepared.build
     base = _resolve_base(build, api, platform, locked)
@@ -189,7 +189,6 @@ def _plan(
         "build_args": {k: v for k, v in build_args.items() if k not in _NON_CONTENT_ARGS},
         "labels": image_labels,
     }
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name)
     plan.wheels, plan.wheel_files = requirements.image_wheels(
         build, settings, entry, locked=locked is not None
     )
@@ -224,15 +223,15 @@ def overlay_failure(build: Build, failure: BuildFailedError) -> BuildFailedError
     )
 
 
-def _explain_locked_difference(plan: _Plan, locked: dict[str, Any]) -> str:
+def _explain_locked_difference(plan: _Plan, locked: lockfile.ImageSection) -> str:
     differences = []
     for key, now in (
         ("tree", plan.prepared.tree),
         ("platform", plan.platform),
         ("mode", plan.prepared.build.image.mode),
     ):
-        if locked.get(key) not in (None, now):
-            differences.append(f"{key}: locked {locked.get(key)}, now {now}")
+        if getattr(locked, key) not in (None, now):
+            differences.append(f"{key}: locked {getattr(locked, key)}, now {now}")
     if not differences:
         differences.append("build arguments, Dockerfile or labels changed")
     return "; ".join(differences)
@@ -246,18 +245,23 @@ def find_local(api: Any, digest: str) -> Any | None:
     return max(images, key=lambda image: str(image.attrs.get("Created", "")))
 
 
-def _lock_section(plan: _Plan, image: Any) -> dict[str, Any]:
-    return {
-        "mode": plan.prepared.build.image.mode,
-        "base_image": plan.base.reference,
-        "base_digest": plan.base.digest,
-        "platform": plan.platform,
-        "tree": plan.prepared.tree,
-        "inputs_digest": plan.inputs_digest,
-        "image_id": str(image.id),
-        "repo_digest": tags.repo_digest(image),
-        "tags": list(plan.tags),
-    }
+def _lock_section(
+    plan: _Plan, image: Any, cuda_code: dict[str, Any] | None
+) -> lockfile.ImageSection:
+    section = lockfile.ImageSection(
+        mode=plan.prepared.build.image.mode,
+        base_image=plan.base.reference,
+        base_digest=plan.base.digest,
+        platform=plan.platform,
+        tree=plan.prepared.tree,
+        inputs_digest=plan.inputs_digest,
+        image_id=str(image.id),
+        repo_digest=tags.repo_digest(image),
+        tags=list(plan.tags),
+    )
+    if cuda_code is not None:  # source mode only, so overlay entries keep their shape
+        section.cuda_code = cuda_code
+    return section
 
 
 def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | None:
@@ -348,26 +352,30 @@ def build_image(
     no_cache: bool = False,
     cache_from: tuple[str, ...] = (),
     cache_to: str | None = None,
+    lock: lockfile.LockHandle | None = None,
 ) -> ImageResult:
     """Build (or find up to date) one build's image and record it in images.lock.
 
     ``cache_from``/``cache_to`` name registry build caches; ``{build}`` in them becomes the
-    build's name, so each build keeps its own cache.
+    build's name, so each build keeps its own cache. ``lock`` is the command's lock handle
+    (else one is opened); the build's entry (source and image) is written once, at the end.
     """
     started = time.monotonic()
     cache = builder.cache_refs(cache_from, cache_to, build.name)
     api = dockerhost.client()
     client = builder.find_client(need_buildx=builder_name is not None)
-    locked_section = _locked_image(build, settings) if locked else None
+    lock = lock or lockfile.LockHandle.open(settings.lock_file)
+    entry = lock.entry(build.name)
+    locked_section = _locked_image(build, entry) if locked else None
     target = platform or build.image.platform
-    if locked_section is not None and locked_section.get("platform") not in (None, target):
+    if locked_section is not None and locked_section.platform not in (None, target):
         raise LockError(
-            f"{build.name}: --locked, but the lock pins platform {locked_section['platform']}, "
+            f"{build.name}: --locked, but the lock pins platform {locked_section.platform}, "
             f"not {target}",
             "drop --platform, or rebuild without --locked",
         )
     dockerhost.platform_arch(target)
-    prepared = source.prepare_source(build, settings, locked=locked)
+    prepared = source.prepare_source(build, settings, locked=locked, lock=lock.lock)
     if not prepared.ok:
         failing = [
             f"{i.id}: {i.status} ({i.detail})" for i in prepared.items if i.status in source.FAILING
@@ -379,8 +387,8 @@ def build_image(
         )
     if build.image.mode == "overlay":
         context.overlay_changes(prepared)  # refuse non-Python changes before any other work
-    plan = _plan(prepared, settings, api, target, locked_section)
-    if locked_section is not None and plan.inputs_digest != locked_section["inputs_digest"]:
+    plan = _plan(prepared, settings, api, target, entry, locked_section)
+    if locked_section is not None and plan.inputs_digest != locked_section.inputs_digest:
         raise LockError(
             f"{build.name}: --locked, but the image inputs differ from images.lock "
             f"({_explain_locked_difference(plan, locked_section)})",
@@ -415,11 +423,9 @@ def build_image(
         skipped = False
     cuda_code = _verify_cuda_code(plan, api, image)
     if not locked:
-        source.record(prepared, settings)
-    section = _lock_section(plan, image)
-    if cuda_code is not None:
-        section["cuda_code"] = cuda_code
-    lockfile.set_section(settings.lock_file, build.name, SECTION, section)
+        source.record(prepared, lock)
+    lock.set_section(build.name, SECTION, _lock_section(plan, image, cuda_code))
+    lock.write()  # source and image together, once
     return ImageResult(
         build=build.name,
         image_id=str(image.id),

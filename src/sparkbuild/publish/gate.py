@@ -3,18 +3,17 @@ build lists has a verified passing smoke verdict for that exact image id."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from sparkbuild import console, lockfile
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 
 
-def pinned_image(settings: Settings, build: Build) -> dict[str, Any]:
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
-    image = entry.get("image")
-    if not isinstance(image, dict) or not image.get("image_id") or not image.get("tree"):
+def pinned_image(
+    settings: Settings, build: Build, entry: lockfile.BuildEntry | None
+) -> lockfile.ImageSection:
+    image = entry.image if entry else None
+    if image is None or not image.image_id or not image.tree:
         raise LockError(
             f"{build.name}: {settings.lock_file.name} pins no image for it; nothing to publish",
             f"`sparkbuild build {build.name}`, then smoke it with "
@@ -23,29 +22,27 @@ def pinned_image(settings: Settings, build: Build) -> dict[str, Any]:
     return image
 
 
-def _counted_verdict(result: Any, image_id: str) -> str:
+def _counted_verdict(result: lockfile.SmokeRecord | None, image_id: str) -> str:
     """'pass' only for a verified run of ``image_id``; otherwise what the record says."""
-    verdict = result.get("verdict") if isinstance(result, dict) else None
-    if not verdict:
+    if result is None or not result.verdict:
         return "missing"
-    if verdict == "pass" and not (
-        result.get("verified") is True and result.get("image_id") == image_id
-    ):
-        return f"unverified pass ({result.get('target') or 'unknown target'})"
-    return str(verdict)
+    if result.verdict == "pass" and not (result.verified is True and result.image_id == image_id):
+        return f"unverified pass ({result.target or 'unknown target'})"
+    return result.verdict
 
 
-def smoke_verdicts(settings: Settings, build: Build, image_id: str) -> dict[str, str]:
+def smoke_verdicts(
+    entry: lockfile.BuildEntry | None, build: Build, image_id: str
+) -> dict[str, str]:
     """profile -> verdict for every profile the build lists: 'pass' (a verified run of this
     image), 'fail', 'missing', or 'unverified pass (TARGET)' (a command or URL run)."""
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
-    section = entry.get("smoke")
-    recorded = section.get(image_id) if isinstance(section, dict) else None
-    recorded = recorded if isinstance(recorded, dict) else {}
+    recorded = ((entry.smoke if entry else None) or {}).get(image_id) or {}
     return {p: _counted_verdict(recorded.get(p), image_id) for p in build.smoke_profiles}
 
 
-def smoke_gate(settings: Settings, build: Build, image_id: str, *, force: bool) -> bool:
+def smoke_gate(
+    entry: lockfile.BuildEntry | None, build: Build, image_id: str, *, force: bool
+) -> bool:
     """Whether the image passed every profile; refuses (or with ``force`` warns) otherwise."""
     short = image_id[:19]
     if not build.smoke_profiles:
@@ -55,7 +52,7 @@ def smoke_gate(settings: Settings, build: Build, image_id: str, *, force: bool) 
         )
         hint = f"add `smoke: [PROFILE]` to build '{build.name}' and record a run"
     else:
-        verdicts = smoke_verdicts(settings, build, image_id)
+        verdicts = smoke_verdicts(entry, build, image_id)
         failing = {p: v for p, v in verdicts.items() if v != "pass"}
         if not failing:
             return True

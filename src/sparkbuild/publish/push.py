@@ -50,24 +50,18 @@ class PublishResult:
         }
 
 
-def publication_record(settings: Settings, build: Build, key: str) -> dict[str, Any]:
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
-    section = entry.get(SECTION)
-    record = section.get(key) if isinstance(section, dict) else None
-    return record if isinstance(record, dict) else {}
-
-
-def history_of(record: dict[str, Any]) -> list[dict[str, Any]]:
-    return [h for h in record.get("history", []) if isinstance(h, dict) and h.get("digest")]
+def publication_record(entry: lockfile.BuildEntry, key: str) -> lockfile.PublishRecord:
+    """What the lock records of ``key`` (a repository); an empty record when nothing."""
+    return (entry.publish or {}).get(key) or lockfile.PublishRecord()
 
 
 # --- the local image --------------------------------------------------------------------
 
 
-def local_image(api: Any, build: Build, image: dict[str, Any]) -> Any:
+def local_image(api: Any, build: Build, image: lockfile.ImageSection) -> Any:
     """The local image with the lock's image id; refuses when the lock and store disagree."""
-    image_id = str(image["image_id"])
-    for tag in image.get("tags") or []:
+    image_id = str(image.image_id)
+    for tag in image.tags:
         try:
             tagged = api.images.get(tag)
         except docker.errors.ImageNotFound:
@@ -90,7 +84,7 @@ def local_image(api: Any, build: Build, image: dict[str, Any]) -> Any:
         ) from None
     if found.id != image_id:
         raise LockError(f"{build.name}: local image {found.id} is not the pinned {image_id}")
-    arch = dockerhost.platform_arch(str(image.get("platform") or build.image.platform))
+    arch = dockerhost.platform_arch(str(image.platform or build.image.platform))
     if found.attrs.get("Architecture") != arch:
         raise SparkbuildError(
             f"{build.name}: image {image_id[:19]} is {found.attrs.get('Architecture')}, not {arch}"
@@ -191,47 +185,32 @@ def move_aliases(
     return moved
 
 
-def _history_entry(
-    manifest: Manifest, image_id: str, tag: str, verified: bool, verdicts: dict[str, str]
-) -> dict[str, Any]:
-    return {
-        "digest": manifest.digest,
-        "image_id": image_id,
-        "tag": tag,
-        "verified": verified,
-        "smoke": verdicts,
-    }
-
-
 def _write_publish(
-    settings: Settings,
+    lock: lockfile.LockHandle,
     build: Build,
     destination: Destination,
-    entry: dict[str, Any],
+    publication: lockfile.Publication,
 ) -> None:
-    def mutate(data: lockfile.LockData) -> None:
-        build_entry = data["builds"].setdefault(build.name, {})
-        current_image = (build_entry.get("image") or {}).get("image_id")
-        if current_image != entry["image_id"]:  # re-checked under the writer lock
+    def change(entry: lockfile.BuildEntry) -> None:
+        current_image = entry.image.image_id if entry.image else None
+        if current_image != publication.image_id:  # re-checked under the writer lock
             raise LockError(
                 f"{build.name}: images.lock's image changed while publishing; nothing recorded",
                 f"run `sparkbuild publish {build.name}` again",
             )
-        section = build_entry.setdefault(SECTION, {})
-        record = section.setdefault(destination.reference, {})
-        history = [h for h in history_of(record) if h["digest"] != entry["digest"]]
-        record.update(
-            {
-                "tag": entry["tag"],
-                "digest": entry["digest"],
-                "image_id": entry["image_id"],
-                "verified": entry["verified"],
-                "aliases": list(destination.aliases),
-                "history": [*history, entry],
-            }
-        )
+        records = entry.publish or {}
+        record = records.get(destination.reference) or lockfile.PublishRecord()
+        history = [h for h in record.published() if h.digest != publication.digest]
+        record.tag = publication.tag
+        record.digest = publication.digest
+        record.image_id = publication.image_id
+        record.verified = publication.verified
+        record.aliases = list(destination.aliases)
+        record.history = [*history, publication]
+        entry.publish = {**records, destination.reference: record}
 
-    lockfile.update(settings.lock_file, mutate)
+    lock.change(build.name, change)
+    lock.write()
 
 
 def publish_build(
@@ -242,23 +221,27 @@ def publish_build(
     *,
     force: bool = False,
     max_layer_size: int | None = None,
+    lock: lockfile.LockHandle | None = None,
 ) -> PublishResult:
     """Push ``build``'s pinned image to ``destination_of(build, tree)``, move its aliases, lock it.
 
     ``destination_of`` renders the destination once the lock's tree is known (see
-    :func:`plan_destination`).
+    :func:`plan_destination`). ``lock`` is the command's lock handle (else one is opened):
+    the gates read the build's entry from it, and the publication is its one write.
     """
-    image = pinned_image(settings, build)
-    image_id = str(image["image_id"])
-    destination: Destination = destination_of(build, str(image["tree"]))
-    verified = smoke_gate(settings, build, image_id, force=force)
-    verified = preflight_gate(settings, build, image_id, force=force) and verified
-    verdicts = smoke_verdicts(settings, build, image_id)
-    record = publication_record(settings, build, destination.reference)
-    rolled_back = {h["digest"] for h in history_of(record) if h.get("rolled_back")}
+    lock = lock or lockfile.LockHandle.open(settings.lock_file)
+    entry = lock.entry(build.name) or lockfile.BuildEntry()
+    image = pinned_image(settings, build, entry)
+    image_id = str(image.image_id)
+    destination: Destination = destination_of(build, str(image.tree))
+    verified = smoke_gate(entry, build, image_id, force=force)
+    verified = preflight_gate(settings, build, image_id, force=force, entry=entry) and verified
+    verdicts = smoke_verdicts(entry, build, image_id)
+    record = publication_record(entry, destination.reference)
+    rolled_back = {h.digest for h in record.published() if h.rolled_back}
     client = RegistryClient(destination.registry, credentials)
     client.check_access(destination.repository, push=True)
-    platform = str(image.get("platform") or build.image.platform)
+    platform = str(image.platform or build.image.platform)
     manifest = _existing_tag(client, destination, image_id, platform)
     pushed = manifest is None
     if manifest is None:
@@ -279,8 +262,14 @@ def publish_build(
             "again",
         )
     moved = move_aliases(client, destination, manifest, destination.aliases)
-    entry = _history_entry(manifest, image_id, destination.tag, verified, verdicts)
-    _write_publish(settings, build, destination, entry)
+    publication = lockfile.Publication(
+        digest=manifest.digest,
+        image_id=image_id,
+        tag=destination.tag,
+        verified=verified,
+        smoke=verdicts,
+    )
+    _write_publish(lock, build, destination, publication)
     return PublishResult(
         build=build.name,
         repository=destination.reference,

@@ -10,7 +10,7 @@ from sparkbuild import console, lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.destination import Destination
-from sparkbuild.publish.push import SECTION, history_of, move_aliases
+from sparkbuild.publish.push import move_aliases
 from sparkbuild.publish.registry import Registry, RegistryClient
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
@@ -34,19 +34,19 @@ class RollbackResult:
         }
 
 
-def published_repositories(settings: Settings, build: Build) -> dict[str, dict[str, Any]]:
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
-    section = entry.get(SECTION)
-    if not isinstance(section, dict):
-        return {}
-    return {str(k): v for k, v in section.items() if isinstance(v, dict) and v.get("digest")}
+def published_repositories(entry: lockfile.BuildEntry | None) -> dict[str, lockfile.PublishRecord]:
+    records = (entry.publish if entry else None) or {}
+    return {key: record for key, record in records.items() if record.digest}
 
 
 def choose_repository(
-    settings: Settings, build: Build, registry: Registry | None, repository: str | None
+    entry: lockfile.BuildEntry | None,
+    build: Build,
+    registry: Registry | None,
+    repository: str | None,
 ) -> str:
     """The published repository (``HOST/PATH``) a rollback acts on."""
-    known = published_repositories(settings, build)
+    known = published_repositories(entry)
     if not known:
         raise LockError(
             f"{build.name}: images.lock records no publication of it; nothing to roll back",
@@ -71,35 +71,29 @@ def choose_repository(
 
 
 def _rollback_choice(
-    build: Build, key: str, record: dict[str, Any], to_digest: str | None, force: bool
-) -> dict[str, Any]:
-    history = history_of(record)
-    current = str(record["digest"])
+    build: Build, key: str, record: lockfile.PublishRecord, to_digest: str | None, force: bool
+) -> lockfile.Publication:
+    history = record.published()
+    current = str(record.digest)
     if to_digest is not None:
-        match = [h for h in history if h["digest"] == to_digest]
+        match = [h for h in history if h.digest == to_digest]
         if not match:
-            listed = "\n  ".join(f"{h['digest']} ({h.get('tag')})" for h in history)
+            listed = "\n  ".join(f"{h.digest} ({h.tag})" for h in history)
             raise UsageError(
                 f"{build.name}: {to_digest} is not in the publication history of {key}",
                 f"published digests:\n  {listed}",
             )
         chosen = match[-1]
-        if not chosen.get("verified") and not force:
+        if not chosen.verified and not force:
             raise SparkbuildError(
                 f"{build.name}: {to_digest} was published without a passing smoke verdict",
                 "pass --force to move the aliases to it anyway",
             )
         return chosen
-    position = max(
-        (i for i, h in enumerate(history) if h["digest"] == current), default=len(history)
-    )
+    position = max((i for i, h in enumerate(history) if h.digest == current), default=len(history))
     for earlier in reversed(history[:position]):
-        if (
-            earlier["digest"] != current
-            and earlier.get("verified")
-            and not earlier.get("rolled_back")
-        ):
-            return dict(earlier)
+        if earlier.digest != current and earlier.verified and not earlier.rolled_back:
+            return earlier
     raise SparkbuildError(
         f"{build.name}: {key} has no earlier published digest that passed smoke (current: "
         f"{current})",
@@ -116,26 +110,31 @@ def rollback_build(
     *,
     to_digest: str | None = None,
     force: bool = False,
+    lock: lockfile.LockHandle | None = None,
 ) -> RollbackResult:
-    """Move the aliases of ``repository_key`` back to an earlier passing digest."""
-    record = published_repositories(settings, build)[repository_key]
-    aliases = tuple(str(a) for a in record.get("aliases") or [])
+    """Move the aliases of ``repository_key`` back to an earlier passing digest.
+
+    ``lock`` is the command's lock handle (else one is opened); the new state is its one
+    write."""
+    lock = lock or lockfile.LockHandle.open(settings.lock_file)
+    record = published_repositories(lock.entry(build.name))[repository_key]
+    aliases = tuple(record.aliases)
     if not aliases:
         raise SparkbuildError(
             f"{build.name}: {repository_key} was published without aliases; nothing to move",
             "users pull the immutable tags; point them at the digest you want",
         )
     chosen = _rollback_choice(build, repository_key, record, to_digest, force)
-    current = str(record["digest"])
+    current = str(record.digest)
     host, _, path = repository_key.partition("/")
     registry = Registry.parse(host)
-    destination = Destination(registry, path, str(chosen.get("tag")), aliases)
+    destination = Destination(registry, path, str(chosen.tag), aliases)
     client = RegistryClient(registry, credentials)
     client.check_access(path, push=True)
-    manifest = client.manifest(path, str(chosen["digest"]), push=True)
+    manifest = client.manifest(path, str(chosen.digest), push=True)
     if manifest is None:
         raise SparkbuildError(
-            f"{repository_key}@{chosen['digest']} is gone from the registry",
+            f"{repository_key}@{chosen.digest} is gone from the registry",
             "pick another digest with --to, or publish again",
         )
     for alias in aliases:
@@ -144,25 +143,28 @@ def rollback_build(
             console.warn(f"{repository_key}:{alias} pointed at {now}, not the recorded {current}")
     move_aliases(client, destination, manifest, aliases)
 
-    def mutate(data: lockfile.LockData) -> None:
-        entry = data["builds"][build.name][SECTION][repository_key]
-        history = history_of(entry)
-        order = {item["digest"]: index for index, item in enumerate(history)}
+    def change(entry: lockfile.BuildEntry) -> None:
+        now = (entry.publish or {}).get(repository_key)
+        if now is None:  # re-checked under the writer lock
+            raise LockError(
+                f"{build.name}: images.lock's record of {repository_key} went away while "
+                "rolling back; nothing recorded",
+                f"restore images.lock and run `sparkbuild rollback {build.name}` again",
+            )
+        history = now.published()
+        order = {item.digest: index for index, item in enumerate(history)}
         backwards = order.get(manifest.digest, -1) < order.get(current, -1)
         for item in history:
             # Only a step back marks the digest left behind; moving forward (--to) does not.
-            if item["digest"] == current and backwards:
-                item["rolled_back"] = True
-            if item["digest"] == manifest.digest:
-                item.pop("rolled_back", None)
-        entry.update(
-            {
-                "digest": manifest.digest,
-                "image_id": chosen.get("image_id"),
-                "tag": chosen.get("tag"),
-                "verified": bool(chosen.get("verified")),
-            }
-        )
+            if item.digest == current and backwards:
+                item.rolled_back = True
+            if item.digest == manifest.digest:
+                item.unset("rolled_back")
+        now.digest = manifest.digest
+        now.image_id = chosen.image_id
+        now.tag = chosen.tag
+        now.verified = bool(chosen.verified)
 
-    lockfile.update(settings.lock_file, mutate)
+    lock.change(build.name, change)
+    lock.write()
     return RollbackResult(build.name, repository_key, current, manifest.digest, list(aliases))

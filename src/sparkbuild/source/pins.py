@@ -4,7 +4,6 @@ section a resolved build writes."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from sparkbuild import console, lockfile
 from sparkbuild.errors import LockError
@@ -24,62 +23,71 @@ class Pins:
     tree: str | None = None
 
     @classmethod
-    def from_lock(cls, entry: dict[str, Any]) -> Pins:
-        prs = entry.get("prs", [])
+    def from_lock(cls, locked: lockfile.SourceSection) -> Pins:
         return cls(
-            commit=entry.get("commit"),
-            tree=entry.get("tree"),
-            pr_heads={p["number"]: p["head"] for p in prs if p.get("head")},
-            pr_diffs={p["number"]: p["diff_sha256"] for p in prs if p.get("diff_sha256")},
+            commit=locked.commit,
+            tree=locked.tree,
+            pr_heads=locked.pr_heads(),
+            pr_diffs={p.number: p.diff_sha256 for p in locked.prs if p.diff_sha256},
         )
 
 
-def locked_heads(build: Build, settings: Settings) -> dict[int, str]:
+def read_lock(settings: Settings, lock: lockfile.LockFile | None) -> lockfile.LockFile:
+    """``lock`` when the command already holds it, else the lock file as it is now."""
+    return lock if lock is not None else lockfile.load(settings.lock_file)
+
+
+def locked_heads(
+    build: Build, settings: Settings, lock: lockfile.LockFile | None = None
+) -> dict[int, str]:
     """PR heads the lock pins for ``build``, to mention when an unlocked run sees others.
 
     Only a note: an unlocked run must work with a damaged lock (that is how it is redone)."""
     try:
-        entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name)
+        entry = read_lock(settings, lock).entry(build.name)
     except LockError as exc:
         console.warn(f"ignoring {settings.lock_file.name} for this unlocked run: {exc.message}")
         return {}
-    source = entry.get("source") if entry else None
-    return Pins.from_lock(source).pr_heads if isinstance(source, dict) else {}
+    return entry.source.pr_heads() if entry and entry.source else {}
 
 
-def lock_section(prepared: PreparedSource) -> dict[str, Any]:
+_PR_KEYS = ("number", "when", "status", "head", "commits", "diff_sha256")
+_PATCH_KEYS = ("file", "when", "status", "sha256")
+
+
+def lock_section(prepared: PreparedSource) -> lockfile.SourceSection:
     build = prepared.build
-    return {
-        "engine": build.engine,
-        "repo": strip_userinfo(build.spec_repo),  # a token in the spec never reaches the lock
-        "ref": build.ref,
-        "commit": prepared.base_commit,
-        "version": str(build.version),
-        "spec_digest": build.spec_digest(),
-        "tree": prepared.tree,
-        "prs": [
-            {
-                k: v
-                for k, v in item.to_json().items()
-                if k in ("number", "when", "status", "head", "commits", "diff_sha256")
-            }
+    return lockfile.SourceSection(
+        engine=build.engine,
+        repo=strip_userinfo(build.spec_repo),  # a token in the spec never reaches the lock
+        ref=build.ref,
+        commit=prepared.base_commit,
+        version=str(build.version),
+        spec_digest=build.spec_digest(),
+        tree=prepared.tree,
+        prs=[
+            lockfile.LockedPR.model_validate(
+                {k: v for k, v in item.to_json().items() if k in _PR_KEYS}
+            )
             for item in prepared.items
             if item.kind == "pr"
         ],
-        "patches": [
-            {k: v for k, v in item.to_json().items() if k in ("file", "when", "status", "sha256")}
+        patches=[
+            lockfile.LockedPatch.model_validate(
+                {k: v for k, v in item.to_json().items() if k in _PATCH_KEYS}
+            )
             for item in prepared.items
             if item.kind == "patch"
         ],
-    }
+    )
 
 
-def staleness(build: Build, entry: dict[str, Any] | None) -> list[str]:
+def staleness(build: Build, locked: lockfile.SourceSection | None) -> list[str]:
     """What differs between the spec and patch files and the locked source entry (offline)."""
-    if entry is None:
+    if locked is None:
         return [f"{build.name}: not in the lock"]
     problems: list[str] = []
-    locked_patches = {p["file"]: p.get("sha256") for p in entry.get("patches", [])}
+    locked_patches = {p.file: p.sha256 for p in locked.patches}
     for patch in build.patches:
         if patch.file not in locked_patches:
             problems.append(f"{build.name}: patch {patch.file} is not in the lock")
@@ -95,31 +103,33 @@ def staleness(build: Build, entry: dict[str, Any] | None) -> list[str]:
             )
     for file in set(locked_patches) - {p.file for p in build.patches}:
         problems.append(f"{build.name}: patch {file} was removed from the spec")
-    locked_prs = {p["number"] for p in entry.get("prs", [])}
+    locked_prs = {p.number for p in locked.prs}
     spec_prs = {pr.number for pr in build.prs}
     problems += [f"{build.name}: PR #{n} is not in the lock" for n in sorted(spec_prs - locked_prs)]
     problems += [
         f"{build.name}: PR #{n} was removed from the spec" for n in sorted(locked_prs - spec_prs)
     ]
-    if entry.get("spec_digest") != build.spec_digest() and not problems:
+    if locked.spec_digest != build.spec_digest() and not problems:
         problems.append(
             f"{build.name}: the spec changed since it was locked ({build.spec_file.name})"
         )
     return problems
 
 
-def require_locked_source(build: Build, settings: Settings) -> dict[str, Any]:
-    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name)
-    source = entry.get("source") if entry else None
-    problems = staleness(build, source)
-    if problems:
+def require_locked_source(
+    build: Build, settings: Settings, lock: lockfile.LockFile | None = None
+) -> lockfile.SourceSection:
+    entry = read_lock(settings, lock).entry(build.name)
+    locked = entry.source if entry else None
+    problems = staleness(build, locked)
+    if problems or locked is None:
         raise LockError(
             "--locked, but the lock does not match:\n  " + "\n  ".join(problems),
             f"run `sparkbuild lock {build.name}` and commit images.lock",
         )
-    assert isinstance(source, dict)
-    return source
+    return locked
 
 
-def record(prepared: PreparedSource, settings: Settings) -> None:
-    lockfile.set_section(settings.lock_file, prepared.build.name, "source", lock_section(prepared))
+def record(prepared: PreparedSource, lock: lockfile.LockHandle) -> None:
+    """Queue ``builds.<build>.source`` in ``lock`` (written with the build's entry)."""
+    lock.set_section(prepared.build.name, "source", lock_section(prepared))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sparkbuild import console, lockproof
+from sparkbuild.lockfile import LockFile
 from sparkbuild.mirror import Mirror
 from sparkbuild.settings import Settings
 from sparkbuild.source.apply import (
@@ -20,16 +21,21 @@ from sparkbuild.spec import Build
 
 
 def prepare_source(
-    build: Build, settings: Settings, *, locked: bool = False, offline: bool = False
+    build: Build,
+    settings: Settings,
+    *,
+    locked: bool = False,
+    offline: bool = False,
+    lock: LockFile | None = None,
 ) -> PreparedSource:
     """Resolve, fetch and patch one build. With ``locked``, use only what the lock pins and
     prove it: the pinned commit is what ``ref`` resolves to and the patched tree is the
-    locked one. ``offline`` (with ``locked``) uses the mirror as it is, fetching nothing."""
+    locked one. ``offline`` (with ``locked``) uses the mirror as it is, fetching nothing.
+    ``lock`` is the lock the command already read (else it is read here, once)."""
     pins = Pins()
     if locked:
-        entry = require_locked_source(build, settings)
-        pins = Pins.from_lock(entry)
-    noted = {} if locked else locked_heads(build, settings)
+        pins = Pins.from_lock(require_locked_source(build, settings, lock))
+    noted = {} if locked else locked_heads(build, settings, lock)
     mirror = Mirror(settings.cache_dir, build.repo)
     in_range = [pr for pr in build.prs if build.in_range(pr.when)]
     with mirror.locked():
