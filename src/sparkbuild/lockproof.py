@@ -24,7 +24,7 @@ from sparkbuild import git, yamlfile
 from sparkbuild import lock as lockfile
 from sparkbuild.errors import LockError
 from sparkbuild.lock import SCHEMA
-from sparkbuild.mirror import Mirror, looks_like_sha
+from sparkbuild.source.mirror import Mirror, looks_like_sha
 from sparkbuild.spec import Build
 
 _GIT_SHA = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")  # SHA-1 or SHA-256 object names
