@@ -16,7 +16,7 @@ from __future__ import annotations
 from sparkbuild import git
 from sparkbuild.errors import LockError
 from sparkbuild.lockfile import SourceSection
-from sparkbuild.mirror import Mirror, looks_like_sha
+from sparkbuild.source.mirror import Mirror, looks_like_sha
 from sparkbuild.spec import Build
 
 

@@ -12,8 +12,8 @@ from rich.text import Text
 from sparkbuild import console, lockfile, lockproof, requirements, source
 from sparkbuild.cli import emit_json, render_error
 from sparkbuild.errors import LockError, SparkbuildError
-from sparkbuild.mirror import Mirror
 from sparkbuild.settings import Settings
+from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build, load_builds, select
 
 _STATUS_STYLE = {
