@@ -288,8 +288,9 @@ def _missing(model: BaseModel, loc: tuple[str | int, ...]) -> Iterator[str]:
                 yield f"`{where}`: Input should be a valid string"
             elif pattern and not re.match(pattern, str(value)):
                 yield f"`{where}`: String should match pattern '{pattern}'"
-    for name in model.model_fields_set:
-        yield from _missing_in(getattr(model, name), (*loc, _alias(model, name)))
+    for name in type(model).model_fields:  # in declaration order, so the report is stable
+        if name in model.model_fields_set:
+            yield from _missing_in(getattr(model, name), (*loc, _alias(model, name)))
 
 
 def _missing_in(value: Any, loc: tuple[str | int, ...]) -> Iterator[str]:
@@ -309,7 +310,12 @@ def _alias(model: BaseModel, name: str) -> str:
 
 
 def schema_problems(path: Path) -> list[str]:
-    """What is wrong with the lock at ``path`` (empty when it is a complete, valid lock).
+    """What is wrong with the lock at ``path`` (empty when it is a complete, valid lock)."""
+    return check(path)[1]
+
+
+def check(path: Path) -> tuple[LockFile | None, list[str]]:
+    """The lock at ``path`` (None when it does not load) and what is wrong with it.
 
     The loader's checks come first (UTF-8, no aliases, the schema every command reads, with
     file and line); then what a lock sparkbuild wrote always has: ``schema:``, no other
@@ -318,17 +324,17 @@ def schema_problems(path: Path) -> list[str]:
         data, node = _read(path)
         lock = _validate(path, data, node)
     except LockError as exc:
-        return [exc.message]
+        return None, [exc.message]
     if not isinstance(data, dict):
-        return [f"{path.name}: not a mapping with `schema:` and `builds:`"]
+        return lock, [f"{path.name}: not a mapping with `schema:` and `builds:`"]
     if "schema" not in data:
-        return [f"{path.name}: no `schema:` field (sparkbuild writes `schema: {SCHEMA}`)"]
+        return lock, [f"{path.name}: no `schema:` field (sparkbuild writes `schema: {SCHEMA}`)"]
     problems = [f"`{key}`: Extra inputs are not permitted" for key in data if key not in
                 ("schema", "builds")]  # fmt: skip
     if "builds" not in data:
         problems.append("`builds`: Field required")
     problems += _missing_in(lock.builds, ("builds",))
-    return [f"{path.name}: {problem}" for problem in problems]
+    return lock, [f"{path.name}: {problem}" for problem in problems]
 
 
 # --- writing -------------------------------------------------------------------------------

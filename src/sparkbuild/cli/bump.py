@@ -69,7 +69,7 @@ def _lock(settings: Settings, plan: BumpPlan, fresh: set[str]) -> list[str]:
     locked = []
     lock = lockfile.LockHandle.open(settings.lock_file)
     for name in names:
-        prepared = source.prepare_source(builds[name], settings)
+        prepared = source.prepare_source(builds[name], settings, lock=lock.lock)
         if prepared.ok:
             source.record(prepared, lock)
             lock.write()  # this build's entry, once; a later build's error keeps it

@@ -195,7 +195,7 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     failed = []
     lock = lockfile.LockHandle.open(settings.lock_file)
     for build in selected:
-        prepared = source.prepare_source(build, settings)
+        prepared = source.prepare_source(build, settings, lock=lock.lock)
         if prepared.ok:
             pinned = requirements.lock_requirements(prepared, settings)  # raises on a conflict
             source.record(prepared, lock)
@@ -228,15 +228,14 @@ def _check(settings: Settings, builds: list[Build], all_builds: bool) -> None:
             "`sparkbuild lock` (or `nox -s lock`) writes it, then commit it"
         )
         return
-    problems = lockfile.schema_problems(path)
-    if problems:
+    lock, problems = lockfile.check(path)  # the one read of the lock
+    if problems or lock is None:
         _stale(problems, f"{path.name} is not a valid sparkbuild lock")
-    lock = lockfile.load(path)
     for build in builds:
         entry = lock.entry(build.name)
         locked = entry.source if entry else None
         stale = source.staleness(build, locked)
-        problems += stale or _prove_offline(settings, build, locked)
+        problems += stale or _prove_offline(settings, build, lock)
     if all_builds:
         known = {b.name for b in builds}
         problems += [
@@ -247,10 +246,10 @@ def _check(settings: Settings, builds: list[Build], all_builds: bool) -> None:
     console.info(f"images.lock matches the specs ({len(builds)} build(s))")
 
 
-def _prove_offline(
-    settings: Settings, build: Build, locked: lockfile.SourceSection | None
-) -> list[str]:
+def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) -> list[str]:
     """Re-derive the locked tree from the local mirror, when it holds the pinned commits."""
+    entry = lock.entry(build.name)
+    locked = entry.source if entry else None
     if locked is None or not lockproof.mirror_has(Mirror(settings.cache_dir, build.repo), locked):
         console.info(
             f"{build.name}: commit and tree not re-derived (no local mirror holds them); "
@@ -258,7 +257,7 @@ def _prove_offline(
         )
         return []
     try:
-        prepared = source.prepare_source(build, settings, locked=True, offline=True)
+        prepared = source.prepare_source(build, settings, locked=True, offline=True, lock=lock)
     except LockError as exc:
         return [exc.message]
     failing = [f"{i.id} ({i.status})" for i in prepared.items if i.status in source.FAILING]
