@@ -110,3 +110,13 @@ class EngineGoneError(SparkbuildError):
 class UnknownPlaceholderError(ValueError):
     """A tag or repository template names a placeholder that does not exist. Internal: the
     image and publish stages turn it into a SpecError or UsageError naming the field."""
+
+
+class BadYAMLError(Exception):
+    """Why a YAML text was refused, and on which line (1-based) when known. Internal: the
+    spec, profile and lock loaders turn it into an error naming their file."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line

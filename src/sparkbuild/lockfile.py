@@ -30,7 +30,7 @@ from filelock import FileLock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sparkbuild import validate, yamlfile
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.errors import BadYAMLError, LockError, SparkbuildError
 
 SCHEMA = 1
 HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
@@ -234,7 +234,7 @@ def _read(path: Path) -> tuple[Any, Any]:
         raise LockError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:
         return yamlfile.parse_yaml(raw)
-    except yamlfile.BadYAMLError as exc:
+    except BadYAMLError as exc:
         where = f"{path}:{exc.line}" if exc.line else str(path)
         raise LockError(f"{where}: {exc.problem}", _repair_hint(path)) from exc
 
