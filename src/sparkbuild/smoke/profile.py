@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
-from sparkbuild.smoke.prompts import PROMPT_SETS, PromptSetName
+from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.yamlfile import load_model
 
 FinishReason = Literal["stop", "length", "any"]

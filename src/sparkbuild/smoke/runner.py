@@ -33,7 +33,7 @@ from sparkbuild.errors import EngineHTTPError, UsageError
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.profile import CustomPrompt, SmokeProfile
-from sparkbuild.smoke.prompts import PROMPT_SETS, Prompt
+from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.smoke.signatures import Diagnosis, diagnose
 
 Verdict = Literal["pass", "fail"]
