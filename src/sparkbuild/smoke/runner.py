@@ -18,6 +18,8 @@ from sparkbuild.engines.adapters import (
     Generation,
     adapter_for,
 )
+from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
+from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.targets import (
     LOOPBACK,
     ContainerTarget,
@@ -32,8 +34,6 @@ from sparkbuild.engines.targets import (
 from sparkbuild.errors import EngineHTTPError, UsageError
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.checks import CheckResult
-from sparkbuild.smoke.profile import CustomPrompt, SmokeProfile
-from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.smoke.signatures import Diagnosis, diagnose
 
 Verdict = Literal["pass", "fail"]
