@@ -18,10 +18,10 @@ import yaml
 
 from sparkbuild.engines.adapters import Counters, SglangAdapter, VllmAdapter, parse_prometheus
 from sparkbuild.engines.profiles import Expectations, load_profile
+from sparkbuild.engines.signatures import diagnose, load_signatures
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import checks
-from sparkbuild.smoke.signatures import diagnose, load_signatures
 
 # /generate responses as SGLang builds them (meta_info keys per version).
 SGLANG_0_5_10_RESPONSE = {

@@ -20,6 +20,7 @@ from sparkbuild.engines.adapters import (
 )
 from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
 from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
+from sparkbuild.engines.signatures import Diagnosis, diagnose
 from sparkbuild.engines.targets import (
     LOOPBACK,
     ContainerTarget,
@@ -34,7 +35,6 @@ from sparkbuild.engines.targets import (
 from sparkbuild.errors import EngineHTTPError, UsageError
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.checks import CheckResult
-from sparkbuild.smoke.signatures import Diagnosis, diagnose
 
 Verdict = Literal["pass", "fail"]
 EXCERPT_LINES = 40
