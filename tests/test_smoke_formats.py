@@ -269,8 +269,8 @@ def test_unreachable_url_fails_with_http_errors(tmp_path: Path) -> None:
 def test_container_mounts_for_local_model_and_hub_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from sparkbuild.engines.launch import command_argv, container_mounts
     from sparkbuild.engines.profiles import SmokeProfile
-    from sparkbuild.smoke.runner import command_argv, container_mounts
 
     model = tmp_path / "models" / "tiny"
     model.mkdir(parents=True)

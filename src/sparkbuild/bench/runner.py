@@ -48,10 +48,10 @@ from sparkbuild.bench.results import (
 )
 from sparkbuild.bench.sweep import CellKey, Sweep
 from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
+from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, docker_client, probe, wait_ready
 from sparkbuild.errors import EngineGoneError, EngineHTTPError, SparkbuildError, UsageError
-from sparkbuild.smoke.runner import settled_counters
 
 #: The engine's own count of generated tokens (all requests), per engine.
 GENERATION_COUNTER = {

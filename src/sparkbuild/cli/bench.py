@@ -29,11 +29,11 @@ from sparkbuild.cli import check_writable, emit_json
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
 from sparkbuild.cli.options import SECONDS
 from sparkbuild.engines.adapters import ADAPTERS, adapter_for, first_model
+from sparkbuild.engines.launch import TargetChoice, make_target
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import UrlTarget, stop_on_signals
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
-from sparkbuild.smoke.runner import TargetChoice, make_target
 
 
 def int_list(minimum: int, maximum: int | None = None) -> Callable[..., list[int]]:

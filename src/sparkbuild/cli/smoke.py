@@ -12,13 +12,14 @@ from sparkbuild import console, lock
 from sparkbuild.cli import check_writable, emit_json
 from sparkbuild.cli.options import SECONDS
 from sparkbuild.engines.adapters import adapter_for
+from sparkbuild.engines.launch import TargetChoice, make_target
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
-from sparkbuild.smoke.runner import TargetChoice, make_target, run_smoke
+from sparkbuild.smoke.runner import run_smoke
 
 
 def _default_log_path(settings: Settings, profile: str) -> Path:
