@@ -25,9 +25,8 @@ from sparkbuild.bench.plot import plot_decode, require_matplotlib
 from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import BenchPlan, SilentProgress, run_bench
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
-from sparkbuild.cli import check_writable, emit_json
+from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
-from sparkbuild.cli.options import SECONDS
 from sparkbuild.engines.adapters import ADAPTERS, adapter_for, first_model
 from sparkbuild.engines.launch import TargetChoice, make_target
 from sparkbuild.engines.profiles import load_profile
@@ -149,29 +148,20 @@ def _write_outputs(
 
 
 @click.group("bench", invoke_without_command=True)
-@click.option("--image", metavar="IMAGE", help="Run the engine in a container of IMAGE.")
-@click.option(
-    "--command",
-    "command",
-    metavar="CMD",
+@options.image()
+@options.command(
     help="Run the engine as a local process (its launcher; the profile adds model, port, "
-    "args unless CMD contains {port}).",
+    "args unless CMD contains {port})."
 )
-@click.option("--url", metavar="URL", help="Benchmark an engine that is already running.")
-@click.option(
-    "--profile",
-    "-p",
-    "profile_name",
-    metavar="NAME|FILE",
-    help="A profile in smoke/ (by name) or a profile file: engine, model, args, env.",
-)
-@click.option("--model", metavar="PATH|ID", help="Serve this model instead of the profile's.")
+@options.url(help="Benchmark an engine that is already running.")
+@options.profile(help="A profile in smoke/ (by name) or a profile file: engine, model, args, env.")
+@options.model()
 @click.option(
     "--engine",
     type=click.Choice(sorted(ADAPTERS)),
     help="With --url and no --profile: the engine (default: asked from the server).",
 )
-@click.option("--gpus", metavar="VALUE", help="docker --gpus value for --image.")
+@options.gpus(help="docker --gpus value for --image.")
 @click.option(
     "--pp", callback=int_list(1), default="512,2048", show_default=True, help="Prompt tokens."
 )
@@ -201,7 +191,7 @@ def _write_outputs(
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request before the sweep.")
 @click.option("--label", metavar="TEXT", help="Name of this run in tables, plots and compare.")
-@click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON ('-': stdout).")
+@options.json_out(help="Write the report as JSON ('-': stdout).")
 @click.option(
     "--markdown",
     "markdown_path",
@@ -228,27 +218,12 @@ def _write_outputs(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a PNG of decode tok/s against concurrency (needs sparkbuild[plot]).",
 )
-@click.option(
-    "--record",
-    "record_build",
-    metavar="BUILD",
-    help="Store a summary in images.lock under BUILD's image id (section bench).",
+@options.record(help="Store a summary in images.lock under BUILD's image id (section bench).")
+@options.boot_timeout()
+@options.request_timeout(
+    default=1800.0, show_default=True, help="Give up on a stream after this long."
 )
-@click.option("--boot-timeout", type=SECONDS, metavar="SECONDS")
-@click.option(
-    "--request-timeout",
-    type=SECONDS,
-    default=1800.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Give up on a stream after this long.",
-)
-@click.option(
-    "--log",
-    "log_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Keep the engine's log here [default: .sparkbuild/bench-logs/].",
-)
+@options.log(help="Keep the engine's log here [default: .sparkbuild/bench-logs/].")
 @claims_options
 @click.option("--claims-json", metavar="FILE", help="Write the claims comparison as JSON.")
 @click.pass_context
@@ -386,7 +361,7 @@ def _run(
 @click.argument("report_a", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("report_b", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @claims_options
-@click.option("--json", "json_path", metavar="FILE", help="Write the comparison as JSON.")
+@options.json_out(help="Write the comparison as JSON.")
 @click.option(
     "--markdown",
     "markdown_path",
