@@ -287,8 +287,6 @@ def _run(
 ) -> None:
     choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
     kind = choice.kind("bench")
-    if gpus is not None and image is None:
-        raise UsageError("--gpus only applies to --image")
     if profile_name is None and kind != "url":
         raise UsageError(
             f"--{kind} needs --profile (engine, model and serve flags)",

@@ -72,8 +72,6 @@ def smoke(
     """
     choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
     choice.kind()
-    if gpus is not None and image is None:
-        raise UsageError("--gpus only applies to --image")
     name, profile = load_profile(settings, profile_name, model=model, need_model=url is None)
     overrides = {"boot_timeout_s": boot_timeout, "request_timeout_s": request_timeout}
     chosen = {key: value for key, value in overrides.items() if value is not None}

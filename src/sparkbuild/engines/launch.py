@@ -99,12 +99,16 @@ class TargetChoice:
     gpus: str | None = None  # overrides the profile's container.gpus
 
     def kind(self, command: str = "smoke") -> str:
+        """``image``, ``command`` or ``url``; a UsageError unless exactly one was given and
+        ``--gpus`` comes with ``--image``."""
         given = [k for k in ("image", "command", "url") if getattr(self, k)]
         if len(given) != 1:
             raise UsageError(
                 "give exactly one of --image, --command, --url",
                 f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
             )
+        if self.gpus is not None and self.image is None:
+            raise UsageError("--gpus only applies to --image")
         return given[0]
 
 
