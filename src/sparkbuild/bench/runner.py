@@ -60,6 +60,8 @@ GENERATION_COUNTER = {
 }
 PREFIX_HIT_COUNTER = {"vllm": "vllm:prefix_cache_hits_total"}
 WARMUP_TOKENS = 8
+#: How long one stream may take before the client gives up on it (``--request-timeout``).
+STREAM_TIMEOUT_S = 1800.0
 
 
 class Progress(Protocol):
@@ -86,7 +88,15 @@ class SilentProgress:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
+class SweepSettings:
+    """What is measured: the grid (with runs, seed and warm-up) and the name of the run."""
+
+    sweep: Sweep
+    label: str | None = None  # None: named after the profile and target, or the URL
+
+
+@dataclass(frozen=True)
 class BenchPlan:
     """What to measure and how the engine was configured (for the report)."""
 
@@ -98,7 +108,7 @@ class BenchPlan:
     env: Mapping[str, str] = field(default_factory=dict)
     request: Mapping[str, Any] = field(default_factory=dict)  # extra request fields
     boot_timeout_s: float = 900.0
-    request_timeout_s: float = 1800.0
+    request_timeout_s: float = STREAM_TIMEOUT_S
 
 
 def host_info() -> HostInfo:

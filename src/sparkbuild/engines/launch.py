@@ -112,6 +112,20 @@ class TargetChoice:
         return given[0]
 
 
+@dataclass(frozen=True)
+class LaunchSettings:
+    """How the engine is started or reached, as the command line asked: where it runs, what
+    it serves, and how long booting and each request may take."""
+
+    choice: TargetChoice
+    profile: str | None = None  # a profile name or file; bench with --url may go without
+    model: str | None = None  # serve this instead of the profile's model
+    engine: str | None = None  # --url without a profile: the engine answering there
+    boot_timeout_s: float | None = None  # None: the profile's expect.boot_timeout_s
+    request_timeout_s: float | None = None  # None: the command's own default
+    log_path: Path | None = None  # None: the command's default log directory
+
+
 def with_nan_switch(profile: SmokeProfile, adapter: EngineAdapter) -> SmokeProfile:
     """The profile with the engine version's own NaN switch added (``expect.nan_switch``).
 
