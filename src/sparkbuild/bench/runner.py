@@ -50,7 +50,7 @@ from sparkbuild.bench.sweep import CellKey, Sweep
 from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
-from sparkbuild.engines.targets import ContainerTarget, Target, docker_client, probe, wait_ready
+from sparkbuild.engines.targets import ContainerTarget, Target, probe, wait_ready
 from sparkbuild.errors import EngineGoneError, EngineHTTPError, SparkbuildError, UsageError
 
 #: The engine's own count of generated tokens (all requests), per engine.
@@ -126,7 +126,9 @@ def _target_info(target: Target) -> TargetInfo:
     if isinstance(target, ContainerTarget) and target.image_id:
         info.image_id = target.image_id
         try:
-            attrs = docker_client().images.get(target.image_id).attrs
+            from sparkbuild import dockerhost
+
+            attrs = dockerhost.client().images.get(target.image_id).attrs
             info.repo_digests = list(attrs.get("RepoDigests") or [])
         except Exception:  # the digest list is a nicety; the image id identifies the image
             info.repo_digests = []
