@@ -22,6 +22,7 @@ from sparkbuild.settings import Settings
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.profile import Expectations, load_profile
 from sparkbuild.smoke.signatures import diagnose, load_signatures
+from sparkbuild.spec import load_builds
 
 # /generate responses as SGLang builds them (meta_info keys per version).
 SGLANG_0_5_10_RESPONSE = {
@@ -222,11 +223,22 @@ def test_profile_defaults_model_override_and_env(
     assert load_profile(settings, "p", model="other/model")[1].model == "other/model"
 
 
-def test_repo_profiles_validate() -> None:
+def test_repo_profiles_start_what_they_check() -> None:
+    """Each shipped profile passes a speculative flag exactly when it expects speculation
+    (else its accept_len check judges a run that never drafted), and every build lists only
+    profiles of its own engine."""
     repo = Path(__file__).resolve().parents[1]
+    settings = Settings(project_dir=repo)
+    engines: dict[str, str] = {}
     for path in sorted((repo / "smoke").glob("*.yaml")):
-        name, profile = load_profile(Settings(project_dir=repo), str(path), model="x")
-        assert profile.engine in ("sglang", "vllm"), name
+        name, profile = load_profile(settings, str(path), model="x")
+        flags = [arg for arg in profile.args if arg.startswith("--speculative-")]
+        assert bool(flags) == profile.expect.speculation, f"{name}: speculative flags {flags}"
+        engines[path.stem] = profile.engine
+    assert engines
+    for build in load_builds(settings).values():
+        for listed in build.smoke_profiles:
+            assert engines.get(listed) == build.engine, f"{build.name} lists {listed}"
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
