@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import cli
 from tests.support.cache import shared_test_cache
 
 
@@ -19,3 +20,12 @@ def _fast_network_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     # Unreachable remotes are part of the tests; do not wait out real backoff.
     monkeypatch.setenv("SPARKBUILD_NET_ATTEMPTS", os.environ.get("SPARKBUILD_NET_ATTEMPTS", "2"))
     monkeypatch.setenv("SPARKBUILD_NET_BACKOFF", "0")
+
+
+@pytest.fixture
+def run_cli() -> cli.RunCli:
+    """``run_cli(*args, cwd=, input=, env=, process=False)`` -> exit_code/stdout/stderr/output.
+
+    The one way a test starts sparkbuild: in-process by default, the installed console
+    script with ``process=True`` (see tests/support/cli.py for when that is the point)."""
+    return cli.run_cli

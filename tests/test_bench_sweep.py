@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from click.testing import CliRunner
 
 from sparkbuild import lock
-from sparkbuild.cli import main
 from sparkbuild.engines import ProcessTarget, adapter_for, free_port, wait_ready
+from tests.support.cli import run_cli
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_python, vllm_server_command
 
 pytestmark = pytest.mark.engine
@@ -62,8 +61,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _bench(project: Path, *args: str) -> Any:
-    runner = CliRunner()
-    return runner.invoke(main, ["--project", str(project), "--quiet", "bench", *args])
+    return run_cli("--project", str(project), "--quiet", "bench", *args)
 
 
 @pytest.fixture(scope="module")
@@ -244,10 +242,7 @@ def test_compare_warns_about_other_differences(
     other["cells"] = plain_report["cells"][:3]
     path = project / "other.json"
     path.write_text(json.dumps(other))
-    runner = CliRunner()
-    result = runner.invoke(
-        main, ["bench", "compare", str(path), str(project / "spec.json"), "--json", "-"]
-    )
+    result = run_cli("bench", "compare", str(path), str(project / "spec.json"), "--json", "-")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     warnings = " | ".join(payload["warnings"])

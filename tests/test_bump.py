@@ -11,16 +11,15 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild.bump.carry import merge_tokens
 from sparkbuild.bump.plan import _inside, end_before, start_at
-from sparkbuild.cli import main
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.settings import Settings
 from tests.support.bump_repos import DemoUpstream, make_demo_project, make_demo_upstream
+from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import git
 
 ALL = ["clash", "renamed", "absorbed"]
@@ -31,19 +30,16 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> DemoUpstream:
     return make_demo_upstream(tmp_path_factory.mktemp("demo"))
 
 
-def _run(project: Path, upstream: DemoUpstream, *args: str) -> Result:
-    return CliRunner().invoke(
-        main,
-        [
-            "--project",
-            str(project),
-            "--cache-dir",
-            str(project.parent / "cache"),
-            "--quiet",
-            "--repo",
-            f"sglang={upstream.url}",
-            *args,
-        ],
+def _run(project: Path, upstream: DemoUpstream, *args: str) -> CliResult:
+    return run_cli(
+        "--project",
+        str(project),
+        "--cache-dir",
+        str(project.parent / "cache"),
+        "--quiet",
+        "--repo",
+        f"sglang={upstream.url}",
+        *args,
     )
 
 

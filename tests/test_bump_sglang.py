@@ -24,12 +24,11 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sparkbuild.cli import main
 from tests.support.bump_repos import sglang_upstream_with_pr_24436
+from tests.support.cli import run_cli
 from tests.support.gitrepos import commit_all, git
 from tests.support.sglang_releases import ALL_RELEASES, patch_when, sglang_release_repo
 
@@ -79,18 +78,15 @@ class Chain:
         self.payloads: dict[str, dict[str, Any]] = {}
 
     def run(self, *args: str) -> Any:
-        return CliRunner().invoke(
-            main,
-            [
-                "--project",
-                str(self.project),
-                "--cache-dir",
-                str(self.project.parent / "cache"),
-                "--quiet",
-                "--repo",
-                f"sglang={self.upstream}",
-                *args,
-            ],
+        return run_cli(
+            "--project",
+            str(self.project),
+            "--cache-dir",
+            str(self.project.parent / "cache"),
+            "--quiet",
+            "--repo",
+            f"sglang={self.upstream}",
+            *args,
         )
 
     def spec(self) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 
 from sparkbuild import validate
 from sparkbuild.bench.client import StreamResult, make_client, stream_completion
@@ -28,6 +27,7 @@ from sparkbuild.cli import main
 from sparkbuild.errors import RegistryError
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import Registry, RegistryClient
+from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
 
 
@@ -37,10 +37,14 @@ class Project:
     cache: Path
     upstream: Upstream
 
-    def run(self, *args: str, input: str | None = None) -> Result:
-        result = CliRunner().invoke(
-            main,
-            ["--project", str(self.root), "--cache-dir", str(self.cache), "--quiet", *args],
+    def run(self, *args: str, input: str | None = None) -> CliResult:
+        result = run_cli(
+            "--project",
+            str(self.root),
+            "--cache-dir",
+            str(self.cache),
+            "--quiet",
+            *args,
             input=input,
         )
         assert_one_screen(result)
@@ -61,7 +65,7 @@ class Project:
         return (self.root / "images.lock").read_text()
 
 
-def assert_one_screen(result: Result) -> None:
+def assert_one_screen(result: CliResult) -> None:
     """No traceback; a failure exits 1 or 2 with an ``error:`` line on stderr."""
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"traceback: {result.exception!r}\n{result.output}")
@@ -298,9 +302,7 @@ def test_https_token_is_not_shown(project: Project) -> None:
     url = "https://alice:S3CRETTOKEN@127.0.0.1:9/org/repo.git"  # port 9: refused at once
     project.write_spec(SPEC, repo=url)
     for args in (["patches"], ["--repo", f"sglang={url}", "patches"]):
-        result = CliRunner().invoke(
-            main, ["--project", str(project.root), "--cache-dir", str(project.cache), *args]
-        )
+        result = run_cli("--project", str(project.root), "--cache-dir", str(project.cache), *args)
         assert_one_screen(result)
         assert result.exit_code == 1
         assert "S3CRETTOKEN" not in result.output
@@ -310,9 +312,7 @@ def test_https_token_is_not_shown(project: Project) -> None:
 def test_file_url_token_is_not_stored(project: Project) -> None:
     url = f"file://alice:S3CRETTOKEN@localhost{project.url}"
     project.write_spec(SPEC, repo=url)
-    result = CliRunner().invoke(
-        main, ["--project", str(project.root), "--cache-dir", str(project.cache), "lock"]
-    )
+    result = run_cli("--project", str(project.root), "--cache-dir", str(project.cache), "lock")
     assert_one_screen(result)
     assert result.exit_code == 0, result.output
     assert "S3CRETTOKEN" not in result.output
@@ -792,8 +792,13 @@ def test_names_paths_and_hunks_are_not_markup(project: Project) -> None:
         "- {file: 'patches/pkg/fix[/x].patch'}\n      - {file: 'patches/pkg/[red]warn.patch'}",
     )
     project.write_spec(spec)
-    result = CliRunner(env={"COLUMNS": "400"}).invoke(
-        main, ["--project", str(project.root), "--cache-dir", str(project.cache), "patches"]
+    result = run_cli(
+        "--project",
+        str(project.root),
+        "--cache-dir",
+        str(project.cache),
+        "patches",
+        env={"COLUMNS": "400"},
     )
     assert_one_screen(result)
     assert result.exit_code == 1
@@ -981,7 +986,7 @@ def test_every_command_with_a_broken_project(project: Project, tmp_path: Path) -
         for template in _ARGS.get(command, [[], ["new"]]):
             args = [a.replace("PROFILE", str(profile)) for a in template]
             for name, options in broken.items():
-                result = CliRunner().invoke(main, [*options, "--quiet", command, *args])
+                result = run_cli(*options, "--quiet", command, *args)
                 where = f"{name}: sparkbuild {command} {' '.join(args)}"
                 assert result.exit_code in (1, 2), f"{where}\n{result.output}"
                 assert_one_screen(result)

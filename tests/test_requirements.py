@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from packaging.version import Version
 
 from sparkbuild import requirements
-from sparkbuild.cli import main
 from sparkbuild.errors import SparkbuildError, SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds
+from tests.support.cli import run_cli
 from tests.support.sglang_releases import ALL_RELEASES, download_wheel, sglang_release_repo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +137,7 @@ def test_image_layer_installs_exactly_the_pinned_files(tmp_path: Path) -> None:
 
 def _run(project: Path, cache: Path, repo: Path, *args: str) -> Any:
     base = ["--project", str(project), "--cache-dir", str(cache), "--quiet"]
-    return CliRunner().invoke(main, [*base, "--repo", f"sglang={repo}", *args])
+    return run_cli(*base, "--repo", f"sglang={repo}", *args)
 
 
 @pytest.mark.upstream

@@ -21,14 +21,13 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sparkbuild.cli import main
 from sparkbuild.settings import Settings
 from sparkbuild.smoke.profile import load_profile
 from sparkbuild.spec import load_builds
+from tests.support.cli import run_cli
 from tests.support.gitrepos import git
 from tests.support.pr_standins import (
     GEMMA4_MTP_CHANGED_FILES,
@@ -74,19 +73,16 @@ def report(
         spec["builds"][f"every-{version}"] = {"ref": f"v{version}"}
     (project / "builds" / "sglang.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     _seed_release_wheels(project / "cache", test_cache)
-    result = CliRunner().invoke(
-        main,
-        [
-            "--project",
-            str(project),
-            "--cache-dir",
-            str(project / "cache"),
-            "--quiet",
-            "--repo",
-            f"sglang={upstream}",
-            "patches",
-            "--json",
-        ],
+    result = run_cli(
+        "--project",
+        str(project),
+        "--cache-dir",
+        str(project / "cache"),
+        "--quiet",
+        "--repo",
+        f"sglang={upstream}",
+        "patches",
+        "--json",
     )
     assert result.exit_code == 0, result.stderr
     data: dict[str, Any] = json.loads(result.stdout)
@@ -152,21 +148,18 @@ def test_every_patched_file_byte_compiles(report: dict[str, Any], tmp_path: Path
         )
         assert changed, name
         out = tmp_path / name
-        result = CliRunner().invoke(
-            main,
-            [
-                "--project",
-                str(project),
-                "--cache-dir",
-                str(project / "cache"),
-                "--quiet",
-                "--repo",
-                f"sglang={report['_upstream']}",
-                "prepare",
-                name,
-                "--out",
-                str(out),
-            ],
+        result = run_cli(
+            "--project",
+            str(project),
+            "--cache-dir",
+            str(project / "cache"),
+            "--quiet",
+            "--repo",
+            f"sglang={report['_upstream']}",
+            "prepare",
+            name,
+            "--out",
+            str(out),
         )
         assert result.exit_code == 0, result.stderr
         assert result.stdout.strip() == build["tree"]

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 
-from sparkbuild.cli import main
+from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import Upstream, git, make_patch, make_upstream
 
 
@@ -24,12 +23,9 @@ class Project:
     cache: Path
     upstream: Upstream
 
-    def run(self, *args: str) -> Result:
-        runner = CliRunner()
-        return runner.invoke(
-            main,
-            ["--project", str(self.root), "--cache-dir", str(self.cache), "--quiet", *args],
-            catch_exceptions=False,
+    def run(self, *args: str) -> CliResult:
+        return run_cli(
+            "--project", str(self.root), "--cache-dir", str(self.cache), "--quiet", *args
         )
 
     def json(self, *args: str) -> dict[str, Any]:
