@@ -7,12 +7,20 @@ import pytest
 
 from tests.support import cli
 from tests.support.cache import shared_test_cache
+from tests.support.sglang_releases import ALL_RELEASES, sglang_release_repo
 
 
 @pytest.fixture(scope="session")
 def test_cache() -> Path:
     """Downloads and slow-to-make artifacts shared across runs (PyPI files, base images)."""
     return shared_test_cache()
+
+
+@pytest.fixture(scope="session")
+def release_repo(test_cache: Path) -> Path:
+    """The local SGLang repository with one tagged commit per release (from PyPI wheels):
+    what the tests of each shipped patch check out and apply to."""
+    return sglang_release_repo(test_cache, ALL_RELEASES)
 
 
 @pytest.fixture(autouse=True)

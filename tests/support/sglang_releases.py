@@ -279,6 +279,11 @@ def applies_at_tag(repo: Path, version: str, patch: Path) -> bool:
         return subprocess.run(cmd, env=env, capture_output=True, check=False).returncode == 0
 
 
+def applies_by_release(repo: Path, patch: Path) -> dict[str, bool]:
+    """For every release in ALL_RELEASES: whether `patch` applies at its tag."""
+    return {version: applies_at_tag(repo, version, patch) for version in ALL_RELEASES}
+
+
 def patch_when(patch: Path) -> SpecifierSet:
     """The `when: "..."` specifier written in a patch's header."""
     header = patch.read_text().split("\ndiff --git ", 1)[0]
