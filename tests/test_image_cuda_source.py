@@ -154,7 +154,7 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
             # The same build with the unpruned arch list: sm_90a and sm_100a come back.
             spec_file.write_text(_spec(repo, base, []))
             failed = sparkbuild(project, tmp_path / "cache", "--quiet", "build")
-            assert failed.returncode == 1, failed.stderr
+            assert failed.exit_code == 1, failed.stderr
             assert "carry CUDA code that does not run on sm_121a" in failed.stderr
             assert f"{WHEEL}: spark_kernel/_kernels" in failed.stderr
             assert "cubins for sm_100a, sm_90a" in failed.stderr

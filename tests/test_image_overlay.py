@@ -240,7 +240,7 @@ def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
     patch = project / "patches/sglang/fix.patch"
     patch.write_text(patch.read_text().replace("None-safe", "None-safe!"))
     refused = sparkbuild(project, cache, "build", BUILD, "--locked")
-    assert refused.returncode == 1, refused.stderr
+    assert refused.exit_code == 1, refused.stderr
     assert "--locked" in refused.stderr and "fix.patch" in refused.stderr
     assert (project / "images.lock").read_text() == before
 
@@ -253,7 +253,7 @@ def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
     }
     project = _project(env, "refuse", edits)
     result = sparkbuild(project, env.work / "cache", "build", BUILD)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "sgl-kernel/csrc/spark_fix.cu" in result.stderr
     assert "python/pyproject.toml" in result.stderr
     assert "mode: source" in result.stderr
@@ -271,7 +271,7 @@ def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: Env) -> No
     (project / "images.lock").write_text(yaml.safe_dump({"schema": 1, "builds": {}}))
     before = (project / "images.lock").read_text()
     result = sparkbuild(project, env.work / "cache", "--quiet", "build", BUILD)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "the build failed" in result.stderr
     assert "tokenizer_manager.py" in result.stderr, result.stderr  # from the failing step
     assert "do not compile" in result.stderr
@@ -287,6 +287,6 @@ def test_missing_base_image_is_reported(env: Env) -> None:
         base_image=env.registry.ref("sparkbuild-tests/absent", "v0"),
     )
     result = sparkbuild(project, env.work / "cache", "build", BUILD)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "base image" in result.stderr and "not found" in result.stderr
     assert "sparkbuild-tests/absent" in result.stderr

@@ -181,7 +181,7 @@ def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: Env) ->
         install_dir="/usr/lib/python3/dist-packages",
     )
     result = sparkbuild(project, env.work / "cache", "--quiet", "build", BUILD)
-    assert result.returncode == 1, result.stderr
+    assert result.exit_code == 1, result.stderr
     assert "overlay: install_dir /usr/lib/python3/dist-packages is not where" in result.stderr
     assert "(as user spark)" in result.stderr
     assert f"hint: set `install_dir: {BOOKWORM_PYTHON_SITE}/sglang`" in result.stderr
@@ -196,7 +196,7 @@ def test_a_package_the_base_does_not_import_fails_cleanly(env: Env) -> None:
         env, "not-imported", {"python/sglangx/x.py": "X = 1\n"}, package_dir="python/sglangx"
     )
     result = sparkbuild(project, env.work / "cache", "--quiet", "build", BUILD)
-    assert result.returncode == 1, result.stderr
+    assert result.exit_code == 1, result.stderr
     assert "cannot import package 'sglangx'" in result.stderr
     assert "(as user spark, from /home/spark)" in result.stderr
     assert "Traceback" not in result.stderr

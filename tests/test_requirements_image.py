@@ -78,7 +78,7 @@ def test_build_installs_exactly_the_locked_wheel(
 ) -> None:
     path, cache, images = project
     locked = sparkbuild(path, cache, "lock", BUILD)
-    assert locked.returncode == 0, locked.stderr
+    assert locked.exit_code == 0, locked.stderr
     (pin,) = load_lock(path)["builds"][BUILD]["requirements"]
     wheel = cache / "wheels" / pin["filename"]
     assert pin["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
@@ -103,4 +103,4 @@ def test_build_installs_exactly_the_locked_wheel(
     tampered = wheel.read_bytes() + b"x"
     wheel.write_bytes(tampered)
     again = sparkbuild(path, cache, "build", "--no-cache", BUILD, "--json")
-    assert again.returncode != 0 and "does not match images.lock" in again.stderr
+    assert again.exit_code != 0 and "does not match images.lock" in again.stderr

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from sparkbuild.smoke import checks
 from sparkbuild.smoke.profile import Expectations, load_profile
 from sparkbuild.smoke.signatures import diagnose, load_signatures
 from sparkbuild.spec import load_builds
+from tests.support.cli import CliResult, run_cli
 
 # /generate responses as SGLang builds them (meta_info keys per version).
 SGLANG_0_5_10_RESPONSE = {
@@ -241,19 +240,18 @@ def test_repo_profiles_start_what_they_check() -> None:
             assert engines.get(listed) == build.engine, f"{build.name} lists {listed}"
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "sparkbuild.cli", "--project", str(tmp_path), "smoke", *args]
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+def _cli(tmp_path: Path, *args: str) -> CliResult:
+    return run_cli("--project", str(tmp_path), "smoke", *args)
 
 
 def test_cli_usage_errors(tmp_path: Path) -> None:
     _project(tmp_path, "engine: vllm\nmodel: m\n")
     neither = _cli(tmp_path, "--profile", "p")
-    assert neither.returncode == 2 and "exactly one of --image, --command, --url" in neither.stderr
+    assert neither.exit_code == 2 and "exactly one of --image, --command, --url" in neither.stderr
     both = _cli(tmp_path, "--profile", "p", "--url", "http://127.0.0.1:1", "--command", "x")
-    assert both.returncode == 2
+    assert both.exit_code == 2
     missing = _cli(tmp_path, "--profile", "nope", "--url", "http://127.0.0.1:1")
-    assert missing.returncode == 2 and "no smoke profile 'nope'" in missing.stderr
+    assert missing.exit_code == 2 and "no smoke profile 'nope'" in missing.stderr
     assert "known profiles: p" in missing.stderr
 
 
@@ -261,7 +259,7 @@ def test_record_without_image_entry_says_how_to_get_one(tmp_path: Path) -> None:
     _project(tmp_path, "engine: vllm\nmodel: m\n")
     (tmp_path / "images.lock").write_text(yaml.safe_dump({"schema": 1, "builds": {}}))
     run = _cli(tmp_path, "--profile", "p", "--url", "http://127.0.0.1:1", "--record", "b1")
-    assert run.returncode == 1
+    assert run.exit_code == 1
     assert "build 'b1' has no image in images.lock" in run.stderr
     assert "hint: build it first: sparkbuild build b1" in run.stderr
 
@@ -270,7 +268,7 @@ def test_unreachable_url_fails_with_http_errors(tmp_path: Path) -> None:
     _project(tmp_path, "engine: sglang\nmodel: m\n")
     port = 9  # discard: nothing listens on loopback
     run = _cli(tmp_path, "--profile", "p", "--url", f"http://127.0.0.1:{port}", "--json", "-")
-    assert run.returncode == 1, run.stderr
+    assert run.exit_code == 1, run.stderr
     result = json.loads(run.stdout)
     by_name = {c["name"]: c for c in result["checks"]}
     assert by_name["errors"]["status"] == "fail" and "no response" in by_name["errors"]["detail"]

@@ -1,16 +1,17 @@
 """Helpers for image-stage tests: a project directory with a spec, patches made with git,
-and running the real `sparkbuild` CLI in a subprocess."""
+and the real `sparkbuild` CLI run on it."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.cli import CliResult, run_cli
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "sparkbuild-tests",
@@ -71,23 +72,14 @@ def write_spec(project: Path, engine: str, spec: dict[str, Any]) -> Path:
 
 def sparkbuild(
     project: Path, cache: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess: exit code, stdout and stderr as a user would see them."""
-    cmd = [sys.executable, "-c", "from sparkbuild.cli import main; main()"]
-    cmd += ["--project", str(project), "--cache-dir", str(cache), *args]
-    return subprocess.run(
-        cmd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
+) -> CliResult:
+    """``sparkbuild --project PROJECT --cache-dir CACHE ARGS`` through the one CLI runner."""
+    return run_cli("--project", str(project), "--cache-dir", str(cache), *args, env=env)
 
 
-def build_json(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    if result.returncode != 0:
-        raise AssertionError(f"sparkbuild build failed ({result.returncode}):\n{result.stderr}")
+def build_json(result: CliResult) -> dict[str, Any]:
+    if result.exit_code != 0:
+        raise AssertionError(f"sparkbuild build failed ({result.exit_code}):\n{result.stderr}")
     payload: dict[str, Any] = json.loads(result.stdout)
     (entry,) = payload["results"]
     return dict(entry)

@@ -8,10 +8,7 @@ with a ``RUN`` under emulation in seconds rather than minutes.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +16,7 @@ from sparkbuild import lock
 from sparkbuild.smoke import report
 from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.runner import SmokeResult
+from tests.support.cli import CliResult, run_cli
 from tests.support.image_project import git, make_patch, write_spec
 
 VERSION = "0.5.12"
@@ -92,29 +90,25 @@ def record_smoke(lock_path: Path, build: str, profile: str, verdict: str = "pass
     return report.record(lock_path, build, result)
 
 
-def run_cli(
+def run_publish_cli(
     project: Path,
     *args: str,
     env: dict[str, str] | None = None,
     stdin: str | None = None,
     docker_config: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess, with registry variables cleared unless given."""
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("SPARKBUILD_REGISTRY_USER", "SPARKBUILD_REGISTRY_PASSWORD")
-    }
+) -> CliResult:
+    """The real CLI on ``project``, with registry variables cleared unless given."""
+    cleared: dict[str, str | None] = dict.fromkeys(
+        ("SPARKBUILD_REGISTRY_USER", "SPARKBUILD_REGISTRY_PASSWORD")
+    )
     if docker_config is not None:
-        base["DOCKER_CONFIG"] = str(docker_config)
-    cmd = [sys.executable, "-c", "from sparkbuild.cli import main; main()"]
-    cmd += ["--project", str(project), "--cache-dir", str(project / ".cache"), *args]
-    return subprocess.run(
-        cmd,
-        env={**base, **(env or {})},
+        cleared["DOCKER_CONFIG"] = str(docker_config)
+    return run_cli(
+        "--project",
+        str(project),
+        "--cache-dir",
+        str(project / ".cache"),
+        *args,
         input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+        env={**cleared, **(env or {})},
     )
