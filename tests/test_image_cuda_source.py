@@ -32,7 +32,8 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
-from tests.support.image_project import build_json, git, load_lock, make_patch, sparkbuild
+from tests.support.gitrepos import tagged_repo
+from tests.support.image_project import build_json, load_lock, make_patch_file, sparkbuild
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
@@ -52,10 +53,7 @@ GENCODES_NEW = "set(SPARK_KERNEL_CUDA_FLAGS)  # sparkbuild: sm_121a only (append
 def _kernel_repo(root: Path) -> Path:
     repo = root / "spark-kernel"
     shutil.copytree(DATA / "spark_kernel", repo)
-    git("init", "--quiet", "--initial-branch=main", cwd=repo)
-    git("add", ".", cwd=repo)
-    git("commit", "--quiet", "-m", "spark-kernel 0.1.0", cwd=repo)
-    git("tag", "v0.1.0", cwd=repo)
+    tagged_repo(repo, "v0.1.0", "spark-kernel 0.1.0")
     return repo
 
 
@@ -107,10 +105,10 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
     project = tmp_path / "project"
     (project / "docker").mkdir(parents=True)
     shutil.copyfile(DATA / "spark_kernel.Dockerfile", project / "docker/spark_kernel.Dockerfile")
-    make_patch(
+    make_patch_file(
         repo,
         "v0.1.0",
-        {"CMakeLists.txt": f"<<<OLD>>>{GENCODES_OLD}<<<NEW>>>{GENCODES_NEW}"},
+        {"CMakeLists.txt": (GENCODES_OLD, GENCODES_NEW)},
         project / "patches" / "spark-kernel-sm121a-only.patch",
     )
     prune = {"file": "patches/spark-kernel-sm121a-only.patch", "when": ">=0.1,<0.2"}

@@ -28,11 +28,11 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
+from tests.support.gitrepos import Edit, git
 from tests.support.image_project import (
     build_json,
-    git,
     load_lock,
-    make_patch,
+    make_patch_file,
     sparkbuild,
     write_spec,
 )
@@ -82,9 +82,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         remove_images(docker_client(), state.images)
 
 
-def _project(env: Env, name: str, edits: dict[str, str | None], **image: Any) -> Path:
+def _project(env: Env, name: str, edits: dict[str, Edit], **image: Any) -> Path:
     project = env.work / name
-    make_patch(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
+    make_patch_file(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
     write_spec(
         project,
         "sglang",
@@ -148,8 +148,8 @@ print(json.dumps({{
 
 
 def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, FIX_NEW),
         NEW_FILE: 'MARKER = "sparkbuild overlay"\n',
         DELETED: None,
     }
@@ -170,8 +170,8 @@ def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
     image = _inspect(first["image_id"])
     assert (image["Os"], image["Architecture"]) == ("linux", "arm64")
     labels = image["Config"]["Labels"]
-    commit = git("rev-parse", f"v{VERSION}^{{commit}}", git_dir=env.repo)
-    commit_epoch = int(git("log", "-1", "--format=%ct", commit, git_dir=env.repo))
+    commit = git(env.repo, "rev-parse", f"v{VERSION}^{{commit}}")
+    commit_epoch = int(git(env.repo, "log", "-1", "--format=%ct", commit))
     from datetime import UTC, datetime
 
     assert labels["org.opencontainers.image.revision"] == commit
@@ -246,8 +246,8 @@ def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
 
 
 def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, FIX_NEW),
         "sgl-kernel/csrc/spark_fix.cu": "// a kernel change\n",
         "python/pyproject.toml": "[project]\nname = 'sglang'\n",
     }
@@ -264,8 +264,8 @@ def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
 
 
 def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_OLD} (",
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, f"{FIX_OLD} ("),
     }
     project = _project(env, "syntax", edits)
     (project / "images.lock").write_text(yaml.safe_dump({"schema": 1, "builds": {}}))

@@ -30,7 +30,14 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
-from tests.support.image_project import build_json, load_lock, make_patch, sparkbuild, write_spec
+from tests.support.gitrepos import Edit
+from tests.support.image_project import (
+    build_json,
+    load_lock,
+    make_patch_file,
+    sparkbuild,
+    write_spec,
+)
 from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
@@ -86,9 +93,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         remove_images(docker_client(), state.images)
 
 
-def _project(env: Env, name: str, edits: dict[str, str | None], **image: Any) -> Path:
+def _project(env: Env, name: str, edits: dict[str, Edit], **image: Any) -> Path:
     project = env.work / name
-    make_patch(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
+    make_patch_file(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
     write_spec(
         project,
         "sglang",
@@ -123,8 +130,8 @@ print(json.dumps({{
 
 
 def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, FIX_NEW),
         NEW_MODULE: "MARKER = 1\n",
         TEST_FILE: "def test_marker() -> None:\n    assert True\n",
         DOC_FILE: "# sparkbuild user test\n",

@@ -22,11 +22,11 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
+from tests.support.gitrepos import git, tagged_repo
 from tests.support.image_project import (
     build_json,
-    git,
     load_lock,
-    make_patch,
+    make_patch_file,
     sparkbuild,
     write_spec,
 )
@@ -78,10 +78,7 @@ def _extension_repo(root: Path) -> Path:
     (repo / "setup.py").write_text(SETUP_PY)
     (repo / "spark_ext" / "__init__.py").write_text(INIT_PY)
     (repo / "spark_ext" / "_fast.c").write_text(FAST_C)
-    git("init", "--quiet", "--initial-branch=main", cwd=repo)
-    git("add", ".", cwd=repo)
-    git("commit", "--quiet", "-m", "spark-ext 1.0.0", cwd=repo)
-    git("tag", "v1.0.0", cwd=repo)
+    tagged_repo(repo, "v1.0.0", "spark-ext 1.0.0")
     return repo
 
 
@@ -89,10 +86,10 @@ def test_source_build_compiles_the_patched_c_extension_for_arm64(tmp_path: Path)
     client = docker_client()
     repo = _extension_repo(tmp_path)
     project = tmp_path / "project"
-    make_patch(
+    make_patch_file(
         repo,
         "v1.0.0",
-        {"spark_ext/_fast.c": "<<<OLD>>>PyLong_FromLong(41)<<<NEW>>>PyLong_FromLong(42)"},
+        {"spark_ext/_fast.c": ("PyLong_FromLong(41)", "PyLong_FromLong(42)")},
         project / "patches" / "ext.patch",
     )
     (project / "docker").mkdir(parents=True)
@@ -155,7 +152,7 @@ def test_source_build_compiles_the_patched_c_extension_for_arm64(tmp_path: Path)
             labels = client.images.get(result["image_id"]).labels
             assert labels["io.sparkbuild.build"] == "ext-1.0.0"
             assert labels["org.opencontainers.image.revision"] == git(
-                "rev-parse", "v1.0.0^{commit}", cwd=repo
+                repo, "rev-parse", "v1.0.0^{commit}"
             )
             section = load_lock(project)["builds"]["ext-1.0.0"]["image"]
             assert section["mode"] == "source"

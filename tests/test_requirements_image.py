@@ -25,7 +25,13 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
-from tests.support.image_project import build_json, load_lock, make_patch, sparkbuild, write_spec
+from tests.support.image_project import (
+    build_json,
+    load_lock,
+    make_patch_file,
+    sparkbuild,
+    write_spec,
+)
 from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
@@ -55,7 +61,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
         )
         images.append(base)
         project = work / "project"
-        make_patch(repo, f"v{VERSION}", {MARKER: "MARKER = 1\n"}, project / "patches" / "m.patch")
+        make_patch_file(
+            repo, f"v{VERSION}", {MARKER: "MARKER = 1\n"}, project / "patches" / "m.patch"
+        )
         write_spec(
             project,
             "sglang",

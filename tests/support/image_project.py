@@ -4,62 +4,20 @@ and the real `sparkbuild` CLI run on it."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tests.support.cli import CliResult, run_cli
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "sparkbuild-tests",
-    "GIT_AUTHOR_EMAIL": "tests@sparkbuild.invalid",
-    "GIT_COMMITTER_NAME": "sparkbuild-tests",
-    "GIT_COMMITTER_EMAIL": "tests@sparkbuild.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from tests.support.gitrepos import Edit, make_patch
 
 
-def git(*args: str, cwd: Path | None = None, git_dir: Path | None = None) -> str:
-    cmd = ["git"] + ([f"--git-dir={git_dir}"] if git_dir else []) + list(args)
-    result = subprocess.run(
-        cmd, cwd=cwd, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}{result.stderr}")
-    return result.stdout.strip()
-
-
-def make_patch(repo: Path | str, ref: str, edits: dict[str, str | None], dest: Path) -> Path:
-    """A `git diff` patch against `ref` of `repo`: path -> new text (None deletes it).
-
-    Each text value is either the whole new content, or, if it contains a line
-    `<<<OLD>>>...<<<NEW>>>...`, a replacement of OLD by NEW in the current content.
-    """
-    work = dest.parent / (dest.stem + ".work")
-    git("clone", "--quiet", "--no-checkout", str(repo), str(work))
-    git("checkout", "--quiet", ref, cwd=work)
-    for path, edit in edits.items():
-        target = work / path
-        if edit is None:
-            target.unlink()
-            continue
-        text = edit
-        if edit.startswith("<<<OLD>>>"):
-            old, new = edit.removeprefix("<<<OLD>>>").split("<<<NEW>>>", 1)
-            current = target.read_text()
-            if old not in current:
-                raise AssertionError(f"{path}: {old!r} not found at {ref}")
-            text = current.replace(old, new, 1)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    git("add", "--all", ".", cwd=work)
-    diff = git("diff", "--cached", "--binary", cwd=work)
+def make_patch_file(repo: Path | str, ref: str, edits: Mapping[str, Edit], dest: Path) -> Path:
+    """:func:`tests.support.gitrepos.make_patch` written to ``dest`` (specs name patch files)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(diff + "\n")
+    dest.write_text(make_patch(repo, ref, edits))
     return dest
 
 

@@ -17,7 +17,8 @@ from sparkbuild.smoke import report
 from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.runner import SmokeResult
 from tests.support.cli import CliResult, run_cli
-from tests.support.image_project import git, make_patch, write_spec
+from tests.support.gitrepos import tagged_repo
+from tests.support.image_project import make_patch_file, write_spec
 
 VERSION = "0.5.12"
 PACKAGE_INIT = 'VERSION = "0.5.12"\nGREETING = "upstream"\n'
@@ -33,10 +34,7 @@ def tiny_upstream(root: Path) -> tuple[Path, Path]:
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(PACKAGE_INIT)
     (package / "version.py").write_text(f'__version__ = "{VERSION}"\n')
-    git("init", "--quiet", "--initial-branch=main", cwd=repo)
-    git("add", "-A", cwd=repo)
-    git("commit", "--quiet", "-m", "release", cwd=repo)
-    git("tag", f"v{VERSION}", cwd=repo)
+    tagged_repo(repo, f"v{VERSION}", "release")
     site = root / "site"
     (site / "sglang").mkdir(parents=True)
     for path in package.iterdir():
@@ -51,10 +49,10 @@ def write_project(
     patch = project / "patches" / "sglang" / "greeting.patch"
     patch.unlink(missing_ok=True)
     shutil.rmtree(patch.with_name(patch.stem + ".work"), ignore_errors=True)
-    make_patch(
+    make_patch_file(
         repo,
         f"v{VERSION}",
-        {"python/sglang/__init__.py": f'<<<OLD>>>"upstream"<<<NEW>>>"{greeting}"'},
+        {"python/sglang/__init__.py": ('"upstream"', f'"{greeting}"')},
         patch,
     )
     write_spec(
