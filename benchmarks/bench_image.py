@@ -46,7 +46,7 @@ from tests.support.image_project import (  # noqa: E402
 )
 from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo  # noqa: E402
 
-from sparkbuild.image import builder, context, registry  # noqa: E402
+from sparkbuild.image import base_image, builder, context  # noqa: E402
 from sparkbuild.settings import Settings  # noqa: E402
 from sparkbuild.source import prepare_source  # noqa: E402
 from sparkbuild.spec import load_builds  # noqa: E402
@@ -119,7 +119,7 @@ def main() -> None:
             prepared = prepare_source(build, settings)
             ctx = work / "context"
             context.write_overlay_context(prepared, ctx, None)
-            pinned = registry.resolve(client, base, "linux/arm64", where="bench").pinned
+            pinned = base_image.resolve(client, base, "linux/arm64", where="bench").pinned
             docker = builder.find_client()
             dockerfile = context.find_dockerfile(build, settings).path
             plain_cmd = [

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbuild import dockerhost
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.image import builder, render_tags
 from sparkbuild.settings import Settings
@@ -77,10 +78,10 @@ def test_platform_without_emulation_is_refused(tmp_path: Path) -> None:
     empty_binfmt.mkdir()
     foreign = "linux/arm64" if os.uname().machine == "x86_64" else "linux/amd64"
     with pytest.raises(SparkbuildError) as info:
-        builder.check_can_run(foreign, binfmt_dir=empty_binfmt)
+        dockerhost.check_can_run(foreign, binfmt_dir=empty_binfmt)
     assert foreign in info.value.message
     assert info.value.hint and "setup-host.sh" in info.value.hint
-    builder.check_can_run(foreign)  # this machine has emulation (scripts/setup-host.sh)
+    dockerhost.check_can_run(foreign)  # this machine has emulation (scripts/setup-host.sh)
 
 
 def test_failure_summary_shows_the_failing_step() -> None:

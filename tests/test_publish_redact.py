@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import SparkbuildError, UsageError
-from sparkbuild.publish import plan_target
+from sparkbuild.publish import plan_destination
 from sparkbuild.publish.credentials import Credentials, resolve
 from sparkbuild.publish.redact import MASK, Redactor, redact
 from sparkbuild.publish.registry import Registry
@@ -156,13 +156,13 @@ def test_immutable_tag_and_aliases(tmp_path: Path) -> None:
     build = load_builds(Settings(project_dir=tmp_path))["s"]
     tree = "0123456789abcdef0123"
     registry = Registry.parse("ghcr.io/acme")
-    target = plan_target(build, tree, registry, aliases=("{version}-sm121", "latest"))
-    assert target.reference == "ghcr.io/acme/sparkbuild/sglang"
-    assert target.tag == "0.5.12-sm121-0123456789ab"
-    assert target.aliases == ("0.5.12-sm121", "latest")
-    custom = plan_target(build, tree, registry, repository="spark-{engine}", aliases=())
+    destination = plan_destination(build, tree, registry, aliases=("{version}-sm121", "latest"))
+    assert destination.reference == "ghcr.io/acme/sparkbuild/sglang"
+    assert destination.tag == "0.5.12-sm121-0123456789ab"
+    assert destination.aliases == ("0.5.12-sm121", "latest")
+    custom = plan_destination(build, tree, registry, repository="spark-{engine}", aliases=())
     assert custom.reference == "ghcr.io/acme/spark-sglang" and custom.aliases == ()
     with pytest.raises(UsageError):
-        plan_target(build, tree, registry, aliases=("{nope}",))
+        plan_destination(build, tree, registry, aliases=("{nope}",))
     with pytest.raises(UsageError):
-        plan_target(build, tree, registry, aliases=("{version}-sm121-{tree_short}",))
+        plan_destination(build, tree, registry, aliases=("{version}-sm121-{tree_short}",))

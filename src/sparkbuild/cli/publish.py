@@ -13,12 +13,12 @@ from sparkbuild.cli import emit_json, run_per_build
 from sparkbuild.publish import (
     DEFAULT_ALIASES,
     DEFAULT_REPOSITORY,
+    Destination,
     PublishResult,
     RollbackResult,
-    Target,
     choose_repository,
     layers,
-    plan_target,
+    plan_destination,
     publish_build,
     rollback_build,
 )
@@ -127,8 +127,10 @@ def publish_command(
     selected = select(load_builds(settings), builds)
     alias_templates = () if no_alias else (aliases or DEFAULT_ALIASES)
 
-    def target_of(build: Build, tree: str) -> Target:
-        return plan_target(build, tree, registry, repository=repository, aliases=alias_templates)
+    def destination_of(build: Build, tree: str) -> Destination:
+        return plan_destination(
+            build, tree, registry, repository=repository, aliases=alias_templates
+        )
 
     found = _credentials(registry.host, username, password_stdin)
     redactor = _redactor(found)
@@ -136,7 +138,7 @@ def publish_command(
     def publish_one(build: Build) -> PublishResult:
         with redactor.guard(f"publishing {build.name}"):
             return publish_build(
-                build, settings, target_of, found, force=force, max_layer_size=layer_limit
+                build, settings, destination_of, found, force=force, max_layer_size=layer_limit
             )
 
     run_per_build(

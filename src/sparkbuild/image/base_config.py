@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.image.registry import BaseImage
+from sparkbuild.image.base_image import BaseImage
 from sparkbuild.publish import credentials as creds
 from sparkbuild.publish.registry import (
     DOCKER_HUB,

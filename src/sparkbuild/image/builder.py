@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import os
-import platform as host_platform
 import re
 import subprocess
 import sys
@@ -20,13 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import docker
-import docker.errors
-
 from sparkbuild import console
 from sparkbuild.errors import BuildFailedError, SparkbuildError
 
-SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
 BUILDX_HINT = (
     "install the buildx plugin (`apt-get install docker-buildx` on Debian 13 / Ubuntu, "
     "`docker-buildx-plugin` from Docker's apt repository), or use a docker CLI older than "
@@ -130,57 +125,6 @@ def find_client(*, need_buildx: bool = False) -> BuildClient:
         "on need the buildx plugin)",
         BUILDX_HINT,
     )
-
-
-def docker_api() -> Any:
-    """A docker SDK client for the daemon, or an error saying how to start one."""
-    try:
-        client = docker.from_env(timeout=300)
-        client.ping()
-    except docker.errors.DockerException as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise SparkbuildError(f"no Docker daemon answers at {where} ({exc})", SETUP_HINT) from exc
-    return client
-
-
-_ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-_QEMU_NAMES = {
-    "arm64": "aarch64",
-    "amd64": "x86_64",
-    "arm": "arm",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
-
-
-def platform_arch(platform: str) -> str:
-    parts = platform.split("/")
-    if len(parts) < 2 or parts[0] != "linux":
-        raise SparkbuildError(
-            f"platform '{platform}' is not of the form linux/ARCH", "for example linux/arm64"
-        )
-    return parts[1]
-
-
-def check_can_run(platform: str, binfmt_dir: Path = Path("/proc/sys/fs/binfmt_misc")) -> None:
-    """Fail early when the local builder cannot execute ``platform``'s binaries."""
-    arch = platform_arch(platform)
-    native = _ARCH_ALIASES.get(host_platform.machine(), host_platform.machine())
-    if arch == native:
-        return
-    entry = binfmt_dir / f"qemu-{_QEMU_NAMES.get(arch, arch)}"
-    try:
-        enabled = entry.read_text().startswith("enabled")
-    except OSError:
-        enabled = False
-    if not enabled:
-        raise SparkbuildError(
-            f"this {native} host cannot run {platform} binaries: no qemu emulation registered "
-            f"({entry} missing or disabled)",
-            "enable it with `sudo scripts/setup-host.sh`, or build on a native builder with "
-            "`--builder NAME` (see docs/image.md)",
-        )
 
 
 def daemon_max_jobs(api: Any) -> int:

@@ -24,6 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from sparkbuild import imageref
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
@@ -43,8 +44,6 @@ DOCKER_HUB = "docker.io"
 _DOCKER_HUB_API = "registry-1.docker.io"
 _TIMEOUT = 60
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
-_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-TAG_PATTERN = re.compile(r"^[\w][\w.-]{0,127}$")
 
 
 class _TransientError(Exception):
@@ -87,7 +86,7 @@ class Registry:
         else:  # `docker push user/x` means Docker Hub
             host, namespace = DOCKER_HUB, text
         for component in filter(None, namespace.split("/")):
-            if not _COMPONENT.match(component):
+            if not imageref.COMPONENT.match(component):
                 raise UsageError(
                     f"--registry {value!r}: '{component}' is not a valid repository path "
                     "component (lowercase letters, digits, '.', '_', '-')",
@@ -108,7 +107,7 @@ class Registry:
         """The repository path inside the registry, e.g. ``acme/sparkbuild/sglang``."""
         path = f"{self.namespace}/{name}" if self.namespace else name
         for component in path.split("/"):
-            if not _COMPONENT.match(component):
+            if not imageref.COMPONENT.match(component):
                 raise UsageError(
                     f"repository '{path}': '{component}' is not a valid path component",
                     "repository names are lowercase letters, digits, '.', '_', '-', "

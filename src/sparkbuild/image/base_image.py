@@ -13,6 +13,7 @@ from typing import Any
 import docker.errors
 
 from sparkbuild.errors import SparkbuildError
+from sparkbuild.imageref import digest_of, strip_digest
 
 
 @dataclass(frozen=True)
@@ -24,15 +25,6 @@ class BaseImage:
     def pinned(self) -> str:
         """``name:tag@digest``: BuildKit fetches exactly the digest; the tag stays readable."""
         return f"{strip_digest(self.reference)}@{self.digest}"
-
-
-def strip_digest(reference: str) -> str:
-    return reference.split("@", 1)[0]
-
-
-def digest_of(reference: str) -> str | None:
-    _, sep, digest = reference.partition("@")
-    return digest if sep else None
 
 
 def resolve(api: Any, reference: str, platform: str, *, where: str) -> BaseImage:

@@ -1,0 +1,67 @@
+"""The local Docker engine: one client factory, the platform grammar, and whether this host
+can execute a platform's binaries (natively or through qemu emulation)."""
+
+from __future__ import annotations
+
+import os
+import platform as host_platform
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from sparkbuild.errors import SparkbuildError
+
+SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
+
+
+def client(timeout: int = 300) -> Any:
+    """A docker SDK client for the daemon, or an error saying how to start one."""
+    try:
+        api = docker.from_env(timeout=timeout)
+        api.ping()
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise SparkbuildError(f"no Docker daemon answers at {where} ({exc})", SETUP_HINT) from exc
+    return api
+
+
+_ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+_QEMU_NAMES = {
+    "arm64": "aarch64",
+    "amd64": "x86_64",
+    "arm": "arm",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+
+
+def platform_arch(platform: str) -> str:
+    parts = platform.split("/")
+    if len(parts) < 2 or parts[0] != "linux":
+        raise SparkbuildError(
+            f"platform '{platform}' is not of the form linux/ARCH", "for example linux/arm64"
+        )
+    return parts[1]
+
+
+def check_can_run(platform: str, binfmt_dir: Path = Path("/proc/sys/fs/binfmt_misc")) -> None:
+    """Fail early when the local builder cannot execute ``platform``'s binaries."""
+    arch = platform_arch(platform)
+    native = _ARCH_ALIASES.get(host_platform.machine(), host_platform.machine())
+    if arch == native:
+        return
+    entry = binfmt_dir / f"qemu-{_QEMU_NAMES.get(arch, arch)}"
+    try:
+        enabled = entry.read_text().startswith("enabled")
+    except OSError:
+        enabled = False
+    if not enabled:
+        raise SparkbuildError(
+            f"this {native} host cannot run {platform} binaries: no qemu emulation registered "
+            f"({entry} missing or disabled)",
+            "enable it with `sudo scripts/setup-host.sh`, or build on a native builder with "
+            "`--builder NAME` (see docs/image.md)",
+        )

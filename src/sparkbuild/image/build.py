@@ -1,0 +1,441 @@
+"""The image stage: a prepared source tree into a labelled linux/arm64 image, via BuildKit.
+
+``build_image`` resolves the source (``prepare_source``), pins the base image by digest,
+computes the inputs digest, and either finds a local image that already carries it (up to
+date, no build) or assembles a context (overlay or source) and runs BuildKit. The result is
+recorded in images.lock under ``builds.<name>.image``; a failed build leaves the lock alone.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+
+from sparkbuild import console, dockerhost, imageref, requirements, source
+from sparkbuild import lock as lockfile
+from sparkbuild.errors import (
+    BuildFailedError,
+    CubinCheckError,
+    LockError,
+    SparkbuildError,
+    SpecError,
+)
+from sparkbuild.image import (
+    base_config,
+    base_image,
+    builder,
+    context,
+    cubins,
+    labels,
+    source_args,
+    tags,
+)
+from sparkbuild.settings import Settings
+from sparkbuild.source import PreparedSource
+from sparkbuild.spec import Build
+
+SECTION = "image"
+# Build arguments that tune the build without changing what it produces.
+_NON_CONTENT_ARGS = frozenset({"MAX_JOBS"})
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    build: str
+    image_id: str
+    repo_digest: str | None
+    tags: tuple[str, ...]
+    platform: str
+    labels: dict[str, str]
+    skipped: bool
+    seconds: float
+    inputs_digest: str
+    base_image: str
+    base_digest: str
+    mode: str
+    cuda_code: dict[str, Any] | None = None  # source mode: what the built wheels carry
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "build": self.build,
+            "image_id": self.image_id,
+            "repo_digest": self.repo_digest,
+            "tags": list(self.tags),
+            "platform": self.platform,
+            "labels": dict(self.labels),
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 2),
+            "inputs_digest": self.inputs_digest,
+            "base_image": self.base_image,
+            "base_digest": self.base_digest,
+            "mode": self.mode,
+            "cuda_code": self.cuda_code,
+        }
+
+
+@dataclass
+class _Plan:
+    """Everything decided before building; its parts feed the inputs digest."""
+
+    prepared: PreparedSource
+    platform: str
+    base: base_image.BaseImage
+    dockerfile: context.Dockerfile
+    labels: dict[str, str]
+    tags: tuple[str, ...]
+    build_args: dict[str, str]
+    epoch: int
+    digest_parts: dict[str, Any] = field(default_factory=dict)
+    # Extra wheels (images.lock `requirements`) and their files: one more layer when set.
+    wheels: list[requirements.PinnedWheel] = field(default_factory=list)
+    wheel_files: list[Path] = field(default_factory=list)
+
+    @property
+    def inputs_digest(self) -> str:
+        return labels.inputs_digest(self.digest_parts)
+
+
+def _locked_image(build: Build, settings: Settings) -> dict[str, Any]:
+    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
+    section = entry.get(SECTION)
+    if not isinstance(section, dict) or not section.get("inputs_digest"):
+        raise LockError(
+            f"{build.name}: --locked, but images.lock has no image entry for it",
+            f"build it once without --locked (`sparkbuild build {build.name}`) and commit "
+            "images.lock",
+        )
+    return section
+
+
+def _resolve_base(
+    build: Build, api: Any, platform: str, locked: dict[str, Any] | None
+) -> base_image.BaseImage:
+    where = f"base_image of build '{build.name}' in {build.spec_file.name}"
+    reference = build.image.base_image
+    if not reference and build.image.mode == "source":
+        reference = source_args.default_base(build)
+    if not reference:
+        raise SpecError(
+            f"{build.spec_file}: builds.{build.name}.base_image is not set",
+            "name the upstream release image to start from, e.g. "
+            "`base_image: lmsysorg/sglang:v0.5.12-cu130` (overlay) or a CUDA 13 devel image "
+            "(source)",
+        )
+    if locked is not None:
+        locked_ref = str(locked.get("base_image", ""))
+        if imageref.strip_digest(reference) != locked_ref:
+            raise LockError(
+                f"{build.name}: --locked, but the spec's base image {reference} "
+                f"is not the locked {locked_ref}",
+                f"`sparkbuild build {build.name}` without --locked re-pins it",
+            )
+        return base_image.pinned(locked_ref, str(locked["base_digest"]))
+    with console.status(f"{build.name}: resolving {reference}"):
+        return base_image.resolve(api, reference, platform, where=where)
+
+
+def _plan(
+    prepared: PreparedSource,
+    settings: Settings,
+    api: Any,
+    platform: str,
+    locked: dict[str, Any] | None,
+) -> _Plan:
+    build = prepared.build
+    base = _resolve_base(build, api, platform, locked)
+    dockerfile = context.find_dockerfile(build, settings)
+    epoch = labels.source_date_epoch(prepared)
+    image_labels = labels.image_labels(
+        prepared, epoch=epoch, base_ref=base.reference, base_digest=base.digest
+    )
+    build_args = {"BASE_IMAGE": base.pinned, "SOURCE_DATE_EPOCH": str(epoch)}
+    if build.image.mode == "overlay":
+        changes = context.overlay_changes(prepared)
+        if build.image.install_dir:
+            build_args["SPARKBUILD_INSTALL_DIR"] = build.image.install_dir
+        build_args["SPARKBUILD_BASE_USER"] = _base_user(build, base, platform)
+        helper = context.packaged(context.OVERLAY_HELPER).read_bytes()
+        changed: list[list[str]] = sorted([c.path, c.status] for c in changes)
+    else:
+        build_args |= source_args.source_args(build)
+        helper = b""
+        changed = []
+    build_args |= dict(build.image.build_args)
+    plan = _Plan(
+        prepared=prepared,
+        platform=platform,
+        base=base,
+        dockerfile=dockerfile,
+        labels=image_labels,
+        tags=tags.render_tags(build, prepared.tree),
+        build_args=build_args,
+        epoch=epoch,
+    )
+    plan.digest_parts = {
+        "mode": build.image.mode,
+        "platform": platform,
+        "base": base.pinned,
+        "tree": prepared.tree,
+        "package_dir": build.package_dir,
+        "install_dir": build.image.install_dir,
+        "changed": changed,
+        "dockerfile_sha256": labels.file_digest(dockerfile.read()),
+        "helper_sha256": labels.file_digest(helper),
+        "build_args": {k: v for k, v in build_args.items() if k not in _NON_CONTENT_ARGS},
+        "labels": image_labels,
+    }
+    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name)
+    plan.wheels, plan.wheel_files = requirements.image_wheels(
+        build, settings, entry, locked=locked is not None
+    )
+    if plan.wheels:  # only then, so images without requirements keep their digests
+        plan.digest_parts["requirements"] = [w.to_dict() for w in plan.wheels]
+        plan.digest_parts["requirements_layer"] = labels.file_digest(requirements.LAYER.encode())
+    return plan
+
+
+def _base_user(build: Build, base: base_image.BaseImage, platform: str) -> str:
+    with console.status(f"{build.name}: reading the USER of {base.reference}"):
+        return base_config.base_user(base, platform)
+
+
+_OVERLAY_LINE = re.compile(r"sparkbuild overlay: (error|hint): (.*)$")
+
+
+def overlay_failure(build: Build, failure: BuildFailedError) -> BuildFailedError:
+    """The overlay helper's own error and hint, as sparkbuild's error (the one error path)."""
+    found: dict[str, str] = {}
+    for line in failure.log:
+        match = _OVERLAY_LINE.search(line)
+        if match:
+            found.setdefault(match.group(1), match.group(2).strip())
+    if "error" not in found:
+        return failure
+    hint = found.get("hint") or failure.hint or ""
+    return BuildFailedError(
+        f"{build.name}: the build failed: overlay: {found['error']}\n{failure.message}",
+        f"{hint}; images.lock was not changed" if hint else "images.lock was not changed",
+        log=failure.log,
+    )
+
+
+def _explain_locked_difference(plan: _Plan, locked: dict[str, Any]) -> str:
+    differences = []
+    for key, now in (
+        ("tree", plan.prepared.tree),
+        ("platform", plan.platform),
+        ("mode", plan.prepared.build.image.mode),
+    ):
+        if locked.get(key) not in (None, now):
+            differences.append(f"{key}: locked {locked.get(key)}, now {now}")
+    if not differences:
+        differences.append("build arguments, Dockerfile or labels changed")
+    return "; ".join(differences)
+
+
+def find_local(api: Any, digest: str) -> Any | None:
+    """The newest local image labelled with ``digest``, if any."""
+    images = api.images.list(filters={"label": f"{labels.INPUTS_LABEL}={digest}"})
+    if not images:
+        return None
+    return max(images, key=lambda image: str(image.attrs.get("Created", "")))
+
+
+def _lock_section(plan: _Plan, image: Any) -> dict[str, Any]:
+    return {
+        "mode": plan.prepared.build.image.mode,
+        "base_image": plan.base.reference,
+        "base_digest": plan.base.digest,
+        "platform": plan.platform,
+        "tree": plan.prepared.tree,
+        "inputs_digest": plan.inputs_digest,
+        "image_id": str(image.id),
+        "repo_digest": tags.repo_digest(image),
+        "tags": list(plan.tags),
+    }
+
+
+def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | None:
+    """Source mode: the built wheels' cubins match TORCH_CUDA_ARCH_LIST, or the image goes."""
+    if plan.prepared.build.image.mode != "source":
+        return None
+    arch_list = plan.build_args.get("TORCH_CUDA_ARCH_LIST", "")
+    with console.status(f"{plan.prepared.build.name}: checking the cubins of the built wheels"):
+        try:
+            code = cubins.verify(api, image, plan.platform, arch_list)
+        except CubinCheckError as failure:
+            api.images.remove(image.id, force=True)
+            raise CubinCheckError(
+                f"{plan.prepared.build.name}: {failure.message}", failure.hint
+            ) from None
+    return code.to_json() if code is not None else None
+
+
+def _check_platform(image: Any, platform: str) -> None:
+    arch = dockerhost.platform_arch(platform)
+    got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
+    if image.attrs.get("Architecture") != arch:
+        raise SparkbuildError(
+            f"the build produced a {got} image, not {platform}",
+            "BuildKit ignored --platform: update the docker client or use `--builder NAME`",
+        )
+
+
+def _run_build(
+    plan: _Plan,
+    settings: Settings,
+    client: builder.BuildClient,
+    api: Any,
+    *,
+    builder_name: str | None,
+    no_cache: bool,
+    cache: tuple[tuple[str, ...], str | None] = ((), None),
+) -> str:
+    build = plan.prepared.build
+    build_args = dict(plan.build_args)
+    if build.image.mode == "source" and "MAX_JOBS" not in build_args and builder_name is None:
+        build_args["MAX_JOBS"] = str(builder.daemon_max_jobs(api))
+    work_root = settings.cache_dir / "contexts"
+    work_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_root, prefix=f"{build.name}-") as tmp:
+        context_dir = Path(tmp) / "context"
+        context_dir.mkdir()
+        if build.image.mode == "overlay":
+            context.write_overlay_context(plan.prepared, context_dir, build.image.install_dir)
+        else:
+            context.write_source_context(plan.prepared, context_dir)
+        dockerfile = plan.dockerfile.path
+        if plan.wheels:
+            requirements.write_context(context_dir, plan.wheels, plan.wheel_files)
+            dockerfile = Path(tmp) / "Dockerfile"
+            dockerfile.write_bytes(requirements.dockerfile_with_layer(plan.dockerfile.read()))
+        request = builder.BuildRequest(
+            context=context_dir,
+            dockerfile=dockerfile,
+            platform=plan.platform,
+            build_args=build_args,
+            labels={**plan.labels, labels.INPUTS_LABEL: plan.inputs_digest},
+            tags=plan.tags,
+            no_cache=no_cache,
+            builder=builder_name,
+            cache_from=cache[0],
+            cache_to=cache[1],
+        )
+        console.info(
+            f"{build.name}: building {build.image.mode} image for {plan.platform} "
+            f"with {client.describe()}"
+        )
+        try:
+            return builder.run_build(client, request, stream=builder.stream_progress())
+        except BuildFailedError as failure:
+            if build.image.mode == "overlay":
+                raise overlay_failure(build, failure) from None
+            raise
+
+
+def build_image(
+    build: Build,
+    settings: Settings,
+    *,
+    locked: bool = False,
+    platform: str | None = None,
+    builder_name: str | None = None,
+    no_cache: bool = False,
+    cache_from: tuple[str, ...] = (),
+    cache_to: str | None = None,
+) -> ImageResult:
+    """Build (or find up to date) one build's image and record it in images.lock.
+
+    ``cache_from``/``cache_to`` name registry build caches; ``{build}`` in them becomes the
+    build's name, so each build keeps its own cache.
+    """
+    started = time.monotonic()
+    cache = builder.cache_refs(cache_from, cache_to, build.name)
+    api = dockerhost.client()
+    client = builder.find_client(need_buildx=builder_name is not None)
+    locked_section = _locked_image(build, settings) if locked else None
+    target = platform or build.image.platform
+    if locked_section is not None and locked_section.get("platform") not in (None, target):
+        raise LockError(
+            f"{build.name}: --locked, but the lock pins platform {locked_section['platform']}, "
+            f"not {target}",
+            "drop --platform, or rebuild without --locked",
+        )
+    dockerhost.platform_arch(target)
+    prepared = source.prepare_source(build, settings, locked=locked)
+    if not prepared.ok:
+        failing = [
+            f"{i.id}: {i.status} ({i.detail})" for i in prepared.items if i.status in source.FAILING
+        ]
+        raise SparkbuildError(
+            f"{build.name}: the source does not prepare cleanly:\n  " + "\n  ".join(failing),
+            f"`sparkbuild patches {build.name}` shows every item; "
+            f"`sparkbuild prepare {build.name}` checks out the tree to fix it",
+        )
+    if build.image.mode == "overlay":
+        context.overlay_changes(prepared)  # refuse non-Python changes before any other work
+    plan = _plan(prepared, settings, api, target, locked_section)
+    if locked_section is not None and plan.inputs_digest != locked_section["inputs_digest"]:
+        raise LockError(
+            f"{build.name}: --locked, but the image inputs differ from images.lock "
+            f"({_explain_locked_difference(plan, locked_section)})",
+            f"`sparkbuild build {build.name}` without --locked rebuilds and re-pins it",
+        )
+    existing = None if no_cache else find_local(api, plan.inputs_digest)
+    if existing is not None:
+        tags.ensure_tags(existing, plan.tags)
+        image = api.images.get(existing.id)
+        skipped = True
+        console.info(f"{build.name}: up to date ({str(image.id)[:19]})")
+    else:
+        if builder_name is None:
+            dockerhost.check_can_run(target)
+        image_id = _run_build(
+            plan,
+            settings,
+            client,
+            api,
+            builder_name=builder_name,
+            no_cache=no_cache,
+            cache=cache,
+        )
+        try:
+            image = api.images.get(image_id)
+        except docker.errors.ImageNotFound as exc:
+            raise SparkbuildError(
+                f"{build.name}: the built image {image_id} is not in the local store",
+                "with a remote --builder, check that `docker buildx build --load` works",
+            ) from exc
+        _check_platform(image, target)
+        skipped = False
+    cuda_code = _verify_cuda_code(plan, api, image)
+    if not locked:
+        source.record(prepared, settings)
+    section = _lock_section(plan, image)
+    if cuda_code is not None:
+        section["cuda_code"] = cuda_code
+    lockfile.set_section(settings.lock_file, build.name, SECTION, section)
+    return ImageResult(
+        build=build.name,
+        image_id=str(image.id),
+        repo_digest=tags.repo_digest(image),
+        tags=plan.tags,
+        platform=target,
+        labels={str(k): str(v) for k, v in (image.labels or {}).items()},
+        skipped=skipped,
+        seconds=time.monotonic() - started,
+        inputs_digest=plan.inputs_digest,
+        base_image=plan.base.reference,
+        base_digest=plan.base.digest,
+        mode=build.image.mode,
+        cuda_code=cuda_code,
+    )
+
+
+__all__ = ["ImageResult", "build_image"]

@@ -1,0 +1,59 @@
+"""Image references: one grammar for repositories, tags and digests, and one tag renderer.
+
+The grammar is the distribution spec's (a path component is lowercase alphanumerics joined
+by ``.``, ``_``, ``__`` or dashes; a tag is up to 128 word characters, dots and dashes). The
+image stage (spec ``tags:``) and the publish stage (``--repository``, ``--alias``) both
+render templates with the same placeholders, so a template means the same in both places.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sparkbuild.errors import UnknownPlaceholderError
+from sparkbuild.spec import Build
+
+PLACEHOLDERS = ("engine", "version", "tree_short", "build")
+_COMPONENT_TEXT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_TAG_TEXT = r"[\w][\w.-]{0,127}"
+COMPONENT = re.compile(rf"^{_COMPONENT_TEXT}$")
+TAG = re.compile(rf"^{_TAG_TEXT}$")
+# [host[:port]/]component(/component)*[:tag]
+REFERENCE = re.compile(
+    rf"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT_TEXT}(?:/{_COMPONENT_TEXT})*(?::{_TAG_TEXT})?$"
+)
+
+
+def placeholder_hint() -> str:
+    return "placeholders: " + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+
+
+def render(template: str, build: Build, tree: str) -> str:
+    """``template`` with ``{engine}``, ``{version}``, ``{tree_short}`` and ``{build}`` filled."""
+    values = {
+        "engine": build.engine,
+        "version": str(build.version),
+        "tree_short": tree[:12],
+        "build": build.name,
+    }
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise UnknownPlaceholderError(str(exc)) from None
+
+
+def split_tag(reference: str) -> tuple[str, str]:
+    """``name:tag`` into its parts; a reference without a tag means ``latest``."""
+    name, sep, tag = reference.rpartition(":")
+    if not sep or "/" in tag:
+        return reference, "latest"
+    return name, tag
+
+
+def strip_digest(reference: str) -> str:
+    return reference.split("@", 1)[0]
+
+
+def digest_of(reference: str) -> str | None:
+    _, sep, digest = reference.partition("@")
+    return digest if sep else None

@@ -1,0 +1,294 @@
+"""Publishing: push the image images.lock pins by digest, check what the registry now serves,
+move the aliases, and record the publication (written last, so an interrupted run leaves the
+lock as it was and running the command again completes the job)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker.errors
+
+from sparkbuild import console, dockerhost
+from sparkbuild import lock as lockfile
+from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.preflight.gate import preflight_gate
+from sparkbuild.publish import layers, manifests
+from sparkbuild.publish.credentials import Credentials
+from sparkbuild.publish.destination import Destination
+from sparkbuild.publish.gate import pinned_image, smoke_gate, smoke_verdicts
+from sparkbuild.publish.registry import Manifest, RegistryClient
+from sparkbuild.settings import Settings
+from sparkbuild.spec import Build
+
+SECTION = "publish"
+
+
+@dataclass
+class PublishResult:
+    build: str
+    repository: str
+    tag: str
+    digest: str
+    image_id: str
+    verified: bool
+    pushed: bool
+    aliases: dict[str, str | None] = field(default_factory=dict)  # alias -> digest it left
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "build": self.build,
+            "repository": self.repository,
+            "tag": self.tag,
+            "reference": f"{self.repository}@{self.digest}",
+            "digest": self.digest,
+            "image_id": self.image_id,
+            "verified": self.verified,
+            "pushed": self.pushed,
+            "aliases": {
+                alias: {"from": old, "to": self.digest} for alias, old in self.aliases.items()
+            },
+        }
+
+
+def publication_record(settings: Settings, build: Build, key: str) -> dict[str, Any]:
+    entry = lockfile.build_entry(lockfile.load(settings.lock_file), build.name) or {}
+    section = entry.get(SECTION)
+    record = section.get(key) if isinstance(section, dict) else None
+    return record if isinstance(record, dict) else {}
+
+
+def history_of(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [h for h in record.get("history", []) if isinstance(h, dict) and h.get("digest")]
+
+
+# --- the local image --------------------------------------------------------------------
+
+
+def local_image(api: Any, build: Build, image: dict[str, Any]) -> Any:
+    """The local image with the lock's image id; refuses when the lock and store disagree."""
+    image_id = str(image["image_id"])
+    for tag in image.get("tags") or []:
+        try:
+            tagged = api.images.get(tag)
+        except docker.errors.ImageNotFound:
+            continue
+        if tagged.id != image_id:
+            raise LockError(
+                f"{build.name}: the local image {tag} is {tagged.id[:19]}, but images.lock pins "
+                f"{image_id[:19]}; the lock does not describe what was built here",
+                f"`sparkbuild build {build.name}` re-pins the current image (then smoke it), or "
+                "restore the images.lock that matches it",
+            )
+    try:
+        found = api.images.get(image_id)
+    except docker.errors.ImageNotFound:
+        raise SparkbuildError(
+            f"{build.name}: image {image_id[:19]} (pinned in images.lock) is not in the local "
+            "docker store",
+            f"`sparkbuild build --locked {build.name}` rebuilds it; if the new image id "
+            "differs, it needs its own smoke run",
+        ) from None
+    if found.id != image_id:
+        raise LockError(f"{build.name}: local image {found.id} is not the pinned {image_id}")
+    arch = dockerhost.platform_arch(str(image.get("platform") or build.image.platform))
+    if found.attrs.get("Architecture") != arch:
+        raise SparkbuildError(
+            f"{build.name}: image {image_id[:19]} is {found.attrs.get('Architecture')}, not {arch}"
+        )
+    return found
+
+
+def daemon_push(
+    api: Any, image: Any, destination: Destination, credentials: Credentials
+) -> str | None:
+    """Push through the docker daemon; the manifest digest it reports, if it reports one."""
+    image.tag(destination.reference, destination.tag)
+    auth = credentials.daemon_auth(destination.registry.host)
+    digest: str | None = None
+    errors: list[str] = []
+    with console.status(f"pushing {destination.reference}:{destination.tag}"):
+        stream = api.api.push(
+            destination.reference, tag=destination.tag, stream=True, decode=True, auth_config=auth
+        )
+        for event in stream:
+            if not isinstance(event, dict):
+                continue
+            if event.get("error"):
+                errors.append(str(event["error"]))
+            aux = event.get("aux")
+            if isinstance(aux, dict) and aux.get("Digest"):
+                digest = str(aux["Digest"])
+    if errors:
+        message = errors[-1]
+        hint = None
+        if "unauthorized" in message.lower() or "authentication required" in message.lower():
+            hint = f"check the credentials for {destination.registry.host}"
+        elif "http response to https client" in message.lower():
+            hint = "the daemon must treat this registry as insecure (`insecure-registries`)"
+        raise SparkbuildError(
+            f"push of {destination.reference}:{destination.tag} failed: {message}", hint
+        )
+    return digest
+
+
+def _existing_tag(
+    client: RegistryClient, destination: Destination, image_id: str, platform: str
+) -> Manifest | None:
+    """The manifest the immutable tag already serves, if it is this image; refuses if not."""
+    current = client.manifest(destination.repository, destination.tag, push=True)
+    if current is None:
+        return None
+    if not manifests.holds_image(client, destination.repository, current, image_id, platform):
+        raise SparkbuildError(
+            f"{destination.reference}:{destination.tag} already exists as {current.digest} "
+            f"({manifests.describe(current)}), not this build's {platform} image "
+            f"{image_id[:19]}; immutable tags never move",
+            "the same version and tree built into different content (an unpinned base or a "
+            "non-reproducible build); find out why, or remove the tag from the registry by hand",
+        )
+    return current
+
+
+def _verify_pushed(
+    client: RegistryClient,
+    destination: Destination,
+    image_id: str,
+    reported: str | None,
+    platform: str,
+) -> Manifest:
+    manifest = client.manifest(destination.repository, destination.tag, push=True)
+    if manifest is None:
+        raise SparkbuildError(
+            f"the push reported success, but {destination.reference}:{destination.tag} is not "
+            "in the registry",
+            "run the same command again",
+        )
+    if reported and manifest.digest != reported:
+        raise SparkbuildError(
+            f"{destination.reference}:{destination.tag} resolves to {manifest.digest}, but the "
+            f"push reported {reported}; another writer may have replaced it",
+            "nothing was recorded; check who else pushes to this repository",
+        )
+    if not manifests.holds_image(client, destination.repository, manifest, image_id, platform):
+        raise SparkbuildError(
+            f"{destination.reference}@{manifest.digest} holds {manifests.describe(manifest)}, not "
+            f"the pinned {platform} image {image_id}",
+            "nothing was recorded; check who else pushes to this repository",
+        )
+    return manifest
+
+
+def move_aliases(
+    client: RegistryClient, destination: Destination, manifest: Manifest, aliases: tuple[str, ...]
+) -> dict[str, str | None]:
+    """Point each alias at ``manifest``; alias -> the digest it pointed at before."""
+    moved: dict[str, str | None] = {}
+    for alias in aliases:
+        before = client.manifest_digest(destination.repository, alias, push=True)
+        if before != manifest.digest:
+            client.put_manifest(destination.repository, alias, manifest)
+        moved[alias] = before
+    return moved
+
+
+def _history_entry(
+    manifest: Manifest, image_id: str, tag: str, verified: bool, verdicts: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "digest": manifest.digest,
+        "image_id": image_id,
+        "tag": tag,
+        "verified": verified,
+        "smoke": verdicts,
+    }
+
+
+def _write_publish(
+    settings: Settings,
+    build: Build,
+    destination: Destination,
+    entry: dict[str, Any],
+) -> None:
+    def mutate(data: lockfile.LockData) -> None:
+        build_entry = data["builds"].setdefault(build.name, {})
+        current_image = (build_entry.get("image") or {}).get("image_id")
+        if current_image != entry["image_id"]:  # re-checked under the writer lock
+            raise LockError(
+                f"{build.name}: images.lock's image changed while publishing; nothing recorded",
+                f"run `sparkbuild publish {build.name}` again",
+            )
+        section = build_entry.setdefault(SECTION, {})
+        record = section.setdefault(destination.reference, {})
+        history = [h for h in history_of(record) if h["digest"] != entry["digest"]]
+        record.update(
+            {
+                "tag": entry["tag"],
+                "digest": entry["digest"],
+                "image_id": entry["image_id"],
+                "verified": entry["verified"],
+                "aliases": list(destination.aliases),
+                "history": [*history, entry],
+            }
+        )
+
+    lockfile.update(settings.lock_file, mutate)
+
+
+def publish_build(
+    build: Build,
+    settings: Settings,
+    destination_of: Any,
+    credentials: Credentials,
+    *,
+    force: bool = False,
+    max_layer_size: int | None = None,
+) -> PublishResult:
+    """Push ``build``'s pinned image to ``destination_of(build, tree)``, move its aliases, lock it.
+
+    ``destination_of`` renders the destination once the lock's tree is known (see
+    :func:`plan_destination`).
+    """
+    image = pinned_image(settings, build)
+    image_id = str(image["image_id"])
+    destination: Destination = destination_of(build, str(image["tree"]))
+    verified = smoke_gate(settings, build, image_id, force=force)
+    verified = preflight_gate(settings, build, image_id, force=force) and verified
+    verdicts = smoke_verdicts(settings, build, image_id)
+    record = publication_record(settings, build, destination.reference)
+    rolled_back = {h["digest"] for h in history_of(record) if h.get("rolled_back")}
+    client = RegistryClient(destination.registry, credentials)
+    client.check_access(destination.repository, push=True)
+    platform = str(image.get("platform") or build.image.platform)
+    manifest = _existing_tag(client, destination, image_id, platform)
+    pushed = manifest is None
+    if manifest is None:
+        api = dockerhost.client()
+        local = local_image(api, build, image)
+        layers.check_layers(local, max_layer_size, f"{destination.reference}:{destination.tag}")
+        reported = daemon_push(api, local, destination, credentials)
+        manifest = _verify_pushed(client, destination, image_id, reported, platform)
+    else:
+        console.info(
+            f"{build.name}: {destination.reference}:{destination.tag} is already {manifest.digest}"
+        )
+    if manifest.digest in rolled_back and not force:
+        raise SparkbuildError(
+            f"{build.name}: {destination.reference}@{manifest.digest} was rolled back; its aliases "
+            "stay where they are",
+            "fix the build and publish a new image, or pass --force to move the aliases to it "
+            "again",
+        )
+    moved = move_aliases(client, destination, manifest, destination.aliases)
+    entry = _history_entry(manifest, image_id, destination.tag, verified, verdicts)
+    _write_publish(settings, build, destination, entry)
+    return PublishResult(
+        build=build.name,
+        repository=destination.reference,
+        tag=destination.tag,
+        digest=manifest.digest,
+        image_id=image_id,
+        verified=verified,
+        pushed=pushed,
+        aliases=moved,
+    )

@@ -1,0 +1,96 @@
+"""A git checkout of a prepared tree, for people: one commit per applied item, conflicts
+saved beside it, local work never discarded without ``--force``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sparkbuild import git
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.settings import Settings
+from sparkbuild.source.items import ItemResult, PreparedSource
+from sparkbuild.spec import Build
+
+_MARKER = "sparkbuild-checkout"
+
+
+def local_changes(out: Path) -> list[str]:
+    """Edited, staged, untracked and ignored paths of a checkout: what a re-checkout loses."""
+    result = git.run(
+        ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignored"],
+        cwd=out,
+        check=False,
+    )
+    if result.returncode != 0:
+        return []
+    records = result.stdout.decode(errors="replace").split("\0")
+    changes: list[str] = []
+    skip = False
+    for record in records:
+        if skip or len(record) < 4:  # a rename's second path, or the trailing empty field
+            skip = False
+            continue
+        code, path = record[:2], record[3:]
+        skip = "R" in code or "C" in code
+        if path.split("/", 1)[0] != ".sparkbuild":  # kept by the re-checkout
+            changes.append(f"{code.strip() or '?'} {path}")
+    return changes
+
+
+def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Path:
+    """A git checkout of the patched tree at ``out``, one commit per applied item.
+
+    On conflict the checkout stops at the last good commit and the conflicting diff is
+    saved beside it; the caller prints the command to try it by hand. An existing checkout
+    with local edits or untracked files is left alone unless ``force``.
+    """
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()) and not (out / ".git" / _MARKER).exists():
+        raise SparkbuildError(
+            f"{out} exists and is not a sparkbuild checkout", "pass an empty or new --out DIR"
+        )
+    lost = local_changes(out) if (out / ".git" / _MARKER).exists() and not force else []
+    if lost:
+        shown = "\n  ".join(lost[:20]) + (
+            f"\n  ... and {len(lost) - 20} more" if len(lost) > 20 else ""
+        )
+        raise SparkbuildError(
+            f"{out} has local changes that a new checkout would discard:\n  {shown}",
+            f"save them (e.g. `cd {out} && git diff > my.patch`), or re-run with --force "
+            "to discard them, or pass another --out DIR",
+        )
+    if not (out / ".git").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        git.run(["init", "--quiet", "--", str(out)])
+        (out / ".git" / _MARKER).write_text(prepared.build.name + "\n")
+    alternates = out / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text(str(prepared.mirror / "objects") + "\n")
+    target = prepared.conflict_commit or prepared.head_commit
+    branch = f"sparkbuild/{prepared.build.name}"
+    # checkout.workers=0: one checkout worker per core (git's parallel checkout).
+    git.run(
+        ["-c", "checkout.workers=0", "checkout", "--quiet", "--force", "-B", branch, target, "--"],
+        cwd=out,
+    )
+    git.run(["clean", "--quiet", "-fdx", "-e", ".sparkbuild"], cwd=out)
+    _save_conflicts(prepared, out)
+    return out
+
+
+def _save_conflicts(prepared: PreparedSource, out: Path) -> None:
+    folder = out / ".git" / "sparkbuild"
+    shutil.rmtree(folder, ignore_errors=True)
+    for item in prepared.items:
+        if item.status == "conflict":
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / conflict_patch_name(item)).write_bytes(item.diff)
+
+
+def conflict_patch_name(item: ItemResult) -> str:
+    stem = f"pr-{item.number}" if item.kind == "pr" else Path(item.file or "patch").stem
+    return f"{stem}.patch"
+
+
+def default_checkout_dir(settings: Settings, build: Build) -> Path:
+    return settings.cache_dir / "trees" / build.name

@@ -1,0 +1,65 @@
+"""The source stage's entry point: resolve, fetch and patch one build."""
+
+from __future__ import annotations
+
+from sparkbuild import console, lockproof
+from sparkbuild.settings import Settings
+from sparkbuild.source.apply import (
+    Applier,
+    changed_files,
+    note_moved_head,
+    note_overlay_scope,
+    settle_patch,
+    settle_pr,
+)
+from sparkbuild.source.items import FAILING, PreparedSource
+from sparkbuild.source.mirror import Mirror
+from sparkbuild.source.pins import Pins, locked_heads, require_locked_source
+from sparkbuild.source.resolve import fetch_for, resolve_base
+from sparkbuild.spec import Build
+
+
+def prepare_source(
+    build: Build, settings: Settings, *, locked: bool = False, offline: bool = False
+) -> PreparedSource:
+    """Resolve, fetch and patch one build. With ``locked``, use only what the lock pins and
+    prove it: the pinned commit is what ``ref`` resolves to and the patched tree is the
+    locked one. ``offline`` (with ``locked``) uses the mirror as it is, fetching nothing."""
+    pins = Pins()
+    if locked:
+        entry = require_locked_source(build, settings)
+        pins = Pins.from_lock(entry)
+    noted = {} if locked else locked_heads(build, settings)
+    mirror = Mirror(settings.cache_dir, build.repo)
+    in_range = [pr for pr in build.prs if build.in_range(pr.when)]
+    with mirror.locked():
+        if offline and locked:
+            remote = mirror.local_refs()
+        else:
+            remote = fetch_for(mirror, build, in_range, pins)
+        base_commit = resolve_base(mirror, build, remote, pins)
+        if locked:
+            lockproof.check_ref(mirror, build, base_commit)
+    applier = Applier(mirror, build, base_commit)
+    try:
+        with console.status(
+            f"{build.name}: applying {len(build.prs)} PR(s), {len(build.patches)} patch(es)"
+        ):
+            items = [settle_pr(applier, pr, remote, pins) for pr in build.prs]
+            items += [settle_patch(applier, patch) for patch in build.patches]
+    finally:
+        applier.close()
+    if locked and not any(item.status in FAILING for item in items):
+        lockproof.check_tree(build, pins.tree, applier.tree)
+    items = [note_moved_head(item, noted, build) for item in items]
+    items = [note_overlay_scope(build, item) for item in items]
+    return PreparedSource(
+        build=build,
+        base_commit=base_commit,
+        tree=applier.tree,
+        head_commit=applier.commit,
+        items=tuple(items),
+        changed=changed_files(mirror, base_commit, applier.tree),
+        mirror=mirror.path,
+        conflict_commit=applier.conflict_commit,
+    )
