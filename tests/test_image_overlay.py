@@ -11,32 +11,26 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
-    LocalRegistry,
     docker_cli,
-    docker_client,
     push_arm64_base,
-    remove_images,
-    start_registry,
 )
 from tests.support.gitrepos import Edit, git
 from tests.support.image_project import (
+    OverlayEnv,
     build_json,
     load_lock,
-    make_patch_file,
+    overlay_env,
+    overlay_project,
     sparkbuild,
-    write_spec,
 )
-from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
@@ -52,57 +46,22 @@ FIX_NEW = (
 )
 
 
-@dataclass
-class Env:
-    registry: LocalRegistry
-    base_ref: str
-    repo: Path
-    work: Path
-    images: list[str]
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    docker_client()
-    cache = shared_test_cache()
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OverlayEnv]:
     work = tmp_path_factory.mktemp("image-overlay")
-    package = extract_wheel_package(VERSION, cache)
-    repo = sglang_release_repo(cache, [VERSION])
-    with start_registry(work / "registry") as registry:
-        base_ref = push_arm64_base(
-            registry,
-            "sparkbuild-tests/sglang",
-            tag=f"v{VERSION}",
-            extras={BOOKWORM_PYTHON_SITE: package},
-            work_dir=work,
-        )
-        base_id = docker_client().images.get(base_ref).id
-        state = Env(registry, base_ref, repo, work, [base_ref, base_id])
+    with overlay_env(work, VERSION, "sparkbuild-tests/sglang") as state:
         yield state
-        remove_images(docker_client(), state.images)
 
 
-def _project(env: Env, name: str, edits: dict[str, Edit], **image: Any) -> Path:
-    project = env.work / name
-    make_patch_file(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
-    write_spec(
-        project,
-        "sglang",
-        {
-            "repo": str(env.repo),
-            "package_dir": "python/sglang",
-            "base_image": env.base_ref,
-            "tags": [
-                "sparkbuild-tests/{engine}:{version}-{tree_short}",
-                "sparkbuild-tests/{build}",
-            ],
-            **image,
-            "builds": {
-                BUILD: {"ref": f"v{VERSION}", "patches": [{"file": "patches/sglang/fix.patch"}]}
-            },
-        },
+def _project(env: OverlayEnv, name: str, edits: dict[str, Edit], **image: Any) -> Path:
+    return overlay_project(
+        env,
+        name,
+        BUILD,
+        edits,
+        ["sparkbuild-tests/{engine}:{version}-{tree_short}", "sparkbuild-tests/{build}"],
+        **image,
     )
-    return project
 
 
 def _inspect(reference: str) -> dict[str, Any]:
@@ -147,7 +106,7 @@ print(json.dumps({{
 """
 
 
-def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
+def test_overlay_build_labels_skip_and_lock(env: OverlayEnv) -> None:
     edits: dict[str, Edit] = {
         TOKENIZER: (FIX_OLD, FIX_NEW),
         NEW_FILE: 'MARKER = "sparkbuild overlay"\n',
@@ -245,7 +204,7 @@ def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
     assert (project / "images.lock").read_text() == before
 
 
-def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
+def test_overlay_refuses_changes_outside_the_package(env: OverlayEnv) -> None:
     edits: dict[str, Edit] = {
         TOKENIZER: (FIX_OLD, FIX_NEW),
         "sgl-kernel/csrc/spark_fix.cu": "// a kernel change\n",
@@ -263,7 +222,7 @@ def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
     assert "image" not in lock.get("builds", {}).get(BUILD, {})
 
 
-def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: Env) -> None:
+def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: OverlayEnv) -> None:
     edits: dict[str, Edit] = {
         TOKENIZER: (FIX_OLD, f"{FIX_OLD} ("),
     }
@@ -279,7 +238,7 @@ def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: Env) -> No
     assert (project / "images.lock").read_text() == before
 
 
-def test_missing_base_image_is_reported(env: Env) -> None:
+def test_missing_base_image_is_reported(env: OverlayEnv) -> None:
     project = _project(
         env,
         "nobase",

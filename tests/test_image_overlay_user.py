@@ -14,31 +14,25 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
-    LocalRegistry,
     docker_cli,
     docker_client,
-    push_arm64_base,
-    remove_images,
-    start_registry,
 )
 from tests.support.gitrepos import Edit
 from tests.support.image_project import (
+    OverlayEnv,
     build_json,
     load_lock,
-    make_patch_file,
+    overlay_env,
+    overlay_project,
     sparkbuild,
-    write_spec,
 )
-from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
@@ -63,54 +57,17 @@ WORKDIR /home/spark
 """
 
 
-@dataclass
-class Env:
-    registry: LocalRegistry
-    base_ref: str
-    repo: Path
-    work: Path
-    images: list[str]
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    docker_client()
-    cache = shared_test_cache()
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OverlayEnv]:
     work = tmp_path_factory.mktemp("overlay-user")
-    package = extract_wheel_package(VERSION, cache)
-    repo = sglang_release_repo(cache, [VERSION])
-    with start_registry(work / "registry") as registry:
-        base_ref = push_arm64_base(
-            registry,
-            "sparkbuild-tests/sglang-nonroot",
-            tag=f"v{VERSION}",
-            extras={BOOKWORM_PYTHON_SITE: package},
-            setup=NON_ROOT_SETUP,
-            work_dir=work,
-        )
-        state = Env(registry, base_ref, repo, work, [base_ref])
+    with overlay_env(
+        work, VERSION, "sparkbuild-tests/sglang-nonroot", setup=NON_ROOT_SETUP
+    ) as state:
         yield state
-        remove_images(docker_client(), state.images)
 
 
-def _project(env: Env, name: str, edits: dict[str, Edit], **image: Any) -> Path:
-    project = env.work / name
-    make_patch_file(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
-    write_spec(
-        project,
-        "sglang",
-        {
-            "repo": str(env.repo),
-            "package_dir": "python/sglang",
-            "base_image": env.base_ref,
-            "tags": ["sparkbuild-tests/{build}"],
-            **image,
-            "builds": {
-                BUILD: {"ref": f"v{VERSION}", "patches": [{"file": "patches/sglang/fix.patch"}]}
-            },
-        },
-    )
-    return project
+def _project(env: OverlayEnv, name: str, edits: dict[str, Edit], **image: Any) -> Path:
+    return overlay_project(env, name, BUILD, edits, ["sparkbuild-tests/{build}"], **image)
 
 
 CHECK_AS_DEFAULT_USER = f"""
@@ -129,7 +86,7 @@ print(json.dumps({{
 """
 
 
-def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: Env) -> None:
+def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: OverlayEnv) -> None:
     edits: dict[str, Edit] = {
         TOKENIZER: (FIX_OLD, FIX_NEW),
         NEW_MODULE: "MARKER = 1\n",
@@ -180,7 +137,7 @@ def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: Env) -> None:
     assert load_lock(project)["builds"][BUILD]["image"]["image_id"] == result["image_id"]
 
 
-def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: Env) -> None:
+def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: OverlayEnv) -> None:
     project = _project(
         env,
         "wrong-install-dir",
@@ -197,7 +154,7 @@ def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: Env) ->
     assert "image" not in load_lock(project).get("builds", {}).get(BUILD, {})
 
 
-def test_a_package_the_base_does_not_import_fails_cleanly(env: Env) -> None:
+def test_a_package_the_base_does_not_import_fails_cleanly(env: OverlayEnv) -> None:
     # Same tree, another package directory: the base image has no `sglangx` to overlay.
     project = _project(
         env, "not-imported", {"python/sglangx/x.py": "X = 1\n"}, package_dir="python/sglangx"
