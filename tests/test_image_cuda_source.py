@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ import pytest
 
 from tests.support.cuda_toolchain import BASE_PACKAGES, BASE_SETUP, cuda_wheels
 from tests.support.docker_env import (
-    docker_cli,
     docker_client,
     push_arm64_base,
+    python_in_image,
     remove_images,
     start_registry,
 )
@@ -77,25 +76,8 @@ def _wheel_build_info(image_id: str) -> dict[str, str]:
         "import json, spark_kernel.build_info as b;"
         "print(json.dumps({k: getattr(b, k) for k in dir(b) if k.isupper()}))"
     )
-    run = subprocess.run(
-        [
-            docker_cli(),
-            "run",
-            "--rm",
-            "--platform",
-            f"linux/{ARCH}",
-            image_id,
-            "python3",
-            "-c",
-            code,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    info: dict[str, str] = json.loads(run.stdout)
+    stdout = python_in_image(image_id, code, platform=f"linux/{ARCH}")
+    info: dict[str, str] = json.loads(stdout)
     return info
 
 

@@ -21,6 +21,7 @@ from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
     docker_cli,
     push_arm64_base,
+    python_in_image,
 )
 from tests.support.gitrepos import Edit, git
 from tests.support.image_project import (
@@ -70,18 +71,6 @@ def _inspect(reference: str) -> dict[str, Any]:
     ).stdout
     data: dict[str, Any] = json.loads(out)[0]
     return data
-
-
-def _run_arm64(image: str, code: str) -> str:
-    result = subprocess.run(
-        [docker_cli(), "run", "--rm", "--platform", "linux/arm64", image, "python3", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 CHECK_IN_IMAGE = f"""
@@ -160,7 +149,7 @@ def test_overlay_build_labels_skip_and_lock(env: OverlayEnv) -> None:
         image["RepoTags"]
     )
 
-    facts = json.loads(_run_arm64(first["image_id"], CHECK_IN_IMAGE))
+    facts = json.loads(python_in_image(first["image_id"], CHECK_IN_IMAGE))
     assert facts == {
         "machine": "aarch64",
         "fixed": True,

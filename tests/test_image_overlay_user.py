@@ -12,7 +12,6 @@ status detail saying so).
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ import pytest
 
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
-    docker_cli,
     docker_client,
+    python_in_image,
 )
 from tests.support.gitrepos import Edit
 from tests.support.image_project import (
@@ -108,25 +107,8 @@ def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: OverlayEnv) -> N
     assert config["User"] == "spark"
     assert config["WorkingDir"] == "/home/spark"
 
-    run = subprocess.run(
-        [
-            docker_cli(),
-            "run",
-            "--rm",
-            "--platform",
-            "linux/arm64",
-            result["image_id"],
-            "python3",
-            "-c",
-            CHECK_AS_DEFAULT_USER,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    facts = json.loads(run.stdout)
+    stdout = python_in_image(result["image_id"], CHECK_AS_DEFAULT_USER)
+    facts = json.loads(stdout)
     assert facts == {
         "user": "spark",
         "fixed": True,

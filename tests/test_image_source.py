@@ -10,15 +10,14 @@ templates need a GPU toolchain this machine does not have.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.docker_env import (
-    docker_cli,
     docker_client,
     push_arm64_base,
+    python_in_image,
     remove_images,
     start_registry,
 )
@@ -120,27 +119,13 @@ def test_source_build_compiles_the_patched_c_extension_for_arm64(tmp_path: Path)
             images.append(result["image_id"])
             assert result["skipped"] is False
             assert result["mode"] == "source"
-            run = subprocess.run(
-                [
-                    docker_cli(),
-                    "run",
-                    "--rm",
-                    "--platform",
-                    "linux/arm64",
-                    result["image_id"],
-                    "python3",
-                    "-c",
-                    "import json, platform, spark_ext, spark_ext._fast as f;"
-                    "print(json.dumps([spark_ext.answer(), platform.machine(), f.__file__,"
-                    " open('/build-info.txt').read()]))",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
+            stdout = python_in_image(
+                result["image_id"],
+                "import json, platform, spark_ext, spark_ext._fast as f;"
+                "print(json.dumps([spark_ext.answer(), platform.machine(), f.__file__,"
+                " open('/build-info.txt').read()]))",
             )
-            assert run.returncode == 0, run.stderr
-            answer, machine, so_file, info = json.loads(run.stdout)
+            answer, machine, so_file, info = json.loads(stdout)
             assert answer == 42  # the patched C code was compiled
             assert machine == "aarch64"
             assert so_file.endswith(".so") and "aarch64" in so_file

@@ -10,7 +10,6 @@ layer on top of the overlay.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import pytest
 from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
-    docker_cli,
     docker_client,
     push_arm64_base,
+    python_in_image,
     remove_images,
     start_registry,
 )
@@ -97,16 +96,8 @@ def test_build_installs_exactly_the_locked_wheel(
         "import six, importlib.metadata as m, platform; "
         "print(platform.machine(), six.__version__, m.version('six'))"
     )
-    run = [docker_cli(), "run", "--rm", "--platform", "linux/arm64", built["image_id"]]
-    result = subprocess.run(
-        [*run, "python3", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["aarch64", "1.16.0", "1.16.0"]
+    stdout = python_in_image(built["image_id"], code)
+    assert stdout.split() == ["aarch64", "1.16.0", "1.16.0"]
 
     tampered = wheel.read_bytes() + b"x"
     wheel.write_bytes(tampered)
