@@ -14,7 +14,6 @@ import stat
 import textwrap
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,40 +28,14 @@ from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import Registry, RegistryClient
 from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
+from tests.support.source_project import SourceProject
 
 
-@dataclass
-class Project:
-    root: Path
-    cache: Path
-    upstream: Upstream
-
+class Project(SourceProject):
     def run(self, *args: str, input: str | None = None) -> CliResult:
-        result = run_cli(
-            "--project",
-            str(self.root),
-            "--cache-dir",
-            str(self.cache),
-            "--quiet",
-            *args,
-            input=input,
-        )
+        result = super().run(*args, input=input)
         assert_one_screen(result)
         return result
-
-    def write_spec(self, text: str, repo: str | None = None, name: str = "pkg.yaml") -> Path:
-        spec = textwrap.dedent(text).replace("REPO", repo if repo is not None else self.url)
-        path = self.root / "builds" / name
-        path.write_text(spec)
-        return path
-
-    @property
-    def url(self) -> str:
-        return self.upstream.url
-
-    @property
-    def lock_text(self) -> str:
-        return (self.root / "images.lock").read_text()
 
 
 def assert_one_screen(result: CliResult) -> None:
@@ -99,11 +72,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
 
 @pytest.fixture
 def project(tmp_path: Path, upstream: Upstream) -> Project:
-    root = tmp_path / "project"
-    (root / "builds").mkdir(parents=True)
-    patches = root / "patches" / "pkg"
-    patches.mkdir(parents=True)
-    (patches / "applies.patch").write_text(
+    proj = Project.create(tmp_path, upstream)
+    (proj.patches / "applies.patch").write_text(
         make_patch(
             upstream.work,
             "v1.1.0",
@@ -111,7 +81,6 @@ def project(tmp_path: Path, upstream: Upstream) -> Project:
             header="What: a local fix.\n",
         )
     )
-    proj = Project(root=root, cache=tmp_path / "cache", upstream=upstream)
     proj.write_spec(SPEC)
     return proj
 
