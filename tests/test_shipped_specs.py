@@ -24,8 +24,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from sparkbuild.engines.profiles import load_profile
 from sparkbuild.settings import Settings
-from sparkbuild.smoke.profile import load_profile
 from sparkbuild.spec import load_builds
 from tests.support.cli import run_cli
 from tests.support.gitrepos import git
