@@ -132,3 +132,19 @@ def test_source_builds_default_to_the_release_image(tmp_path: Path) -> None:
     assert source_args.default_base(_build(tmp_path, "vllm", "0.33.0")) == (
         "vllm/vllm-openai:v0.33.0-aarch64"
     )
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_templates_build_as_root_and_end_as_the_base_user(engine: str) -> None:
+    """A base whose USER is not root still builds (pip into the system Python, /opt), and the
+    image runs as that user again; sparkbuild passes the user it read from the base."""
+    lines = context.packaged(f"{engine}-source.Dockerfile").read_text().rstrip("\n").split("\n")
+    start = lines.index("FROM ${BASE_IMAGE}")
+    first_run = next(i for i, line in enumerate(lines) if line.startswith("RUN "))
+    assert start < lines.index("USER root") < first_run
+    assert "ARG SPARKBUILD_BASE_USER=" in lines
+    assert lines[-1] == "USER ${SPARKBUILD_BASE_USER:-root}"
+    assert [line for line in lines if line.startswith("USER ")] == [
+        "USER root",
+        "USER ${SPARKBUILD_BASE_USER:-root}",
+    ]

@@ -8,6 +8,10 @@
 # own patches with `when` ranges in the spec; sparkbuild then checks the wheel's cubins.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
+# The build needs root (system site-packages, apt, /opt); the image ends as the base's own
+# USER again, which sparkbuild reads from the base's config (empty: root).
+USER root
+ARG SPARKBUILD_BASE_USER=
 ARG TORCH_CUDA_ARCH_LIST=12.1a
 ARG CUDA_VERSION=13.0
 ARG ENGINE_VERSION
@@ -67,3 +71,4 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     cd /sgl-workspace/sglang/python; \
     python3 -m pip install --no-build-isolation --no-deps .; \
     python3 -c "import importlib.metadata as m; print('sglang', m.version('sglang'))"
+USER ${SPARKBUILD_BASE_USER:-root}
