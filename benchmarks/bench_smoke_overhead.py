@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 from tests.support.vllm_cpu import tiny_llama, vllm_server_command  # noqa: E402
 
 from sparkbuild.engines import VllmAdapter, free_port  # noqa: E402
+from sparkbuild.engines.profiles import load_profile  # noqa: E402
 from sparkbuild.settings import Settings  # noqa: E402
-from sparkbuild.smoke.profile import load_profile  # noqa: E402
 from sparkbuild.smoke.runner import profile_prompts  # noqa: E402
 
 

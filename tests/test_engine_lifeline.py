@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from sparkbuild.dockerhost import client as docker_client
 from sparkbuild.engines import ProcessTarget, lifeline
-from sparkbuild.engines.targets import docker_client
 from tests.support.smoke_cli import processes_with_token, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_venv, vllm_server_command

@@ -20,12 +20,13 @@ from rich.console import Console
 
 from sparkbuild.engines import versions
 from sparkbuild.engines.adapters import Counters, SglangAdapter
+from sparkbuild.engines.launch import with_nan_switch
+from sparkbuild.engines.profiles import load_profile
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
 from sparkbuild.smoke.checks import CheckResult
-from sparkbuild.smoke.profile import load_profile
-from sparkbuild.smoke.runner import SmokeResult, with_nan_switch
+from sparkbuild.smoke.runner import SmokeResult
 from sparkbuild.spec import load_builds
 from tests.support.sglang_releases import ALL_RELEASES, download_wheel
 

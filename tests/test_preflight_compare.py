@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkbuild.preflight import _compare
+from sparkbuild.preflight.compare import compare_with_release as _compare
 from sparkbuild.preflight.report import CheckResult
 
 

@@ -26,8 +26,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild.cli import main
+from sparkbuild.engines.profiles import load_profile
 from sparkbuild.settings import Settings
-from sparkbuild.smoke.profile import load_profile
 from sparkbuild.spec import load_builds
 from tests.support.gitrepos import git
 from tests.support.pr_standins import (

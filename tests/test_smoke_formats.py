@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from sparkbuild.engines.adapters import Counters, SglangAdapter, VllmAdapter, parse_prometheus
+from sparkbuild.engines.profiles import Expectations, load_profile
+from sparkbuild.engines.signatures import diagnose, load_signatures
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import checks
-from sparkbuild.smoke.profile import Expectations, load_profile
-from sparkbuild.smoke.signatures import diagnose, load_signatures
 
 # /generate responses as SGLang builds them (meta_info keys per version).
 SGLANG_0_5_10_RESPONSE = {
@@ -269,8 +269,8 @@ def test_unreachable_url_fails_with_http_errors(tmp_path: Path) -> None:
 def test_container_mounts_for_local_model_and_hub_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sparkbuild.smoke.profile import SmokeProfile
-    from sparkbuild.smoke.runner import command_argv, container_mounts
+    from sparkbuild.engines.launch import command_argv, container_mounts
+    from sparkbuild.engines.profiles import SmokeProfile
 
     model = tmp_path / "models" / "tiny"
     model.mkdir(parents=True)
@@ -297,7 +297,7 @@ def test_container_mounts_for_local_model_and_hub_id(
 
 
 def test_the_total_wait_is_bounded_by_the_profile() -> None:
-    from sparkbuild.smoke.profile import SmokeProfile
+    from sparkbuild.engines.profiles import SmokeProfile
     from sparkbuild.smoke.runner import profile_prompts, request_bound_s, total_bound_s
 
     profile = SmokeProfile.model_validate(

@@ -69,6 +69,10 @@ class BuildFailedError(SparkbuildError):
         self.log = log or []
 
 
+class CubinCheckError(SparkbuildError):
+    """The built wheels carry CUDA code for other archs than the build targets."""
+
+
 class RegistryError(SparkbuildError):
     """The registry answered, and the answer was no."""
 
@@ -101,3 +105,18 @@ class CalibrationError(SparkbuildError):
 
 class EngineGoneError(SparkbuildError):
     """The engine stopped answering in the middle of a bench sweep."""
+
+
+class UnknownPlaceholderError(ValueError):
+    """A tag or repository template names a placeholder that does not exist. Internal: the
+    image and publish stages turn it into a SpecError or UsageError naming the field."""
+
+
+class BadYAMLError(Exception):
+    """Why a YAML text was refused, and on which line (1-based) when known. Internal: the
+    spec, profile and lock loaders turn it into an error naming their file."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from sparkbuild.errors import UnknownPlaceholderError
 from sparkbuild.spec import Build
 
 PLACEHOLDERS = ("engine", "version", "tree_short", "build")
@@ -21,10 +22,6 @@ TAG = re.compile(rf"^{_TAG_TEXT}$")
 REFERENCE = re.compile(
     rf"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT_TEXT}(?:/{_COMPONENT_TEXT})*(?::{_TAG_TEXT})?$"
 )
-
-
-class UnknownPlaceholderError(ValueError):
-    """A template names a placeholder that does not exist; callers say which field."""
 
 
 def placeholder_hint() -> str:

@@ -21,7 +21,7 @@ from filelock import FileLock
 from pydantic import ValidationError
 
 from sparkbuild import lockschema, yamlfile
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.errors import BadYAMLError, LockError, SparkbuildError
 
 SCHEMA = 1
 HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
@@ -54,7 +54,7 @@ def load(path: Path) -> LockData:
         raise LockError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:
         data, node = yamlfile.parse_yaml(raw)
-    except yamlfile.BadYAMLError as exc:
+    except BadYAMLError as exc:
         where = f"{path}:{exc.line}" if exc.line else str(path)
         raise LockError(f"{where}: {exc.problem}", _repair_hint(path)) from exc
     if data is None:

@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkbuild import git, yamlfile
 from sparkbuild import lock as lockfile
-from sparkbuild.errors import LockError
+from sparkbuild.errors import BadYAMLError, LockError
 from sparkbuild.lock import SCHEMA
-from sparkbuild.mirror import Mirror, looks_like_sha
+from sparkbuild.source.mirror import Mirror, looks_like_sha
 from sparkbuild.spec import Build
 
 _GIT_SHA = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")  # SHA-1 or SHA-256 object names
@@ -89,7 +89,7 @@ def schema_problems(path: Path) -> list[str]:
     try:
         lockfile.load(path)
         data, _ = yamlfile.parse_yaml(path.read_bytes())
-    except (LockError, yamlfile.BadYAMLError) as exc:
+    except (LockError, BadYAMLError) as exc:
         return [exc.message if isinstance(exc, LockError) else f"{path}: {exc.problem}"]
     if not isinstance(data, dict):
         return [f"{path.name}: not a mapping with `schema:` and `builds:`"]

@@ -13,7 +13,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sparkbuild.errors import SpecError
+from sparkbuild.errors import BadYAMLError, SpecError
 
 Model = TypeVar("Model", bound=BaseModel)
 Location = tuple[str | int, ...]
@@ -30,15 +30,6 @@ def node_lines(node: yaml.Node, path: Location, lines: dict[Location, int]) -> N
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             node_lines(item, (*path, index), lines)
-
-
-class BadYAMLError(Exception):
-    """Why a YAML text was refused, and on which line (1-based) when known."""
-
-    def __init__(self, problem: str, line: int | None = None) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.line = line
 
 
 class _NoAliasLoader(yaml.SafeLoader):

@@ -48,10 +48,10 @@ from sparkbuild.bench.results import (
 )
 from sparkbuild.bench.sweep import CellKey, Sweep
 from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
-from sparkbuild.engines.targets import ContainerTarget, Target, docker_client, probe, wait_ready
+from sparkbuild.engines.launch import settled_counters
+from sparkbuild.engines.signatures import diagnose
+from sparkbuild.engines.targets import ContainerTarget, Target, probe, wait_ready
 from sparkbuild.errors import EngineGoneError, EngineHTTPError, SparkbuildError, UsageError
-from sparkbuild.smoke.runner import settled_counters
-from sparkbuild.smoke.signatures import diagnose
 
 #: The engine's own count of generated tokens (all requests), per engine.
 GENERATION_COUNTER = {
@@ -60,6 +60,8 @@ GENERATION_COUNTER = {
 }
 PREFIX_HIT_COUNTER = {"vllm": "vllm:prefix_cache_hits_total"}
 WARMUP_TOKENS = 8
+#: How long one stream may take before the client gives up on it (``--request-timeout``).
+STREAM_TIMEOUT_S = 1800.0
 
 
 class Progress(Protocol):
@@ -86,7 +88,15 @@ class SilentProgress:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
+class SweepSettings:
+    """What is measured: the grid (with runs, seed and warm-up) and the name of the run."""
+
+    sweep: Sweep
+    label: str | None = None  # None: named after the profile and target, or the URL
+
+
+@dataclass(frozen=True)
 class BenchPlan:
     """What to measure and how the engine was configured (for the report)."""
 
@@ -98,7 +108,7 @@ class BenchPlan:
     env: Mapping[str, str] = field(default_factory=dict)
     request: Mapping[str, Any] = field(default_factory=dict)  # extra request fields
     boot_timeout_s: float = 900.0
-    request_timeout_s: float = 1800.0
+    request_timeout_s: float = STREAM_TIMEOUT_S
 
 
 def host_info() -> HostInfo:
@@ -116,7 +126,9 @@ def _target_info(target: Target) -> TargetInfo:
     if isinstance(target, ContainerTarget) and target.image_id:
         info.image_id = target.image_id
         try:
-            attrs = docker_client().images.get(target.image_id).attrs
+            from sparkbuild import dockerhost
+
+            attrs = dockerhost.client().images.get(target.image_id).attrs
             info.repo_digests = list(attrs.get("RepoDigests") or [])
         except Exception:  # the digest list is a nicety; the image id identifies the image
             info.repo_digests = []

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sparkbuild import git
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.patching import ScratchIndex
+from sparkbuild.source.patching import ScratchIndex
 
 _TOKEN = re.compile(r"\w+|[ \t]+|\n|[^\w\s]")
 _OPENERS = ("(", "[", "{")

@@ -35,9 +35,9 @@ from sparkbuild import git, source
 from sparkbuild.bump import specedit
 from sparkbuild.bump.carry import Carried, carry_forward
 from sparkbuild.errors import SparkbuildError, UsageError
-from sparkbuild.mirror import Mirror
-from sparkbuild.patching import ScratchIndex
 from sparkbuild.settings import Settings
+from sparkbuild.source.mirror import Mirror
+from sparkbuild.source.patching import ScratchIndex
 from sparkbuild.spec import Build, ImageConfig, load_builds
 
 Action = Literal[

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,17 +24,22 @@ from sparkbuild import console, lock
 from sparkbuild.bench import report as bench_report
 from sparkbuild.bench.plot import plot_decode, require_matplotlib
 from sparkbuild.bench.results import BenchReport, CellResult
-from sparkbuild.bench.runner import BenchPlan, SilentProgress, run_bench
+from sparkbuild.bench.runner import (
+    STREAM_TIMEOUT_S,
+    BenchPlan,
+    SilentProgress,
+    SweepSettings,
+    run_bench,
+)
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
-from sparkbuild.cli import check_writable, emit_json
+from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
-from sparkbuild.cli.options import SECONDS
-from sparkbuild.engines.adapters import ADAPTERS, adapter_for, first_model
-from sparkbuild.engines.targets import UrlTarget, stop_on_signals
+from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, first_model
+from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
+from sparkbuild.engines.profiles import load_profile
+from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
-from sparkbuild.smoke.profile import load_profile
-from sparkbuild.smoke.runner import TargetChoice, make_target
 
 
 def int_list(minimum: int, maximum: int | None = None) -> Callable[..., list[int]]:
@@ -121,57 +127,52 @@ def _default_log_path(settings: Settings, name: str) -> Path:
     return settings.project_dir / ".sparkbuild" / "bench-logs" / f"{name}-{stamp}.log"
 
 
-def _write_outputs(
-    report: BenchReport,
-    json_path: str | None,
-    markdown_path: Path | None,
-    plot_path: Path | None,
-    csv_path: Path | None = None,
-    table_style: str = "sparkbuild",
-) -> None:
-    from sparkbuild.bench import llama_benchy
+@dataclass(frozen=True)
+class BenchOutputs:
+    """Where the report goes: files, the Markdown table's columns, the lock's bench section."""
 
-    if json_path:
-        emit_json(report.model_dump(mode="json"), json_path)
-    if markdown_path:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        text = (
-            llama_benchy.to_markdown(report)
-            if table_style == "llama-benchy"
-            else bench_report.markdown(report)
-        )
-        markdown_path.write_text(text, encoding="utf-8")
-    if csv_path:
-        csv_path.parent.mkdir(parents=True, exist_ok=True)
-        csv_path.write_text(llama_benchy.to_csv(report), encoding="utf-8")
-    if plot_path and report.cells:
-        plot_decode([report], plot_path)
+    json_path: str | None = None
+    markdown_path: Path | None = None
+    table_style: str = "sparkbuild"
+    csv_path: Path | None = None
+    plot_path: Path | None = None
+    record_build: str | None = None
+
+    def write(self, report: BenchReport) -> None:
+        from sparkbuild.bench import llama_benchy
+
+        if self.json_path:
+            emit_json(report.model_dump(mode="json"), self.json_path)
+        if self.markdown_path:
+            self.markdown_path.parent.mkdir(parents=True, exist_ok=True)
+            text = (
+                llama_benchy.to_markdown(report)
+                if self.table_style == "llama-benchy"
+                else bench_report.markdown(report)
+            )
+            self.markdown_path.write_text(text, encoding="utf-8")
+        if self.csv_path:
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            self.csv_path.write_text(llama_benchy.to_csv(report), encoding="utf-8")
+        if self.plot_path and report.cells:
+            plot_decode([report], self.plot_path)
 
 
 @click.group("bench", invoke_without_command=True)
-@click.option("--image", metavar="IMAGE", help="Run the engine in a container of IMAGE.")
-@click.option(
-    "--command",
-    "command",
-    metavar="CMD",
+@options.image()
+@options.command(
     help="Run the engine as a local process (its launcher; the profile adds model, port, "
-    "args unless CMD contains {port}).",
+    "args unless CMD contains {port})."
 )
-@click.option("--url", metavar="URL", help="Benchmark an engine that is already running.")
-@click.option(
-    "--profile",
-    "-p",
-    "profile_name",
-    metavar="NAME|FILE",
-    help="A profile in smoke/ (by name) or a profile file: engine, model, args, env.",
-)
-@click.option("--model", metavar="PATH|ID", help="Serve this model instead of the profile's.")
+@options.url(help="Benchmark an engine that is already running.")
+@options.profile(help="A profile in smoke/ (by name) or a profile file: engine, model, args, env.")
+@options.model()
 @click.option(
     "--engine",
     type=click.Choice(sorted(ADAPTERS)),
     help="With --url and no --profile: the engine (default: asked from the server).",
 )
-@click.option("--gpus", metavar="VALUE", help="docker --gpus value for --image.")
+@options.gpus(help="docker --gpus value for --image.")
 @click.option(
     "--pp", callback=int_list(1), default="512,2048", show_default=True, help="Prompt tokens."
 )
@@ -201,7 +202,7 @@ def _write_outputs(
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request before the sweep.")
 @click.option("--label", metavar="TEXT", help="Name of this run in tables, plots and compare.")
-@click.option("--json", "json_path", metavar="FILE", help="Write the report as JSON ('-': stdout).")
+@options.json_out(help="Write the report as JSON ('-': stdout).")
 @click.option(
     "--markdown",
     "markdown_path",
@@ -228,31 +229,16 @@ def _write_outputs(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a PNG of decode tok/s against concurrency (needs sparkbuild[plot]).",
 )
-@click.option(
-    "--record",
-    "record_build",
-    metavar="BUILD",
-    help="Store a summary in images.lock under BUILD's image id (section bench).",
+@options.record(help="Store a summary in images.lock under BUILD's image id (section bench).")
+@options.boot_timeout()
+@options.request_timeout(
+    default=STREAM_TIMEOUT_S, show_default=True, help="Give up on a stream after this long."
 )
-@click.option("--boot-timeout", type=SECONDS, metavar="SECONDS")
-@click.option(
-    "--request-timeout",
-    type=SECONDS,
-    default=1800.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Give up on a stream after this long.",
-)
-@click.option(
-    "--log",
-    "log_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Keep the engine's log here [default: .sparkbuild/bench-logs/].",
-)
+@options.log(help="Keep the engine's log here [default: .sparkbuild/bench-logs/].")
 @claims_options
 @click.option("--claims-json", metavar="FILE", help="Write the claims comparison as JSON.")
 @click.pass_context
-def bench(ctx: click.Context, /, **options: Any) -> None:
+def bench(ctx: click.Context, /, **params: Any) -> None:
     """Sweep prompt length x generation length x depth x concurrency against an engine.
 
     Reports time to first token, prefill and decode tokens/s (per request and in total) and
@@ -264,7 +250,7 @@ def bench(ctx: click.Context, /, **options: Any) -> None:
     if ctx.invoked_subcommand is not None:
         given = [
             name
-            for name in options
+            for name in params
             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
         ]
         if given:
@@ -274,119 +260,147 @@ def bench(ctx: click.Context, /, **options: Any) -> None:
             )
         return
     claims = claims_request(
-        ctx.obj, options.pop("claims_files"), options.pop("claims_setups"),
-        options.pop("claims_json"), options["markdown_path"],
-        stdout_taken=options["json_path"] == "-",
+        ctx.obj, params.pop("claims_files"), params.pop("claims_setups"),
+        params.pop("claims_json"), params["markdown_path"],
+        stdout_taken=params["json_path"] == "-",
     )  # fmt: skip
-    _run(ctx.obj, **options, claims=claims)
+    _run(ctx.obj, *_grouped(params), claims=claims)
+
+
+def _grouped(params: dict[str, Any]) -> tuple[LaunchSettings, SweepSettings, BenchOutputs]:
+    """The command line's values, grouped by what they decide."""
+    launch = LaunchSettings(
+        TargetChoice(params["image"], params["command"], params["url"], params["gpus"]),
+        profile=params["profile_name"],
+        model=params["model"],
+        engine=params["engine"],
+        boot_timeout_s=params["boot_timeout"],
+        request_timeout_s=params["request_timeout"],
+        log_path=params["log_path"],
+    )
+    sweep = Sweep(
+        pp=params["pp"], tg=params["tg"], depth=params["depth"],
+        concurrency=params["concurrency"], runs=params["runs"], seed=params["seed"],
+        warmup=not params["no_warmup"],
+    )  # fmt: skip
+    outputs = BenchOutputs(
+        json_path=params["json_path"],
+        markdown_path=params["markdown_path"],
+        table_style=params["table_style"],
+        csv_path=params["csv_path"],
+        plot_path=params["plot_path"],
+        record_build=params["record_build"],
+    )
+    return launch, SweepSettings(sweep, params["label"]), outputs
 
 
 def _run(
     settings: Settings,
-    *,
-    image: str | None,
-    command: str | None,
-    url: str | None,
-    profile_name: str | None,
-    model: str | None,
-    engine: str | None,
-    gpus: str | None,
-    pp: list[int],
-    tg: list[int],
-    depth: list[int],
-    concurrency: list[int],
-    runs: int,
-    seed: int,
-    no_warmup: bool,
-    label: str | None,
-    json_path: str | None,
-    markdown_path: Path | None,
-    table_style: str,
-    csv_path: Path | None,
-    plot_path: Path | None,
-    record_build: str | None,
-    boot_timeout: float | None,
-    request_timeout: float,
-    log_path: Path | None,
+    launch: LaunchSettings,
+    measure: SweepSettings,
+    outputs: BenchOutputs,
     claims: ClaimsRequest | None = None,
 ) -> None:
-    choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
-    kind = choice.kind("bench")
-    if gpus is not None and image is None:
-        raise UsageError("--gpus only applies to --image")
-    if profile_name is None and kind != "url":
+    kind = launch.choice.kind("bench")
+    if launch.profile is None and kind != "url":
         raise UsageError(
             f"--{kind} needs --profile (engine, model and serve flags)",
             "e.g. sparkbuild bench --command '...' --profile cpu-reference",
         )
-    for path, option in ((json_path, "--json"), (markdown_path, "--markdown"),
-                         (plot_path, "--plot"), (log_path, "--log")):  # fmt: skip
-        check_writable(path, option)  # before the boot and the sweep, not after them
-    if plot_path is not None:
-        require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
-    if record_build:
-        lock.pinned_image_id(settings.lock_file, record_build)  # fail before a long boot
-    sweep = Sweep(
-        pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
-        warmup=not no_warmup,
-    )  # fmt: skip
-    if profile_name is not None:
-        name, profile = load_profile(settings, profile_name, model=model)
-        if engine is not None and engine != profile.engine:
-            raise UsageError(f"--engine {engine} contradicts profile {name} ({profile.engine})")
-        adapter = adapter_for(profile.engine)
-        logs = None if url else (log_path or _default_log_path(settings, name))
-        target = make_target(choice, profile, adapter, logs)
-        plan = BenchPlan(
-            sweep=sweep,
-            label=label or f"{name} · {image or kind}",
-            profile=name,
-            model=profile.model,
-            args=profile.args,
-            env=profile.env,
-            request=profile.request,
-            boot_timeout_s=boot_timeout or profile.expect.boot_timeout_s,
-            request_timeout_s=request_timeout,
-        )
+    _check_before_boot(settings, launch, outputs)
+    if launch.profile is not None:
+        target, adapter, plan = _with_profile(settings, launch, launch.profile, measure)
     else:
-        assert url is not None
-        adapter = adapter_for(engine or _detect_engine(url))
-        target = UrlTarget(url)
-        plan = BenchPlan(
-            sweep=sweep,
-            label=label or url,
-            profile=None,
-            model=model or "(as served)",
-            request_timeout_s=request_timeout,
-        )
+        target, adapter, plan = _at_url(launch, measure)
     with stop_on_signals():
         if console.interactive():
-            with CellProgress(sweep.cell_count) as progress:
+            with CellProgress(measure.sweep.cell_count) as progress:
                 report = run_bench(target, adapter, plan, progress)
         else:
             report = run_bench(target, adapter, plan, SilentProgress())
-    _write_outputs(report, json_path, markdown_path, plot_path, csv_path, table_style)
-    if json_path != "-":
+    outputs.write(report)
+    if outputs.json_path != "-":
         bench_report.render(report, console.out)
     if claims is not None:
         claims.show(report, append_markdown=True)
     if not report.complete:
+        json_path = outputs.json_path
         kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
         raise SparkbuildError(
             f"{report.error or 'the sweep stopped'}; "
             f"{len(report.pending_cells)} cells not measured{kept}",
             "see the engine log and re-run the missing cells",
         )
-    if record_build:
-        image_id = bench_report.record(settings.lock_file, record_build, report)
-        console.info(f"recorded bench for {record_build} ({image_id[:19]}) / {plan.profile}")
+    if outputs.record_build:
+        image_id = bench_report.record(settings.lock_file, outputs.record_build, report)
+        console.info(
+            f"recorded bench for {outputs.record_build} ({image_id[:19]}) / {plan.profile}"
+        )
+
+
+def _check_before_boot(settings: Settings, launch: LaunchSettings, outputs: BenchOutputs) -> None:
+    """Everything that would otherwise fail after the boot and the sweep, checked first."""
+    for path, option in ((outputs.json_path, "--json"), (outputs.markdown_path, "--markdown"),
+                         (outputs.plot_path, "--plot"), (launch.log_path, "--log")):  # fmt: skip
+        check_writable(path, option)
+    if outputs.plot_path is not None:
+        require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
+    if outputs.record_build:
+        lock.pinned_image_id(settings.lock_file, outputs.record_build)
+
+
+def _with_profile(
+    settings: Settings, launch: LaunchSettings, profile_name: str, measure: SweepSettings
+) -> tuple[Target, EngineAdapter, BenchPlan]:
+    """The engine a profile describes, started (or reached) as ``launch`` says."""
+    name, profile = load_profile(settings, profile_name, model=launch.model)
+    if launch.engine is not None and launch.engine != profile.engine:
+        raise UsageError(f"--engine {launch.engine} contradicts profile {name} ({profile.engine})")
+    adapter = adapter_for(profile.engine)
+    choice = launch.choice
+    logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    target = make_target(choice, profile, adapter, logs)
+    plan = BenchPlan(
+        sweep=measure.sweep,
+        label=measure.label or f"{name} · {choice.image or choice.kind('bench')}",
+        profile=name,
+        model=profile.model,
+        args=profile.args,
+        env=profile.env,
+        request=profile.request,
+        boot_timeout_s=launch.boot_timeout_s or profile.expect.boot_timeout_s,
+        request_timeout_s=_request_timeout_s(launch),
+    )
+    return target, adapter, plan
+
+
+def _at_url(
+    launch: LaunchSettings, measure: SweepSettings
+) -> tuple[Target, EngineAdapter, BenchPlan]:
+    """An engine someone else started: no profile, the engine asked from the server."""
+    url = launch.choice.url
+    assert url is not None
+    adapter = adapter_for(launch.engine or _detect_engine(url))
+    plan = BenchPlan(
+        sweep=measure.sweep,
+        label=measure.label or url,
+        profile=None,
+        model=launch.model or "(as served)",
+        request_timeout_s=_request_timeout_s(launch),
+    )
+    return UrlTarget(url), adapter, plan
+
+
+def _request_timeout_s(launch: LaunchSettings) -> float:
+    given = launch.request_timeout_s
+    return STREAM_TIMEOUT_S if given is None else given
 
 
 @bench.command("compare")
 @click.argument("report_a", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("report_b", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @claims_options
-@click.option("--json", "json_path", metavar="FILE", help="Write the comparison as JSON.")
+@options.json_out(help="Write the comparison as JSON.")
 @click.option(
     "--markdown",
     "markdown_path",

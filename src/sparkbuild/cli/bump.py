@@ -16,8 +16,8 @@ from sparkbuild.bump.plan import (
 )
 from sparkbuild.cli import emit_json
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.mirror import Mirror
 from sparkbuild.settings import Settings
+from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import load_builds
 
 _STYLE = {

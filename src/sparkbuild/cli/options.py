@@ -1,11 +1,21 @@
-"""Option types shared by the commands (after pip's cmdoptions): each check defined once."""
+"""Options shared by the commands (after pip's cmdoptions): each defined once here.
+
+An option is a factory: ``@options.image()`` adds ``--image`` with its name, type and help.
+A command passes ``help=`` only where it describes the same option in its own words (what
+``--url`` is for differs between smoke and bench), and ``required``/``default`` only where its
+contract differs (smoke needs a profile; bench gives streams 30 minutes).
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class FiniteFloat(click.FloatRange):
@@ -22,3 +32,50 @@ class FiniteFloat(click.FloatRange):
 
 
 SECONDS = FiniteFloat(min=1)
+
+
+def _option(*decls: str, **attrs: Any) -> Callable[..., Callable[[F], F]]:
+    """One shared option: ``decls`` and ``attrs`` as click takes them, overridable per use."""
+
+    def option(**overrides: Any) -> Callable[[F], F]:
+        return click.option(*decls, **{**attrs, **overrides})
+
+    option.__doc__ = f"The shared ``{decls[0]}`` option."
+    return option
+
+
+# Where the engine runs: exactly one of --image, --command, --url (engines.launch.TargetChoice).
+image = _option("--image", metavar="IMAGE", help="Run the engine in a container of IMAGE.")
+command = _option(
+    "--command",
+    "command",
+    metavar="CMD",
+    help="Run the engine as a local process: its launcher, e.g. "
+    "'python -m vllm.entrypoints.openai.api_server' (model, port and the "
+    "profile's args are appended unless CMD contains {port}).",
+)
+url = _option(
+    "--url", metavar="URL", help="Check an engine that is already running (no boot check)."
+)
+gpus = _option(
+    "--gpus",
+    metavar="VALUE",
+    help="docker --gpus value for --image (default: the profile's, 'all'); 'none' for none.",
+)
+
+# What it serves and how long it may take.
+profile = _option(
+    "--profile",
+    "-p",
+    "profile_name",
+    metavar="NAME|FILE",
+    help="A profile in smoke/ (by name) or a profile file.",
+)
+model = _option("--model", metavar="PATH|ID", help="Serve this model instead of the profile's.")
+boot_timeout = _option("--boot-timeout", type=SECONDS, metavar="SECONDS")
+request_timeout = _option("--request-timeout", type=SECONDS, metavar="SECONDS")
+log = _option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path))
+
+# What becomes of the result.
+json_out = _option("--json", "json_path", metavar="FILE")
+record = _option("--record", "record_build", metavar="BUILD")

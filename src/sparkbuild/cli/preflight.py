@@ -8,7 +8,7 @@ import click
 
 from sparkbuild import console
 from sparkbuild import lock as lockfile
-from sparkbuild.cli import emit_json
+from sparkbuild.cli import emit_json, render_error
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
 from sparkbuild.settings import Settings
@@ -115,7 +115,7 @@ def preflight_command(
             if len(selected) == 1:
                 raise
             errors.append((build.name, exc))  # one build's problem does not stop the others
-            console.err.print(f"{build.name}: error: {exc}", style="red", markup=False)
+            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
             continue
         reports.append(report)
         if json_file != "-":
@@ -125,13 +125,7 @@ def preflight_command(
             "results": [r.to_json() for r in reports],
             "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in errors],
         }
-        try:
-            emit_json(payload, json_file)
-        except OSError as exc:
-            raise SparkbuildError(
-                f"cannot write the preflight report to {json_file}: {exc.strerror}",
-                "pass --json with a writable path, or --json - for stdout",
-            ) from exc
+        emit_json(payload, json_file)
     failed = [r for r in reports if r.verdict != "pass"]
     for report in failed:
         for line in report.failures():

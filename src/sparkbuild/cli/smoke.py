@@ -9,16 +9,16 @@ import click
 from packaging.version import Version
 
 from sparkbuild import console, lock
-from sparkbuild.cli import check_writable, emit_json
-from sparkbuild.cli.options import SECONDS
+from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.engines.adapters import adapter_for
+from sparkbuild.engines.launch import TargetChoice, make_target
+from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
-from sparkbuild.smoke.profile import load_profile
-from sparkbuild.smoke.runner import TargetChoice, make_target, run_smoke
+from sparkbuild.smoke.runner import run_smoke
 
 
 def _default_log_path(settings: Settings, profile: str) -> Path:
@@ -27,64 +27,23 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
 
 
 @click.command("smoke")
-@click.option("--image", metavar="IMAGE", help="Run the engine in a container of IMAGE.")
-@click.option(
-    "--command",
-    "command",
-    metavar="CMD",
-    help="Run the engine as a local process: its launcher, e.g. "
-    "'python -m vllm.entrypoints.openai.api_server' (model, port and the "
-    "profile's args are appended unless CMD contains {port}).",
-)
-@click.option(
-    "--url", metavar="URL", help="Check an engine that is already running (no boot check)."
-)
-@click.option(
-    "--profile",
-    "-p",
-    "profile_name",
-    required=True,
-    metavar="NAME|FILE",
-    help="A profile in smoke/ (by name) or a profile file.",
-)
-@click.option("--model", metavar="PATH|ID", help="Serve this model instead of the profile's.")
-@click.option(
-    "--gpus",
-    metavar="VALUE",
-    help="docker --gpus value for --image (default: the profile's, 'all'); 'none' for none.",
-)
-@click.option(
-    "--boot-timeout",
-    type=SECONDS,
-    metavar="SECONDS",
-    help="Override the profile's expect.boot_timeout_s.",
-)
-@click.option(
-    "--request-timeout",
-    type=SECONDS,
-    metavar="SECONDS",
+@options.image()
+@options.command()
+@options.url()
+@options.profile(required=True)
+@options.model()
+@options.gpus()
+@options.boot_timeout(help="Override the profile's expect.boot_timeout_s.")
+@options.request_timeout(
     help="Override the profile's expect.request_timeout_s (per request; a timeout ends the "
-    "run, since a hung engine answers no further request).",
+    "run, since a hung engine answers no further request)."
 )
-@click.option(
-    "--json",
-    "json_path",
-    metavar="FILE",
-    help="Write the result as JSON to FILE ('-' for stdout, replacing the table).",
-)
-@click.option(
-    "--record",
-    "record_build",
-    metavar="BUILD",
+@options.json_out(help="Write the result as JSON to FILE ('-' for stdout, replacing the table).")
+@options.record(
     help="Record the verdict in images.lock under BUILD's current image id "
-    "(verified only for --image runs).",
+    "(verified only for --image runs)."
 )
-@click.option(
-    "--log",
-    "log_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Keep the engine's full log here [default: .sparkbuild/smoke-logs/].",
-)
+@options.log(help="Keep the engine's full log here [default: .sparkbuild/smoke-logs/].")
 @click.option(
     "--engine-version",
     metavar="VERSION",
@@ -113,8 +72,6 @@ def smoke(
     """
     choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
     choice.kind()
-    if gpus is not None and image is None:
-        raise UsageError("--gpus only applies to --image")
     name, profile = load_profile(settings, profile_name, model=model, need_model=url is None)
     overrides = {"boot_timeout_s": boot_timeout, "request_timeout_s": request_timeout}
     chosen = {key: value for key, value in overrides.items() if value is not None}

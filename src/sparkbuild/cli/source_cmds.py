@@ -13,8 +13,8 @@ from sparkbuild import console, lockproof, requirements, source
 from sparkbuild import lock as lockfile
 from sparkbuild.cli import emit_json, render_error
 from sparkbuild.errors import LockError, SparkbuildError
-from sparkbuild.mirror import Mirror
 from sparkbuild.settings import Settings
+from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build, load_builds, select
 
 _STATUS_STYLE = {

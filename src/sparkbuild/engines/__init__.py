@@ -1,7 +1,10 @@
-"""Running and talking to inference engines: targets (where) and adapters (which engine).
+"""Running and talking to inference engines, shared by the smoke and bench stages.
 
-Public API shared by the smoke and bench stages; see :mod:`sparkbuild.engines.targets` and
-:mod:`sparkbuild.engines.adapters`.
+:mod:`~sparkbuild.engines.targets` (where an engine runs), :mod:`~.adapters` (which engine),
+:mod:`~.profiles` (what to serve, from ``smoke/<name>.yaml``), :mod:`~.prompts` (the
+profiles' built-in prompt sets), :mod:`~.launch` (a profile and ``--image``/``--command``/
+``--url`` made into a target; mounts; settled counters), :mod:`~.signatures` (known failures
+in engine logs), :mod:`~.versions`, :mod:`~.logs`, :mod:`~.lifeline`.
 """
 
 from sparkbuild.engines.adapters import (

@@ -184,12 +184,14 @@ def _stop_group(pgid: int, grace_s: float) -> None:
 def _remove_container(name: str, settle_s: float = 5.0) -> None:
     """Remove ``name``; keep looking for ``settle_s``, since a create request that was under
     way when the owner died still completes in the daemon."""
-    import docker
     import docker.errors
 
+    from sparkbuild import dockerhost
+    from sparkbuild.errors import SparkbuildError
+
     deadline = time.monotonic() + settle_s
-    with contextlib.suppress(docker.errors.DockerException):
-        client = docker.from_env()
+    with contextlib.suppress(docker.errors.DockerException, SparkbuildError):
+        client = dockerhost.client()
         while True:
             with contextlib.suppress(docker.errors.NotFound):
                 client.containers.get(name).remove(force=True)

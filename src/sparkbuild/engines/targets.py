@@ -274,28 +274,14 @@ def device_requests(gpus: str | None) -> list[Any]:
     raise UsageError(f"--gpus {gpus!r} is not 'all', a count, 'device=ID,...' or 'none'")
 
 
-def docker_client() -> Any:
-    """A client for the local Docker engine, or an error saying how to start one."""
-    import docker
-    import docker.errors
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise SparkbuildError(
-            f"cannot reach the Docker engine: {exc}",
-            "start it (on a build host: `sudo bash scripts/setup-host.sh`) or set DOCKER_HOST",
-        ) from exc
-    return client
-
-
 def local_image_id(image: str) -> str:
     """The id (``sha256:...``) of ``image`` in the local Docker engine."""
     import docker.errors
 
+    from sparkbuild import dockerhost  # the docker SDK loads only when a container is used
+
     try:
-        return str(docker_client().images.get(image).id)
+        return str(dockerhost.client().images.get(image).id)
     except docker.errors.ImageNotFound as exc:
         raise SparkbuildError(
             f"image {image} is not in the local Docker engine",
@@ -307,8 +293,10 @@ def image_labels(image: str) -> dict[str, str]:
     """The labels of ``image`` in the local Docker engine (empty when it has none)."""
     import docker.errors
 
+    from sparkbuild import dockerhost
+
     try:
-        labels = docker_client().images.get(image).labels
+        labels = dockerhost.client().images.get(image).labels
     except docker.errors.ImageNotFound as exc:
         raise SparkbuildError(
             f"image {image} is not in the local Docker engine",
@@ -397,7 +385,9 @@ class ContainerTarget(Target):
     def start(self) -> None:
         import docker.errors
 
-        self._client = docker_client()
+        from sparkbuild import dockerhost
+
+        self._client = dockerhost.client()
         remove_orphans(self._client)  # engines left by a sparkbuild that was killed
         self.image_id = local_image_id(self.image)
         # Armed before the container exists: a kill during `run` is covered too.

@@ -19,7 +19,13 @@ import docker.errors
 
 from sparkbuild import console, dockerhost, imageref, requirements, source
 from sparkbuild import lock as lockfile
-from sparkbuild.errors import BuildFailedError, LockError, SparkbuildError, SpecError
+from sparkbuild.errors import (
+    BuildFailedError,
+    CubinCheckError,
+    LockError,
+    SparkbuildError,
+    SpecError,
+)
 from sparkbuild.image import (
     base_config,
     base_image,
@@ -264,9 +270,9 @@ def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | Non
     with console.status(f"{plan.prepared.build.name}: checking the cubins of the built wheels"):
         try:
             code = cubins.verify(api, image, plan.platform, arch_list)
-        except cubins.CubinCheckError as failure:
+        except CubinCheckError as failure:
             api.images.remove(image.id, force=True)
-            raise cubins.CubinCheckError(
+            raise CubinCheckError(
                 f"{plan.prepared.build.name}: {failure.message}", failure.hint
             ) from None
     return code.to_json() if code is not None else None

@@ -19,17 +19,13 @@ from typing import Any
 
 import docker.errors
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import CubinCheckError, SparkbuildError
 from sparkbuild.image import context
 
 WHEELS_ENV = "SPARKBUILD_WHEELS"
 HELPER = "list_cubins.py"
 _CODE_NAME = re.compile(r"\.(sm_\d+[a-z]?)\.(cubin|ptx)$")
 _ARCH = re.compile(r"^(\d+)\.(\d+)([a-z]?)$")
-
-
-class CubinCheckError(SparkbuildError):
-    """The built wheels carry CUDA code for other archs than the build targets."""
 
 
 @dataclass(frozen=True)

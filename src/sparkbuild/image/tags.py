@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkbuild import imageref
-from sparkbuild.errors import SpecError
+from sparkbuild.errors import SpecError, UnknownPlaceholderError
 from sparkbuild.spec import Build
 
 
@@ -14,7 +14,7 @@ def render_tags(build: Build, tree: str) -> tuple[str, ...]:
     for template in build.image.tags:
         try:
             tag = imageref.render(template, build, tree)
-        except imageref.UnknownPlaceholderError as exc:
+        except UnknownPlaceholderError as exc:
             raise SpecError(
                 f"{build.spec_file}: builds.{build.name}.tags: '{template}' uses an unknown "
                 f"placeholder ({exc})",

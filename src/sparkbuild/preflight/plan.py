@@ -18,9 +18,9 @@ import yaml
 from packaging.version import Version
 
 from sparkbuild.engines.adapters import adapter_for
+from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
-from sparkbuild.smoke.profile import SmokeProfile, load_profile
 
 MODELS_FILE = "data/preflight/models.yaml"
 # The package's model directory, relative to the package (the registry check imports it).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkbuild import imageref
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import UnknownPlaceholderError, UsageError
 from sparkbuild.publish.registry import Registry
 from sparkbuild.spec import Build
 
@@ -31,7 +31,7 @@ class Destination:
 def _render(template: str, build: Build, tree: str, what: str) -> str:
     try:
         return imageref.render(template, build, tree)
-    except imageref.UnknownPlaceholderError as exc:
+    except UnknownPlaceholderError as exc:
         raise UsageError(
             f"{what} '{template}' uses an unknown placeholder ({exc})", imageref.placeholder_hint()
         ) from None

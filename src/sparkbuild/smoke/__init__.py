@@ -1,1 +1,1 @@
-"""The smoke stage: profiles, checks, known failure signatures, reports."""
+"""The smoke stage: one run's checks, verdict and report (launching is in sparkbuild.engines)."""

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sparkbuild.engines.adapters import Acceptance, Generation, non_finite
+from sparkbuild.engines.profiles import Expectations, RepetitionLimits
+from sparkbuild.engines.signatures import Diagnosis
 from sparkbuild.engines.targets import Readiness
 from sparkbuild.errors import EngineHTTPError
-from sparkbuild.smoke.profile import Expectations, RepetitionLimits
-from sparkbuild.smoke.signatures import Diagnosis
 
 Status = Literal["pass", "fail", "skip"]
 CHECK_NAMES = ("boot", "accept_len", "nan", "output", "errors")

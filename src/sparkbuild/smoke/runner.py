@@ -2,39 +2,22 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import requests
 
-from sparkbuild.engines.adapters import (
-    Acceptance,
-    Counters,
-    EngineAdapter,
-    Generation,
-    adapter_for,
-)
-from sparkbuild.engines.targets import (
-    LOOPBACK,
-    ContainerTarget,
-    Mount,
-    ProcessTarget,
-    Readiness,
-    Target,
-    UrlTarget,
-    free_port,
-    wait_ready,
-)
-from sparkbuild.errors import EngineHTTPError, UsageError
+from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
+from sparkbuild.engines.launch import settled_counters
+from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
+from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
+from sparkbuild.engines.signatures import Diagnosis, diagnose
+from sparkbuild.engines.targets import Readiness, Target, wait_ready
+from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.checks import CheckResult
-from sparkbuild.smoke.profile import CustomPrompt, SmokeProfile
-from sparkbuild.smoke.prompts import PROMPT_SETS, Prompt
-from sparkbuild.smoke.signatures import Diagnosis, diagnose
 
 Verdict = Literal["pass", "fail"]
 EXCERPT_LINES = 40
@@ -96,105 +79,6 @@ def profile_prompts(profile: SmokeProfile) -> list[Prompt]:
     return prompts
 
 
-def command_argv(
-    command: str, adapter: EngineAdapter, model: str, port: int, args: Sequence[str]
-) -> list[str]:
-    """The local engine command line.
-
-    ``command`` is the launcher (``python -m vllm.entrypoints.openai.api_server``); model,
-    host, port and the profile's flags are appended. A command that contains ``{port}`` is
-    taken as complete and only has ``{port}``, ``{host}`` and ``{model}`` filled in.
-    """
-    try:
-        words = shlex.split(command)
-    except ValueError as exc:
-        raise UsageError(f"--command {command!r}: {exc}") from exc
-    if not words:
-        raise UsageError("--command is empty")
-    if "{port}" in command:
-        return [w.format(port=port, host=LOOPBACK, model=model) for w in words]
-    return [*words, *adapter.serve_args(model, LOOPBACK, port, args)]
-
-
-def container_mounts(profile: SmokeProfile) -> tuple[list[Mount], str, dict[str, str]]:
-    """Mounts, the model as the engine inside sees it, and extra environment.
-
-    A local model directory is mounted read-only at ``model_mount`` (or the directory given as
-    ``model_dir`` holding it); a hub id gets ``model_dir`` (default: the HF cache) mounted
-    read-only and offline mode, because a read-only cache cannot take downloads.
-    """
-    settings = profile.container
-    mounts = [_parse_mount(m) for m in settings.mounts]
-    env: dict[str, str] = {}
-    local = Path(profile.model)
-    if local.is_absolute() and local.exists():
-        root = (settings.model_dir or local).resolve()
-        try:
-            inside = Path(settings.model_mount) / local.resolve().relative_to(root)
-        except ValueError as exc:
-            raise UsageError(f"model {local} is not inside container.model_dir {root}") from exc
-        mounts.append(Mount(root, settings.model_mount))
-        return mounts, inside.as_posix(), env
-    cache = settings.model_dir or _hf_cache()
-    if cache is not None and cache.exists():
-        target = settings.model_mount if settings.model_dir else "/root/.cache/huggingface"
-        mounts.append(Mount(cache.resolve(), target))
-        env.update({"HF_HOME": target, "HF_HUB_OFFLINE": "1"})
-    return mounts, profile.model, env
-
-
-def _hf_cache() -> Path | None:
-    import os
-
-    home = os.environ.get("HF_HOME")
-    return Path(home) if home else Path.home() / ".cache" / "huggingface"
-
-
-def _parse_mount(value: str) -> Mount:
-    parts = value.split(":")
-    mode = parts[2] if len(parts) == 3 else "ro"
-    return Mount(Path(parts[0]).expanduser().resolve(), parts[1], read_only=mode == "ro")
-
-
-@dataclass(frozen=True)
-class TargetChoice:
-    """What the user asked to smoke: exactly one of image, command, url."""
-
-    image: str | None = None
-    command: str | None = None
-    url: str | None = None
-    gpus: str | None = None  # overrides the profile's container.gpus
-
-    def kind(self, command: str = "smoke") -> str:
-        given = [k for k in ("image", "command", "url") if getattr(self, k)]
-        if len(given) != 1:
-            raise UsageError(
-                "give exactly one of --image, --command, --url",
-                f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
-            )
-        return given[0]
-
-
-def with_nan_switch(profile: SmokeProfile, adapter: EngineAdapter) -> SmokeProfile:
-    """The profile with the engine version's own NaN switch added (``expect.nan_switch``).
-
-    A profile that sets a NaN variable the version does not read is refused: the run would
-    claim a detection that is not there.
-    """
-    ignored = adapter.ignored_variables({**profile.env, **profile.container.env})
-    if ignored:
-        raise UsageError(
-            f"profile sets {', '.join(ignored)}, which {adapter.name} {adapter.version} "
-            "does not read",
-            "remove it from the profile's env; expect.nan_switch sets what this version reads",
-        )
-    switch = adapter.nan_switch()
-    if not profile.expect.nan_switch or not switch.active:
-        return profile
-    args = [*profile.args, *(a for a in switch.args if a not in profile.args)]
-    return profile.model_copy(update={"env": {**profile.env, **switch.env}, "args": args})
-
-
 def nan_signal(profile: SmokeProfile, adapter: EngineAdapter, owns_engine: bool) -> str:
     """One line for the report: which NaN detection was active in this run."""
     if not owns_engine:
@@ -202,56 +86,6 @@ def nan_signal(profile: SmokeProfile, adapter: EngineAdapter, owns_engine: bool)
     if not profile.expect.nan_switch:
         return "off (expect.nan_switch: false): logprobs and the output only"
     return adapter.nan_switch().describe()
-
-
-def make_target(
-    choice: TargetChoice,
-    profile: SmokeProfile,
-    adapter: EngineAdapter,
-    log_path: Path | None,
-) -> Target:
-    kind = choice.kind()
-    if kind == "url":
-        assert choice.url is not None
-        return UrlTarget(choice.url)
-    profile = with_nan_switch(profile, adapter)
-    if kind == "command":
-        assert choice.command is not None
-        port = free_port()
-        argv = command_argv(choice.command, adapter, profile.model, port, profile.args)
-        return ProcessTarget(argv, port=port, env=profile.env, log_path=log_path)
-    assert choice.image is not None
-    settings = profile.container
-    mounts, model, mount_env = container_mounts(profile)
-    port = settings.port or adapter.default_port
-    gpus = choice.gpus if choice.gpus is not None else settings.gpus
-    return ContainerTarget(
-        choice.image,
-        entrypoint=settings.launcher or list(adapter.default_launcher),
-        args=adapter.serve_args(model, "0.0.0.0", port, profile.args),
-        container_port=port,
-        env={**mount_env, **profile.env, **settings.env},
-        mounts=mounts,
-        gpus=gpus,
-        ipc=settings.ipc,
-        shm_size=settings.shm_size,
-        log_path=log_path,
-    )
-
-
-def settled_counters(
-    adapter: EngineAdapter, session: requests.Session, base_url: str, limit_s: float = 5.0
-) -> Counters:
-    """Counters once two reads agree: engines publish the last step's stats a moment late."""
-    previous = adapter.snapshot_counters(session, base_url)
-    deadline = time.monotonic() + limit_s
-    while previous.available and time.monotonic() < deadline:
-        time.sleep(0.3)
-        current = adapter.snapshot_counters(session, base_url)
-        if current.values == previous.values:
-            return current
-        previous = current
-    return previous
 
 
 @dataclass
@@ -441,14 +275,8 @@ def _boot_failure(
 
 __all__ = [
     "SmokeResult",
-    "TargetChoice",
-    "adapter_for",
-    "command_argv",
-    "make_target",
     "nan_signal",
     "profile_prompts",
     "run_smoke",
     "serve_prompts",
-    "settled_counters",
-    "with_nan_switch",
 ]

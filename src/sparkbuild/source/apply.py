@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from sparkbuild import git, scope
 from sparkbuild.errors import LockError, SparkbuildError
-from sparkbuild.mirror import Mirror, RemoteRefs
-from sparkbuild.patching import ScratchIndex
 from sparkbuild.source.items import ChangedFile, ItemResult, Status, distinct_prefixes
+from sparkbuild.source.mirror import Mirror, RemoteRefs
+from sparkbuild.source.patching import ScratchIndex
 from sparkbuild.source.pins import Pins
 from sparkbuild.source.resolve import fork_point, is_ancestor, squash_merge_of
 from sparkbuild.spec import PR, Build, Patch, file_sha256

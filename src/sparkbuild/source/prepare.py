@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sparkbuild import console, lockproof
-from sparkbuild.mirror import Mirror
 from sparkbuild.settings import Settings
 from sparkbuild.source.apply import (
     Applier,
@@ -14,6 +13,7 @@ from sparkbuild.source.apply import (
     settle_pr,
 )
 from sparkbuild.source.items import FAILING, PreparedSource
+from sparkbuild.source.mirror import Mirror
 from sparkbuild.source.pins import Pins, locked_heads, require_locked_source
 from sparkbuild.source.resolve import fetch_for, resolve_base
 from sparkbuild.spec import Build

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sparkbuild import git
 from sparkbuild.errors import LockError, SparkbuildError
-from sparkbuild.mirror import Mirror, RemoteRefs, looks_like_sha
+from sparkbuild.source.mirror import Mirror, RemoteRefs, looks_like_sha
 from sparkbuild.source.pins import Pins
 from sparkbuild.spec import PR, Build
 from sparkbuild.validate import redact_url

@@ -1,4 +1,4 @@
-"""Built-in prompt sets: short, fixed, no downloads.
+"""Built-in prompt sets of smoke profiles: short, fixed, no downloads.
 
 ``code`` and ``prose`` are ordinary text a model should continue sensibly; ``repetitive``
 asks for repetition on purpose so that n-gram and MTP drafters have something to accept

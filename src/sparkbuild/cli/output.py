@@ -1,0 +1,100 @@
+"""What commands share for output: JSON for scripts, early checks of output paths, and
+running one action per build with a summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from sparkbuild import console
+from sparkbuild.cli.main import render_error
+from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.validate import redact_url
+
+if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
+    from sparkbuild.spec import Build
+
+
+def emit_json(payload: Any, path: str | None = None) -> None:
+    """JSON for scripts: to stdout, or to ``path`` when a command takes ``--json FILE``."""
+    text = redact_url(json.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            f"--json {path}: cannot write: {exc.strerror or exc}", "pass a writable path or '-'"
+        ) from exc
+
+
+def check_writable(path: str | Path | None, option: str) -> None:
+    """Fail before a long run, not after it, when its output file cannot be written."""
+    if path is None or str(path) == "-":
+        return
+    target = Path(path)
+    problem = None
+    if target.is_dir():
+        problem = "is a directory"
+    elif target.exists() and not os.access(target, os.W_OK):
+        problem = "is not writable"
+    elif not target.exists():
+        parent = target.parent if str(target.parent) else Path(".")
+        if not parent.is_dir():
+            problem = f"directory {parent} does not exist"
+        elif not os.access(parent, os.W_OK):
+            problem = f"directory {parent} is not writable"
+    if problem:
+        raise UsageError(f"{option} {target}: {problem}", f"pass a writable path to {option}")
+
+
+class _Reportable(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+Result = TypeVar("Result", bound=_Reportable)
+
+
+def run_per_build(
+    builds: Sequence[Build],
+    action: Callable[[Build], Result],
+    *,
+    summary: Callable[[Result], str],
+    as_json: bool,
+    noun: str,
+) -> list[Result]:
+    """Run ``action`` on each build; one failure does not stop the others.
+
+    A single build's error propagates as is; with several, each is printed, all results
+    (and failures) go to JSON, and the command fails at the end naming the failed builds.
+    """
+    results: list[Result] = []
+    failures: list[tuple[str, SparkbuildError]] = []
+    for build in builds:
+        try:
+            result = action(build)
+        except SparkbuildError as exc:
+            if len(builds) == 1:
+                raise
+            failures.append((build.name, exc))
+            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
+            continue
+        results.append(result)
+        if not as_json:
+            console.out.print(summary(result), markup=False)
+    if as_json:
+        emit_json(
+            {
+                "results": [r.to_json() for r in results],
+                "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
+            }
+        )
+    if failures:
+        names = ", ".join(name for name, _ in failures)
+        raise SparkbuildError(f"{len(failures)} of {len(builds)} {noun} failed: {names}")
+    return results

@@ -1,0 +1,196 @@
+"""Launching an engine from a profile: target choice, command line, mounts, settled counters.
+
+Smoke and bench both start engines this way: ``TargetChoice`` is what the user asked for
+(``--image``, ``--command`` or ``--url``) and ``make_target`` turns it and a profile into a
+target that starts and stops the engine.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from sparkbuild.engines.adapters import Counters, EngineAdapter
+from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.targets import (
+    LOOPBACK,
+    ContainerTarget,
+    Mount,
+    ProcessTarget,
+    Target,
+    UrlTarget,
+    free_port,
+)
+from sparkbuild.errors import UsageError
+
+
+def command_argv(
+    command: str, adapter: EngineAdapter, model: str, port: int, args: Sequence[str]
+) -> list[str]:
+    """The local engine command line.
+
+    ``command`` is the launcher (``python -m vllm.entrypoints.openai.api_server``); model,
+    host, port and the profile's flags are appended. A command that contains ``{port}`` is
+    taken as complete and only has ``{port}``, ``{host}`` and ``{model}`` filled in.
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--command {command!r}: {exc}") from exc
+    if not words:
+        raise UsageError("--command is empty")
+    if "{port}" in command:
+        return [w.format(port=port, host=LOOPBACK, model=model) for w in words]
+    return [*words, *adapter.serve_args(model, LOOPBACK, port, args)]
+
+
+def container_mounts(profile: SmokeProfile) -> tuple[list[Mount], str, dict[str, str]]:
+    """Mounts, the model as the engine inside sees it, and extra environment.
+
+    A local model directory is mounted read-only at ``model_mount`` (or the directory given as
+    ``model_dir`` holding it); a hub id gets ``model_dir`` (default: the HF cache) mounted
+    read-only and offline mode, because a read-only cache cannot take downloads.
+    """
+    settings = profile.container
+    mounts = [_parse_mount(m) for m in settings.mounts]
+    env: dict[str, str] = {}
+    local = Path(profile.model)
+    if local.is_absolute() and local.exists():
+        root = (settings.model_dir or local).resolve()
+        try:
+            inside = Path(settings.model_mount) / local.resolve().relative_to(root)
+        except ValueError as exc:
+            raise UsageError(f"model {local} is not inside container.model_dir {root}") from exc
+        mounts.append(Mount(root, settings.model_mount))
+        return mounts, inside.as_posix(), env
+    cache = settings.model_dir or _hf_cache()
+    if cache is not None and cache.exists():
+        target = settings.model_mount if settings.model_dir else "/root/.cache/huggingface"
+        mounts.append(Mount(cache.resolve(), target))
+        env.update({"HF_HOME": target, "HF_HUB_OFFLINE": "1"})
+    return mounts, profile.model, env
+
+
+def _hf_cache() -> Path | None:
+    import os
+
+    home = os.environ.get("HF_HOME")
+    return Path(home) if home else Path.home() / ".cache" / "huggingface"
+
+
+def _parse_mount(value: str) -> Mount:
+    parts = value.split(":")
+    mode = parts[2] if len(parts) == 3 else "ro"
+    return Mount(Path(parts[0]).expanduser().resolve(), parts[1], read_only=mode == "ro")
+
+
+@dataclass(frozen=True)
+class TargetChoice:
+    """What the user asked to run: exactly one of image, command, url."""
+
+    image: str | None = None
+    command: str | None = None
+    url: str | None = None
+    gpus: str | None = None  # overrides the profile's container.gpus
+
+    def kind(self, command: str = "smoke") -> str:
+        """``image``, ``command`` or ``url``; a UsageError unless exactly one was given and
+        ``--gpus`` comes with ``--image``."""
+        given = [k for k in ("image", "command", "url") if getattr(self, k)]
+        if len(given) != 1:
+            raise UsageError(
+                "give exactly one of --image, --command, --url",
+                f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
+            )
+        if self.gpus is not None and self.image is None:
+            raise UsageError("--gpus only applies to --image")
+        return given[0]
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """How the engine is started or reached, as the command line asked: where it runs, what
+    it serves, and how long booting and each request may take."""
+
+    choice: TargetChoice
+    profile: str | None = None  # a profile name or file; bench with --url may go without
+    model: str | None = None  # serve this instead of the profile's model
+    engine: str | None = None  # --url without a profile: the engine answering there
+    boot_timeout_s: float | None = None  # None: the profile's expect.boot_timeout_s
+    request_timeout_s: float | None = None  # None: the command's own default
+    log_path: Path | None = None  # None: the command's default log directory
+
+
+def with_nan_switch(profile: SmokeProfile, adapter: EngineAdapter) -> SmokeProfile:
+    """The profile with the engine version's own NaN switch added (``expect.nan_switch``).
+
+    A profile that sets a NaN variable the version does not read is refused: the run would
+    claim a detection that is not there.
+    """
+    ignored = adapter.ignored_variables({**profile.env, **profile.container.env})
+    if ignored:
+        raise UsageError(
+            f"profile sets {', '.join(ignored)}, which {adapter.name} {adapter.version} "
+            "does not read",
+            "remove it from the profile's env; expect.nan_switch sets what this version reads",
+        )
+    switch = adapter.nan_switch()
+    if not profile.expect.nan_switch or not switch.active:
+        return profile
+    args = [*profile.args, *(a for a in switch.args if a not in profile.args)]
+    return profile.model_copy(update={"env": {**profile.env, **switch.env}, "args": args})
+
+
+def make_target(
+    choice: TargetChoice,
+    profile: SmokeProfile,
+    adapter: EngineAdapter,
+    log_path: Path | None,
+) -> Target:
+    kind = choice.kind()
+    if kind == "url":
+        assert choice.url is not None
+        return UrlTarget(choice.url)
+    profile = with_nan_switch(profile, adapter)
+    if kind == "command":
+        assert choice.command is not None
+        port = free_port()
+        argv = command_argv(choice.command, adapter, profile.model, port, profile.args)
+        return ProcessTarget(argv, port=port, env=profile.env, log_path=log_path)
+    assert choice.image is not None
+    settings = profile.container
+    mounts, model, mount_env = container_mounts(profile)
+    port = settings.port or adapter.default_port
+    gpus = choice.gpus if choice.gpus is not None else settings.gpus
+    return ContainerTarget(
+        choice.image,
+        entrypoint=settings.launcher or list(adapter.default_launcher),
+        args=adapter.serve_args(model, "0.0.0.0", port, profile.args),
+        container_port=port,
+        env={**mount_env, **profile.env, **settings.env},
+        mounts=mounts,
+        gpus=gpus,
+        ipc=settings.ipc,
+        shm_size=settings.shm_size,
+        log_path=log_path,
+    )
+
+
+def settled_counters(
+    adapter: EngineAdapter, session: requests.Session, base_url: str, limit_s: float = 5.0
+) -> Counters:
+    """Counters once two reads agree: engines publish the last step's stats a moment late."""
+    previous = adapter.snapshot_counters(session, base_url)
+    deadline = time.monotonic() + limit_s
+    while previous.available and time.monotonic() < deadline:
+        time.sleep(0.3)
+        current = adapter.snapshot_counters(session, base_url)
+        if current.values == previous.values:
+            return current
+        previous = current
+    return previous

@@ -1,0 +1,187 @@
+"""Where a preflight runs: the built image (``docker run``, no GPU, no network), a given
+interpreter, or a cached venv of the release's own dependencies with the tree over it."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from sparkbuild import git
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.preflight.deps import dependency_set, wheel_requirements
+from sparkbuild.preflight.plan import UNAVAILABLE_MODULES
+from sparkbuild.preflight.report import PACKAGE_CHECKS, PROFILE_CHECKS
+from sparkbuild.preflight.runner import ImageTarget, LocalTarget, ProbeTarget
+from sparkbuild.preflight.venv import LocalVenv, ensure_venv
+from sparkbuild.settings import Settings
+from sparkbuild.source import PreparedSource
+from sparkbuild.spec import Build
+
+ALL_CHECKS = (*PACKAGE_CHECKS, *PROFILE_CHECKS)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where to run: the built ``image``, a given ``python``, or (neither) a cached venv."""
+
+    image: str | None = None
+    python: Path | None = None
+    docker: str = "docker"
+    venv_root: Path | None = None
+    wheel: Path | None = None  # the engine release's wheel (read for its Requires-Dist)
+    tree: bool = False  # put the prepared tree over a given interpreter's installed package
+    image_python: str = "python3"  # the interpreter inside the image
+    docker_args: tuple[str, ...] = ()  # more `docker run` options for the image
+    checks: tuple[str, ...] = ALL_CHECKS
+
+
+def build_pins(build: Build) -> list[str]:
+    """The build's own ``requirements:`` pins for its version (spec field, when present)."""
+    active = getattr(build, "active_requirements", None)
+    items = active() if callable(active) else getattr(build, "requirements", ())
+    return [str(getattr(item, "req", item)) for item in items or ()]
+
+
+def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> Path:
+    """The tree's package directory on disk (cached by object id); returns its parent."""
+    dest = cache / "preflight-trees" / commit_or_tree
+    package_dir = prepared.build.package_dir.strip("/")
+    if not (dest / package_dir).is_dir():
+        tmp = dest.with_name(dest.name + ".tmp")
+        subprocess.run(["rm", "-rf", str(tmp)], check=True)
+        tmp.mkdir(parents=True)
+        archive = git.run(
+            ["archive", "--format=tar", commit_or_tree, "--", package_dir],
+            git_dir=prepared.mirror,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        tmp.rename(dest)
+    return (dest / package_dir).parent
+
+
+def release_wheel(settings: Settings, build: Build) -> Path:
+    """The engine release's linux/aarch64 CPython 3.11 wheel (downloaded once)."""
+    wheels = settings.cache_dir / "wheels"
+    found = sorted(wheels.glob(f"{build.engine}-{build.version}-*.whl"))
+    if found:
+        return found[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    cmd += ["--platform", "manylinux_2_34_aarch64", "--python-version", "3.11"]
+    cmd += ["--implementation", "cp", "--abi", "cp311", "--quiet", "-d", str(wheels)]
+    cmd.append(f"{build.engine}=={build.version}")
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    found = sorted(wheels.glob(f"{build.engine}-{build.version}-*.whl"))
+    if done.returncode != 0 or not found:
+        raise SparkbuildError(
+            f"{build.name}: cannot download the {build.engine} {build.version} wheel "
+            f"for its dependency list:\n{done.stderr[-1500:]}",
+            "preflight inside the built image instead: sparkbuild preflight BUILD --image IMAGE",
+        )
+    return found[0]
+
+
+def local_venv(settings: Settings, build: Build, where: Where) -> LocalVenv:
+    if build.engine != "sglang":
+        raise SparkbuildError(
+            f"{build.name}: a local venv is made for SGLang builds only; {build.engine} needs "
+            "its own CPU build",
+            f"pass --python PATH (a venv with {build.engine} for the CPU) or --image IMAGE",
+        )
+    wheel = where.wheel or release_wheel(settings, build)
+    deps = dependency_set(
+        build.engine, str(build.version), wheel_requirements(wheel), build_pins(build)
+    )
+    root = where.venv_root or settings.cache_dir / "preflight-venvs"
+    return ensure_venv(root, deps)
+
+
+def unavailable_modules(venv: LocalVenv | None) -> dict[str, str]:
+    modules = dict(UNAVAILABLE_MODULES)
+    for requirement in venv.unavailable if venv else ():
+        name = canonicalize_name(
+            requirement.split(";")[0].split("=")[0].split("<")[0].split(">")[0]
+        )
+        modules[name.replace("-", "_")] = name
+    return modules
+
+
+def image_id_of(image: str, docker: str) -> str:
+    done = subprocess.run(
+        [docker, "image", "inspect", "--format", "{{.Id}}", image],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SparkbuildError(
+            f"image {image} is not in the local Docker store",
+            "build it first (`sparkbuild build BUILD`) or pull it",
+        )
+    return done.stdout.strip()
+
+
+@dataclass(frozen=True)
+class ChosenTargets:
+    target: ProbeTarget
+    base: ProbeTarget | None  # the unpatched release, for the imports/registry comparison
+    deps_digest: str
+    venv: LocalVenv | None = None
+    image_id: str | None = None
+
+
+def choose_targets(
+    settings: Settings, prepared: PreparedSource, where: Where, changed: bool
+) -> ChosenTargets:
+    build = prepared.build
+    if where.image:
+        image_id = image_id_of(where.image, where.docker)
+        platform = build.image.platform
+        base_image = build.image.base_image if changed else None
+
+        def in_image(reference: str) -> ImageTarget:
+            return ImageTarget(
+                reference,
+                docker=where.docker,
+                platform=platform,
+                python=where.image_python,
+                extra_args=where.docker_args,
+            )
+
+        return ChosenTargets(
+            in_image(where.image),
+            in_image(base_image) if base_image else None,
+            image_id,
+            image_id=image_id,
+        )
+    venv = None
+    if where.python is not None:
+        python, digest, kind = where.python, _python_digest(where.python), "python"
+    else:
+        venv = local_venv(settings, build, where)
+        python, digest, kind = venv.python, venv.deps.digest, "venv"
+    # A venv we made holds no engine package: the tree stands in for it. A given interpreter
+    # has the engine installed; the tree goes over it only when something changed.
+    use_tree = changed or kind == "venv" or where.tree
+    root = export_tree(prepared, prepared.tree, settings.cache_dir) if use_tree else None
+    base = None
+    if changed:
+        base_root = export_tree(prepared, prepared.base_commit, settings.cache_dir)
+        base = LocalTarget(python, base_root, where=kind)
+    return ChosenTargets(LocalTarget(python, root, where=kind), base, digest, venv=venv)
+
+
+def _python_digest(python: Path) -> str:
+    """A given interpreter's dependency set: the digest of its `pip freeze`."""
+    done = subprocess.run(
+        [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SparkbuildError(f"{python} is not a Python with pip", "pass a venv's bin/python")
+    lines = sorted(line for line in done.stdout.splitlines() if line.strip())
+    return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
