@@ -202,6 +202,35 @@ def test_every_step_is_ready_locked_and_one_variant_per_release(chain: Chain) ->
     assert (chain.project / "builds/sglang.yaml").read_text().startswith("# SGLang for DGX")
 
 
+def test_regenerated_variants_are_named_after_the_file_they_patch(chain: Chain) -> None:
+    """0.5.17 moved the reserved-token expression from tokenizer_manager.py to
+    managers/utils.py: bump's variants then carry the shipped names, and the moved one says
+    that its description was written for the old file."""
+    regenerated = {
+        version: d["variant_file"]
+        for version, payload in chain.payloads.items()
+        for d in payload["items"]
+        if d["action"] == "regenerated" and "reserved-tokens-none" in d["id"]
+    }
+    assert regenerated == {
+        "0.5.13": "patches/sglang/reserved-tokens-none-tokenizer-manager-0.5.13.patch",
+        "0.5.17": "patches/sglang/reserved-tokens-none-utils-0.5.17.patch",
+        "0.5.18": "patches/sglang/reserved-tokens-none-utils-0.5.18.patch",
+    }
+    for name in regenerated.values():
+        assert (SHIPPED / Path(name).name).exists(), f"{name} is not a shipped name"
+    moved = (chain.project / regenerated["0.5.17"]).read_text()
+    note = (
+        "Now patches python/sglang/srt/managers/utils.py: carried by sparkbuild bump from "
+        "patches/sglang/reserved-tokens-none-tokenizer-manager-0.5.13.patch "
+        "(python/sglang/srt/managers/tokenizer_manager.py); re-read the description above."
+    )
+    assert note in moved and moved.index(note) < moved.index("diff --git")
+    # Same file as the variant it came from: no new note, and the name keeps its file part.
+    same_file = (chain.project / regenerated["0.5.13"]).read_text()
+    assert "Now patches" not in same_file
+
+
 def test_the_defaults_fix_is_reported_as_a_conflict_with_its_reason(
     defaults_chain: Chain,
 ) -> None:

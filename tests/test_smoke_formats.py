@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,37 @@ def test_the_total_wait_is_bounded_by_the_profile() -> None:
     assert count >= 2
     assert request_bound_s(profile, count) == 7 * count
     assert total_bound_s(profile, count) == 100 + 7 * count
+
+
+def test_containers_are_named_and_labelled_by_the_stage_that_starts_them(tmp_path: Path) -> None:
+    from sparkbuild.engines import lifeline
+    from sparkbuild.engines.launch import TargetChoice, make_target
+    from sparkbuild.engines.profiles import SmokeProfile
+    from sparkbuild.engines.targets import STAGE_LABEL, ContainerTarget
+
+    profile = SmokeProfile(engine="vllm", model=str(tmp_path))
+    choice = TargetChoice(image="sparkbuild/vllm:test", gpus="none")
+    for stage in ("smoke", "bench"):
+        target = make_target(choice, profile, VllmAdapter(), None, stage=stage)
+        assert isinstance(target, ContainerTarget)
+        assert target.name.startswith(f"sparkbuild-{stage}-")
+        labels = target._run_kwargs()["labels"]
+        assert labels[STAGE_LABEL] == stage and labels[lifeline.LABEL_PID] == str(os.getpid())
+
+
+def test_smoke_reads_the_timeouts_as_expectations() -> None:
+    from sparkbuild.engines.launch import LaunchSettings, TargetChoice
+    from sparkbuild.engines.profiles import SmokeProfile
+    from sparkbuild.smoke.runner import expecting
+
+    profile = SmokeProfile.model_validate(
+        {"engine": "vllm", "model": "/m", "expect": {"boot_timeout_s": 100, "request_timeout_s": 7}}
+    )
+    choice = TargetChoice(url="http://127.0.0.1:1")
+    unchanged = expecting(profile, LaunchSettings(choice))
+    assert (unchanged.expect.boot_timeout_s, unchanged.expect.request_timeout_s) == (100, 7)
+    both = expecting(profile, LaunchSettings(choice, boot_timeout_s=5, request_timeout_s=2))
+    assert (both.expect.boot_timeout_s, both.expect.request_timeout_s) == (5, 2)
+    one = expecting(profile, LaunchSettings(choice, request_timeout_s=3))
+    assert (one.expect.boot_timeout_s, one.expect.request_timeout_s) == (100, 3)
+    assert profile.expect.boot_timeout_s == 100  # the loaded profile itself is left alone
