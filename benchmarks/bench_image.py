@@ -38,7 +38,12 @@ from tests.support.docker_env import (  # noqa: E402
     remove_images,
     start_registry,
 )
-from tests.support.image_project import build_json, make_patch, sparkbuild, write_spec  # noqa: E402
+from tests.support.image_project import (  # noqa: E402
+    build_json,
+    make_patch_file,
+    sparkbuild,
+    write_spec,
+)
 from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo  # noqa: E402
 
 from sparkbuild.image import base_image, builder, context  # noqa: E402
@@ -84,9 +89,7 @@ def main() -> None:
             images.append(base)
             project = work / "project"
             patch = project / "patches" / "fix.patch"
-            make_patch(
-                repo, f"v{VERSION}", {TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}"}, patch
-            )
+            make_patch_file(repo, f"v{VERSION}", {TOKENIZER: (FIX_OLD, FIX_NEW)}, patch)
             write_spec(
                 project,
                 "sglang",

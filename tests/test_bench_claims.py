@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from sparkbuild.bench.claims import load_claim_files, load_claims
 from sparkbuild.bench.claims_report import compare_claims, flag_difference, parse_flags
 from sparkbuild.bench.results import BenchReport
-from sparkbuild.cli import main
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,7 +213,7 @@ def test_shipped_claims_validate_and_name_real_profiles() -> None:
 
 
 def _cli(tmp_path: Path, *args: str) -> Any:
-    return CliRunner().invoke(main, ["--project", str(tmp_path), "--quiet", "bench", *args])
+    return run_cli("--project", str(tmp_path), "--quiet", "bench", *args)
 
 
 def test_compare_cli_holds_a_report_against_claims(tmp_path: Path) -> None:

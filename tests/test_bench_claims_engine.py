@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from sparkbuild.cli import main
+from tests.support.cli import run_cli
 from tests.support.vllm_cpu import tiny_llama, vllm_server_command
 
 pytestmark = pytest.mark.engine
@@ -71,7 +70,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _bench(project: Path, *args: str) -> Any:
-    return CliRunner().invoke(main, ["--project", str(project), "--quiet", "bench", *args])
+    return run_cli("--project", str(project), "--quiet", "bench", *args)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.client import StreamResult
@@ -40,8 +39,8 @@ from sparkbuild.bench.results import (
     run_flags,
 )
 from sparkbuild.bench.sweep import Sweep
-from sparkbuild.cli import main
 from sparkbuild.errors import UsageError
+from tests.support.cli import run_cli
 from tests.support.llama_benchy import write_outputs
 
 PP, TG = 32, 16
@@ -191,7 +190,7 @@ def _report(tmp_path: Path, depth: int = 0) -> Path:
 
 
 def _compare(*args: str) -> Any:
-    return CliRunner().invoke(main, ["bench", "compare", *args])
+    return run_cli("bench", "compare", *args)
 
 
 @pytest.mark.upstream

@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from click.testing import CliRunner
 
 from sparkbuild import lockfile
-from sparkbuild.cli import main
 from sparkbuild.engines import ProcessTarget, adapter_for, free_port, wait_ready
+from tests.support.cli import installed_entry_point, run_cli
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_python, vllm_server_command
 
 pytestmark = pytest.mark.engine
@@ -62,8 +61,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _bench(project: Path, *args: str) -> Any:
-    runner = CliRunner()
-    return runner.invoke(main, ["--project", str(project), "--quiet", "bench", *args])
+    return run_cli("--project", str(project), "--quiet", "bench", *args)
 
 
 @pytest.fixture(scope="module")
@@ -244,10 +242,7 @@ def test_compare_warns_about_other_differences(
     other["cells"] = plain_report["cells"][:3]
     path = project / "other.json"
     path.write_text(json.dumps(other))
-    runner = CliRunner()
-    result = runner.invoke(
-        main, ["bench", "compare", str(path), str(project / "spec.json"), "--json", "-"]
-    )
+    result = run_cli("bench", "compare", str(path), str(project / "spec.json"), "--json", "-")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     warnings = " | ".join(payload["warnings"])
@@ -278,13 +273,15 @@ def test_loaded_host_burst_is_flagged_and_the_engine_rate_reported(
     The client runs at nice 19 beside two busy loops: it gets the CPU only now and then, as a
     bench client does on a Spark serving other work, and reads what piled up meanwhile."""
     out = project / "loaded.json"
-    argv = ["nice", "-n", "19", sys.executable, "-m", "sparkbuild", "--project", str(project),
+    argv = ["--project", str(project),
             "--quiet", "bench", "--url", plain_server.base_url, "--profile", "cpu-plain",
             "--pp", "32", "--tg", "64", "--concurrency", "1", "--runs", "6", "--no-warmup",
             "--json", str(out), "--markdown", str(project / "loaded.md")]  # fmt: skip
     with _busy_host():
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+        # Its own process at nice 19: the client, not pytest, is what the load starves.
+        nice = ("nice", "-n", "19")
+        result = run_cli(*argv, process=True, prefix=nice, timeout=600)
+    assert result.exit_code == 0, result.stdout + result.stderr
     (cell,) = json.loads(out.read_text())["cells"]
     engine = cell["engine"]
     assert engine["source"] == "vllm:request_time_per_output_token_seconds"
@@ -321,7 +318,8 @@ def test_engine_dying_mid_sweep_keeps_finished_cells(
         )
 
     started_with = finished_requests()
-    argv = [sys.executable, "-m", "sparkbuild", "--project", str(project), "--quiet", "bench"]
+    # Its own process: the test kills the engine while this sweep is running.
+    argv = [installed_entry_point(), "--project", str(project), "--quiet", "bench"]
     argv += ["--url", plain_server.base_url, "--profile", "cpu-plain", "--json", str(out)]
     argv += ["--pp", "32", "--tg", "64", "--concurrency", "1,2,4,8", "--runs", "2"]
     bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -24,12 +24,11 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sparkbuild.cli import main
 from tests.support.bump_repos import sglang_upstream_with_pr_24436
+from tests.support.cli import run_cli
 from tests.support.gitrepos import commit_all, git
 from tests.support.sglang_releases import ALL_RELEASES, patch_when, sglang_release_repo
 
@@ -79,18 +78,15 @@ class Chain:
         self.payloads: dict[str, dict[str, Any]] = {}
 
     def run(self, *args: str) -> Any:
-        return CliRunner().invoke(
-            main,
-            [
-                "--project",
-                str(self.project),
-                "--cache-dir",
-                str(self.project.parent / "cache"),
-                "--quiet",
-                "--repo",
-                f"sglang={self.upstream}",
-                *args,
-            ],
+        return run_cli(
+            "--project",
+            str(self.project),
+            "--cache-dir",
+            str(self.project.parent / "cache"),
+            "--quiet",
+            "--repo",
+            f"sglang={self.upstream}",
+            *args,
         )
 
     def spec(self) -> dict[str, Any]:
@@ -204,6 +200,35 @@ def test_every_step_is_ready_locked_and_one_variant_per_release(chain: Chain) ->
         if Version(version) >= Version("0.5.12"):
             assert len(_variants_at(spec, version, "reserved-tokens-none")) == 1, version
     assert (chain.project / "builds/sglang.yaml").read_text().startswith("# SGLang for DGX")
+
+
+def test_regenerated_variants_are_named_after_the_file_they_patch(chain: Chain) -> None:
+    """0.5.17 moved the reserved-token expression from tokenizer_manager.py to
+    managers/utils.py: bump's variants then carry the shipped names, and the moved one says
+    that its description was written for the old file."""
+    regenerated = {
+        version: d["variant_file"]
+        for version, payload in chain.payloads.items()
+        for d in payload["items"]
+        if d["action"] == "regenerated" and "reserved-tokens-none" in d["id"]
+    }
+    assert regenerated == {
+        "0.5.13": "patches/sglang/reserved-tokens-none-tokenizer-manager-0.5.13.patch",
+        "0.5.17": "patches/sglang/reserved-tokens-none-utils-0.5.17.patch",
+        "0.5.18": "patches/sglang/reserved-tokens-none-utils-0.5.18.patch",
+    }
+    for name in regenerated.values():
+        assert (SHIPPED / Path(name).name).exists(), f"{name} is not a shipped name"
+    moved = (chain.project / regenerated["0.5.17"]).read_text()
+    note = (
+        "Now patches python/sglang/srt/managers/utils.py: carried by sparkbuild bump from "
+        "patches/sglang/reserved-tokens-none-tokenizer-manager-0.5.13.patch "
+        "(python/sglang/srt/managers/tokenizer_manager.py); re-read the description above."
+    )
+    assert note in moved and moved.index(note) < moved.index("diff --git")
+    # Same file as the variant it came from: no new note, and the name keeps its file part.
+    same_file = (chain.project / regenerated["0.5.13"]).read_text()
+    assert "Now patches" not in same_file
 
 
 def test_the_defaults_fix_is_reported_as_a_conflict_with_its_reason(

@@ -18,13 +18,11 @@ from typing import Any
 import pytest
 
 from tests.support.sglang_releases import (
-    ALL_RELEASES,
-    applies_at_tag,
+    applies_by_release,
     apply_patch,
     checkout_release,
     load_definitions,
     patch_when,
-    sglang_release_repo,
 )
 
 pytestmark = pytest.mark.upstream
@@ -84,15 +82,10 @@ def _draft_layers(tree: Path, target_nextn: int | None, draft_path: str | None) 
     return config.eagle_draft_num_layers
 
 
-@pytest.fixture(scope="module")
-def repo(test_cache: Path) -> Path:
-    return sglang_release_repo(test_cache, ALL_RELEASES)
-
-
 def test_release_gives_the_pathless_head_no_kv_share_and_patch_counts_it(
-    repo: Path, tmp_path: Path
+    release_repo: Path, tmp_path: Path
 ) -> None:
-    tree = checkout_release(repo, "0.5.23", tmp_path / "sglang")
+    tree = checkout_release(release_repo, "0.5.23", tmp_path / "sglang")
     assert _draft_layers(tree, target_nextn=None, draft_path=None) is None  # the under-count
     assert _draft_layers(tree, target_nextn=2, draft_path=None) == 2
 
@@ -102,8 +95,7 @@ def test_release_gives_the_pathless_head_no_kv_share_and_patch_counts_it(
     assert _draft_layers(tree, target_nextn=None, draft_path="/draft") == 1  # unchanged path
 
 
-def test_patch_applies_exactly_in_its_when_range(repo: Path) -> None:
+def test_patch_applies_exactly_in_its_when_range(release_repo: Path) -> None:
     when = patch_when(PATCH)
-    for version in ALL_RELEASES:
-        ok = applies_at_tag(repo, version, PATCH)
+    for version, ok in applies_by_release(release_repo, PATCH).items():
         assert ok == (version in when), f"{version} ({when}): applies={ok}"

@@ -22,12 +22,11 @@ import pytest
 
 from tests.support.sglang_releases import (
     ALL_RELEASES,
-    applies_at_tag,
+    applies_by_release,
     apply_patch,
     checkout_release,
     load_definitions,
     patch_when,
-    sglang_release_repo,
 )
 
 pytestmark = pytest.mark.upstream
@@ -67,11 +66,6 @@ class Case:
     hybrid: bool = True
     is_draft_worker: bool = False
     calls: list[str] = field(default_factory=list)
-
-
-@pytest.fixture(scope="module")
-def repo(test_cache: Path) -> Path:
-    return sglang_release_repo(test_cache, ALL_RELEASES)
 
 
 @pytest.fixture
@@ -154,12 +148,12 @@ def _budget_bytes(hybrid: bool) -> int:
 
 @pytest.fixture(scope="module", params=["0.5.11", "0.5.12", "0.5.13"])
 def trees(
-    request: pytest.FixtureRequest, repo: Path, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, release_repo: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, Path]:
     version = str(request.param)
     base = tmp_path_factory.mktemp(f"sglang-{version}")
-    unpatched = checkout_release(repo, version, base / "unpatched")
-    patched = checkout_release(repo, version, base / "patched")
+    unpatched = checkout_release(release_repo, version, base / "unpatched")
+    patched = checkout_release(release_repo, version, base / "patched")
     assert apply_patch(patched, PATCH)
     return unpatched / MIXIN, patched / MIXIN
 
@@ -244,8 +238,8 @@ def test_reservation_is_capped_at_the_budget(trees: tuple[Path, Path]) -> None:
     assert reserved(17 * GIB, GIB, 16, 0) == GIB
 
 
-def test_patch_applies_exactly_in_its_when_range(repo: Path) -> None:
+def test_patch_applies_exactly_in_its_when_range(release_repo: Path) -> None:
     when = patch_when(PATCH)
-    applies = {version: applies_at_tag(repo, version, PATCH) for version in ALL_RELEASES}
+    applies = applies_by_release(release_repo, PATCH)
     assert {v for v, ok in applies.items() if ok} == {v for v in ALL_RELEASES if v in when}
     assert {"0.5.11", "0.5.12", "0.5.13"} <= {v for v in ALL_RELEASES if v in when}

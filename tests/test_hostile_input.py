@@ -14,13 +14,11 @@ import stat
 import textwrap
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 
 from sparkbuild import validate
 from sparkbuild.bench.client import StreamResult, make_client, stream_completion
@@ -28,40 +26,19 @@ from sparkbuild.cli import main
 from sparkbuild.errors import RegistryError
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import Registry, RegistryClient
+from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
+from tests.support.source_project import SourceProject
 
 
-@dataclass
-class Project:
-    root: Path
-    cache: Path
-    upstream: Upstream
-
-    def run(self, *args: str, input: str | None = None) -> Result:
-        result = CliRunner().invoke(
-            main,
-            ["--project", str(self.root), "--cache-dir", str(self.cache), "--quiet", *args],
-            input=input,
-        )
+class Project(SourceProject):
+    def run(self, *args: str, input: str | None = None) -> CliResult:
+        result = super().run(*args, input=input)
         assert_one_screen(result)
         return result
 
-    def write_spec(self, text: str, repo: str | None = None, name: str = "pkg.yaml") -> Path:
-        spec = textwrap.dedent(text).replace("REPO", repo if repo is not None else self.url)
-        path = self.root / "builds" / name
-        path.write_text(spec)
-        return path
 
-    @property
-    def url(self) -> str:
-        return self.upstream.url
-
-    @property
-    def lock_text(self) -> str:
-        return (self.root / "images.lock").read_text()
-
-
-def assert_one_screen(result: Result) -> None:
+def assert_one_screen(result: CliResult) -> None:
     """No traceback; a failure exits 1 or 2 with an ``error:`` line on stderr."""
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"traceback: {result.exception!r}\n{result.output}")
@@ -95,11 +72,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
 
 @pytest.fixture
 def project(tmp_path: Path, upstream: Upstream) -> Project:
-    root = tmp_path / "project"
-    (root / "builds").mkdir(parents=True)
-    patches = root / "patches" / "pkg"
-    patches.mkdir(parents=True)
-    (patches / "applies.patch").write_text(
+    proj = Project.create(tmp_path, upstream)
+    (proj.patches / "applies.patch").write_text(
         make_patch(
             upstream.work,
             "v1.1.0",
@@ -107,7 +81,6 @@ def project(tmp_path: Path, upstream: Upstream) -> Project:
             header="What: a local fix.\n",
         )
     )
-    proj = Project(root=root, cache=tmp_path / "cache", upstream=upstream)
     proj.write_spec(SPEC)
     return proj
 
@@ -298,9 +271,7 @@ def test_https_token_is_not_shown(project: Project) -> None:
     url = "https://alice:S3CRETTOKEN@127.0.0.1:9/org/repo.git"  # port 9: refused at once
     project.write_spec(SPEC, repo=url)
     for args in (["patches"], ["--repo", f"sglang={url}", "patches"]):
-        result = CliRunner().invoke(
-            main, ["--project", str(project.root), "--cache-dir", str(project.cache), *args]
-        )
+        result = run_cli("--project", str(project.root), "--cache-dir", str(project.cache), *args)
         assert_one_screen(result)
         assert result.exit_code == 1
         assert "S3CRETTOKEN" not in result.output
@@ -310,9 +281,7 @@ def test_https_token_is_not_shown(project: Project) -> None:
 def test_file_url_token_is_not_stored(project: Project) -> None:
     url = f"file://alice:S3CRETTOKEN@localhost{project.url}"
     project.write_spec(SPEC, repo=url)
-    result = CliRunner().invoke(
-        main, ["--project", str(project.root), "--cache-dir", str(project.cache), "lock"]
-    )
+    result = run_cli("--project", str(project.root), "--cache-dir", str(project.cache), "lock")
     assert_one_screen(result)
     assert result.exit_code == 0, result.output
     assert "S3CRETTOKEN" not in result.output
@@ -792,8 +761,13 @@ def test_names_paths_and_hunks_are_not_markup(project: Project) -> None:
         "- {file: 'patches/pkg/fix[/x].patch'}\n      - {file: 'patches/pkg/[red]warn.patch'}",
     )
     project.write_spec(spec)
-    result = CliRunner(env={"COLUMNS": "400"}).invoke(
-        main, ["--project", str(project.root), "--cache-dir", str(project.cache), "patches"]
+    result = run_cli(
+        "--project",
+        str(project.root),
+        "--cache-dir",
+        str(project.cache),
+        "patches",
+        env={"COLUMNS": "400"},
     )
     assert_one_screen(result)
     assert result.exit_code == 1
@@ -981,7 +955,7 @@ def test_every_command_with_a_broken_project(project: Project, tmp_path: Path) -
         for template in _ARGS.get(command, [[], ["new"]]):
             args = [a.replace("PROFILE", str(profile)) for a in template]
             for name, options in broken.items():
-                result = CliRunner().invoke(main, [*options, "--quiet", command, *args])
+                result = run_cli(*options, "--quiet", command, *args)
                 where = f"{name}: sparkbuild {command} {' '.join(args)}"
                 assert result.exit_code in (1, 2), f"{where}\n{result.output}"
                 assert_one_screen(result)

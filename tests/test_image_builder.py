@@ -32,14 +32,33 @@ def test_finds_a_buildkit_capable_client() -> None:
         assert subprocess.run(buildx, capture_output=True, check=False).returncode == 0
 
 
-def test_newer_clients_without_buildx_are_passed_over() -> None:
-    """Here /usr/local/bin/docker (28.x, no buildx) is first on PATH and refuses BuildKit;
-    the probe must take Debian's /usr/bin/docker (20.10) or a client with buildx instead."""
+def test_newer_clients_without_buildx_are_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A docker 28 client without buildx first on PATH refuses BuildKit builds; the probe
+    must take a client with buildx or Debian's /usr/bin/docker (20.10) instead."""
+    newer = _docker_client_script(tmp_path / "bin", version="28.1.1")
+    monkeypatch.setenv("PATH", f"{newer.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert builder.docker_candidates()[0] == str(newer)
+    assert builder.client_version(str(newer)) == "28.1.1" and not builder.has_buildx(str(newer))
     chosen = builder.find_client()
-    for path in builder.docker_candidates():
-        version = builder.client_version(path) or "0"
-        if int(version.split(".")[0]) >= 23 and not builder.has_buildx(path):
-            assert os.path.realpath(chosen.path) != os.path.realpath(path)
+    assert os.path.realpath(chosen.path) != os.path.realpath(newer)
+
+
+def _docker_client_script(directory: Path, *, version: str) -> Path:
+    """A real `docker` executable that answers --version like docker 23+ and has no buildx."""
+    directory.mkdir(parents=True)
+    script = directory / "docker"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then\n'
+        f'  echo "Docker version {version}, build 0000000"; exit 0\n'
+        "fi\n"
+        "echo \"docker: 'buildx' is not a docker command.\" >&2\n"
+        "exit 1\n"
+    )
+    script.chmod(0o755)
+    return script
 
 
 def test_builder_flag_needs_buildx() -> None:
@@ -107,7 +126,7 @@ def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
     result = sparkbuild(
         project, tmp_path / "cache", "build", env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
     )
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "no Docker daemon answers" in result.stderr
     assert "sudo scripts/setup-host.sh" in result.stderr
     docker_client()  # and the real one does answer
@@ -154,8 +173,8 @@ def test_engine_selects_builds_of_that_engine(tmp_path: Path) -> None:
         },
     )
     none = sparkbuild(project, tmp_path / "cache", "build", "--engine", "vllm")
-    assert none.returncode == 2
+    assert none.exit_code == 2
     assert "no vllm builds" in none.stderr
     wrong = sparkbuild(project, tmp_path / "cache", "build", "s", "--engine", "vllm")
-    assert wrong.returncode == 2
+    assert wrong.exit_code == 2
     assert "s is not a vllm build" in wrong.stderr

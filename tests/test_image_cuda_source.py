@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,14 @@ import pytest
 
 from tests.support.cuda_toolchain import BASE_PACKAGES, BASE_SETUP, cuda_wheels
 from tests.support.docker_env import (
-    docker_cli,
     docker_client,
     push_arm64_base,
+    python_in_image,
     remove_images,
     start_registry,
 )
-from tests.support.image_project import build_json, git, load_lock, make_patch, sparkbuild
+from tests.support.gitrepos import tagged_repo
+from tests.support.image_project import build_json, load_lock, make_patch_file, sparkbuild
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
@@ -52,10 +52,7 @@ GENCODES_NEW = "set(SPARK_KERNEL_CUDA_FLAGS)  # sparkbuild: sm_121a only (append
 def _kernel_repo(root: Path) -> Path:
     repo = root / "spark-kernel"
     shutil.copytree(DATA / "spark_kernel", repo)
-    git("init", "--quiet", "--initial-branch=main", cwd=repo)
-    git("add", ".", cwd=repo)
-    git("commit", "--quiet", "-m", "spark-kernel 0.1.0", cwd=repo)
-    git("tag", "v0.1.0", cwd=repo)
+    tagged_repo(repo, "v0.1.0", "spark-kernel 0.1.0")
     return repo
 
 
@@ -79,25 +76,8 @@ def _wheel_build_info(image_id: str) -> dict[str, str]:
         "import json, spark_kernel.build_info as b;"
         "print(json.dumps({k: getattr(b, k) for k in dir(b) if k.isupper()}))"
     )
-    run = subprocess.run(
-        [
-            docker_cli(),
-            "run",
-            "--rm",
-            "--platform",
-            f"linux/{ARCH}",
-            image_id,
-            "python3",
-            "-c",
-            code,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    info: dict[str, str] = json.loads(run.stdout)
+    stdout = python_in_image(image_id, code, platform=f"linux/{ARCH}")
+    info: dict[str, str] = json.loads(stdout)
     return info
 
 
@@ -107,10 +87,10 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
     project = tmp_path / "project"
     (project / "docker").mkdir(parents=True)
     shutil.copyfile(DATA / "spark_kernel.Dockerfile", project / "docker/spark_kernel.Dockerfile")
-    make_patch(
+    make_patch_file(
         repo,
         "v0.1.0",
-        {"CMakeLists.txt": f"<<<OLD>>>{GENCODES_OLD}<<<NEW>>>{GENCODES_NEW}"},
+        {"CMakeLists.txt": (GENCODES_OLD, GENCODES_NEW)},
         project / "patches" / "spark-kernel-sm121a-only.patch",
     )
     prune = {"file": "patches/spark-kernel-sm121a-only.patch", "when": ">=0.1,<0.2"}
@@ -154,7 +134,7 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
             # The same build with the unpruned arch list: sm_90a and sm_100a come back.
             spec_file.write_text(_spec(repo, base, []))
             failed = sparkbuild(project, tmp_path / "cache", "--quiet", "build")
-            assert failed.returncode == 1, failed.stderr
+            assert failed.exit_code == 1, failed.stderr
             assert "carry CUDA code that does not run on sm_121a" in failed.stderr
             assert f"{WHEEL}: spark_kernel/_kernels" in failed.stderr
             assert "cubins for sm_100a, sm_90a" in failed.stderr

@@ -11,32 +11,27 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
-    LocalRegistry,
     docker_cli,
-    docker_client,
     push_arm64_base,
-    remove_images,
-    start_registry,
+    python_in_image,
 )
+from tests.support.gitrepos import Edit, git
 from tests.support.image_project import (
+    OverlayEnv,
     build_json,
-    git,
     load_lock,
-    make_patch,
+    overlay_env,
+    overlay_project,
     sparkbuild,
-    write_spec,
 )
-from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
@@ -52,57 +47,22 @@ FIX_NEW = (
 )
 
 
-@dataclass
-class Env:
-    registry: LocalRegistry
-    base_ref: str
-    repo: Path
-    work: Path
-    images: list[str]
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    docker_client()
-    cache = shared_test_cache()
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OverlayEnv]:
     work = tmp_path_factory.mktemp("image-overlay")
-    package = extract_wheel_package(VERSION, cache)
-    repo = sglang_release_repo(cache, [VERSION])
-    with start_registry(work / "registry") as registry:
-        base_ref = push_arm64_base(
-            registry,
-            "sparkbuild-tests/sglang",
-            tag=f"v{VERSION}",
-            extras={BOOKWORM_PYTHON_SITE: package},
-            work_dir=work,
-        )
-        base_id = docker_client().images.get(base_ref).id
-        state = Env(registry, base_ref, repo, work, [base_ref, base_id])
+    with overlay_env(work, VERSION, "sparkbuild-tests/sglang") as state:
         yield state
-        remove_images(docker_client(), state.images)
 
 
-def _project(env: Env, name: str, edits: dict[str, str | None], **image: Any) -> Path:
-    project = env.work / name
-    make_patch(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
-    write_spec(
-        project,
-        "sglang",
-        {
-            "repo": str(env.repo),
-            "package_dir": "python/sglang",
-            "base_image": env.base_ref,
-            "tags": [
-                "sparkbuild-tests/{engine}:{version}-{tree_short}",
-                "sparkbuild-tests/{build}",
-            ],
-            **image,
-            "builds": {
-                BUILD: {"ref": f"v{VERSION}", "patches": [{"file": "patches/sglang/fix.patch"}]}
-            },
-        },
+def _project(env: OverlayEnv, name: str, edits: dict[str, Edit], **image: Any) -> Path:
+    return overlay_project(
+        env,
+        name,
+        BUILD,
+        edits,
+        ["sparkbuild-tests/{engine}:{version}-{tree_short}", "sparkbuild-tests/{build}"],
+        **image,
     )
-    return project
 
 
 def _inspect(reference: str) -> dict[str, Any]:
@@ -111,18 +71,6 @@ def _inspect(reference: str) -> dict[str, Any]:
     ).stdout
     data: dict[str, Any] = json.loads(out)[0]
     return data
-
-
-def _run_arm64(image: str, code: str) -> str:
-    result = subprocess.run(
-        [docker_cli(), "run", "--rm", "--platform", "linux/arm64", image, "python3", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 CHECK_IN_IMAGE = f"""
@@ -147,9 +95,9 @@ print(json.dumps({{
 """
 
 
-def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+def test_overlay_build_labels_skip_and_lock(env: OverlayEnv) -> None:
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, FIX_NEW),
         NEW_FILE: 'MARKER = "sparkbuild overlay"\n',
         DELETED: None,
     }
@@ -170,8 +118,8 @@ def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
     image = _inspect(first["image_id"])
     assert (image["Os"], image["Architecture"]) == ("linux", "arm64")
     labels = image["Config"]["Labels"]
-    commit = git("rev-parse", f"v{VERSION}^{{commit}}", git_dir=env.repo)
-    commit_epoch = int(git("log", "-1", "--format=%ct", commit, git_dir=env.repo))
+    commit = git(env.repo, "rev-parse", f"v{VERSION}^{{commit}}")
+    commit_epoch = int(git(env.repo, "log", "-1", "--format=%ct", commit))
     from datetime import UTC, datetime
 
     assert labels["org.opencontainers.image.revision"] == commit
@@ -201,7 +149,7 @@ def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
         image["RepoTags"]
     )
 
-    facts = json.loads(_run_arm64(first["image_id"], CHECK_IN_IMAGE))
+    facts = json.loads(python_in_image(first["image_id"], CHECK_IN_IMAGE))
     assert facts == {
         "machine": "aarch64",
         "fixed": True,
@@ -240,20 +188,20 @@ def test_overlay_build_labels_skip_and_lock(env: Env) -> None:
     patch = project / "patches/sglang/fix.patch"
     patch.write_text(patch.read_text().replace("None-safe", "None-safe!"))
     refused = sparkbuild(project, cache, "build", BUILD, "--locked")
-    assert refused.returncode == 1, refused.stderr
+    assert refused.exit_code == 1, refused.stderr
     assert "--locked" in refused.stderr and "fix.patch" in refused.stderr
     assert (project / "images.lock").read_text() == before
 
 
-def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+def test_overlay_refuses_changes_outside_the_package(env: OverlayEnv) -> None:
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, FIX_NEW),
         "sgl-kernel/csrc/spark_fix.cu": "// a kernel change\n",
         "python/pyproject.toml": "[project]\nname = 'sglang'\n",
     }
     project = _project(env, "refuse", edits)
     result = sparkbuild(project, env.work / "cache", "build", BUILD)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "sgl-kernel/csrc/spark_fix.cu" in result.stderr
     assert "python/pyproject.toml" in result.stderr
     assert "mode: source" in result.stderr
@@ -263,15 +211,15 @@ def test_overlay_refuses_changes_outside_the_package(env: Env) -> None:
     assert "image" not in lock.get("builds", {}).get(BUILD, {})
 
 
-def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_OLD} (",
+def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: OverlayEnv) -> None:
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, f"{FIX_OLD} ("),
     }
     project = _project(env, "syntax", edits)
     (project / "images.lock").write_text(yaml.safe_dump({"schema": 1, "builds": {}}))
     before = (project / "images.lock").read_text()
     result = sparkbuild(project, env.work / "cache", "--quiet", "build", BUILD)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "the build failed" in result.stderr
     assert "tokenizer_manager.py" in result.stderr, result.stderr  # from the failing step
     assert "do not compile" in result.stderr
@@ -279,7 +227,7 @@ def test_overlay_syntax_error_fails_the_build_and_keeps_the_lock(env: Env) -> No
     assert (project / "images.lock").read_text() == before
 
 
-def test_missing_base_image_is_reported(env: Env) -> None:
+def test_missing_base_image_is_reported(env: OverlayEnv) -> None:
     project = _project(
         env,
         "nobase",
@@ -287,6 +235,6 @@ def test_missing_base_image_is_reported(env: Env) -> None:
         base_image=env.registry.ref("sparkbuild-tests/absent", "v0"),
     )
     result = sparkbuild(project, env.work / "cache", "build", BUILD)
-    assert result.returncode == 1
+    assert result.exit_code == 1
     assert "base image" in result.stderr and "not found" in result.stderr
     assert "sparkbuild-tests/absent" in result.stderr

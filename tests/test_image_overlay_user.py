@@ -12,26 +12,26 @@ status detail saying so).
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
-    LocalRegistry,
-    docker_cli,
     docker_client,
-    push_arm64_base,
-    remove_images,
-    start_registry,
+    python_in_image,
 )
-from tests.support.image_project import build_json, load_lock, make_patch, sparkbuild, write_spec
-from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
+from tests.support.gitrepos import Edit
+from tests.support.image_project import (
+    OverlayEnv,
+    build_json,
+    load_lock,
+    overlay_env,
+    overlay_project,
+    sparkbuild,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
@@ -56,54 +56,17 @@ WORKDIR /home/spark
 """
 
 
-@dataclass
-class Env:
-    registry: LocalRegistry
-    base_ref: str
-    repo: Path
-    work: Path
-    images: list[str]
-
-
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    docker_client()
-    cache = shared_test_cache()
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OverlayEnv]:
     work = tmp_path_factory.mktemp("overlay-user")
-    package = extract_wheel_package(VERSION, cache)
-    repo = sglang_release_repo(cache, [VERSION])
-    with start_registry(work / "registry") as registry:
-        base_ref = push_arm64_base(
-            registry,
-            "sparkbuild-tests/sglang-nonroot",
-            tag=f"v{VERSION}",
-            extras={BOOKWORM_PYTHON_SITE: package},
-            setup=NON_ROOT_SETUP,
-            work_dir=work,
-        )
-        state = Env(registry, base_ref, repo, work, [base_ref])
+    with overlay_env(
+        work, VERSION, "sparkbuild-tests/sglang-nonroot", setup=NON_ROOT_SETUP
+    ) as state:
         yield state
-        remove_images(docker_client(), state.images)
 
 
-def _project(env: Env, name: str, edits: dict[str, str | None], **image: Any) -> Path:
-    project = env.work / name
-    make_patch(env.repo, f"v{VERSION}", edits, project / "patches" / "sglang" / "fix.patch")
-    write_spec(
-        project,
-        "sglang",
-        {
-            "repo": str(env.repo),
-            "package_dir": "python/sglang",
-            "base_image": env.base_ref,
-            "tags": ["sparkbuild-tests/{build}"],
-            **image,
-            "builds": {
-                BUILD: {"ref": f"v{VERSION}", "patches": [{"file": "patches/sglang/fix.patch"}]}
-            },
-        },
-    )
-    return project
+def _project(env: OverlayEnv, name: str, edits: dict[str, Edit], **image: Any) -> Path:
+    return overlay_project(env, name, BUILD, edits, ["sparkbuild-tests/{build}"], **image)
 
 
 CHECK_AS_DEFAULT_USER = f"""
@@ -122,9 +85,9 @@ print(json.dumps({{
 """
 
 
-def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: Env) -> None:
-    edits: dict[str, str | None] = {
-        TOKENIZER: f"<<<OLD>>>{FIX_OLD}<<<NEW>>>{FIX_NEW}",
+def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: OverlayEnv) -> None:
+    edits: dict[str, Edit] = {
+        TOKENIZER: (FIX_OLD, FIX_NEW),
         NEW_MODULE: "MARKER = 1\n",
         TEST_FILE: "def test_marker() -> None:\n    assert True\n",
         DOC_FILE: "# sparkbuild user test\n",
@@ -144,25 +107,8 @@ def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: Env) -> None:
     assert config["User"] == "spark"
     assert config["WorkingDir"] == "/home/spark"
 
-    run = subprocess.run(
-        [
-            docker_cli(),
-            "run",
-            "--rm",
-            "--platform",
-            "linux/arm64",
-            result["image_id"],
-            "python3",
-            "-c",
-            CHECK_AS_DEFAULT_USER,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    facts = json.loads(run.stdout)
+    stdout = python_in_image(result["image_id"], CHECK_AS_DEFAULT_USER)
+    facts = json.loads(stdout)
     assert facts == {
         "user": "spark",
         "fixed": True,
@@ -173,7 +119,7 @@ def test_non_root_base_gets_the_overlay_and_keeps_its_user(env: Env) -> None:
     assert load_lock(project)["builds"][BUILD]["image"]["image_id"] == result["image_id"]
 
 
-def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: Env) -> None:
+def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: OverlayEnv) -> None:
     project = _project(
         env,
         "wrong-install-dir",
@@ -181,7 +127,7 @@ def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: Env) ->
         install_dir="/usr/lib/python3/dist-packages",
     )
     result = sparkbuild(project, env.work / "cache", "--quiet", "build", BUILD)
-    assert result.returncode == 1, result.stderr
+    assert result.exit_code == 1, result.stderr
     assert "overlay: install_dir /usr/lib/python3/dist-packages is not where" in result.stderr
     assert "(as user spark)" in result.stderr
     assert f"hint: set `install_dir: {BOOKWORM_PYTHON_SITE}/sglang`" in result.stderr
@@ -190,13 +136,13 @@ def test_install_dir_that_python_does_not_import_from_fails_cleanly(env: Env) ->
     assert "image" not in load_lock(project).get("builds", {}).get(BUILD, {})
 
 
-def test_a_package_the_base_does_not_import_fails_cleanly(env: Env) -> None:
+def test_a_package_the_base_does_not_import_fails_cleanly(env: OverlayEnv) -> None:
     # Same tree, another package directory: the base image has no `sglangx` to overlay.
     project = _project(
         env, "not-imported", {"python/sglangx/x.py": "X = 1\n"}, package_dir="python/sglangx"
     )
     result = sparkbuild(project, env.work / "cache", "--quiet", "build", BUILD)
-    assert result.returncode == 1, result.stderr
+    assert result.exit_code == 1, result.stderr
     assert "cannot import package 'sglangx'" in result.stderr
     assert "(as user spark, from /home/spark)" in result.stderr
     assert "Traceback" not in result.stderr

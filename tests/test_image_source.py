@@ -10,23 +10,22 @@ templates need a GPU toolchain this machine does not have.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.docker_env import (
-    docker_cli,
     docker_client,
     push_arm64_base,
+    python_in_image,
     remove_images,
     start_registry,
 )
+from tests.support.gitrepos import git, tagged_repo
 from tests.support.image_project import (
     build_json,
-    git,
     load_lock,
-    make_patch,
+    make_patch_file,
     sparkbuild,
     write_spec,
 )
@@ -78,10 +77,7 @@ def _extension_repo(root: Path) -> Path:
     (repo / "setup.py").write_text(SETUP_PY)
     (repo / "spark_ext" / "__init__.py").write_text(INIT_PY)
     (repo / "spark_ext" / "_fast.c").write_text(FAST_C)
-    git("init", "--quiet", "--initial-branch=main", cwd=repo)
-    git("add", ".", cwd=repo)
-    git("commit", "--quiet", "-m", "spark-ext 1.0.0", cwd=repo)
-    git("tag", "v1.0.0", cwd=repo)
+    tagged_repo(repo, "v1.0.0", "spark-ext 1.0.0")
     return repo
 
 
@@ -89,10 +85,10 @@ def test_source_build_compiles_the_patched_c_extension_for_arm64(tmp_path: Path)
     client = docker_client()
     repo = _extension_repo(tmp_path)
     project = tmp_path / "project"
-    make_patch(
+    make_patch_file(
         repo,
         "v1.0.0",
-        {"spark_ext/_fast.c": "<<<OLD>>>PyLong_FromLong(41)<<<NEW>>>PyLong_FromLong(42)"},
+        {"spark_ext/_fast.c": ("PyLong_FromLong(41)", "PyLong_FromLong(42)")},
         project / "patches" / "ext.patch",
     )
     (project / "docker").mkdir(parents=True)
@@ -123,27 +119,13 @@ def test_source_build_compiles_the_patched_c_extension_for_arm64(tmp_path: Path)
             images.append(result["image_id"])
             assert result["skipped"] is False
             assert result["mode"] == "source"
-            run = subprocess.run(
-                [
-                    docker_cli(),
-                    "run",
-                    "--rm",
-                    "--platform",
-                    "linux/arm64",
-                    result["image_id"],
-                    "python3",
-                    "-c",
-                    "import json, platform, spark_ext, spark_ext._fast as f;"
-                    "print(json.dumps([spark_ext.answer(), platform.machine(), f.__file__,"
-                    " open('/build-info.txt').read()]))",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
+            stdout = python_in_image(
+                result["image_id"],
+                "import json, platform, spark_ext, spark_ext._fast as f;"
+                "print(json.dumps([spark_ext.answer(), platform.machine(), f.__file__,"
+                " open('/build-info.txt').read()]))",
             )
-            assert run.returncode == 0, run.stderr
-            answer, machine, so_file, info = json.loads(run.stdout)
+            answer, machine, so_file, info = json.loads(stdout)
             assert answer == 42  # the patched C code was compiled
             assert machine == "aarch64"
             assert so_file.endswith(".so") and "aarch64" in so_file
@@ -155,7 +137,7 @@ def test_source_build_compiles_the_patched_c_extension_for_arm64(tmp_path: Path)
             labels = client.images.get(result["image_id"]).labels
             assert labels["io.sparkbuild.build"] == "ext-1.0.0"
             assert labels["org.opencontainers.image.revision"] == git(
-                "rev-parse", "v1.0.0^{commit}", cwd=repo
+                repo, "rev-parse", "v1.0.0^{commit}"
             )
             section = load_lock(project)["builds"]["ext-1.0.0"]["image"]
             assert section["mode"] == "source"

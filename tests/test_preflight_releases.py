@@ -132,6 +132,7 @@ def test_verify_counter_is_a_signal_only_where_the_release_has_it(
     assert status == "pass", detail
 
 
+@pytest.mark.engine  # the probe runs in the release's venv
 @pytest.mark.parametrize("version", ["0.5.11", "0.5.12"])
 def test_gemma4_drafter_cannot_load_with_the_release_transformers(
     project: Project, version: str
@@ -145,6 +146,7 @@ def test_gemma4_drafter_cannot_load_with_the_release_transformers(
     assert "fix: pin transformers>=5.8.0" in detail and "requirements" in detail
 
 
+@pytest.mark.engine  # the probe runs in the release's venv
 def test_gemma4_drafter_needs_a_newer_transformers_than_0_5_12_pins(project: Project) -> None:
     project.write_builds(
         {"release-pins": {"ref": "v0.5.12"}, "pinned": {"ref": "v0.5.12"}},
@@ -166,6 +168,7 @@ def test_gemma4_drafter_needs_a_newer_transformers_than_0_5_12_pins(project: Pro
     assert status == "pass", detail
 
 
+@pytest.mark.engine  # the probe runs in the release's venv
 def test_reserved_token_fix_alone_only_moves_the_crash_on_0_5_12(project: Project) -> None:
     project.write_builds(
         {"tm-fix-only": {"ref": "v0.5.12", "patches": [{"file": TM_FIX}]}},
@@ -208,6 +211,7 @@ new file mode 100644
 """
 
 
+@pytest.mark.engine  # the probe runs in the release's venv
 def test_pr_standin_needing_a_newer_helper_fails_imports(project: Project) -> None:
     patch = project.patch("reserved-budget.patch", STANDIN_PATCH)
     project.write_builds({"standin": {"ref": "v0.5.12", "patches": [{"file": patch}]}})

@@ -19,7 +19,8 @@ import yaml
 from tests.support.pr_standins import push_gemma4_mtp_pr
 from tests.support.preflight_env import ROOT, Project, release_repo
 
-pytestmark = pytest.mark.upstream
+# Each build's probe runs SGLang's own Python in a venv of the release's dependencies.
+pytestmark = [pytest.mark.upstream, pytest.mark.engine]
 
 SHIPPED = yaml.safe_load((ROOT / "builds" / "sglang.yaml").read_text())["builds"]
 

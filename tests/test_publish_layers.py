@@ -29,7 +29,7 @@ from tests.support.docker_env import (
     start_registry,
 )
 from tests.support.preflight_lock import record_preflight
-from tests.support.publish_env import record_smoke, run_cli, tiny_upstream, write_project
+from tests.support.publish_env import record_smoke, run_publish_cli, tiny_upstream, write_project
 
 pytestmark = [pytest.mark.docker]
 
@@ -47,7 +47,7 @@ class Env:
     def publish(self, *args: str) -> tuple[int, str]:
         assert self.registry.auth is not None
         user, password = self.registry.auth
-        result = run_cli(
+        result = run_publish_cli(
             self.project,
             "publish",
             BUILD,
@@ -58,7 +58,7 @@ class Env:
             env={"SPARKBUILD_REGISTRY_USER": user, "SPARKBUILD_REGISTRY_PASSWORD": password},
             docker_config=self.docker_config,
         )
-        return result.returncode, result.stdout + result.stderr
+        return result.exit_code, result.stdout + result.stderr
 
     def repositories(self) -> list[str]:
         response = requests.get(f"{self.registry.url}/v2/_catalog", auth=self.registry.auth)

@@ -24,6 +24,7 @@ import yaml
 from sparkbuild.image import build_image
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds
+from tests.support.cli import CliResult
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
     LocalRegistry,
@@ -36,7 +37,7 @@ from tests.support.docker_env import (
 )
 from tests.support.image_project import load_lock
 from tests.support.preflight_lock import record_preflight
-from tests.support.publish_env import record_smoke, run_cli, tiny_upstream, write_project
+from tests.support.publish_env import record_smoke, run_publish_cli, tiny_upstream, write_project
 
 pytestmark = [pytest.mark.docker]
 
@@ -63,12 +64,10 @@ class Env:
         user, password = self.registry.auth
         return {"SPARKBUILD_REGISTRY_USER": user, "SPARKBUILD_REGISTRY_PASSWORD": password}
 
-    def publish(
-        self, *args: str, lock: Path | None = None, **kwargs: Any
-    ) -> subprocess.CompletedProcess[str]:
+    def publish(self, *args: str, lock: Path | None = None, **kwargs: Any) -> CliResult:
         kwargs.setdefault("docker_config", self.empty_docker_config)
         options = ["--lock-file", str(lock)] if lock else []
-        return run_cli(
+        return run_publish_cli(
             self.project,
             *options,
             "publish",
@@ -128,7 +127,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         remove_images(docker_client(), state.images)
 
 
-def _output(result: subprocess.CompletedProcess[str]) -> str:
+def _output(result: CliResult) -> str:
     return result.stdout + result.stderr
 
 
@@ -151,14 +150,14 @@ def test_publish_is_refused_without_a_passing_smoke_verdict(env: Env) -> None:
     image_id = env.image_section()["image_id"]
     never_ran = env.lock_copy("never-ran")
     result = env.publish(lock=never_ran, env=env.creds_env())
-    assert result.returncode == 1, _output(result)
+    assert result.exit_code == 1, _output(result)
     assert "no passing smoke verdict" in result.stderr and f"{PROFILE}: missing" in result.stderr
     assert f"--record {BUILD}" in result.stderr
 
     failed = env.lock_copy("failed")
     record_smoke(failed, BUILD, PROFILE, verdict="fail")
     result = env.publish(lock=failed, env=env.creds_env())
-    assert result.returncode == 1 and f"{PROFILE}: fail" in result.stderr, _output(result)
+    assert result.exit_code == 1 and f"{PROFILE}: fail" in result.stderr, _output(result)
 
     # A verdict for another image id does not count.
     other = yaml.safe_load(failed.read_text())
@@ -168,7 +167,7 @@ def test_publish_is_refused_without_a_passing_smoke_verdict(env: Env) -> None:
     }
     failed.write_text(yaml.safe_dump(other))
     result = env.publish(lock=failed, env=env.creds_env())
-    assert result.returncode == 1 and "no passing smoke verdict" in result.stderr
+    assert result.exit_code == 1 and "no passing smoke verdict" in result.stderr
     assert env.registry.manifest_digest(REPOSITORY, "0.5.12-sm121") is None
 
 
@@ -176,10 +175,10 @@ def test_a_build_without_smoke_profiles_needs_force(env: Env) -> None:
     project = env.work / "no-profiles"
     write_project(project, env.repo, env.base_ref, {BUILD: {"ref": "v0.5.12"}}, "first")
     shutil.copyfile(env.lock, project / "images.lock")
-    result = run_cli(
+    result = run_publish_cli(
         project, "publish", BUILD, "--registry", env.registry.address, env=env.creds_env()
     )
-    assert result.returncode == 1, _output(result)
+    assert result.exit_code == 1, _output(result)
     assert "lists no smoke profiles" in result.stderr and "--force" in result.stderr
 
 
@@ -194,17 +193,17 @@ def test_wrong_credentials_fail_without_showing_them(env: Env) -> None:
         lock=passing,
         env={"SPARKBUILD_REGISTRY_USER": user, "SPARKBUILD_REGISTRY_PASSWORD": wrong},
     )
-    assert result.returncode == 1, _output(result)
+    assert result.exit_code == 1, _output(result)
     assert "rejected the credentials" in result.stderr
     assert wrong not in _output(result)
     assert "Traceback" not in result.stderr
 
     piped = env.publish("--username", user, "--password-stdin", lock=passing, stdin=wrong + "\n")
-    assert piped.returncode == 1 and "rejected the credentials" in piped.stderr
+    assert piped.exit_code == 1 and "rejected the credentials" in piped.stderr
     assert wrong not in _output(piped)
 
     anonymous = env.publish(lock=passing)
-    assert anonymous.returncode == 1 and "requires credentials" in anonymous.stderr
+    assert anonymous.exit_code == 1 and "requires credentials" in anonymous.stderr
     assert "publish" not in yaml.safe_load(passing.read_text())["builds"][BUILD]
 
 
@@ -213,7 +212,7 @@ def test_unreachable_registry_is_retried_then_named(env: Env) -> None:
     record_smoke(passing, BUILD, PROFILE)
     record_preflight(passing, BUILD, PROFILE)
     closed = "127.0.0.1:9"  # discard port: nothing listens
-    result = run_cli(
+    result = run_publish_cli(
         env.project,
         "--lock-file",
         str(passing),
@@ -224,7 +223,7 @@ def test_unreachable_registry_is_retried_then_named(env: Env) -> None:
         env={**env.creds_env(), "SPARKBUILD_NET_ATTEMPTS": "3"},
         docker_config=env.empty_docker_config,
     )
-    assert result.returncode == 1, _output(result)
+    assert result.exit_code == 1, _output(result)
     assert "registry unreachable" in result.stderr
     assert f"http://{closed}/v2/" in result.stderr and "3 times" in result.stderr
 
@@ -240,7 +239,7 @@ def test_lock_and_local_image_must_agree(env: Env) -> None:
     stale.write_text(yaml.safe_dump(data))
     record_preflight(stale, BUILD, PROFILE)
     result = env.publish(lock=stale, env=env.creds_env())
-    assert result.returncode == 1, _output(result)
+    assert result.exit_code == 1, _output(result)
     assert "images.lock pins" in result.stderr and missing_id[:19] in result.stderr
     assert section["image_id"][:19] in result.stderr  # the local tag's real id
     assert env.registry.manifest_digest(REPOSITORY, "0.5.12-sm121") is None
@@ -261,7 +260,7 @@ def test_an_immutable_tag_holding_other_content_is_never_moved(env: Env) -> None
     assert push.returncode == 0, push.stderr
     held = env.registry.manifest_digest("conflict/sglang", tag)
     result = env.publish("--repository", "conflict/{engine}", lock=passing, env=env.creds_env())
-    assert result.returncode == 1, _output(result)
+    assert result.exit_code == 1, _output(result)
     assert "immutable tags never move" in result.stderr and str(held) in result.stderr
     assert env.registry.manifest_digest("conflict/sglang", tag) == held
     assert env.registry.manifest_digest("conflict/sglang", "0.5.12-sm121") is None
@@ -274,7 +273,7 @@ def test_publish_pull_and_rollback(env: Env) -> None:
     tag_a = f"0.5.12-sm121-{first['tree'][:12]}"
 
     result = env.publish("--alias", "{version}-sm121", "--alias", "latest", env=env.creds_env())
-    assert result.returncode == 0, _output(result)
+    assert result.exit_code == 0, _output(result)
     assert env.registry.auth is not None
     assert env.registry.auth[1] not in _output(result)
     record = load_lock(env.project)["builds"][BUILD]["publish"][
@@ -309,7 +308,7 @@ def test_publish_pull_and_rollback(env: Env) -> None:
     again = env.publish(
         "--alias", "{version}-sm121", "--alias", "latest", "--json", env=env.creds_env()
     )
-    assert again.returncode == 0, _output(again)
+    assert again.exit_code == 0, _output(again)
     (payload,) = json.loads(again.stdout)["results"]
     assert payload["pushed"] is False and payload["digest"] == digest_a
     assert env.lock.read_bytes() == before
@@ -338,7 +337,7 @@ def test_publish_pull_and_rollback(env: Env) -> None:
         "--json",
         docker_config=Path(login["DOCKER_CONFIG"]),
     )
-    assert done.returncode == 0, _output(done)
+    assert done.exit_code == 0, _output(done)
     (payload,) = json.loads(done.stdout)["results"]
     digest_b = payload["digest"]
     assert payload["pushed"] is False and payload["aliases"]["latest"]["from"] == digest_a
@@ -347,10 +346,10 @@ def test_publish_pull_and_rollback(env: Env) -> None:
     assert env.registry.manifest_digest(REPOSITORY, tag_a) == digest_a  # never moves
 
     # Rollback: aliases back to the previous passing digest; immutable tags untouched.
-    back = run_cli(
+    back = run_publish_cli(
         env.project, "rollback", BUILD, env=env.creds_env(), docker_config=env.empty_docker_config
     )
-    assert back.returncode == 0, _output(back)
+    assert back.exit_code == 0, _output(back)
     assert f"from {digest_b}" in back.stdout and f"to   {digest_a}" in back.stdout
     assert env.registry.manifest_digest(REPOSITORY, "latest") == digest_a
     assert env.registry.manifest_digest(REPOSITORY, "0.5.12-sm121") == digest_a
@@ -365,15 +364,15 @@ def test_publish_pull_and_rollback(env: Env) -> None:
 
     # The rolled-back image is not silently re-published, and nothing older is left.
     republish = env.publish("--alias", "latest", env=env.creds_env())
-    assert republish.returncode == 1 and "was rolled back" in republish.stderr
+    assert republish.exit_code == 1 and "was rolled back" in republish.stderr
     assert env.registry.manifest_digest(REPOSITORY, "latest") == digest_a
-    further = run_cli(
+    further = run_publish_cli(
         env.project, "rollback", BUILD, env=env.creds_env(), docker_config=env.empty_docker_config
     )
-    assert further.returncode == 1 and "no earlier published digest" in further.stderr
+    assert further.exit_code == 1 and "no earlier published digest" in further.stderr
 
     # An explicit --to moves them forward again.
-    forward = run_cli(
+    forward = run_publish_cli(
         env.project,
         "rollback",
         BUILD,
@@ -383,7 +382,7 @@ def test_publish_pull_and_rollback(env: Env) -> None:
         env=env.creds_env(),
         docker_config=env.empty_docker_config,
     )
-    assert forward.returncode == 0, _output(forward)
+    assert forward.exit_code == 0, _output(forward)
     assert json.loads(forward.stdout) == {
         "build": BUILD,
         "repository": f"{env.registry.address}/{REPOSITORY}",

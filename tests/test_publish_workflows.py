@@ -102,14 +102,14 @@ def test_images_build_on_arm64_smoke_on_a_spark_and_publish_to_ghcr() -> None:
     assert spark["runs-on"] == ["self-hosted", "dgx-spark"]
     assert spark["if"] == "vars.DGX_SPARK_RUNNER == 'true'"
     assert spark["permissions"]["packages"] == "write"
-    assert workflow["env"]["REGISTRY"] == "ghcr.io/${{ github.repository_owner }}"
+    assert spark["env"]["REGISTRY"] == "${{ needs.plan.outputs.registry }}"
     step_env = next(s["env"] for s in spark["steps"] if "smoke-and-publish.sh" in s.get("run", ""))
     assert step_env["SPARKBUILD_REGISTRY_PASSWORD"] == "${{ secrets.GITHUB_TOKEN }}"
     skipped = jobs["no-spark"]
     assert skipped["if"] == "vars.DGX_SPARK_RUNNER != 'true'"
     assert "skipped: no DGX Spark runner registered" in skipped["steps"][0]["run"]
     pr = jobs["lock-pr"]
-    assert pr["needs"] == "smoke-publish"
+    assert pr["needs"] == ["plan", "smoke-publish"]
     creator = next(s for s in pr["steps"] if "create-pull-request" in s.get("uses", ""))
     assert creator["with"]["add-paths"] == "images.lock"
 
@@ -214,3 +214,23 @@ def test_images_fit_their_runners_and_share_a_build_cache() -> None:
     publish = next(s for s in spark if "smoke-and-publish.sh" in s.get("run", ""))
     assert spark.index(cache) < spark.index(publish)
     assert "sparkbuild-cache:{build}" in cache["run"]
+
+
+def test_the_ghcr_namespace_is_the_lowercased_owner(tmp_path: Path) -> None:
+    """GHCR refuses uppercase repository names; an owner such as `NVIDIA-AI` must become
+    `nvidia-ai` for the pushes and the build cache alike (the step's own shell, run here)."""
+    workflow = _workflow("images.yml")
+    plan = workflow["jobs"]["plan"]
+    assert plan["outputs"]["registry"] == "${{ steps.registry.outputs.registry }}"
+    step = next(s for s in plan["steps"] if s.get("id") == "registry")
+    assert step["env"]["OWNER"] == "${{ github.repository_owner }}"
+    output = tmp_path / "github_output"
+    env = {"PATH": "/usr/bin:/bin", "OWNER": "NVIDIA-AI-Spark", "GITHUB_OUTPUT": str(output)}
+    subprocess.run(["bash", "-c", step["run"]], env=env, check=True, timeout=30)
+    assert output.read_text().strip() == "registry=ghcr.io/nvidia-ai-spark"
+    assert "env" not in workflow, "a workflow-level REGISTRY cannot be lowercased"
+    text = (ROOT / ".github" / "workflows" / "images.yml").read_text()
+    assert text.count("github.repository_owner") == 1, "only the registry step reads the owner"
+    cache_refs = re.findall(r"\S*sparkbuild-cache:\{build\}", text)
+    assert len(cache_refs) == 2, cache_refs
+    assert all("$REGISTRY/sparkbuild-cache" in ref for ref in cache_refs), cache_refs

@@ -12,21 +12,22 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tarfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from packaging.version import Version
 
 from sparkbuild import requirements
-from sparkbuild.cli import main
 from sparkbuild.errors import SparkbuildError, SpecError
 from sparkbuild.settings import Settings
-from sparkbuild.spec import load_builds
+from sparkbuild.spec import Build, load_builds
+from tests.support.cli import run_cli
 from tests.support.sglang_releases import ALL_RELEASES, download_wheel, sglang_release_repo
+from tests.support.vllm_sdist import vllm_sdist
 
 ROOT = Path(__file__).resolve().parent.parent
 PIN = "transformers==5.8.1"
@@ -138,7 +139,7 @@ def test_image_layer_installs_exactly_the_pinned_files(tmp_path: Path) -> None:
 
 def _run(project: Path, cache: Path, repo: Path, *args: str) -> Any:
     base = ["--project", str(project), "--cache-dir", str(cache), "--quiet"]
-    return CliRunner().invoke(main, [*base, "--repo", f"sglang={repo}", *args])
+    return run_cli(*base, "--repo", f"sglang={repo}", *args)
 
 
 @pytest.mark.upstream
@@ -147,7 +148,7 @@ def test_lock_pins_the_shipped_requirement_and_refuses_an_unacknowledged_conflic
 ) -> None:
     repo = sglang_release_repo(test_cache, ALL_RELEASES)
     shipped = yaml.safe_load((ROOT / "builds" / "sglang.yaml").read_text())
-    (requirement,) = shipped["requirements"]
+    requirement = next(r for r in shipped["requirements"] if r["req"] == PIN)
     project = _project(tmp_path, requirement)
     cache = tmp_path / "cache"
     settings = _settings(project, cache, test_cache, "0.5.12")
@@ -190,3 +191,105 @@ def test_shipped_spec_pins_transformers_only_where_the_release_cannot_load_the_d
         wanted = [r.req for r in build.active_requirements()]
         needs = build.engine == "sglang" and build.version < Version("0.5.13")
         assert wanted == ([PIN] if needs else []), build.name
+
+
+FLASHINFER = ("flashinfer-python", "flashinfer-cubin")
+SOURCE_RELEASES = [v for v in ALL_RELEASES if Version(v) >= Version("0.5.11")]
+
+
+def _shipped_with(
+    tmp_path: Path, engine: str, versions: list[str], mode: str, *, keep: bool = True
+) -> dict[str, Build]:
+    """The shipped spec of ``engine`` with one build per version in ``mode`` (its file-level
+    requirements as shipped; without the source-only ones when ``keep`` is false)."""
+    spec = yaml.safe_load((ROOT / "builds" / f"{engine}.yaml").read_text())
+    if not keep:
+        spec["requirements"] = [r for r in spec.get("requirements", []) if "mode" not in r]
+    spec["builds"] = {
+        f"{mode}-{v}": {"ref": f"v{v}", "mode": mode, "base_image": "x"} for v in versions
+    }
+    project = tmp_path / f"{engine}-{mode}-{keep}"
+    (project / "builds").mkdir(parents=True)
+    shutil.copytree(ROOT / "patches", project / "patches")
+    (project / "builds" / f"{engine}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return load_builds(Settings(project_dir=project, cache_dir=tmp_path / "cache"))
+
+
+def _flashinfer(build: Build) -> dict[str, str]:
+    return {
+        r.name: str(r.parsed().specifier)
+        for r in build.active_requirements()
+        if r.name.startswith("flashinfer")
+    }
+
+
+@pytest.mark.upstream
+def test_source_builds_pin_exactly_the_flashinfer_each_release_requires(
+    tmp_path: Path, test_cache: Path
+) -> None:
+    """Every SGLang release 0.5.11-0.5.23 built from source gets the FlashInfer its own wheel
+    METADATA pins (flashinfer_python, and flashinfer_cubin while it is pinned); overlay
+    builds get none, and their spec digests are what they were without these lines."""
+    source = _shipped_with(tmp_path, "sglang", SOURCE_RELEASES, "source")
+    overlay = _shipped_with(tmp_path, "sglang", SOURCE_RELEASES, "overlay")
+    overlay_before = _shipped_with(tmp_path, "sglang", SOURCE_RELEASES, "overlay", keep=False)
+    source_before = _shipped_with(tmp_path, "sglang", SOURCE_RELEASES, "source", keep=False)
+    cubin_pinned = set()
+    for version in SOURCE_RELEASES:
+        build = source[f"source-{version}"]
+        metadata = requirements.wheel_metadata(download_wheel(version, test_cache))
+        theirs = requirements.pins_from_metadata(metadata, build.image.python)
+        release = {name: str(theirs[name].specifier) for name in FLASHINFER if name in theirs}
+        assert release["flashinfer-python"].startswith("=="), version
+        assert _flashinfer(build) == release, version
+        if "flashinfer-cubin" in release:
+            cubin_pinned.add(version)
+        conflicts = requirements.spec_conflicts(build, theirs, "METADATA")
+        assert all(c.overridden for c in conflicts), (version, conflicts)
+        plain = overlay[f"overlay-{version}"]
+        assert _flashinfer(plain) == {}, version
+        assert plain.spec_digest() == overlay_before[f"overlay-{version}"].spec_digest()
+        assert build.spec_digest() != source_before[f"source-{version}"].spec_digest()
+    # The releases stopped pinning the cubin package at 0.5.16 (PyPI has none after 0.6.13).
+    assert max(cubin_pinned, key=Version) == "0.5.15.post1"
+
+
+@pytest.mark.upstream
+def test_vllm_source_build_pins_the_flashinfer_of_the_0_33_sdist(tmp_path: Path) -> None:
+    (build,) = _shipped_with(tmp_path, "vllm", ["0.33.0"], "source").values()
+    with tarfile.open(vllm_sdist()) as sdist:
+        member = sdist.extractfile("vllm-0.33.0/PKG-INFO")
+        assert member is not None
+        theirs = requirements.pins_from_metadata(member.read().decode(), build.image.python)
+    assert _flashinfer(build) == {"flashinfer-python": str(theirs["flashinfer-python"].specifier)}
+    assert _flashinfer(build) == {"flashinfer-python": "==0.7.2.post1"}
+    (overlay,) = _shipped_with(tmp_path, "vllm", ["0.33.0"], "overlay").values()
+    assert _flashinfer(overlay) == {}
+
+
+@pytest.mark.upstream
+def test_a_source_build_pins_the_pypi_flashinfer_wheel_and_it_fits_the_release(
+    tmp_path: Path, test_cache: Path, wheel_cache: Path
+) -> None:
+    """The 0.5.11 source build's flashinfer-python resolves to the py3-none-any wheel on PyPI
+    (the file a linux/aarch64 image installs), pinned by its sha256, and none of its own
+    dependencies contradicts 0.5.11's pins."""
+    build = _shipped_with(tmp_path, "sglang", ["0.5.11"], "source")["source-0.5.11"]
+    requirement = next(r for r in build.active_requirements() if r.name == "flashinfer-python")
+    settings = Settings(project_dir=tmp_path, cache_dir=wheel_cache)
+    pin, path = requirements.resolve_one(requirement, build, settings)
+    assert (pin.name, pin.version) == ("flashinfer-python", "0.6.8.post1")
+    assert pin.filename == "flashinfer_python-0.6.8.post1-py3-none-any.whl"
+    assert pin.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    metadata = requirements.wheel_metadata(download_wheel("0.5.11", test_cache))
+    theirs = requirements.pins_from_metadata(metadata, build.image.python)
+    conflicts = requirements.wheel_conflicts(
+        build, [pin], {pin.name: path}, theirs, "sglang 0.5.11 METADATA"
+    )
+    assert conflicts == []
+
+
+def test_a_requirement_mode_is_overlay_or_source(tmp_path: Path) -> None:
+    project = _project(tmp_path, {"req": PIN, "mode": "sauce"})
+    with pytest.raises(SpecError, match=r"requirements.*mode"):
+        load_builds(Settings(project_dir=project, cache_dir=tmp_path / "cache"))

@@ -10,7 +10,6 @@ layer on top of the overlay.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,13 +18,19 @@ import pytest
 from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
-    docker_cli,
     docker_client,
     push_arm64_base,
+    python_in_image,
     remove_images,
     start_registry,
 )
-from tests.support.image_project import build_json, load_lock, make_patch, sparkbuild, write_spec
+from tests.support.image_project import (
+    build_json,
+    load_lock,
+    make_patch_file,
+    sparkbuild,
+    write_spec,
+)
 from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
@@ -55,7 +60,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
         )
         images.append(base)
         project = work / "project"
-        make_patch(repo, f"v{VERSION}", {MARKER: "MARKER = 1\n"}, project / "patches" / "m.patch")
+        make_patch_file(
+            repo, f"v{VERSION}", {MARKER: "MARKER = 1\n"}, project / "patches" / "m.patch"
+        )
         write_spec(
             project,
             "sglang",
@@ -78,7 +85,7 @@ def test_build_installs_exactly_the_locked_wheel(
 ) -> None:
     path, cache, images = project
     locked = sparkbuild(path, cache, "lock", BUILD)
-    assert locked.returncode == 0, locked.stderr
+    assert locked.exit_code == 0, locked.stderr
     (pin,) = load_lock(path)["builds"][BUILD]["requirements"]
     wheel = cache / "wheels" / pin["filename"]
     assert pin["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
@@ -89,18 +96,10 @@ def test_build_installs_exactly_the_locked_wheel(
         "import six, importlib.metadata as m, platform; "
         "print(platform.machine(), six.__version__, m.version('six'))"
     )
-    run = [docker_cli(), "run", "--rm", "--platform", "linux/arm64", built["image_id"]]
-    result = subprocess.run(
-        [*run, "python3", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["aarch64", "1.16.0", "1.16.0"]
+    stdout = python_in_image(built["image_id"], code)
+    assert stdout.split() == ["aarch64", "1.16.0", "1.16.0"]
 
     tampered = wheel.read_bytes() + b"x"
     wheel.write_bytes(tampered)
     again = sparkbuild(path, cache, "build", "--no-cache", BUILD, "--json")
-    assert again.returncode != 0 and "does not match images.lock" in again.stderr
+    assert again.exit_code != 0 and "does not match images.lock" in again.stderr

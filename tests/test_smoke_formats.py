@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,8 @@ from sparkbuild.engines.signatures import diagnose, load_signatures
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import checks
+from sparkbuild.spec import load_builds
+from tests.support.cli import CliResult, run_cli
 
 # /generate responses as SGLang builds them (meta_info keys per version).
 SGLANG_0_5_10_RESPONSE = {
@@ -222,26 +223,36 @@ def test_profile_defaults_model_override_and_env(
     assert load_profile(settings, "p", model="other/model")[1].model == "other/model"
 
 
-def test_repo_profiles_validate() -> None:
+def test_repo_profiles_start_what_they_check() -> None:
+    """Each shipped profile passes a speculative flag exactly when it expects speculation
+    (else its accept_len check judges a run that never drafted), and every build lists only
+    profiles of its own engine."""
     repo = Path(__file__).resolve().parents[1]
+    settings = Settings(project_dir=repo)
+    engines: dict[str, str] = {}
     for path in sorted((repo / "smoke").glob("*.yaml")):
-        name, profile = load_profile(Settings(project_dir=repo), str(path), model="x")
-        assert profile.engine in ("sglang", "vllm"), name
+        name, profile = load_profile(settings, str(path), model="x")
+        flags = [arg for arg in profile.args if arg.startswith("--speculative-")]
+        assert bool(flags) == profile.expect.speculation, f"{name}: speculative flags {flags}"
+        engines[path.stem] = profile.engine
+    assert engines
+    for build in load_builds(settings).values():
+        for listed in build.smoke_profiles:
+            assert engines.get(listed) == build.engine, f"{build.name} lists {listed}"
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "sparkbuild.cli", "--project", str(tmp_path), "smoke", *args]
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+def _cli(tmp_path: Path, *args: str) -> CliResult:
+    return run_cli("--project", str(tmp_path), "smoke", *args)
 
 
 def test_cli_usage_errors(tmp_path: Path) -> None:
     _project(tmp_path, "engine: vllm\nmodel: m\n")
     neither = _cli(tmp_path, "--profile", "p")
-    assert neither.returncode == 2 and "exactly one of --image, --command, --url" in neither.stderr
+    assert neither.exit_code == 2 and "exactly one of --image, --command, --url" in neither.stderr
     both = _cli(tmp_path, "--profile", "p", "--url", "http://127.0.0.1:1", "--command", "x")
-    assert both.returncode == 2
+    assert both.exit_code == 2
     missing = _cli(tmp_path, "--profile", "nope", "--url", "http://127.0.0.1:1")
-    assert missing.returncode == 2 and "no smoke profile 'nope'" in missing.stderr
+    assert missing.exit_code == 2 and "no smoke profile 'nope'" in missing.stderr
     assert "known profiles: p" in missing.stderr
 
 
@@ -249,7 +260,7 @@ def test_record_without_image_entry_says_how_to_get_one(tmp_path: Path) -> None:
     _project(tmp_path, "engine: vllm\nmodel: m\n")
     (tmp_path / "images.lock").write_text(yaml.safe_dump({"schema": 1, "builds": {}}))
     run = _cli(tmp_path, "--profile", "p", "--url", "http://127.0.0.1:1", "--record", "b1")
-    assert run.returncode == 1
+    assert run.exit_code == 1
     assert "build 'b1' has no image in images.lock" in run.stderr
     assert "hint: build it first: sparkbuild build b1" in run.stderr
 
@@ -258,7 +269,7 @@ def test_unreachable_url_fails_with_http_errors(tmp_path: Path) -> None:
     _project(tmp_path, "engine: sglang\nmodel: m\n")
     port = 9  # discard: nothing listens on loopback
     run = _cli(tmp_path, "--profile", "p", "--url", f"http://127.0.0.1:{port}", "--json", "-")
-    assert run.returncode == 1, run.stderr
+    assert run.exit_code == 1, run.stderr
     result = json.loads(run.stdout)
     by_name = {c["name"]: c for c in result["checks"]}
     assert by_name["errors"]["status"] == "fail" and "no response" in by_name["errors"]["detail"]
@@ -312,3 +323,37 @@ def test_the_total_wait_is_bounded_by_the_profile() -> None:
     assert count >= 2
     assert request_bound_s(profile, count) == 7 * count
     assert total_bound_s(profile, count) == 100 + 7 * count
+
+
+def test_containers_are_named_and_labelled_by_the_stage_that_starts_them(tmp_path: Path) -> None:
+    from sparkbuild.engines import lifeline
+    from sparkbuild.engines.launch import TargetChoice, make_target
+    from sparkbuild.engines.profiles import SmokeProfile
+    from sparkbuild.engines.targets import STAGE_LABEL, ContainerTarget
+
+    profile = SmokeProfile(engine="vllm", model=str(tmp_path))
+    choice = TargetChoice(image="sparkbuild/vllm:test", gpus="none")
+    for stage in ("smoke", "bench"):
+        target = make_target(choice, profile, VllmAdapter(), None, stage=stage)
+        assert isinstance(target, ContainerTarget)
+        assert target.name.startswith(f"sparkbuild-{stage}-")
+        labels = target._run_kwargs()["labels"]
+        assert labels[STAGE_LABEL] == stage and labels[lifeline.LABEL_PID] == str(os.getpid())
+
+
+def test_smoke_reads_the_timeouts_as_expectations() -> None:
+    from sparkbuild.engines.launch import LaunchSettings, TargetChoice
+    from sparkbuild.engines.profiles import SmokeProfile
+    from sparkbuild.smoke.runner import expecting
+
+    profile = SmokeProfile.model_validate(
+        {"engine": "vllm", "model": "/m", "expect": {"boot_timeout_s": 100, "request_timeout_s": 7}}
+    )
+    choice = TargetChoice(url="http://127.0.0.1:1")
+    unchanged = expecting(profile, LaunchSettings(choice))
+    assert (unchanged.expect.boot_timeout_s, unchanged.expect.request_timeout_s) == (100, 7)
+    both = expecting(profile, LaunchSettings(choice, boot_timeout_s=5, request_timeout_s=2))
+    assert (both.expect.boot_timeout_s, both.expect.request_timeout_s) == (5, 2)
+    one = expecting(profile, LaunchSettings(choice, request_timeout_s=3))
+    assert (one.expect.boot_timeout_s, one.expect.request_timeout_s) == (100, 3)
+    assert profile.expect.boot_timeout_s == 100  # the loaded profile itself is left alone

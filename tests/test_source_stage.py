@@ -5,47 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
 
-from sparkbuild.cli import main
 from tests.support.gitrepos import Upstream, git, make_patch, make_upstream
+from tests.support.source_project import SourceProject
 
 
-@dataclass
-class Project:
-    root: Path
-    cache: Path
-    upstream: Upstream
-
-    def run(self, *args: str) -> Result:
-        runner = CliRunner()
-        return runner.invoke(
-            main,
-            ["--project", str(self.root), "--cache-dir", str(self.cache), "--quiet", *args],
-            catch_exceptions=False,
-        )
-
+class Project(SourceProject):
     def json(self, *args: str) -> dict[str, Any]:
         result = self.run(*args, "--json")
         data: dict[str, Any] = json.loads(result.stdout)
         data["_exit"] = result.exit_code
         return data
-
-    @property
-    def lock(self) -> dict[str, Any]:
-        data: dict[str, Any] = yaml.safe_load((self.root / "images.lock").read_text())
-        return data
-
-    def write_spec(self, text: str, repo: str | None = None) -> None:
-        spec = textwrap.dedent(text).replace("REPO", repo or self.upstream.url)
-        (self.root / "builds" / "pkg.yaml").write_text(spec)
 
 
 SPEC = """\
@@ -84,10 +59,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
 
 @pytest.fixture
 def project(tmp_path: Path, upstream: Upstream) -> Project:
-    root = tmp_path / "project"
-    (root / "builds").mkdir(parents=True)
-    patches = root / "patches" / "pkg"
-    patches.mkdir(parents=True)
+    proj = Project.create(tmp_path, upstream)
+    patches = proj.patches
     alpha = "python/pkg/alpha.py"
     init = "python/pkg/__init__.py"
     delta = "python/pkg/delta.py"
@@ -119,7 +92,6 @@ def project(tmp_path: Path, upstream: Upstream) -> Project:
             header=header,
         )
     )
-    proj = Project(root=root, cache=tmp_path / "cache", upstream=upstream)
     proj.write_spec(SPEC)
     return proj
 

@@ -14,9 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import requests
 import yaml
-from filelock import FileLock
 from packaging.version import Version
 
 from sparkbuild.image import context, source_args
@@ -24,12 +22,9 @@ from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds
 from tests.support.cache import shared_test_cache
 from tests.support.sglang_releases import download_wheel
+from tests.support.vllm_sdist import vllm_sdist
 
 SGLANG_RELEASES = [f"0.5.{minor}" for minor in range(11, 24)]
-VLLM_SDIST = (
-    "https://files.pythonhosted.org/packages/f7/25/"
-    "aa5684e9c59d6fc75f78926b7f15e8d9adc7de2d9e6e7575b80776ad8169/vllm-0.33.0.tar.gz"
-)
 
 
 def _build(tmp_path: Path, engine: str, version: str) -> Build:
@@ -104,20 +99,6 @@ def test_sglang_kernel_wheel_name_matches_the_release_metadata(
     )
 
 
-def _vllm_sdist() -> Path:
-    target = shared_test_cache() / "downloads" / "vllm-0.33.0.tar.gz"
-    with FileLock(str(target) + ".lock"):
-        if not target.exists():
-            partial = target.with_suffix(".part")
-            with requests.get(VLLM_SDIST, stream=True, timeout=300) as response:
-                response.raise_for_status()
-                with partial.open("wb") as out:
-                    for chunk in response.iter_content(1 << 20):
-                        out.write(chunk)
-            partial.rename(target)
-    return target
-
-
 @pytest.mark.upstream
 def test_vllm_template_matches_the_0_33_sdist(tmp_path: Path) -> None:
     args = source_args.source_args(_build(tmp_path, "vllm", "0.33.0"))
@@ -127,9 +108,10 @@ def test_vllm_template_matches_the_0_33_sdist(tmp_path: Path) -> None:
     assert (
         "VLLM_VERSION_OVERRIDE=${ENGINE_VERSION}" in text and "ARG ENGINE_VERSION=0.33.0\n" in text
     )
+    assert "FLASHINFER_CUDA_ARCH_LIST=12.1a" in text
     step = _run_step(text)
     assert "NVCC_THREADS=1" in step and "--no-deps" in step
-    with tarfile.open(_vllm_sdist()) as sdist:
+    with tarfile.open(vllm_sdist()) as sdist:
         names = set(sdist.getnames())
         setup_py = sdist.extractfile("vllm-0.33.0/setup.py")
         assert setup_py is not None
@@ -150,3 +132,19 @@ def test_source_builds_default_to_the_release_image(tmp_path: Path) -> None:
     assert source_args.default_base(_build(tmp_path, "vllm", "0.33.0")) == (
         "vllm/vllm-openai:v0.33.0-aarch64"
     )
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_templates_build_as_root_and_end_as_the_base_user(engine: str) -> None:
+    """A base whose USER is not root still builds (pip into the system Python, /opt), and the
+    image runs as that user again; sparkbuild passes the user it read from the base."""
+    lines = context.packaged(f"{engine}-source.Dockerfile").read_text().rstrip("\n").split("\n")
+    start = lines.index("FROM ${BASE_IMAGE}")
+    first_run = next(i for i, line in enumerate(lines) if line.startswith("RUN "))
+    assert start < lines.index("USER root") < first_run
+    assert "ARG SPARKBUILD_BASE_USER=" in lines
+    assert lines[-1] == "USER ${SPARKBUILD_BASE_USER:-root}"
+    assert [line for line in lines if line.startswith("USER ")] == [
+        "USER root",
+        "USER ${SPARKBUILD_BASE_USER:-root}",
+    ]

@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from sparkbuild import lockfile
-from sparkbuild.cli import main
+from tests.support.cli import run_cli
 
 
 def run(project: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["--project", str(project), "--quiet", *args])
+    result = run_cli("--project", str(project), "--quiet", *args)
     return result.exit_code, result.stderr
 
 

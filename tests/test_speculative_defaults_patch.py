@@ -24,12 +24,11 @@ import pytest
 
 from tests.support.sglang_releases import (
     ALL_RELEASES,
-    applies_at_tag,
+    applies_by_release,
     apply_patch,
     checkout_release,
     load_definitions,
     patch_when,
-    sglang_release_repo,
 )
 
 pytestmark = pytest.mark.upstream
@@ -166,11 +165,6 @@ class _Resolving:
         return getattr(self._args, name)
 
 
-@pytest.fixture(scope="module")
-def repo(test_cache: Path) -> Path:
-    return sglang_release_repo(test_cache, ALL_RELEASES)
-
-
 def _setup(tree: Path, version: str, fake_modules: AddModule) -> Setup:
     if version == "0.5.12":
         return _server_args_setup(tree)
@@ -188,9 +182,9 @@ UNSET: Mapping[str, int | None] = {"steps": None, "topk": None, "draft": None}
 
 @pytest.mark.parametrize(("patch_name", "version"), CASES)
 def test_release_leaves_defaults_unset_and_patch_fills_them(
-    repo: Path, tmp_path: Path, fake_modules: AddModule, patch_name: str, version: str
+    release_repo: Path, tmp_path: Path, fake_modules: AddModule, patch_name: str, version: str
 ) -> None:
-    tree = checkout_release(repo, version, tmp_path / "sglang")
+    tree = checkout_release(release_repo, version, tmp_path / "sglang")
     shipped = _setup(tree, version, fake_modules)(UNSET)
     assert shipped == dict.fromkeys(FIELDS), shipped
     with pytest.raises(TypeError, match="NoneType"):
@@ -209,11 +203,10 @@ def test_release_leaves_defaults_unset_and_patch_fills_them(
 
 
 @pytest.mark.parametrize("patch_name", [case[0] for case in CASES])
-def test_patch_applies_exactly_in_its_when_range(repo: Path, patch_name: str) -> None:
+def test_patch_applies_exactly_in_its_when_range(release_repo: Path, patch_name: str) -> None:
     patch = PATCHES / patch_name
     when = patch_when(patch)
-    for version in ALL_RELEASES:
-        ok = applies_at_tag(repo, version, patch)
+    for version, ok in applies_by_release(release_repo, patch).items():
         assert ok == (version in when), f"{patch_name} on {version} ({when}): applies={ok}"
 
 

@@ -21,12 +21,11 @@ from packaging.version import Version
 
 from tests.support.sglang_releases import (
     ALL_RELEASES,
-    applies_at_tag,
+    applies_by_release,
     apply_patch,
     checkout_release,
     load_definitions,
     patch_when,
-    sglang_release_repo,
 )
 
 pytestmark = pytest.mark.upstream
@@ -54,11 +53,6 @@ class _EagleFamily:
     @staticmethod
     def from_string(name: str | None) -> SimpleNamespace:
         return SimpleNamespace(is_eagle=lambda: name in ("EAGLE", "EAGLE3", "FROZEN_KV_MTP"))
-
-
-@pytest.fixture(scope="module")
-def repo(test_cache: Path) -> Path:
-    return sglang_release_repo(test_cache, ALL_RELEASES)
 
 
 def _reserved_tokens(tree: Path, where: str, version: str) -> Callable[[dict[str, Any]], int]:
@@ -125,9 +119,9 @@ def _tokenizer_manager_expression(source: Path) -> Callable[[dict[str, Any]], in
 
 @pytest.mark.parametrize(("patch_name", "version", "where"), CASES)
 def test_release_crashes_and_patch_follows_none_convention(
-    repo: Path, tmp_path: Path, patch_name: str, version: str, where: str
+    release_repo: Path, tmp_path: Path, patch_name: str, version: str, where: str
 ) -> None:
-    tree = checkout_release(repo, version, tmp_path / "sglang")
+    tree = checkout_release(release_repo, version, tmp_path / "sglang")
     spec_info = (tree / "python/sglang/srt/speculative/spec_info.py").read_text()
     is_eagle = spec_info.split("def is_eagle(self)", 1)[1].split("def ", 1)[0]
     assert "FROZEN_KV_MTP" in is_eagle, "FROZEN_KV_MTP takes the eagle reserved-token path"
@@ -147,10 +141,10 @@ def test_release_crashes_and_patch_follows_none_convention(
 
 
 @pytest.mark.parametrize("patch_name", [case[0] for case in CASES])
-def test_patch_applies_exactly_in_its_when_range(repo: Path, patch_name: str) -> None:
+def test_patch_applies_exactly_in_its_when_range(release_repo: Path, patch_name: str) -> None:
     patch = PATCHES / patch_name
     when = patch_when(patch)
-    applies = {version: applies_at_tag(repo, version, patch) for version in ALL_RELEASES}
+    applies = applies_by_release(release_repo, patch)
     logging.getLogger(__name__).info("%s applies: %s", patch_name, applies)
     for version, ok in applies.items():
         if version in when:

@@ -24,7 +24,7 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
-from tests.support.publish_env import run_cli, tiny_upstream, write_project
+from tests.support.publish_env import run_publish_cli, tiny_upstream, write_project
 from tests.support.smoke_cli import run_smoke_cli, write_profile
 from tests.support.vllm_cpu import tiny_llama, vllm_server_command
 
@@ -74,17 +74,19 @@ def test_a_command_run_does_not_open_the_publish_gate(tmp_path: Path) -> None:
                 "SPARKBUILD_REGISTRY_USER": registry.auth[0],
                 "SPARKBUILD_REGISTRY_PASSWORD": registry.auth[1],
             }
-            refused = run_cli(project, "publish", BUILD, "--registry", registry.address, env=creds)
-            assert refused.returncode == 1, refused.stdout + refused.stderr
+            refused = run_publish_cli(
+                project, "publish", BUILD, "--registry", registry.address, env=creds
+            )
+            assert refused.exit_code == 1, refused.stdout + refused.stderr
             assert "no passing smoke verdict" in refused.stderr
             assert f"{PROFILE}: unverified pass (command:" in refused.stderr
             assert "smoke --image" in refused.stderr
             assert registry.manifest_digest(REPOSITORY, "0.5.12-sm121") is None
 
-            forced = run_cli(
+            forced = run_publish_cli(
                 project, "publish", BUILD, "--registry", registry.address, "--force", env=creds
             )
-            assert forced.returncode == 0, forced.stdout + forced.stderr
+            assert forced.exit_code == 0, forced.stdout + forced.stderr
             assert "PUBLISHING AN UNVERIFIED IMAGE" in forced.stderr
             published = yaml.safe_load((project / "images.lock").read_text())["builds"][BUILD]
             record = published["publish"][f"{registry.address}/{REPOSITORY}"]

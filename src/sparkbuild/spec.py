@@ -103,6 +103,9 @@ class RequirementModel(_Strict):
     # The release pins the same package differently; true says that replacing its pin is
     # intended (otherwise `patches`/`lock` report the conflict and stop).
     override: bool = False
+    # Only for builds of this mode: a source build installs the engine --no-deps over its
+    # base, so it pins what the release's wheels would have brought (FlashInfer).
+    mode: Mode | None = None
     note: str | None = None
 
     _req = field_validator("req")(_check_requirement)
@@ -195,6 +198,7 @@ class Requirement:
     req: str  # a PEP 508 line, as written in the spec
     when: str | None = None
     override: bool = False
+    mode: Mode | None = None  # None: every mode
 
     @property
     def name(self) -> str:
@@ -244,9 +248,14 @@ class Build:
     def in_range(self, when: str | None) -> bool:
         return when is None or SpecifierSet(when).contains(self.version, prereleases=True)
 
+    def mode_requirements(self) -> tuple[Requirement, ...]:
+        """The requirements for this build's mode, whatever their `when`."""
+        return tuple(r for r in self.requirements if r.mode in (None, self.image.mode))
+
     def active_requirements(self) -> tuple[Requirement, ...]:
-        """The requirements whose `when` admits this build's version (build's own last)."""
-        return tuple(r for r in self.requirements if self.in_range(r.when))
+        """The requirements for this build's mode whose `when` admits its version (build's
+        own last)."""
+        return tuple(r for r in self.mode_requirements() if self.in_range(r.when))
 
     def spec_digest(self) -> str:
         """sha256 over everything the spec says about this build and the patch bytes.
@@ -272,8 +281,12 @@ class Build:
                 "install_dir": self.image.install_dir,
             },
         }
-        if self.requirements:  # only when used, so older lock entries stay current
-            payload["requirements"] = [[r.req, r.when, r.override] for r in self.requirements]
+        # Only when used (and a mode only when set), so older lock entries stay current.
+        if self.mode_requirements():
+            payload["requirements"] = [
+                [r.req, r.when, r.override, *([r.mode] if r.mode else [])]
+                for r in self.mode_requirements()
+            ]
             payload["image"]["python"] = self.image.python
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
@@ -339,7 +352,7 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
         )
         prs = tuple(PR(number=p.number, when=p.when) for p in (*spec.prs, *entry.prs))
         requirements = tuple(
-            Requirement(req=r.req, when=r.when, override=r.override)
+            Requirement(req=r.req, when=r.when, override=r.override, mode=r.mode)
             for r in (*spec.requirements, *entry.requirements)
         )
         builds.append(

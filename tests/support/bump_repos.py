@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.gitrepos import commit_all, git, lines, replace_line
+from tests.support.gitrepos import commit_all, git, lines, make_patch, replace_line
 
 PATCH_HEADER = """sparkbuild patch: {title}
 
@@ -106,16 +106,10 @@ def make_demo_upstream(root: Path) -> DemoUpstream:
     return DemoUpstream(bare=bare, work=work)
 
 
-def make_patch(work: Path, name: str) -> str:
+def demo_patch(work: Path, name: str) -> str:
     path, old, new = EDITS[name]
-    git(work, "checkout", "-q", "--detach", "v1.0.0")
-    try:
-        replace_line(work / path, old, new)
-        diff = git(work, "diff", "--no-color")
-    finally:
-        git(work, "checkout", "-q", "--", ".")
-        git(work, "checkout", "-q", "main")
-    return PATCH_HEADER.format(title=name, when=">=1.0.0") + "\n" + diff + "\n"
+    header = PATCH_HEADER.format(title=name, when=">=1.0.0")
+    return make_patch(work, "v1.0.0", {path: (old, new)}, header=header)
 
 
 def make_demo_project(
@@ -127,7 +121,7 @@ def make_demo_project(
     (project / "patches" / "sglang").mkdir(parents=True)
     for name in EDITS:
         (project / "patches" / "sglang" / f"{name}.patch").write_text(
-            make_patch(upstream.work, name)
+            demo_patch(upstream.work, name)
         )
     entries = "\n".join(
         f'  - {{file: patches/sglang/{name}.patch, when: ">=1.0.0"}}' for name in spec_level

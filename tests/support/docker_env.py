@@ -415,3 +415,17 @@ def remove_images(client: Any, references: list[str]) -> None:
     for reference in references:
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             client.images.remove(reference, force=True)
+
+
+def python_in_image(image: str, code: str, *, platform: str = "linux/arm64") -> str:
+    """``python3 -c CODE`` in a throwaway container of ``image`` (under emulation for a
+    foreign ``platform``); its stdout. A failure is an AssertionError showing stderr."""
+    run = subprocess.run(
+        [docker_cli(), "run", "--rm", "--platform", platform, image, "python3", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout

@@ -15,35 +15,63 @@ History of the repository :func:`make_upstream` builds (``main``)::
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ENV = {
+IDENTITY = {
     "GIT_AUTHOR_NAME": "Upstream Dev",
     "GIT_AUTHOR_EMAIL": "dev@example.invalid",
     "GIT_COMMITTER_NAME": "Upstream Dev",
     "GIT_COMMITTER_EMAIL": "dev@example.invalid",
     "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
     "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-    "HOME": "/nonexistent",
-    "GIT_CONFIG_NOSYSTEM": "1",
 }
 
+# What a patch test asks of a file: (old, new) replaces the first `old`; a string is the
+# whole new text; None deletes the file.
+Edit = tuple[str, str] | str | None
 
-def git(cwd: Path, *args: str, input: str | None = None) -> str:
-    import os
 
+def git_env(**extra: str) -> dict[str, str]:
+    """The environment every test git runs in: this process's, minus any GIT_* it inherited
+    (a hook's GIT_DIR or GIT_INDEX_FILE), with a fixed identity and no user or system config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env |= IDENTITY | {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "TZ": "UTC"}
+    return env | extra
+
+
+def git(
+    cwd: Path, *args: str, input: str | None = None, env: Mapping[str, str] | None = None
+) -> str:
+    """``git ARGS`` in ``cwd`` (a work tree or a bare repository); its stdout, stripped.
+    A failure is an AssertionError that shows git's own output."""
     result = subprocess.run(
         ["git", *args],
         cwd=cwd,
-        env={**os.environ, **ENV},
+        env=git_env(**(env or {})),
         input=input,
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"git {' '.join(args)} failed in {cwd}:\n{result.stdout}{result.stderr}"
+        )
     return result.stdout.strip()
+
+
+def tagged_repo(work: Path, tag: str, message: str) -> str:
+    """Make the files in ``work`` a repository on ``main`` with one commit, tagged ``tag``."""
+    git(work, "init", "--quiet", "--initial-branch=main")
+    git(work, "add", "--all", ".")
+    git(work, "commit", "--quiet", "-m", message)
+    git(work, "tag", tag)
+    return git(work, "rev-parse", "HEAD")
 
 
 def lines(name: str, count: int = 30) -> str:
@@ -163,14 +191,25 @@ def make_upstream(root: Path) -> Upstream:
     return up
 
 
-def make_patch(work: Path, tag: str, edits: dict[str, tuple[str, str]], *, header: str) -> str:
-    """A git-style patch (with a header) of ``edits`` made on top of ``tag``."""
-    git(work, "checkout", "-q", "--detach", tag)
-    try:
-        for rel, (old, new) in edits.items():
-            replace_line(work / rel, old, new)
-        diff = git(work, "diff", "--no-color", "-U3")
-    finally:
-        git(work, "checkout", "-q", "--", ".")
-        git(work, "checkout", "-q", "main")
-    return header.rstrip("\n") + "\n\n" + diff + "\n"
+def make_patch(repo: Path | str, ref: str, edits: Mapping[str, Edit], *, header: str = "") -> str:
+    """A git-style patch of ``edits`` on top of ``ref`` of ``repo`` (a work tree, a bare
+    repository or its URL), after ``header`` (what it fixes, its ``when:``) if given."""
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-patch-") as tmp:
+        work = Path(tmp) / "work"
+        git(Path(tmp), "clone", "--quiet", "--no-checkout", str(repo), str(work))
+        git(work, "-c", "advice.detachedHead=false", "checkout", "--quiet", ref)
+        for path, edit in edits.items():
+            _edit(work / path, edit)
+        git(work, "add", "--all", ".")
+        diff = git(work, "diff", "--cached", "--binary")
+    return (header.rstrip("\n") + "\n\n" if header else "") + diff + "\n"
+
+
+def _edit(target: Path, edit: Edit) -> None:
+    if edit is None:
+        target.unlink()
+    elif isinstance(edit, tuple):
+        replace_line(target, *edit)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(edit)

@@ -1,64 +1,35 @@
 """Helpers for image-stage tests: a project directory with a spec, patches made with git,
-and running the real `sparkbuild` CLI in a subprocess."""
+the real `sparkbuild` CLI run on it, and the overlay tests' base image of a real release."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "sparkbuild-tests",
-    "GIT_AUTHOR_EMAIL": "tests@sparkbuild.invalid",
-    "GIT_COMMITTER_NAME": "sparkbuild-tests",
-    "GIT_COMMITTER_EMAIL": "tests@sparkbuild.invalid",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from tests.support.cache import shared_test_cache
+from tests.support.cli import CliResult, run_cli
+from tests.support.docker_env import (
+    BOOKWORM_PYTHON_SITE,
+    LocalRegistry,
+    docker_client,
+    push_arm64_base,
+    remove_images,
+    start_registry,
+)
+from tests.support.gitrepos import Edit, make_patch
+from tests.support.sglang_releases import extract_wheel_package, sglang_release_repo
 
 
-def git(*args: str, cwd: Path | None = None, git_dir: Path | None = None) -> str:
-    cmd = ["git"] + ([f"--git-dir={git_dir}"] if git_dir else []) + list(args)
-    result = subprocess.run(
-        cmd, cwd=cwd, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}{result.stderr}")
-    return result.stdout.strip()
-
-
-def make_patch(repo: Path | str, ref: str, edits: dict[str, str | None], dest: Path) -> Path:
-    """A `git diff` patch against `ref` of `repo`: path -> new text (None deletes it).
-
-    Each text value is either the whole new content, or, if it contains a line
-    `<<<OLD>>>...<<<NEW>>>...`, a replacement of OLD by NEW in the current content.
-    """
-    work = dest.parent / (dest.stem + ".work")
-    git("clone", "--quiet", "--no-checkout", str(repo), str(work))
-    git("checkout", "--quiet", ref, cwd=work)
-    for path, edit in edits.items():
-        target = work / path
-        if edit is None:
-            target.unlink()
-            continue
-        text = edit
-        if edit.startswith("<<<OLD>>>"):
-            old, new = edit.removeprefix("<<<OLD>>>").split("<<<NEW>>>", 1)
-            current = target.read_text()
-            if old not in current:
-                raise AssertionError(f"{path}: {old!r} not found at {ref}")
-            text = current.replace(old, new, 1)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    git("add", "--all", ".", cwd=work)
-    diff = git("diff", "--cached", "--binary", cwd=work)
+def make_patch_file(repo: Path | str, ref: str, edits: Mapping[str, Edit], dest: Path) -> Path:
+    """:func:`tests.support.gitrepos.make_patch` written to ``dest`` (specs name patch files)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(diff + "\n")
+    dest.write_text(make_patch(repo, ref, edits))
     return dest
 
 
@@ -71,23 +42,14 @@ def write_spec(project: Path, engine: str, spec: dict[str, Any]) -> Path:
 
 def sparkbuild(
     project: Path, cache: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess: exit code, stdout and stderr as a user would see them."""
-    cmd = [sys.executable, "-c", "from sparkbuild.cli import main; main()"]
-    cmd += ["--project", str(project), "--cache-dir", str(cache), *args]
-    return subprocess.run(
-        cmd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
+) -> CliResult:
+    """``sparkbuild --project PROJECT --cache-dir CACHE ARGS`` through the one CLI runner."""
+    return run_cli("--project", str(project), "--cache-dir", str(cache), *args, env=env)
 
 
-def build_json(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    if result.returncode != 0:
-        raise AssertionError(f"sparkbuild build failed ({result.returncode}):\n{result.stderr}")
+def build_json(result: CliResult) -> dict[str, Any]:
+    if result.exit_code != 0:
+        raise AssertionError(f"sparkbuild build failed ({result.exit_code}):\n{result.stderr}")
     payload: dict[str, Any] = json.loads(result.stdout)
     (entry,) = payload["results"]
     return dict(entry)
@@ -97,3 +59,68 @@ def load_lock(project: Path) -> dict[str, Any]:
     path = project / "images.lock"
     data: dict[str, Any] = yaml.safe_load(path.read_text()) if path.exists() else {}
     return data
+
+
+@dataclass
+class OverlayEnv:
+    """An arm64 base image with a real SGLang release's package in its site-packages, in a
+    loopback registry, and the release repository the overlay's patches are made against."""
+
+    version: str
+    registry: LocalRegistry
+    base_ref: str
+    repo: Path
+    work: Path
+    images: list[str]  # removed when the environment closes; tests add what they build
+
+
+@contextlib.contextmanager
+def overlay_env(
+    work: Path, version: str, repository: str, *, setup: str = ""
+) -> Iterator[OverlayEnv]:
+    """The base ``registry/repository:vVERSION`` (``setup``: more Dockerfile after the root
+    filesystem, e.g. a ``USER``), pushed to a registry that lives as long as the block."""
+    docker_client()
+    cache = shared_test_cache()
+    package = extract_wheel_package(version, cache)
+    repo = sglang_release_repo(cache, [version])
+    with start_registry(work / "registry") as registry:
+        base_ref = push_arm64_base(
+            registry,
+            repository,
+            tag=f"v{version}",
+            extras={BOOKWORM_PYTHON_SITE: package},
+            setup=setup,
+            work_dir=work,
+        )
+        base_id = docker_client().images.get(base_ref).id
+        env = OverlayEnv(version, registry, base_ref, repo, work, [base_ref, base_id])
+        try:
+            yield env
+        finally:
+            remove_images(docker_client(), env.images)
+
+
+def overlay_project(
+    env: OverlayEnv, name: str, build: str, edits: Mapping[str, Edit], tags: list[str], **image: Any
+) -> Path:
+    """A project whose one build ``build`` overlays ``edits`` (as patches/sglang/fix.patch)
+    onto the environment's base image; ``image`` overrides spec fields."""
+    project = env.work / name
+    patch = project / "patches" / "sglang" / "fix.patch"
+    make_patch_file(env.repo, f"v{env.version}", edits, patch)
+    write_spec(
+        project,
+        "sglang",
+        {
+            "repo": str(env.repo),
+            "package_dir": "python/sglang",
+            "base_image": env.base_ref,
+            "tags": tags,
+            **image,
+            "builds": {
+                build: {"ref": f"v{env.version}", "patches": [{"file": "patches/sglang/fix.patch"}]}
+            },
+        },
+    )
+    return project

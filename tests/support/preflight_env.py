@@ -21,9 +21,9 @@ from sparkbuild.settings import Settings
 from sparkbuild.source import prepare_source
 from sparkbuild.spec import load_builds
 from tests.support.cache import shared_test_cache
+from tests.support.gitrepos import git_env
 from tests.support.sglang_releases import (
     ALL_RELEASES,
-    _git_env,
     download_wheel,
     sglang_release_repo,
 )
@@ -127,7 +127,7 @@ def vllm_release_repo() -> Path:
             work / "vllm",
             ignore=shutil.ignore_patterns("__pycache__", "*.so"),
         )
-        env = {**_git_env(), "GIT_DIR": str(work / ".git"), "GIT_WORK_TREE": str(work)}
+        env = {**git_env(), "GIT_DIR": str(work / ".git"), "GIT_WORK_TREE": str(work)}
         for args in (
             ["init", "-q", "--initial-branch=main"],
             ["add", "--all"],

@@ -8,10 +8,7 @@ with a ``RUN`` under emulation in seconds rather than minutes.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +16,9 @@ from sparkbuild import lockfile
 from sparkbuild.smoke import report
 from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.runner import SmokeResult
-from tests.support.image_project import git, make_patch, write_spec
+from tests.support.cli import CliResult, run_cli
+from tests.support.gitrepos import tagged_repo
+from tests.support.image_project import make_patch_file, write_spec
 
 VERSION = "0.5.12"
 PACKAGE_INIT = 'VERSION = "0.5.12"\nGREETING = "upstream"\n'
@@ -35,10 +34,7 @@ def tiny_upstream(root: Path) -> tuple[Path, Path]:
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(PACKAGE_INIT)
     (package / "version.py").write_text(f'__version__ = "{VERSION}"\n')
-    git("init", "--quiet", "--initial-branch=main", cwd=repo)
-    git("add", "-A", cwd=repo)
-    git("commit", "--quiet", "-m", "release", cwd=repo)
-    git("tag", f"v{VERSION}", cwd=repo)
+    tagged_repo(repo, f"v{VERSION}", "release")
     site = root / "site"
     (site / "sglang").mkdir(parents=True)
     for path in package.iterdir():
@@ -53,10 +49,10 @@ def write_project(
     patch = project / "patches" / "sglang" / "greeting.patch"
     patch.unlink(missing_ok=True)
     shutil.rmtree(patch.with_name(patch.stem + ".work"), ignore_errors=True)
-    make_patch(
+    make_patch_file(
         repo,
         f"v{VERSION}",
-        {"python/sglang/__init__.py": f'<<<OLD>>>"upstream"<<<NEW>>>"{greeting}"'},
+        {"python/sglang/__init__.py": ('"upstream"', f'"{greeting}"')},
         patch,
     )
     write_spec(
@@ -92,29 +88,25 @@ def record_smoke(lock_path: Path, build: str, profile: str, verdict: str = "pass
     return report.record(lock_path, build, result)
 
 
-def run_cli(
+def run_publish_cli(
     project: Path,
     *args: str,
     env: dict[str, str] | None = None,
     stdin: str | None = None,
     docker_config: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess, with registry variables cleared unless given."""
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("SPARKBUILD_REGISTRY_USER", "SPARKBUILD_REGISTRY_PASSWORD")
-    }
+) -> CliResult:
+    """The real CLI on ``project``, with registry variables cleared unless given."""
+    cleared: dict[str, str | None] = dict.fromkeys(
+        ("SPARKBUILD_REGISTRY_USER", "SPARKBUILD_REGISTRY_PASSWORD")
+    )
     if docker_config is not None:
-        base["DOCKER_CONFIG"] = str(docker_config)
-    cmd = [sys.executable, "-c", "from sparkbuild.cli import main; main()"]
-    cmd += ["--project", str(project), "--cache-dir", str(project / ".cache"), *args]
-    return subprocess.run(
-        cmd,
-        env={**base, **(env or {})},
+        cleared["DOCKER_CONFIG"] = str(docker_config)
+    return run_cli(
+        "--project",
+        str(project),
+        "--cache-dir",
+        str(project / ".cache"),
+        *args,
         input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+        env={**cleared, **(env or {})},
     )

@@ -35,6 +35,8 @@ from filelock import FileLock
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from tests.support.gitrepos import git, git_env
+
 __all__ = [
     "ALL_RELEASES",
     "applies_at_tag",
@@ -83,12 +85,6 @@ _PLATFORM_ARGS = (
 )
 _COMPILED_SUFFIXES = (".so", ".pyd", ".dylib")
 _BASE_EPOCH = 1_700_000_000  # 2023-11-14T22:13:20Z; release i is committed i days later
-_GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "sparkbuild-tests",
-    "GIT_AUTHOR_EMAIL": "tests@sparkbuild.invalid",
-    "GIT_COMMITTER_NAME": "sparkbuild-tests",
-    "GIT_COMMITTER_EMAIL": "tests@sparkbuild.invalid",
-}
 
 
 _LOCKS: dict[str, FileLock] = {}
@@ -184,46 +180,24 @@ def extract_wheel_package(version: str, cache_dir: Path) -> Path:
     return target
 
 
-def _git(
-    args: list[str], *, git_dir: Path, env: dict[str, str], work_tree: Path | None = None
-) -> None:
-    cmd = ["git", f"--git-dir={git_dir}"]
-    cmd += [f"--work-tree={work_tree}"] if work_tree is not None else []
-    cmd += args
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stdout}{result.stderr}")
-
-
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env |= _GIT_IDENTITY
-    env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "TZ": "UTC"}
-    return env
-
-
 def _build_repo(repo: Path, versions: list[str], cache_dir: Path) -> None:
-    env = _git_env()
     work = repo.parent / (repo.name + ".work")
-    subprocess.run(
-        ["git", "init", "--quiet", "--bare", "--initial-branch=main", str(repo)],
-        env=env,
-        check=True,
-    )
+    git(repo.parent, "init", "--quiet", "--bare", "--initial-branch=main", str(repo))
     for i, version in enumerate(versions):
         wheel = download_wheel(version, cache_dir)
         shutil.rmtree(work, ignore_errors=True)
         _extract(wheel, work / "python", keep_all=False)
         date = f"@{_BASE_EPOCH + i * 86_400} +0000"
-        step_env = env | {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-        _git(["add", "--all", "."], git_dir=repo, work_tree=work, env=step_env)
+        dated = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+        in_work = (f"--git-dir={repo}", f"--work-tree={work}")
+        git(work, *in_work, "add", "--all", ".", env=dated)
         message = f"SGLang {version} (python/sglang from the PyPI wheel)"
         commit = ["-c", "commit.gpgsign=false", "commit", "--quiet", "--allow-empty"]
-        _git([*commit, "-m", message], git_dir=repo, work_tree=work, env=step_env)
+        git(work, *in_work, *commit, "-m", message, env=dated)
         tag = ["-c", "tag.gpgsign=false", "tag", "-a", f"v{version}", "-m", f"v{version}"]
-        _git(tag, git_dir=repo, work_tree=work, env=step_env)
+        git(work, *in_work, *tag, env=dated)
     shutil.rmtree(work, ignore_errors=True)
-    _git(["gc", "--quiet", "--prune=now"], git_dir=repo, env=env)
+    git(repo, "gc", "--quiet", "--prune=now")
 
 
 def sglang_release_repo(cache_dir: Path, versions: list[str]) -> Path:
@@ -259,24 +233,30 @@ def checkout_release(repo: Path, version: str, dest: Path) -> Path:
     """A work tree of the release tagged `vVERSION` in `repo`, cloned to `dest`."""
     cmd = ["git", "-c", "advice.detachedHead=false", "clone", "--quiet"]
     cmd += ["--branch", f"v{version}", str(repo), str(dest)]
-    subprocess.run(cmd, env=_git_env(), check=True, capture_output=True)
+    subprocess.run(cmd, env=git_env(), check=True, capture_output=True)
     return dest
 
 
 def apply_patch(work_tree: Path, patch: Path, *, check_only: bool = False) -> bool:
     """`git apply` (no fuzz) of `patch` in `work_tree`; False when it does not apply."""
     cmd = ["git", "apply", *(["--check"] if check_only else []), str(patch.resolve())]
-    result = subprocess.run(cmd, cwd=work_tree, env=_git_env(), capture_output=True, check=False)
+    result = subprocess.run(cmd, cwd=work_tree, env=git_env(), capture_output=True, check=False)
     return result.returncode == 0
 
 
 def applies_at_tag(repo: Path, version: str, patch: Path) -> bool:
     """Whether `git apply` would take `patch` on tag `vVERSION`, without a work tree."""
     with tempfile.TemporaryDirectory(prefix="sparkbuild-index-") as tmp:
-        env = _git_env() | {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _git(["read-tree", f"v{version}"], git_dir=repo, env=env)
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(repo, "read-tree", f"v{version}", env=index)
+        env = git_env(**index)
         cmd = ["git", f"--git-dir={repo}", "apply", "--cached", "--check", str(patch.resolve())]
         return subprocess.run(cmd, env=env, capture_output=True, check=False).returncode == 0
+
+
+def applies_by_release(repo: Path, patch: Path) -> dict[str, bool]:
+    """For every release in ALL_RELEASES: whether `patch` applies at its tag."""
+    return {version: applies_at_tag(repo, version, patch) for version in ALL_RELEASES}
 
 
 def patch_when(patch: Path) -> SpecifierSet:

@@ -1,17 +1,18 @@
-"""Helpers for smoke-stage tests: a scratch project, the CLI in a subprocess, leftover processes."""
+"""Helpers for smoke-stage tests: a scratch project, the CLI in a process of its own, leftover
+processes."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.cli import run_cli
 
 __all__ = [
     "REPO",
@@ -64,12 +65,13 @@ def write_profile(project: Path, name: str, **changes: Any) -> tuple[Path, str]:
 def run_smoke_cli(project: Path, *args: str, timeout: float = 600) -> SmokeRun:
     """``sparkbuild --project PROJECT smoke ARGS --json FILE`` in a subprocess."""
     out = project / f"result-{uuid.uuid4().hex[:8]}.json"
-    argv = [sys.executable, "-m", "sparkbuild.cli", "--project", str(project), "smoke", *args]
-    if "--json" not in args:
-        argv += ["--json", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    json_out = () if "--json" in args else ("--json", str(out))
+    # Its own process: the engine it starts is its child, and must die with it.
+    done = run_cli(
+        "--project", str(project), "smoke", *args, *json_out, process=True, timeout=timeout
+    )  # fmt: skip
     result = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
-    return SmokeRun(done.returncode, done.stdout, done.stderr, result)
+    return SmokeRun(done.exit_code, done.stdout, done.stderr, result)
 
 
 def processes_with_token(token: str) -> list[int]:

@@ -359,7 +359,7 @@ def _with_profile(
     adapter = adapter_for(profile.engine)
     choice = launch.choice
     logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
-    target = make_target(choice, profile, adapter, logs)
+    target = make_target(choice, profile, adapter, logs, stage="bench")
     plan = BenchPlan(
         sweep=measure.sweep,
         label=measure.label or f"{name} · {choice.image or choice.kind('bench')}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -10,15 +11,15 @@ from packaging.version import Version
 
 from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
-from sparkbuild.engines.adapters import adapter_for
-from sparkbuild.engines.launch import TargetChoice, make_target
-from sparkbuild.engines.profiles import load_profile
-from sparkbuild.engines.targets import image_labels, local_image_id, stop_on_signals
+from sparkbuild.engines.adapters import EngineAdapter, adapter_for
+from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
+from sparkbuild.engines.profiles import SmokeProfile, load_profile
+from sparkbuild.engines.targets import Target, image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
-from sparkbuild.smoke.runner import run_smoke
+from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
 
 
 def _default_log_path(settings: Settings, profile: str) -> Path:
@@ -70,27 +71,60 @@ def smoke(
 
     Exit status 0 when every check passes or is skipped, 1 on a failed check, 2 on bad usage.
     """
-    choice = TargetChoice(image=image, command=command, url=url, gpus=gpus)
-    choice.kind()
-    name, profile = load_profile(settings, profile_name, model=model, need_model=url is None)
-    overrides = {"boot_timeout_s": boot_timeout, "request_timeout_s": request_timeout}
-    chosen = {key: value for key, value in overrides.items() if value is not None}
-    if chosen:
-        profile = profile.model_copy(update={"expect": profile.expect.model_copy(update=chosen)})
-    check_writable(json_path, "--json")  # fail before a long boot, not after it
-    check_writable(log_path, "--log")
-    if record_build:
-        tested_id = local_image_id(image) if image else None
-        lockfile.check_pinned_image(settings.lock_file, record_build, tested_id, "smoke run")
-    adapter = adapter_for(
-        profile.engine,
-        version=_engine_version(engine_version, image),
-        request_timeout_s=profile.expect.request_timeout_s,
+    launch = LaunchSettings(
+        TargetChoice(image=image, command=command, url=url, gpus=gpus),
+        profile=profile_name,
+        model=model,
+        boot_timeout_s=boot_timeout,
+        request_timeout_s=request_timeout,
+        log_path=log_path,
     )
-    logs = None if url else (log_path or _default_log_path(settings, name))
-    target = make_target(choice, profile, adapter, logs)
+    outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
+    name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
         result = run_smoke(target, adapter, profile, name, progress=console.info)
+    _report(settings, result, name, outputs)
+
+
+@dataclass(frozen=True)
+class SmokeOutputs:
+    """Where the verdict goes besides the table."""
+
+    json_path: str | None = None  # --json FILE, '-' for stdout
+    record_build: str | None = None  # --record BUILD
+
+
+def _prepare(
+    settings: Settings, launch: LaunchSettings, outputs: SmokeOutputs, engine_version: str | None
+) -> tuple[str, SmokeProfile, EngineAdapter, Target]:
+    """The profile (with smoke's overrides), adapter and target; everything that can fail
+    is checked here, before a long boot."""
+    choice = launch.choice
+    choice.kind()
+    assert launch.profile is not None  # smoke's --profile is required
+    name, profile = load_profile(
+        settings, launch.profile, model=launch.model, need_model=choice.url is None
+    )
+    profile = expecting(profile, launch)
+    check_writable(outputs.json_path, "--json")  # fail before a long boot, not after it
+    check_writable(launch.log_path, "--log")
+    if outputs.record_build:
+        tested_id = local_image_id(choice.image) if choice.image else None
+        lockfile.check_pinned_image(
+            settings.lock_file, outputs.record_build, tested_id, "smoke run"
+        )
+    adapter = adapter_for(
+        profile.engine,
+        version=_engine_version(engine_version, choice.image),
+        request_timeout_s=profile.expect.request_timeout_s,
+    )
+    logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    return name, profile, adapter, make_target(choice, profile, adapter, logs, stage="smoke")
+
+
+def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOutputs) -> None:
+    """Record, write and show the verdict; a failed verdict ends in an error (exit 1)."""
+    json_path, record_build = outputs.json_path, outputs.record_build
     if record_build:  # first: the verdict is what the run was for; outputs come after
         image_id = report.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")

@@ -151,7 +151,11 @@ def make_target(
     profile: SmokeProfile,
     adapter: EngineAdapter,
     log_path: Path | None,
+    *,
+    stage: str,
 ) -> Target:
+    """The target ``choice`` asks for, running ``profile``; ``stage`` (``smoke``, ``bench``)
+    names and labels a container, so ``docker ps`` tells whose engine it is."""
     kind = choice.kind()
     if kind == "url":
         assert choice.url is not None
@@ -178,6 +182,7 @@ def make_target(
         ipc=settings.ipc,
         shm_size=settings.shm_size,
         log_path=log_path,
+        stage=stage,
     )
 
 

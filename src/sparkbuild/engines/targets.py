@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 TargetKind = Literal["image", "command", "url"]
 LOOPBACK = "127.0.0.1"
+STAGE_LABEL = "org.sparkbuild.stage"  # which stage started a container: smoke or bench
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -310,6 +311,8 @@ class ContainerTarget(Target):
 
     The engine's port is published on 127.0.0.1 only. ``ipc="host"`` (what both engines
     expect for NCCL and their shared-memory queues); ``shm_size`` applies when ipc is private.
+    The caller's ``stage`` names the container ``sparkbuild-<stage>-<random>`` and labels it
+    ``org.sparkbuild.stage=<stage>``; the orphan sweep goes by the owner labels, not by either.
     """
 
     kind: TargetKind = "image"
@@ -328,7 +331,7 @@ class ContainerTarget(Target):
         shm_size: str | None = None,
         log_path: Path | None = None,
         grace_s: float = 10.0,
-        name_prefix: str = "sparkbuild-smoke",
+        stage: str,
     ) -> None:
         self.image = image
         self.entrypoint = list(entrypoint)
@@ -340,7 +343,8 @@ class ContainerTarget(Target):
         self.ipc = ipc
         self.shm_size = shm_size
         self.grace_s = grace_s
-        self.name = f"{name_prefix}-{uuid.uuid4().hex[:10]}"
+        self.stage = stage
+        self.name = f"sparkbuild-{stage}-{uuid.uuid4().hex[:10]}"
         self.logs = LogBuffer(log_path)
         self.image_id: str | None = None
         self._client: Any = None
@@ -376,7 +380,7 @@ class ContainerTarget(Target):
             },
             "device_requests": device_requests(self.gpus),
             # Who owns it: a later run removes it if this process dies without doing so.
-            "labels": {"org.sparkbuild.stage": "smoke", **owner_labels()},
+            "labels": {STAGE_LABEL: self.stage, **owner_labels()},
         }
         if self.shm_size and self.ipc != "host":
             kwargs["shm_size"] = self.shm_size

@@ -154,11 +154,12 @@ def _plan(
         prepared, epoch=epoch, base_ref=base.reference, base_digest=base.digest
     )
     build_args = {"BASE_IMAGE": base.pinned, "SOURCE_DATE_EPOCH": str(epoch)}
+    # Both modes build as root and end as the base's own USER (templates, requirements layer).
+    build_args["SPARKBUILD_BASE_USER"] = _base_user(build, base, platform)
     if build.image.mode == "overlay":
         changes = context.overlay_changes(prepared)
         if build.image.install_dir:
             build_args["SPARKBUILD_INSTALL_DIR"] = build.image.install_dir
-        build_args["SPARKBUILD_BASE_USER"] = _base_user(build, base, platform)
         helper = context.packaged(context.OVERLAY_HELPER).read_bytes()
         changed: list[list[str]] = sorted([c.path, c.status] for c in changes)
     else:

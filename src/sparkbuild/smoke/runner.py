@@ -10,7 +10,7 @@ from typing import Any, Literal
 import requests
 
 from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
-from sparkbuild.engines.launch import settled_counters
+from sparkbuild.engines.launch import LaunchSettings, settled_counters
 from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
 from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.signatures import Diagnosis, diagnose
@@ -134,6 +134,23 @@ def serve_prompts(
         served.acceptance = adapter.acceptance(before, after, served.generations)
     served.nan_count = adapter.nan_count_from_delta(before, after)
     return served
+
+
+def expecting(profile: SmokeProfile, launch: LaunchSettings) -> SmokeProfile:
+    """The profile with the command line's boot and request timeouts as its expectations.
+
+    Smoke reads ``--boot-timeout``/``--request-timeout`` as overrides of the profile's
+    ``expect``: the checks, the adapter and the printed bounds all judge by them. (Bench
+    keeps the profile's ``expect`` and uses the timeouts for its own plan only.)
+    """
+    overrides = {
+        "boot_timeout_s": launch.boot_timeout_s,
+        "request_timeout_s": launch.request_timeout_s,
+    }
+    chosen = {key: value for key, value in overrides.items() if value is not None}
+    if not chosen:
+        return profile
+    return profile.model_copy(update={"expect": profile.expect.model_copy(update=chosen)})
 
 
 def request_bound_s(profile: SmokeProfile, prompts: int) -> float:
@@ -275,6 +292,7 @@ def _boot_failure(
 
 __all__ = [
     "SmokeResult",
+    "expecting",
     "nan_signal",
     "profile_prompts",
     "run_smoke",

@@ -4,10 +4,15 @@
 # The build context is the patched upstream tree. BASE_IMAGE defaults to the upstream release
 # image of the same version (a CUDA 13 devel image with torch), pinned by digest in
 # images.lock. sparkbuild passes the version-dependent arguments (kernel directory, wheel name:
-# see sparkbuild/image/source_args.py). Arch pruning of the kernel CMake lists is done by our
-# own patches with `when` ranges in the spec; sparkbuild then checks the wheel's cubins.
+# see sparkbuild/image/source_args.py). Arch pruning of the kernel CMake lists belongs in our
+# own patches with `when` ranges in the spec (none shipped yet: docs/image.md says why);
+# sparkbuild checks the built wheel's cubins either way and fails on any arch but sm_121a.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
+# The build needs root (system site-packages, apt, /opt); the image ends as the base's own
+# USER again, which sparkbuild reads from the base's config (empty: root).
+USER root
+ARG SPARKBUILD_BASE_USER=
 ARG TORCH_CUDA_ARCH_LIST=12.1a
 ARG CUDA_VERSION=13.0
 ARG ENGINE_VERSION
@@ -67,3 +72,4 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     cd /sgl-workspace/sglang/python; \
     python3 -m pip install --no-build-isolation --no-deps .; \
     python3 -c "import importlib.metadata as m; print('sglang', m.version('sglang'))"
+USER ${SPARKBUILD_BASE_USER:-root}

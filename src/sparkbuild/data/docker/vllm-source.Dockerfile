@@ -5,6 +5,10 @@
 # sparkbuild/image/source_args.py). vLLM's CMake takes its targets from TORCH_CUDA_ARCH_LIST.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
+# The build needs root (system site-packages, apt, /opt); the image ends as the base's own
+# USER again, which sparkbuild reads from the base's config (empty: root).
+USER root
+ARG SPARKBUILD_BASE_USER=
 ARG TORCH_CUDA_ARCH_LIST=12.1a
 ARG CUDA_VERSION=13.0
 ARG ENGINE_VERSION
@@ -47,3 +51,4 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     cp /tmp/wheels/vllm-*.whl "${SPARKBUILD_WHEELS}/"; \
     python3 -m pip install --no-deps --force-reinstall "${SPARKBUILD_WHEELS}"/vllm-*.whl; \
     python3 -c "import importlib.metadata as m; print('vllm', m.version('vllm'))"
+USER ${SPARKBUILD_BASE_USER:-root}
