@@ -138,6 +138,16 @@ enable_emulation() {
     fi
 }
 
+# BuildKit keeps every test build's layers; without a bound its cache grew to 48 GB on a
+# 252 GB build host over a few dozen suite runs and filled the disk. Keep the newest layers,
+# which are the ones the next run reuses.
+bound_build_cache() {
+    local keep="${SPARKBUILD_BUILD_CACHE_KEEP:-10GB}"
+    if docker builder prune --force --keep-storage "$keep" >/dev/null 2>&1; then
+        say "docker: build cache bounded to $keep"
+    fi
+}
+
 if [[ "$(id -u)" != 0 ]]; then
     print_commands
     exit 0
@@ -149,5 +159,6 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 install_packages
 start_docker
+bound_build_cache
 enable_emulation
 say "done"
