@@ -41,10 +41,8 @@ class Where:
 
 
 def build_pins(build: Build) -> list[str]:
-    """The build's own ``requirements:`` pins for its version (spec field, when present)."""
-    active = getattr(build, "active_requirements", None)
-    items = active() if callable(active) else getattr(build, "requirements", ())
-    return [str(getattr(item, "req", item)) for item in items or ()]
+    """The build's own ``requirements:`` pins for its version and mode."""
+    return [requirement.req for requirement in build.active_requirements()]
 
 
 def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> Path:
