@@ -23,10 +23,13 @@ import yaml
 from sparkbuild import validate
 from sparkbuild.bench.client import StreamResult, make_client, stream_completion
 from sparkbuild.cli import main
-from sparkbuild.errors import RegistryError
+from sparkbuild.errors import RegistryError, SparkbuildError
+from sparkbuild.preflight.runner import ImageTarget
+from sparkbuild.preflight.where import image_id_of
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.registry import Registry, RegistryClient
 from tests.support.cli import CliResult, run_cli
+from tests.support.docker_env import docker_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
 from tests.support.source_project import SourceProject
 
@@ -1038,3 +1041,15 @@ def test_record_names_are_looked_up_not_used(project: Project, name: str) -> Non
 def test_redaction_forms(url: str, shown: str) -> None:
     assert validate.redact_url(f"cannot fetch {url}: failed") == f"cannot fetch {shown}: failed"
     assert "T0KEN" not in validate.strip_userinfo(url)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("image", ["--version", "--privileged"])
+def test_an_image_name_never_becomes_a_docker_option(image: str) -> None:
+    with pytest.raises(SparkbuildError) as run:
+        ImageTarget(image, docker=docker_cli()).run({})
+    # docker read it as an image reference and refused it (`--version` as an option ran)
+    assert "invalid reference format" in run.value.message
+    with pytest.raises(SparkbuildError) as inspect:
+        image_id_of(image, docker_cli())
+    assert f"image {image} is not in the local Docker store" in inspect.value.message

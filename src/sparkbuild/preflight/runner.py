@@ -97,7 +97,9 @@ class ImageTarget:
             Path(tmp, "plan.json").write_text(json.dumps(full), encoding="utf-8")
             cmd = [client, "run", "--rm", "--network", "none", "--entrypoint", self.python]
             cmd += ["--platform", self.platform] if self.platform else []
-            cmd += [*self.extra_args, "-v", f"{tmp}:/sparkbuild-preflight:ro", self.image]
+            cmd += [*self.extra_args, "-v", f"{tmp}:/sparkbuild-preflight:ro"]
+            # `--`: an image name from the command line or a spec never becomes an option.
+            cmd += ["--", self.image]
             cmd += ["/sparkbuild-preflight/probe.py", "/sparkbuild-preflight/plan.json"]
             done = _run(cmd, f"image {self.image}")
         return parse_output(done.stdout, done.stderr, f"image {self.image}")

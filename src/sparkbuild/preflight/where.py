@@ -111,7 +111,7 @@ def unavailable_modules(venv: LocalVenv | None) -> dict[str, str]:
 
 def image_id_of(image: str, docker: str) -> str:
     done = subprocess.run(
-        [docker, "image", "inspect", "--format", "{{.Id}}", image],
+        [docker, "image", "inspect", "--format", "{{.Id}}", "--", image],
         capture_output=True,
         text=True,
         check=False,
