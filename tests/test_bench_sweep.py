@@ -56,7 +56,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bench-project")
     _profile(root, "cpu-spec", speculation=True)
     _profile(root, "cpu-plain", speculation=False)
-    lockfile.set_section(root / "images.lock", "cpu", "image", {"image_id": IMAGE_ID})
+    lockfile.set_section(root / "images.lock", "cpu", lockfile.ImageSection(image_id=IMAGE_ID))
     return root
 
 
@@ -180,7 +180,7 @@ def test_sweep_with_speculation_reports_every_cell(
 
 
 def test_record_stores_summary_beside_smoke(project: Path, spec_report: dict[str, Any]) -> None:
-    entry = lockfile.load(project / "images.lock").to_data()["builds"].get("cpu")
+    entry = lockfile.load(project / "images.lock").to_json()["builds"].get("cpu")
     assert entry is not None
     summary = entry["bench"][IMAGE_ID]["cpu-spec"]
     assert summary["harness"] == spec_report["harness"]["version"]

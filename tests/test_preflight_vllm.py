@@ -93,7 +93,7 @@ def test_cli_reports_json_records_and_fails_by_exit_status(
     assert good.exit_code == 0, good.stderr
     payload = json.loads(good.stdout)["results"][0]
     assert payload["verdict"] == "pass" and list(payload["profiles"]) == ["cpu-reference"]
-    recorded = lockfile.load(project.path / "images.lock").to_data()["builds"]["cpu"]["preflight"]
+    recorded = lockfile.load(project.path / "images.lock").to_json()["builds"]["cpu"]["preflight"]
     (value,) = recorded.values()
     assert value["where"] == "python" and value["profiles"]["cpu-reference"]["verdict"] == "pass"
 

@@ -44,6 +44,40 @@ class LockError(SparkbuildError):
     """images.lock is missing, stale, or disagrees with what was asked for."""
 
 
+class NoPinnedImageError(LockError):
+    """A verdict or a publication needs the image images.lock pins, and it pins none."""
+
+
+class ImageMismatchError(LockError):
+    """The image a verdict is about is not the one images.lock pins (or the pin moved while
+    the verdict was obtained)."""
+
+
+class UnknownRefError(SparkbuildError):
+    """A spec's ``ref`` is neither a branch nor a tag of its repository."""
+
+
+class PatchChecksumError(SparkbuildError):
+    """A patch file's bytes do not match the ``sha256:`` the spec pins for it."""
+
+
+class CheckoutDirError(SparkbuildError):
+    """``prepare --out DIR`` would overwrite what is not a sparkbuild checkout, or edits."""
+
+
+class PreflightSetupError(SparkbuildError):
+    """Preflight cannot make or reach the interpreter it runs in (venv, image, --python)."""
+
+
+class ProbeError(SparkbuildError):
+    """The preflight probe did not run to a report."""
+
+
+class GateClosedError(SparkbuildError):
+    """Publishing refused: the pinned image lacks a passing verdict (``--force`` overrides,
+    recorded unverified)."""
+
+
 class RemoteError(SparkbuildError):
     """A git remote could not be listed or fetched (after retries where they can help)."""
 

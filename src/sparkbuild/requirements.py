@@ -311,7 +311,7 @@ def locked_pins(entry: lockfile.BuildEntry | None) -> list[PinnedWheel] | None:
     """The requirement pins of a lock entry (None when the entry has no such section)."""
     if entry is None or entry.requirements is None:
         return None
-    return [PinnedWheel.from_dict(item.to_data()) for item in entry.requirements]
+    return [PinnedWheel.from_dict(item.to_json()) for item in entry.requirements]
 
 
 _SAFE_FILENAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
@@ -415,7 +415,7 @@ def lock_requirements(prepared: PreparedSource, settings: Settings) -> Requireme
 def record(report: RequirementReport, lock: lockfile.LockHandle) -> None:
     """Queue ``builds.<build>.requirements`` in ``lock`` (written with the build's entry)."""
     wheels = [lockfile.LockedWheel(**p.to_dict()) for p in report.pinned]
-    lock.set_section(report.build.name, "requirements", wheels)
+    lock.set_section(report.build.name, wheels)
 
 
 def image_wheels(

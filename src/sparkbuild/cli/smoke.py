@@ -128,14 +128,14 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
     if record_build:  # first: the verdict is what the run was for; outputs come after
         image_id = report.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
-        if not report.is_verified(result):
+        if not result.verified:
             console.warn(
                 f"recorded as unverified: a {result.target_kind} run does not show which image "
                 f"ran, so `sparkbuild publish {record_build}` does not count it; "
                 f"`sparkbuild smoke --image IMAGE --profile {name} --record {record_build}` does"
             )
     if json_path:
-        emit_json(result.as_json(), json_path)
+        emit_json(result.to_json(), json_path)
     if json_path != "-":
         report.render(result, console.out)
     if result.verdict != "pass":

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import console, lockfile, lockproof, requirements, source
+from sparkbuild import console, lockfile, requirements, source
 from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.errors import SparkbuildError
 from sparkbuild.settings import Settings
-from sparkbuild.source.mirror import Mirror
+from sparkbuild.source import lockcheck
 from sparkbuild.spec import Build, load_builds, select
 
 _STATUS_STYLE = {
@@ -190,7 +190,7 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     """Resolve BUILDS (default: all) and pin them in images.lock."""
     selected = select(load_builds(settings), builds)
     if check:
-        _check(settings, selected, all_builds=not builds)
+        lockcheck.check_lock(settings, selected, all_builds=not builds)
         return
     failed = []
     lock = lockfile.LockHandle.open(settings.lock_file)
@@ -216,59 +216,6 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
             f"fix them, then `sparkbuild lock {failed[0].build.name}`; "
             "`sparkbuild patches` shows the detail",
         )
-
-
-def _check(settings: Settings, builds: list[Build], all_builds: bool) -> None:
-    path = settings.lock_file
-    if not path.exists():
-        # Its own state, not staleness: a fresh clone or fork has no lock until the first
-        # `sparkbuild lock` (or the images workflow's pull request) writes one.
-        console.warn(
-            f"no {path.name} yet: nothing to check against the {len(builds)} build(s); "
-            "`sparkbuild lock` (or `nox -s lock`) writes it, then commit it"
-        )
-        return
-    lock, problems = lockfile.check(path)  # the one read of the lock
-    if problems or lock is None:
-        _stale(problems, f"{path.name} is not a valid sparkbuild lock")
-    for build in builds:
-        entry = lock.entry(build.name)
-        locked = entry.source if entry else None
-        stale = source.staleness(build, locked)
-        problems += stale or _prove_offline(settings, build, lock)
-    if all_builds:
-        known = {b.name for b in builds}
-        problems += [
-            f"{name}: in the lock but in no spec" for name in lock.builds if name not in known
-        ]
-    if problems:
-        _stale(problems, f"{path.name} is stale")
-    console.info(f"images.lock matches the specs ({len(builds)} build(s))")
-
-
-def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) -> list[str]:
-    """Re-derive the locked tree from the local mirror, when it holds the pinned commits."""
-    entry = lock.entry(build.name)
-    locked = entry.source if entry else None
-    if locked is None or not lockproof.mirror_has(Mirror(settings.cache_dir, build.repo), locked):
-        console.info(
-            f"{build.name}: commit and tree not re-derived (no local mirror holds them); "
-            f"`sparkbuild prepare --locked {build.name}` fetches and proves them"
-        )
-        return []
-    try:
-        prepared = source.prepare_source(build, settings, locked=True, offline=True, lock=lock)
-    except LockError as exc:
-        return [exc.message]
-    failing = [f"{i.id} ({i.status})" for i in prepared.items if i.status in source.FAILING]
-    return [f"{build.name}: does not apply offline: {', '.join(failing)}"] if failing else []
-
-
-def _stale(problems: list[str], headline: str) -> NoReturn:
-    raise LockError(
-        f"{headline}:\n  " + "\n  ".join(problems),
-        "run `sparkbuild lock` (or `nox -s lock`) and commit images.lock",
-    )
 
 
 COMMANDS: list[click.Command] = [patches, prepare, lock_command]

@@ -425,7 +425,7 @@ def build_image(
     cuda_code = _verify_cuda_code(plan, api, image)
     if not locked:
         source.record(prepared, lock)
-    lock.set_section(build.name, SECTION, _lock_section(plan, image, cuda_code))
+    lock.set_section(build.name, _lock_section(plan, image, cuda_code))
     lock.write()  # source and image together, once
     return ImageResult(
         build=build.name,

@@ -15,7 +15,7 @@ from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers, manifests
 from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.destination import Destination
-from sparkbuild.publish.gate import pinned_image, smoke_gate, smoke_verdicts
+from sparkbuild.publish.gate import smoke_gate, smoke_verdicts
 from sparkbuild.publish.registry import Manifest, RegistryClient
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
@@ -199,14 +199,8 @@ def _write_publish(
                 f"run `sparkbuild publish {build.name}` again",
             )
         records = entry.publish or {}
-        record = records.get(destination.reference) or lockfile.PublishRecord()
-        history = [h for h in record.published() if h.digest != publication.digest]
-        record.tag = publication.tag
-        record.digest = publication.digest
-        record.image_id = publication.image_id
-        record.verified = publication.verified
-        record.aliases = list(destination.aliases)
-        record.history = [*history, publication]
+        before = records.get(destination.reference)
+        record = lockfile.PublishRecord.after_push(before, publication, destination.aliases)
         entry.publish = {**records, destination.reference: record}
 
     lock.change(build.name, change)
@@ -231,7 +225,7 @@ def publish_build(
     """
     lock = lock or lockfile.LockHandle.open(settings.lock_file)
     entry = lock.entry(build.name) or lockfile.BuildEntry()
-    image = pinned_image(settings, build, entry)
+    image = lockfile.pinned_image(entry, build.name, settings.lock_file, "publish")
     image_id = str(image.image_id)
     destination: Destination = destination_of(build, str(image.tree))
     verified = smoke_gate(entry, build, image_id, force=force)

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sparkbuild import git
+from sparkbuild.lockfile import ItemStatus
 from sparkbuild.spec import Build
 
-Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
+Status = ItemStatus  # what the lock records of each item (declared with the schema)
 FAILING: frozenset[str] = frozenset({"conflict", "missing", "invalid"})
 
 

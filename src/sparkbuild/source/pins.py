@@ -10,7 +10,6 @@ from sparkbuild.errors import LockError
 from sparkbuild.settings import Settings
 from sparkbuild.source.items import PreparedSource, distinct_prefixes
 from sparkbuild.spec import Build, file_sha256
-from sparkbuild.validate import strip_userinfo
 
 
 @dataclass
@@ -49,37 +48,6 @@ def locked_heads(
         console.warn(f"ignoring {settings.lock_file.name} for this unlocked run: {exc.message}")
         return {}
     return entry.source.pr_heads() if entry and entry.source else {}
-
-
-_PR_KEYS = ("number", "when", "status", "head", "commits", "diff_sha256")
-_PATCH_KEYS = ("file", "when", "status", "sha256")
-
-
-def lock_section(prepared: PreparedSource) -> lockfile.SourceSection:
-    build = prepared.build
-    return lockfile.SourceSection(
-        engine=build.engine,
-        repo=strip_userinfo(build.spec_repo),  # a token in the spec never reaches the lock
-        ref=build.ref,
-        commit=prepared.base_commit,
-        version=str(build.version),
-        spec_digest=build.spec_digest(),
-        tree=prepared.tree,
-        prs=[
-            lockfile.LockedPR.model_validate(
-                {k: v for k, v in item.to_json().items() if k in _PR_KEYS}
-            )
-            for item in prepared.items
-            if item.kind == "pr"
-        ],
-        patches=[
-            lockfile.LockedPatch.model_validate(
-                {k: v for k, v in item.to_json().items() if k in _PATCH_KEYS}
-            )
-            for item in prepared.items
-            if item.kind == "patch"
-        ],
-    )
 
 
 def staleness(build: Build, locked: lockfile.SourceSection | None) -> list[str]:
@@ -132,4 +100,4 @@ def require_locked_source(
 
 def record(prepared: PreparedSource, lock: lockfile.LockHandle) -> None:
     """Queue ``builds.<build>.source`` in ``lock`` (written with the build's entry)."""
-    lock.set_section(prepared.build.name, "source", lock_section(prepared))
+    lock.set_section(prepared.build.name, lockfile.SourceSection.from_prepared(prepared))
