@@ -38,7 +38,12 @@ from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, fi
 from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import (
+    EngineUnreachableError,
+    NothingToCompareError,
+    SweepIncompleteError,
+    UsageError,
+)
 from sparkbuild.settings import Settings
 
 
@@ -110,7 +115,7 @@ def _detect_engine(url: str) -> str:
         response = requests.get(url.rstrip("/") + "/v1/models", timeout=10)
         owner = str(first_model(response.json()).get("owned_by", ""))
     except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise SparkbuildError(
+        raise EngineUnreachableError(
             f"cannot reach {url}/v1/models to find out which engine serves it: {exc}",
             "check --url, or pass --profile / --engine",
         ) from exc
@@ -326,7 +331,7 @@ def _run(
     if not report.complete:
         json_path = outputs.json_path
         kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
-        raise SparkbuildError(
+        raise SweepIncompleteError(
             f"{report.error or 'the sweep stopped'}; "
             f"{len(report.pending_cells)} cells not measured{kept}",
             "see the engine log and re-run the missing cells",
@@ -453,7 +458,7 @@ def compare(
     for warning in warnings:
         console.warn(warning)
     if not rows:
-        raise SparkbuildError(
+        raise NothingToCompareError(
             f"{report_a.name} and {report_b.name} have no cell in common",
             "run both with the same --pp/--tg/--depth/--concurrency",
         )

@@ -15,7 +15,7 @@ from sparkbuild.bump.plan import (
     write_plan,
 )
 from sparkbuild.cli import emit_json
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BumpNotReadyError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import load_builds
@@ -109,7 +109,7 @@ def bump(
             if locked:
                 console.info(f"locked: {', '.join(locked)}")
     if not plan.ready:
-        raise SparkbuildError(
+        raise BumpNotReadyError(
             f"{plan.new_build} is not ready: some items could not be carried to {to}",
             "read the conflict report(s) under patches/<engine>/conflicts/ and finish by hand",
         )

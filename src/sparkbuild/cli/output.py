@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sparkbuild import console
 from sparkbuild.cli.main import render_error
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import BuildsFailedError, SparkbuildError, UsageError
 from sparkbuild.validate import redact_url
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
@@ -82,7 +82,7 @@ def run_per_build(
             if len(builds) == 1:
                 raise
             failures.append((build.name, exc))
-            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
+            render_error(exc, build=build.name)
             continue
         results.append(result)
         if not as_json:
@@ -96,5 +96,5 @@ def run_per_build(
         )
     if failures:
         names = ", ".join(name for name, _ in failures)
-        raise SparkbuildError(f"{len(failures)} of {len(builds)} {noun} failed: {names}")
+        raise BuildsFailedError(f"{len(failures)} of {len(builds)} {noun} failed: {names}")
     return results

@@ -8,7 +8,7 @@ import click
 
 from sparkbuild import console, lockfile
 from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import ItemsDoNotApplyError, SparkbuildError, UsageError, VerdictFailedError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
 from sparkbuild.settings import Settings
 from sparkbuild.source import prepare_source
@@ -39,7 +39,7 @@ def preflight_one(
 ) -> PreflightReport:
     prepared = prepare_source(build, settings, locked=locked)
     if not prepared.ok:
-        raise SparkbuildError(
+        raise ItemsDoNotApplyError(
             f"{build.name}: the source does not prepare (a PR or patch conflicts)",
             f"see `sparkbuild patches {build.name}`",
         )
@@ -114,7 +114,7 @@ def preflight_command(
             if len(selected) == 1:
                 raise
             errors.append((build.name, exc))  # one build's problem does not stop the others
-            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
+            render_error(exc, build=build.name)
             continue
         reports.append(report)
         if json_file != "-":
@@ -136,7 +136,7 @@ def preflight_command(
         names = ", ".join(
             [f"{r.build} ({r.verdict})" for r in failed] + [f"{n} (error)" for n, _ in errors]
         )
-        raise SparkbuildError(
+        raise VerdictFailedError(
             f"preflight did not pass: {names}",
             "fix what each failure names, then run `sparkbuild preflight` again",
         )

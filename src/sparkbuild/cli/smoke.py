@@ -16,7 +16,7 @@ from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.engines.targets import Target, image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import UsageError, VerdictFailedError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
 from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
@@ -140,7 +140,7 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
         report.render(result, console.out)
     if result.verdict != "pass":
         failed = [c.name for c in result.checks if c.status == "fail"]
-        raise SparkbuildError(
+        raise VerdictFailedError(
             f"smoke {name}: {result.verdict}" + (f" ({', '.join(failed)})" if failed else ""),
             "the checks above say what was wrong"
             + (f"; the engine log is at {result.log_file}" if result.log_file else ""),

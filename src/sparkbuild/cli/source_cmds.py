@@ -11,7 +11,13 @@ from rich.text import Text
 
 from sparkbuild import console, lockfile, lockproof, requirements, source
 from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.errors import (
+    BuildsFailedError,
+    ItemsDoNotApplyError,
+    LockError,
+    RequirementsClashError,
+    SparkbuildError,
+)
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build, load_builds, select
@@ -67,7 +73,7 @@ def _table(results: list[source.PreparedSource]) -> Table:
     return table
 
 
-def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
+def _failed_items(results: list[source.PreparedSource]) -> ItemsDoNotApplyError:
     bad = [
         f"{p.build.name} {item.id} ({item.status})"
         for p in results
@@ -75,7 +81,7 @@ def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
         if item.status in source.FAILING
     ]
     shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-    return SparkbuildError(
+    return ItemsDoNotApplyError(
         f"{len(bad)} item(s) do not apply: {shown}",
         "see the detail column; `sparkbuild prepare BUILD` checks out the tree before a conflict",
     )
@@ -105,15 +111,15 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
         console.out.print(_table(results))
         _print_requirement_conflicts(checked)
         for name, exc in failures:
-            render_error(SparkbuildError(f"{name}: {exc.message}", exc.hint))
+            render_error(exc, build=name)
     if failures:
         names = ", ".join(name for name, _ in failures)
-        raise SparkbuildError(f"{len(failures)} build(s) could not be prepared: {names}")
+        raise BuildsFailedError(f"{len(failures)} build(s) could not be prepared: {names}")
     if not all(r.ok for r in results):
         raise _failed_items(results)
     clashing = [name for name, report in checked.items() if report and not report.ok]
     if clashing:
-        raise SparkbuildError(
+        raise RequirementsClashError(
             f"requirements clash with the release's own pins: {', '.join(clashing)}",
             "see the conflicts above; pin a compatible version, or set `override: true` on "
             "the requirement when the clash is intended",
@@ -210,7 +216,7 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     if failed:
         console.out.print(_table(failed))
         names = ", ".join(p.build.name for p in failed)
-        raise SparkbuildError(
+        raise ItemsDoNotApplyError(
             f"not locked (conflict, missing or invalid items): {names}; their entries are "
             "unchanged",
             f"fix them, then `sparkbuild lock {failed[0].build.name}`; "
