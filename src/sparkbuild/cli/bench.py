@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import click
 import requests
@@ -35,7 +34,7 @@ from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_li
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
 from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, first_model
-from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
+from sparkbuild.engines.launch import LaunchSettings, make_target
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
 from sparkbuild.errors import (
@@ -243,7 +242,29 @@ class BenchOutputs:
 @claims_options
 @click.option("--claims-json", metavar="FILE", help="Write the claims comparison as JSON.")
 @click.pass_context
-def bench(ctx: click.Context, /, **params: Any) -> None:
+@options.launch_settings
+def bench(
+    ctx: click.Context,
+    /,
+    launch: LaunchSettings,
+    pp: list[int],
+    tg: list[int],
+    depth: list[int],
+    concurrency: list[int],
+    runs: int,
+    seed: int,
+    no_warmup: bool,
+    label: str | None,
+    json_path: str | None,
+    markdown_path: Path | None,
+    table_style: str,
+    csv_path: Path | None,
+    plot_path: Path | None,
+    record_build: str | None,
+    claims_files: tuple[str, ...],
+    claims_setups: tuple[str, ...],
+    claims_json: str | None,
+) -> None:
     """Sweep prompt length x generation length x depth x concurrency against an engine.
 
     Reports time to first token, prefill and decode tokens/s (per request and in total) and
@@ -253,50 +274,40 @@ def bench(ctx: click.Context, /, **params: Any) -> None:
     `sparkbuild bench compare A.json B.json` compares two --json reports.
     """
     if ctx.invoked_subcommand is not None:
-        given = [
-            name
-            for name in params
-            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-        ]
-        if given:
-            raise click.UsageError(
-                f"`bench {ctx.invoked_subcommand}` takes no bench options before it "
-                f"(got {', '.join('--' + g.replace('_', '-') for g in given)})"
-            )
+        _no_options_before(ctx)
         return
-    claims = claims_request(
-        ctx.obj, params.pop("claims_files"), params.pop("claims_setups"),
-        params.pop("claims_json"), params["markdown_path"],
-        stdout_taken=params["json_path"] == "-",
-    )  # fmt: skip
-    _run(ctx.obj, *_grouped(params), claims=claims)
-
-
-def _grouped(params: dict[str, Any]) -> tuple[LaunchSettings, SweepSettings, BenchOutputs]:
-    """The command line's values, grouped by what they decide."""
-    launch = LaunchSettings(
-        TargetChoice(params["image"], params["command"], params["url"], params["gpus"]),
-        profile=params["profile_name"],
-        model=params["model"],
-        engine=params["engine"],
-        boot_timeout_s=params["boot_timeout"],
-        request_timeout_s=params["request_timeout"],
-        log_path=params["log_path"],
-    )
-    sweep = Sweep(
-        pp=params["pp"], tg=params["tg"], depth=params["depth"],
-        concurrency=params["concurrency"], runs=params["runs"], seed=params["seed"],
-        warmup=not params["no_warmup"],
-    )  # fmt: skip
     outputs = BenchOutputs(
-        json_path=params["json_path"],
-        markdown_path=params["markdown_path"],
-        table_style=params["table_style"],
-        csv_path=params["csv_path"],
-        plot_path=params["plot_path"],
-        record_build=params["record_build"],
+        json_path=json_path,
+        markdown_path=markdown_path,
+        table_style=table_style,
+        csv_path=csv_path,
+        plot_path=plot_path,
+        record_build=record_build,
     )
-    return launch, SweepSettings(sweep, params["label"]), outputs
+    claims = claims_request(
+        ctx.obj, claims_files, claims_setups, claims_json, markdown_path,
+        stdout_taken=outputs.json_path == "-",
+    )  # fmt: skip
+    sweep = Sweep(
+        pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
+        warmup=not no_warmup,
+    )  # fmt: skip
+    _run(ctx.obj, launch, SweepSettings(sweep, label), outputs, claims=claims)
+
+
+def _no_options_before(ctx: click.Context) -> None:
+    """`bench compare` has options of its own; bench's, given before it, would be ignored."""
+    flags = {param.name: param.opts[0] for param in ctx.command.params}
+    given = [
+        flags[name]
+        for name in ctx.params
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise click.UsageError(
+            f"`bench {ctx.invoked_subcommand}` takes no bench options before it "
+            f"(got {', '.join(given)})"
+        )
 
 
 def _run(

@@ -4,10 +4,15 @@ An option is a factory: ``@options.image()`` adds ``--image`` with its name, typ
 A command passes ``help=`` only where it describes the same option in its own words (what
 ``--url`` is for differs between smoke and bench), and ``required``/``default`` only where its
 contract differs (smoke needs a profile; bench gives streams 30 minutes).
+
+The launch options (``--image``/``--command``/``--url``, ``--gpus``, ``--profile``,
+``--model``, the timeouts, ``--log``) reach the command as one frozen ``LaunchSettings``
+(``@launch_settings``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +21,7 @@ from typing import Any, TypeVar
 import click
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 class FiniteFloat(click.FloatRange):
@@ -75,6 +81,47 @@ model = _option("--model", metavar="PATH|ID", help="Serve this model instead of 
 boot_timeout = _option("--boot-timeout", type=SECONDS, metavar="SECONDS")
 request_timeout = _option("--request-timeout", type=SECONDS, metavar="SECONDS")
 log = _option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path))
+
+
+def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
+    """Hands the launch options' values to the command as one ``launch: LaunchSettings``.
+
+    The options stay where each command lists them (its --help order); this collects their
+    values, so the command takes the group's frozen object instead of ten parameters.
+    """
+
+    @functools.wraps(function)
+    def command(
+        *args: Any,
+        image: str | None,
+        command: str | None,
+        url: str | None,
+        gpus: str | None,
+        profile_name: str | None,
+        model: str | None,
+        boot_timeout: float | None,
+        request_timeout: float | None,
+        log_path: Path | None,
+        engine: str | None = None,  # bench's --engine (the engine at --url)
+        **rest: Any,
+    ) -> R:
+        # Here, not at the top: engines (requests, pydantic) load only for the commands that
+        # launch one, not for `sparkbuild patches`.
+        from sparkbuild.engines.launch import LaunchSettings, TargetChoice
+
+        launch = LaunchSettings(
+            TargetChoice(image=image, command=command, url=url, gpus=gpus),
+            profile=profile_name,
+            model=model,
+            engine=engine,
+            boot_timeout_s=boot_timeout,
+            request_timeout_s=request_timeout,
+            log_path=log_path,
+        )
+        return function(*args, launch=launch, **rest)
+
+    return command
+
 
 # What becomes of the result.
 json_out = _option("--json", "json_path", metavar="FILE")

@@ -12,7 +12,7 @@ from packaging.version import Version
 from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
-from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
+from sparkbuild.engines.launch import LaunchSettings, make_target
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.engines.targets import Target, image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
@@ -52,33 +52,18 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     "org.opencontainers.image.version label); picks the NaN switch that version reads.",
 )
 @click.pass_obj
+@options.launch_settings
 def smoke(
     settings: Settings,
-    image: str | None,
-    command: str | None,
-    url: str | None,
-    profile_name: str,
-    model: str | None,
-    gpus: str | None,
-    boot_timeout: float | None,
-    request_timeout: float | None,
+    launch: LaunchSettings,
     json_path: str | None,
     record_build: str | None,
-    log_path: Path | None,
     engine_version: str | None = None,
 ) -> None:
     """Boot an engine and check boot, acceptance length, NaNs, output and errors.
 
     Exit status 0 when every check passes or is skipped, 1 on a failed check, 2 on bad usage.
     """
-    launch = LaunchSettings(
-        TargetChoice(image=image, command=command, url=url, gpus=gpus),
-        profile=profile_name,
-        model=model,
-        boot_timeout_s=boot_timeout,
-        request_timeout_s=request_timeout,
-        log_path=log_path,
-    )
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
     name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
