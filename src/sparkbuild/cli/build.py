@@ -106,7 +106,7 @@ def build_command(
             lock=lock,
         ),
         summary=_summary,
-        as_json=as_json,
+        json_path="-" if as_json else None,
         noun="builds",
     )
 

@@ -6,13 +6,21 @@ from pathlib import Path
 
 import click
 
-from sparkbuild import console, lockfile
-from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import ItemsDoNotApplyError, SparkbuildError, UsageError, VerdictFailedError
+from sparkbuild import lockfile
+from sparkbuild.cli import run_per_build
+from sparkbuild.cli.output import Verdicts
+from sparkbuild.errors import ItemsDoNotApplyError, UsageError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
 from sparkbuild.settings import Settings
 from sparkbuild.source import prepare_source
 from sparkbuild.spec import Build, load_builds, select
+
+VERDICTS: Verdicts[PreflightReport] = Verdicts(
+    verdict=lambda report: report.verdict,
+    reasons=PreflightReport.failures,
+    headline="preflight did not pass",
+    hint="fix what each failure names, then run `sparkbuild preflight` again",
+)
 
 
 def _profiles(build: Build, chosen: tuple[str, ...]) -> list[str]:
@@ -21,17 +29,13 @@ def _profiles(build: Build, chosen: tuple[str, ...]) -> list[str]:
     return list(chosen)
 
 
-def _print(report: PreflightReport) -> None:
-    console.out.print(
-        f"{report.build} ({report.engine} {report.version}, {report.where}): {report.verdict}",
-        markup=False,
-    )
-    for check in report.package_checks:
-        console.out.print(f"  {check.name:<9} {check.status:<4} {check.detail}", markup=False)
+def _summary(report: PreflightReport) -> str:
+    lines = [f"{report.build} ({report.engine} {report.version}, {report.where}): {report.verdict}"]
+    lines += [f"  {c.name:<9} {c.status:<4} {c.detail}" for c in report.package_checks]
     for profile in report.profiles:
-        console.out.print(f"  {profile.profile}: {report.verdict_for(profile)}", markup=False)
-        for check in profile.checks:
-            console.out.print(f"    {check.name:<7} {check.status:<4} {check.detail}", markup=False)
+        lines.append(f"  {profile.profile}: {report.verdict_for(profile)}")
+        lines += [f"    {c.name:<7} {c.status:<4} {c.detail}" for c in profile.checks]
+    return "\n".join(lines)
 
 
 def preflight_one(
@@ -101,45 +105,21 @@ def preflight_command(
     selected = select(load_builds(settings), builds)
     if image and len(selected) != 1:
         raise UsageError("--image checks one build's image; name that build")
-    reports = []
-    errors: list[tuple[str, SparkbuildError]] = []
-    for build in selected:
-        try:
-            pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
-            where = Where(image=image or pinned, python=python.absolute() if python else None)
-            report = preflight_one(
-                settings, build, _profiles(build, profiles), where, locked=locked
-            )
-        except SparkbuildError as exc:
-            if len(selected) == 1:
-                raise
-            errors.append((build.name, exc))  # one build's problem does not stop the others
-            render_error(exc, build=build.name)
-            continue
-        reports.append(report)
-        if json_file != "-":
-            _print(report)
-    if json_file:
-        payload = {
-            "results": [r.to_json() for r in reports],
-            "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in errors],
-        }
-        emit_json(payload, json_file)
-    failed = [r for r in reports if r.verdict != "pass"]
-    for report in failed:
-        for line in report.failures():
-            console.err.print(f"{report.build}: {line}", markup=False)
-    if record_verdicts:
-        for report in reports:
-            record(settings, report)
-    if failed or errors:
-        names = ", ".join(
-            [f"{r.build} ({r.verdict})" for r in failed] + [f"{n} (error)" for n, _ in errors]
-        )
-        raise VerdictFailedError(
-            f"preflight did not pass: {names}",
-            "fix what each failure names, then run `sparkbuild preflight` again",
-        )
+
+    def check(build: Build) -> PreflightReport:
+        pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
+        where = Where(image=image or pinned, python=python.absolute() if python else None)
+        return preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
+
+    run_per_build(
+        selected,
+        check,
+        summary=_summary,
+        json_path=json_file,
+        noun="builds",
+        verdicts=VERDICTS,
+        record=(lambda report: record(settings, report)) if record_verdicts else None,
+    )
 
 
 COMMANDS: list[click.Command] = [preflight_command]

@@ -149,7 +149,11 @@ def publish_command(
             )
 
     run_per_build(
-        selected, publish_one, summary=_publish_line, as_json=as_json, noun="publications"
+        selected,
+        publish_one,
+        summary=_publish_line,
+        json_path="-" if as_json else None,
+        noun="publications",
     )
 
 
