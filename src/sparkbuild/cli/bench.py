@@ -206,7 +206,8 @@ class BenchOutputs:
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request before the sweep.")
 @click.option("--label", metavar="TEXT", help="Name of this run in tables, plots and compare.")
-@options.json_out(help="Write the report as JSON ('-': stdout).")
+@options.json()
+@options.json_file(help="Write the report as JSON to FILE.")
 @click.option(
     "--markdown",
     "markdown_path",
@@ -255,7 +256,8 @@ def bench(
     seed: int,
     no_warmup: bool,
     label: str | None,
-    json_path: str | None,
+    as_json: bool,
+    json_file: str | None,
     markdown_path: Path | None,
     table_style: str,
     csv_path: Path | None,
@@ -277,7 +279,7 @@ def bench(
         _no_options_before(ctx)
         return
     outputs = BenchOutputs(
-        json_path=json_path,
+        json_path=options.json_destination(as_json, json_file),
         markdown_path=markdown_path,
         table_style=table_style,
         csv_path=csv_path,
@@ -356,7 +358,7 @@ def _run(
 
 def _check_before_boot(settings: Settings, launch: LaunchSettings, outputs: BenchOutputs) -> None:
     """Everything that would otherwise fail after the boot and the sweep, checked first."""
-    for path, option in ((outputs.json_path, "--json"), (outputs.markdown_path, "--markdown"),
+    for path, option in ((outputs.json_path, "--json-file"), (outputs.markdown_path, "--markdown"),
                          (outputs.plot_path, "--plot"), (launch.log_path, "--log")):  # fmt: skip
         check_writable(path, option)
     if outputs.plot_path is not None:
@@ -416,7 +418,8 @@ def _request_timeout_s(launch: LaunchSettings) -> float:
 @click.argument("report_a", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("report_b", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @claims_options
-@options.json_out(help="Write the comparison as JSON.")
+@options.json()
+@options.json_file(help="Write the comparison as JSON to FILE.")
 @click.option(
     "--markdown",
     "markdown_path",
@@ -436,7 +439,8 @@ def compare(
     report_b: Path | None,
     claims_files: tuple[str, ...],
     claims_setups: tuple[str, ...],
-    json_path: str | None,
+    as_json: bool,
+    json_file: str | None,
     markdown_path: Path | None,
     plot_path: Path | None,
 ) -> None:
@@ -450,7 +454,10 @@ def compare(
 
     `bench compare RUN.json --claims FILE` holds one run against published figures instead.
     """
-    claims = claims_request(settings, claims_files, claims_setups, json_path, markdown_path)
+    json_path = options.json_destination(as_json, json_file)
+    claims = claims_request(
+        settings, claims_files, claims_setups, json_path, markdown_path, json_option="--json-file"
+    )
     if claims is not None or report_b is None:
         if claims is None or report_b is not None or plot_path is not None:
             raise UsageError(

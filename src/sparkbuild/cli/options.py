@@ -2,12 +2,19 @@
 
 An option is a factory: ``@options.image()`` adds ``--image`` with its name, type and help.
 A command passes ``help=`` only where it describes the same option in its own words (what
-``--url`` is for differs between smoke and bench), and ``required``/``default`` only where its
-contract differs (smoke needs a profile; bench gives streams 30 minutes).
+``--url`` is for differs between smoke and bench), and ``required``/``default``/``multiple``
+only where its contract differs (smoke needs a profile; bench gives streams 30 minutes).
 
-The launch options (``--image``/``--command``/``--url``, ``--gpus``, ``--profile``,
-``--model``, the timeouts, ``--log``) reach the command as one frozen ``LaunchSettings``
-(``@launch_settings``).
+Each contract is the same on every command that takes it:
+
+- ``--json`` is a flag: the machine-readable result goes to stdout, instead of the human
+  output. ``--json-file FILE`` (on the long runs: smoke, bench, preflight) writes the same
+  JSON to FILE and keeps the human output; ``json_destination`` makes the two one value.
+- ``--record BUILD`` stores the verdict in images.lock under BUILD.
+- ``--locked`` uses only what images.lock pins and fails when anything differs.
+- The launch options (``--image``/``--command``/``--url``, ``--gpus``, ``--profile``,
+  ``--model``, the timeouts, ``--log``) reach the command as one frozen ``LaunchSettings``
+  (``@launch_settings``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from sparkbuild.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
@@ -124,5 +133,18 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
 
 
 # What becomes of the result.
-json_out = _option("--json", "json_path", metavar="FILE")
+json = _option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+json_file = _option("--json-file", metavar="FILE")
 record = _option("--record", "record_build", metavar="BUILD")
+locked = _option(
+    "--locked", is_flag=True, help="Use only what images.lock pins; fail if anything differs."
+)
+
+
+def json_destination(as_json: bool, json_file: str | None = None) -> str | None:
+    """Where ``--json`` and ``--json-file`` send the JSON: ``-`` (stdout), a file, or None."""
+    if as_json and json_file is not None:
+        raise UsageError(
+            "--json and --json-file both given", "pass one: --json for stdout, --json-file FILE"
+        )
+    return "-" if as_json else json_file

@@ -20,8 +20,9 @@ if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands tha
     from sparkbuild.spec import Build
 
 
-def emit_json(payload: Any, path: str | None = None) -> None:
-    """JSON for scripts: to stdout, or to ``path`` when a command takes ``--json FILE``."""
+def emit_json(payload: Any, path: str | None = None, *, option: str = "--json-file") -> None:
+    """JSON for scripts: to stdout (``--json``: no path, or ``-``), else to the file ``path``
+    (``option`` names where it came from, for the error)."""
     text = redact_url(json.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
     if path is None or path == "-":
         sys.stdout.write(text)
@@ -30,7 +31,8 @@ def emit_json(payload: Any, path: str | None = None) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(
-            f"--json {path}: cannot write: {exc.strerror or exc}", "pass a writable path or '-'"
+            f"{option} {path}: cannot write: {exc.strerror or exc}",
+            f"pass a writable path to {option}",
         ) from exc
 
 

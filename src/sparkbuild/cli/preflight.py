@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sparkbuild import lockfile
-from sparkbuild.cli import run_per_build
+from sparkbuild.cli import options, run_per_build
 from sparkbuild.cli.output import Verdicts
 from sparkbuild.errors import ItemsDoNotApplyError, UsageError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
@@ -50,6 +50,20 @@ def preflight_one(
     return run_preflight(settings, prepared, profiles, where)
 
 
+def _selected(settings: Settings, names: tuple[str, ...], recorded: tuple[str, ...]) -> list[Build]:
+    """BUILDS; with none named, the --record builds, else all."""
+    selected = select(load_builds(settings), names or recorded)
+    checked = {build.name for build in selected}
+    stray = [name for name in recorded if name not in checked]
+    if stray:
+        raise UsageError(
+            f"--record {', '.join(stray)}: not among the builds this run checks "
+            f"({', '.join(names)})",
+            "name it among BUILDS too, or name no BUILDS to check just the --record builds",
+        )
+    return selected
+
+
 @click.command(name="preflight")
 @click.argument("builds", nargs=-1)
 @click.option(
@@ -77,15 +91,13 @@ def preflight_one(
     default=None,
     help="Run under this interpreter (e.g. a vLLM CPU venv's bin/python) instead of a cached venv.",
 )
-@click.option("--locked", is_flag=True, help="Prepare exactly what images.lock pins.")
-@click.option(
-    "--json", "json_file", default=None, metavar="FILE", help="Write the report (- for stdout)."
-)
-@click.option(
-    "--record",
-    "record_verdicts",
-    is_flag=True,
-    help="Record each verdict in images.lock under builds.<name>.preflight.",
+@options.locked(help="Prepare exactly what images.lock pins.")
+@options.json()
+@options.json_file(help="Write the report as JSON to FILE.")
+@options.record(
+    multiple=True,
+    help="Record BUILD's verdicts in images.lock under builds.<BUILD>.preflight "
+    "(repeatable; with no BUILDS named, checks just these).",
 )
 @click.pass_obj
 def preflight_command(
@@ -96,13 +108,15 @@ def preflight_command(
     in_image: bool,
     python: Path | None,
     locked: bool,
+    as_json: bool,
     json_file: str | None,
-    record_verdicts: bool,
+    record_build: tuple[str, ...],
 ) -> None:
     """Check BUILDS (default: all) on the CPU: compile, imports, flags, env, config, signals."""
     if sum(bool(x) for x in (image, in_image, python)) > 1:
         raise UsageError("--image, --in-image and --python are places to run; pass one")
-    selected = select(load_builds(settings), builds)
+    json_path = options.json_destination(as_json, json_file)
+    selected = _selected(settings, builds, record_build)
     if image and len(selected) != 1:
         raise UsageError("--image checks one build's image; name that build")
 
@@ -111,14 +125,18 @@ def preflight_command(
         where = Where(image=image or pinned, python=python.absolute() if python else None)
         return preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
 
+    def record_verdict(report: PreflightReport) -> None:
+        if report.build in record_build:
+            record(settings, report)
+
     run_per_build(
         selected,
         check,
         summary=_summary,
-        json_path=json_file,
+        json_path=json_path,
         noun="builds",
         verdicts=VERDICTS,
-        record=(lambda report: record(settings, report)) if record_verdicts else None,
+        record=record_verdict if record_build else None,
     )
 
 

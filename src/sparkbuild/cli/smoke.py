@@ -39,7 +39,8 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     help="Override the profile's expect.request_timeout_s (per request; a timeout ends the "
     "run, since a hung engine answers no further request)."
 )
-@options.json_out(help="Write the result as JSON to FILE ('-' for stdout, replacing the table).")
+@options.json()
+@options.json_file(help="Write the result as JSON to FILE as well (the table still prints).")
 @options.record(
     help="Record the verdict in images.lock under BUILD's current image id "
     "(verified only for --image runs)."
@@ -56,7 +57,8 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
 def smoke(
     settings: Settings,
     launch: LaunchSettings,
-    json_path: str | None,
+    as_json: bool,
+    json_file: str | None,
     record_build: str | None,
     engine_version: str | None = None,
 ) -> None:
@@ -64,6 +66,7 @@ def smoke(
 
     Exit status 0 when every check passes or is skipped, 1 on a failed check, 2 on bad usage.
     """
+    json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
     name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
@@ -75,7 +78,7 @@ def smoke(
 class SmokeOutputs:
     """Where the verdict goes besides the table."""
 
-    json_path: str | None = None  # --json FILE, '-' for stdout
+    json_path: str | None = None  # '-': stdout (--json), else --json-file FILE
     record_build: str | None = None  # --record BUILD
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import console, lockfile, lockproof, requirements, source
-from sparkbuild.cli import emit_json, render_error
+from sparkbuild.cli import emit_json, options, render_error
 from sparkbuild.errors import (
     BuildsFailedError,
     ItemsDoNotApplyError,
@@ -30,11 +30,6 @@ _STATUS_STYLE = {
     "missing": "bold red",
     "invalid": "bold red",
 }
-
-locked_option = click.option(
-    "--locked", is_flag=True, help="Use only what images.lock pins; fail if anything differs."
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def _prepare_all(
@@ -89,8 +84,8 @@ def _failed_items(results: list[source.PreparedSource]) -> ItemsDoNotApplyError:
 
 @click.command()
 @click.argument("builds", nargs=-1)
-@locked_option
-@json_option
+@options.locked()
+@options.json()
 @click.pass_obj
 def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: bool) -> None:
     """Status of every PR and patch of BUILDS (default: all). Exit 1 if any is in conflict,
@@ -151,8 +146,8 @@ def _print_requirement_conflicts(checked: dict[str, requirements.RequirementRepo
 @click.option(
     "--force", is_flag=True, help="Discard local edits and untracked files in the checkout."
 )
-@locked_option
-@json_option
+@options.locked()
+@options.json()
 @click.pass_obj
 def prepare(
     settings: Settings, build: str, out: str | None, force: bool, locked: bool, as_json: bool
