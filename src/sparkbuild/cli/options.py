@@ -8,8 +8,9 @@ only where its contract differs (smoke needs a profile; bench gives streams 30 m
 Each contract is the same on every command that takes it:
 
 - ``--json`` is a flag: the machine-readable result goes to stdout, instead of the human
-  output. ``--json-file FILE`` (on the long runs: smoke, bench, preflight) writes the same
-  JSON to FILE and keeps the human output; ``json_destination`` makes the two one value.
+  output. ``--json-file FILE`` (smoke, bench, bench compare, preflight: the runs whose table
+  is worth keeping) writes the same JSON to FILE and keeps the human output;
+  ``json_destination`` makes the two one value.
 - ``--record BUILD`` stores the verdict in images.lock under BUILD.
 - ``--locked`` uses only what images.lock pins and fails when anything differs.
 - The launch options (``--image``/``--command``/``--url``, ``--gpus``, ``--profile``,
@@ -100,7 +101,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
     """
 
     @functools.wraps(function)
-    def command(
+    def with_launch(
         *args: Any,
         image: str | None,
         command: str | None,
@@ -129,7 +130,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         )
         return function(*args, launch=launch, **rest)
 
-    return command
+    return with_launch
 
 
 # What becomes of the result.
