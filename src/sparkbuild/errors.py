@@ -141,6 +141,47 @@ class EngineGoneError(SparkbuildError):
     """The engine stopped answering in the middle of a bench sweep."""
 
 
+# Raised by the command line (sparkbuild.cli) once a stage has returned or failed.
+
+
+class BuildsFailedError(SparkbuildError):
+    """Some of several builds failed; each was reported as it failed, and the others ran."""
+
+
+class ItemsDoNotApplyError(SparkbuildError):
+    """PRs or patches of a build are in conflict, missing or invalid, so its source does not
+    prepare (and nothing is locked, built or preflighted from it)."""
+
+
+class RequirementsClashError(SparkbuildError):
+    """A build's ``requirements:`` pin a package differently from the release's own pins."""
+
+
+class VerdictFailedError(SparkbuildError):
+    """A check ran and did not pass (a smoke or preflight verdict): the run worked, the
+    engine or the build did not."""
+
+
+class EngineUnreachableError(SparkbuildError):
+    """An engine URL could not be asked what it serves."""
+
+
+class SweepIncompleteError(SparkbuildError):
+    """A bench sweep stopped before every cell was measured (the finished cells are kept)."""
+
+
+class NothingToCompareError(SparkbuildError):
+    """Two bench reports share no cell, so there is nothing to set side by side."""
+
+
+class BumpNotReadyError(SparkbuildError):
+    """``bump`` could not carry every item to the new release; conflict reports say why."""
+
+
+class InternalError(SparkbuildError):
+    """A bug in sparkbuild: any other exception, rendered as one screen, not a traceback."""
+
+
 class UnknownPlaceholderError(ValueError):
     """A tag or repository template names a placeholder that does not exist. Internal: the
     image and publish stages turn it into a SpecError or UsageError naming the field."""

@@ -176,7 +176,8 @@ def load_report(path: Path) -> BenchReport:
         raise UsageError(
             f"{path} is not a sparkbuild bench report or a llama-benchy 0.4 JSON: "
             f"{' '.join(first)}",
-            "write one with `sparkbuild bench ... --json FILE` (or `llama-benchy --format json`)",
+            "write one with `sparkbuild bench ... --json-file FILE` "
+            "(or `llama-benchy --format json`)",
         ) from None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sparkbuild import lockfile
-from sparkbuild.cli import run_per_build
+from sparkbuild.cli import options, run_per_build
 from sparkbuild.errors import UsageError
 from sparkbuild.image import ImageResult, build_image
 from sparkbuild.settings import Settings
@@ -41,10 +41,8 @@ def _summary(result: ImageResult) -> str:
     type=click.Choice(["sglang", "vllm"]),
     help="Only this engine's builds (all of them when no BUILD is named).",
 )
-@click.option(
-    "--locked",
-    is_flag=True,
-    help="Build exactly what images.lock pins (source and base digest); fail if the inputs differ.",
+@options.locked(
+    help="Build exactly what images.lock pins (source and base digest); fail if the inputs differ."
 )
 @click.option(
     "--platform",
@@ -75,7 +73,7 @@ def _summary(result: ImageResult) -> str:
     help="Export every stage's layers to a registry build cache (needs buildx) "
     "[env SPARKBUILD_CACHE_TO].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@options.json()
 @click.pass_obj
 def build_command(
     settings: Settings,
@@ -106,7 +104,7 @@ def build_command(
             lock=lock,
         ),
         summary=_summary,
-        as_json=as_json,
+        json_path=options.json_destination(as_json),
         noun="builds",
     )
 

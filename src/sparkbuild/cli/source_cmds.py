@@ -10,8 +10,13 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import console, lockfile, requirements, source
-from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.cli import emit_json, options, render_error
+from sparkbuild.errors import (
+    BuildsFailedError,
+    ItemsDoNotApplyError,
+    RequirementsClashError,
+    SparkbuildError,
+)
 from sparkbuild.settings import Settings
 from sparkbuild.source import lockcheck
 from sparkbuild.spec import Build, load_builds, select
@@ -24,11 +29,6 @@ _STATUS_STYLE = {
     "missing": "bold red",
     "invalid": "bold red",
 }
-
-locked_option = click.option(
-    "--locked", is_flag=True, help="Use only what images.lock pins; fail if anything differs."
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def _prepare_all(
@@ -67,7 +67,7 @@ def _table(results: list[source.PreparedSource]) -> Table:
     return table
 
 
-def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
+def _failed_items(results: list[source.PreparedSource]) -> ItemsDoNotApplyError:
     bad = [
         f"{p.build.name} {item.id} ({item.status})"
         for p in results
@@ -75,7 +75,7 @@ def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
         if item.status in source.FAILING
     ]
     shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-    return SparkbuildError(
+    return ItemsDoNotApplyError(
         f"{len(bad)} item(s) do not apply: {shown}",
         "see the detail column; `sparkbuild prepare BUILD` checks out the tree before a conflict",
     )
@@ -83,8 +83,8 @@ def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
 
 @click.command()
 @click.argument("builds", nargs=-1)
-@locked_option
-@json_option
+@options.locked()
+@options.json()
 @click.pass_obj
 def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: bool) -> None:
     """Status of every PR and patch of BUILDS (default: all). Exit 1 if any is in conflict,
@@ -105,15 +105,15 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
         console.out.print(_table(results))
         _print_requirement_conflicts(checked)
         for name, exc in failures:
-            render_error(SparkbuildError(f"{name}: {exc.message}", exc.hint))
+            render_error(exc, build=name)
     if failures:
         names = ", ".join(name for name, _ in failures)
-        raise SparkbuildError(f"{len(failures)} build(s) could not be prepared: {names}")
+        raise BuildsFailedError(f"{len(failures)} build(s) could not be prepared: {names}")
     if not all(r.ok for r in results):
         raise _failed_items(results)
     clashing = [name for name, report in checked.items() if report and not report.ok]
     if clashing:
-        raise SparkbuildError(
+        raise RequirementsClashError(
             f"requirements clash with the release's own pins: {', '.join(clashing)}",
             "see the conflicts above; pin a compatible version, or set `override: true` on "
             "the requirement when the clash is intended",
@@ -145,8 +145,8 @@ def _print_requirement_conflicts(checked: dict[str, requirements.RequirementRepo
 @click.option(
     "--force", is_flag=True, help="Discard local edits and untracked files in the checkout."
 )
-@locked_option
-@json_option
+@options.locked()
+@options.json()
 @click.pass_obj
 def prepare(
     settings: Settings, build: str, out: str | None, force: bool, locked: bool, as_json: bool
@@ -210,7 +210,7 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     if failed:
         console.out.print(_table(failed))
         names = ", ".join(p.build.name for p in failed)
-        raise SparkbuildError(
+        raise ItemsDoNotApplyError(
             f"not locked (conflict, missing or invalid items): {names}; their entries are "
             "unchanged",
             f"fix them, then `sparkbuild lock {failed[0].build.name}`; "

@@ -55,7 +55,7 @@ def preflight_gate(
         return True
     listed = ", ".join(f"{p}: {v}" for p, v in failing.items())
     problem = f"{build.name}: image {image_id[:19]} has no passing preflight ({listed})"
-    hint = f"`sparkbuild preflight {build.name} --image IMAGE --record` records one"
+    hint = f"`sparkbuild preflight {build.name} --image IMAGE --record {build.name}` records one"
     if not force:
         raise GateClosedError(problem, hint + "; --force publishes anyway, recorded unverified")
     console.warn(f"{problem}\n--force: publishing without a passing preflight")

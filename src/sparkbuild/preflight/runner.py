@@ -39,7 +39,7 @@ def parse_output(stdout: str, stderr: str, where: str) -> dict[str, Any]:
     if not sep:
         raise ProbeError(
             f"preflight probe in {where} ended without a report:\n{stderr[-3000:]}",
-            "run it again with --json FILE and read the probe's stderr above",
+            "run it again with --json-file FILE and read the probe's stderr above",
         )
     try:
         data = json.loads(tail)
