@@ -209,7 +209,7 @@ def test_preflight_reports_verdicts_and_errors_of_several_builds(
     report = json.loads(out.read_text())
     assert [r["build"] for r in report["results"]] == ["a"]
     assert [f["build"] for f in report["failed"]] == ["b"]
-    builds = lockfile.load(preflight.path / "images.lock").to_data()["builds"]
+    builds = lockfile.load(preflight.path / "images.lock").to_json()["builds"]
     assert set(builds) == {"a"}  # a failing verdict is recorded too; b never ran
     (entry,) = builds["a"]["preflight"].values()
     assert entry["profiles"]["p"]["verdict"] == "fail"
@@ -221,7 +221,7 @@ def test_preflight_record_alone_checks_just_that_build(preflight: PreflightProje
     payload = json.loads(result.stdout)  # only JSON on stdout: no table
     assert [r["build"] for r in payload["results"]] == ["a"] and payload["failed"] == []
     assert "b (error)" not in result.stderr
-    assert "a" in lockfile.load(preflight.path / "images.lock").to_data()["builds"]
+    assert "a" in lockfile.load(preflight.path / "images.lock").to_json()["builds"]
 
 
 def test_preflight_record_of_a_build_it_does_not_check_is_refused(
