@@ -14,8 +14,8 @@ from typing import Any
 
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.image.base_image import BaseImage
-from sparkbuild.publish import credentials as creds
-from sparkbuild.publish.registry import (
+from sparkbuild.registry import credentials as creds
+from sparkbuild.registry.client import (
     DOCKER_HUB,
     Registry,
     RegistryClient,

@@ -13,10 +13,10 @@ from sparkbuild import console, dockerhost, lockfile
 from sparkbuild.errors import LockError, SparkbuildError
 from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers, manifests
-from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.gate import pinned_image, smoke_gate, smoke_verdicts
-from sparkbuild.publish.registry import Manifest, RegistryClient
+from sparkbuild.registry.client import Manifest, RegistryClient
+from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from sparkbuild import console, lockfile
 from sparkbuild.errors import LockError, SparkbuildError, UsageError
-from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.push import move_aliases
-from sparkbuild.publish.registry import Registry, RegistryClient
+from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 

@@ -17,7 +17,7 @@ import docker.auth
 import docker.errors
 
 from sparkbuild.errors import SparkbuildError, UsageError
-from sparkbuild.publish.redact import Redactor
+from sparkbuild.registry.redact import Redactor
 
 USER_ENV = "SPARKBUILD_REGISTRY_USER"
 PASSWORD_ENV = "SPARKBUILD_REGISTRY_PASSWORD"

@@ -31,7 +31,7 @@ from sparkbuild.errors import (
     SparkbuildError,
     UsageError,
 )
-from sparkbuild.publish.credentials import PASSWORD_ENV, USER_ENV, Credentials
+from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials
 from sparkbuild.settings import env_number
 
 MANIFEST_TYPES = (
