@@ -14,30 +14,14 @@ from typing import Any
 
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.image.base_image import BaseImage
+from sparkbuild.imageref import split_reference
 from sparkbuild.registry import credentials as creds
-from sparkbuild.registry.client import (
-    DOCKER_HUB,
-    Registry,
-    RegistryClient,
-    get_blob,
-)
+from sparkbuild.registry.client import Registry, RegistryClient, get_blob
 
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 )
-
-
-def split_reference(reference: str) -> tuple[str, str]:
-    """``(registry host, repository)`` of an image reference, Docker Hub rules included."""
-    name = reference.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last:
-        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first, rest
-    return DOCKER_HUB, name if "/" in name else f"library/{name}"
 
 
 def _json(body: bytes, what: str) -> dict[str, Any]:
@@ -66,7 +50,7 @@ def _platform_manifest(index: dict[str, Any], platform: str, what: str) -> str:
 def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
     """The ``config`` section (User, Env, ...) of ``base`` for ``platform``."""
     host, repository = split_reference(base.reference)
-    stored = creds._from_docker_config(host) or creds.Credentials("nowhere (anonymous)")
+    stored = creds.from_docker_config(host) or creds.Credentials("nowhere (anonymous)")
     client = RegistryClient(Registry.parse(host), stored)
     what = f"base image {base.pinned}"
     manifest = client.manifest(repository, base.digest)

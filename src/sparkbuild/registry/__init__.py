@@ -7,12 +7,11 @@ aliases through it. Kept apart from both, as docker-py keeps ``auth.py`` and
 ``credentials`` (environment, stdin or docker's credential store) and ``redact``.
 """
 
-from sparkbuild.registry.client import DOCKER_HUB, Manifest, Registry, RegistryClient, get_blob
+from sparkbuild.registry.client import Manifest, Registry, RegistryClient, get_blob
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.registry.redact import Redactor
 
 __all__ = [
-    "DOCKER_HUB",
     "Credentials",
     "Manifest",
     "Redactor",

@@ -53,7 +53,7 @@ class Credentials:
         return "anonymous" if self.anonymous else f"{who} from {self.source}"
 
 
-def _from_docker_config(registry_host: str) -> Credentials | None:
+def from_docker_config(registry_host: str) -> Credentials | None:
     try:
         config = docker.auth.load_config()
         entry: dict[str, Any] | None = config.resolve_authconfig(registry_host)
@@ -99,7 +99,7 @@ def resolve(
         if not user:
             raise UsageError(f"{PASSWORD_ENV} is set but {USER_ENV} is not")
         return Credentials("environment", username=user, password=env_password)
-    stored = _from_docker_config(registry_host)
+    stored = from_docker_config(registry_host)
     if stored is not None:
         return stored
     return Credentials("nowhere (anonymous)")
