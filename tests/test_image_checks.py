@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbuild import imageref, scope
+from sparkbuild import imageref
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.image import cubins
+from sparkbuild.source import scope
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from sparkbuild import scope
 from sparkbuild.errors import SparkbuildError, SpecError
 from sparkbuild.settings import Settings
-from sparkbuild.source import ChangedFile, PreparedSource
+from sparkbuild.source import ChangedFile, PreparedSource, scope
 from sparkbuild.spec import Build
 
 OVERLAY_TEMPLATE = "overlay.Dockerfile"
