@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from sparkbuild import lockfile
+from sparkbuild import lockfile, source
 from sparkbuild.cli import run_per_build
 from sparkbuild.errors import UsageError
-from sparkbuild.image import ImageResult, build_image
+from sparkbuild.image import BuildOptions, ImageJob, ImageResult, build_image
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
@@ -91,24 +91,22 @@ def build_command(
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
     selected = _selected(settings, builds, engine)
-    lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes its entry
-    run_per_build(
-        selected,
-        lambda build: build_image(
-            build,
-            settings,
-            locked=locked,
-            platform=platform,
-            builder_name=builder_name,
-            no_cache=no_cache,
-            cache_from=cache_from,
-            cache_to=cache_to,
-            lock=lock,
-        ),
-        summary=_summary,
-        as_json=as_json,
-        noun="builds",
+    options = BuildOptions(
+        locked=locked,
+        platform=platform,
+        builder_name=builder_name,
+        no_cache=no_cache,
+        cache_from=cache_from,
+        cache_to=cache_to,
     )
+    lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes its entry
+
+    def build_one(build: Build) -> ImageResult:
+        job = ImageJob.start(build, settings, options, lock=lock)  # the host before any fetch
+        prepared = source.prepare_source(build, settings, locked=locked, lock=lock.lock)
+        return build_image(prepared, job)
+
+    run_per_build(selected, build_one, summary=_summary, as_json=as_json, noun="builds")
 
 
 COMMANDS: list[click.Command] = [build_command]
