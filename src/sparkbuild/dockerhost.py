@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import platform as host_platform
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
@@ -16,7 +15,7 @@ from sparkbuild.errors import SparkbuildError
 SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
 
 
-def client(timeout: int = 300) -> Any:
+def client(timeout: int = 300) -> docker.DockerClient:
     """A docker SDK client for the daemon, or an error saying how to start one."""
     try:
         api = docker.from_env(timeout=timeout)

@@ -103,7 +103,7 @@ def overlay_env(
             setup=setup,
             work_dir=work,
         )
-        base_id = docker_client().images.get(base_ref).id
+        base_id = str(docker_client().images.get(base_ref).id)
         env = OverlayEnv(version, registry, base_ref, repo, work, [base_ref, base_id])
         try:
             yield env

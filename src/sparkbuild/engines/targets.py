@@ -38,6 +38,10 @@ from sparkbuild.engines.logs import LineSplitter, LogBuffer
 from sparkbuild.errors import SparkbuildError, UsageError
 
 if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container
+    from docker.types import DeviceRequest
+
     from sparkbuild.engines.adapters import EngineAdapter
 
 TargetKind = Literal["image", "command", "url"]
@@ -258,7 +262,7 @@ class Mount:
     read_only: bool = True
 
 
-def device_requests(gpus: str | None) -> list[Any]:
+def device_requests(gpus: str | None) -> list[DeviceRequest]:
     """``docker run --gpus`` semantics: ``all``, a count, ``device=0,1``; None/none = no GPU."""
     import docker.types
 
@@ -347,8 +351,8 @@ class ContainerTarget(Target):
         self.name = f"sparkbuild-{stage}-{uuid.uuid4().hex[:10]}"
         self.logs = LogBuffer(log_path)
         self.image_id: str | None = None
-        self._client: Any = None
-        self._container: Any = None
+        self._client: DockerClient | None = None
+        self._container: Container | None = None
         self._host_port: int | None = None
         self._reader: threading.Thread | None = None
         self._exit: int | None = None
@@ -419,6 +423,7 @@ class ContainerTarget(Target):
         assert self.logs is not None
         splitter = LineSplitter(self.logs)
         try:
+            assert self._container is not None  # the reader starts once the container runs
             for chunk in self._container.logs(stream=True, follow=True):
                 splitter.feed(chunk)
         except Exception:

@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
@@ -40,6 +40,10 @@ from sparkbuild.image import (
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.images import Image
 
 SECTION = "image"
 # Build arguments that tune the build without changing what it produces.
@@ -114,7 +118,7 @@ def _locked_image(build: Build, entry: lockfile.BuildEntry | None) -> lockfile.I
 
 
 def _resolve_base(
-    build: Build, api: Any, platform: str, locked: lockfile.ImageSection | None
+    build: Build, api: DockerClient, platform: str, locked: lockfile.ImageSection | None
 ) -> base_image.BaseImage:
     where = f"base_image of build '{build.name}' in {build.spec_file.name}"
     reference = build.image.base_image
@@ -143,7 +147,7 @@ def _resolve_base(
 def _plan(
     prepared: PreparedSource,
     settings: Settings,
-    api: Any,
+    api: DockerClient,
     platform: str,
     entry: lockfile.BuildEntry | None,
     locked: lockfile.ImageSection | None,
@@ -240,7 +244,7 @@ def _explain_locked_difference(plan: _Plan, locked: lockfile.ImageSection) -> st
     return "; ".join(differences)
 
 
-def find_local(api: Any, digest: str) -> Any | None:
+def find_local(api: DockerClient, digest: str) -> Image | None:
     """The newest local image labelled with ``digest``, if any."""
     images = api.images.list(filters={"label": f"{labels.INPUTS_LABEL}={digest}"})
     if not images:
@@ -249,7 +253,7 @@ def find_local(api: Any, digest: str) -> Any | None:
 
 
 def _lock_section(
-    plan: _Plan, image: Any, cuda_code: dict[str, Any] | None
+    plan: _Plan, image: Image, cuda_code: dict[str, Any] | None
 ) -> lockfile.ImageSection:
     section = lockfile.ImageSection(
         mode=plan.prepared.build.image.mode,
@@ -267,7 +271,7 @@ def _lock_section(
     return section
 
 
-def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | None:
+def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> dict[str, Any] | None:
     """Source mode: the built wheels' cubins match TORCH_CUDA_ARCH_LIST, or the image goes."""
     if plan.prepared.build.image.mode != "source":
         return None
@@ -276,14 +280,14 @@ def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | Non
         try:
             code = cubins.verify(api, image, plan.platform, arch_list)
         except CubinCheckError as failure:
-            api.images.remove(image.id, force=True)
+            api.images.remove(str(image.id), force=True)
             raise CubinCheckError(
                 f"{plan.prepared.build.name}: {failure.message}", failure.hint
             ) from None
     return code.to_json() if code is not None else None
 
 
-def _check_platform(image: Any, platform: str) -> None:
+def _check_platform(image: Image, platform: str) -> None:
     arch = dockerhost.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
     if image.attrs.get("Architecture") != arch:
@@ -364,7 +368,7 @@ class ImageJob:
     settings: Settings
     options: BuildOptions
     lock: lockfile.LockHandle  # the command's; the build's entry is written once, at the end
-    api: Any
+    api: DockerClient
     client: builder.BuildClient
     platform: str
     cache: tuple[tuple[str, ...], str | None]
@@ -467,13 +471,13 @@ def _refuse_failing(prepared: PreparedSource) -> None:
     )
 
 
-def _local_or_built(plan: _Plan, job: ImageJob) -> tuple[Any, bool]:
+def _local_or_built(plan: _Plan, job: ImageJob) -> tuple[Image, bool]:
     """The local image that already carries the inputs digest (skipped), else a new build."""
     build, api = job.build, job.api
     existing = None if job.options.no_cache else find_local(api, plan.inputs_digest)
     if existing is not None:
         tags.ensure_tags(existing, plan.tags)
-        image = api.images.get(existing.id)
+        image = api.images.get(str(existing.id))
         console.info(f"{build.name}: up to date ({str(image.id)[:19]})")
         return image, True
     if job.options.builder_name is None:

@@ -17,10 +17,13 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from sparkbuild import console
 from sparkbuild.errors import BuildFailedError, SparkbuildError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 BUILDX_HINT = (
     "install the buildx plugin (`apt-get install docker-buildx` on Debian 13 / Ubuntu, "
@@ -127,7 +130,7 @@ def find_client(*, need_buildx: bool = False) -> BuildClient:
     )
 
 
-def daemon_max_jobs(api: Any) -> int:
+def daemon_max_jobs(api: DockerClient) -> int:
     """Parallel compile jobs for the local daemon's memory and cores."""
     info = api.info()
     return max_jobs(int(info.get("MemTotal", 0)), int(info.get("NCPU", 1)))

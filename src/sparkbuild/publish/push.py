@@ -5,7 +5,7 @@ lock as it was and running the command again completes the job)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
@@ -19,6 +19,10 @@ from sparkbuild.registry.client import Manifest, RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.images import Image
 
 SECTION = "publish"
 
@@ -58,7 +62,7 @@ def publication_record(entry: lockfile.BuildEntry, key: str) -> lockfile.Publish
 # --- the local image --------------------------------------------------------------------
 
 
-def local_image(api: Any, build: Build, image: lockfile.ImageSection) -> Any:
+def local_image(api: DockerClient, build: Build, image: lockfile.ImageSection) -> Image:
     """The local image with the lock's image id; refuses when the lock and store disagree."""
     image_id = str(image.image_id)
     for tag in image.tags:
@@ -68,8 +72,8 @@ def local_image(api: Any, build: Build, image: lockfile.ImageSection) -> Any:
             continue
         if tagged.id != image_id:
             raise LockError(
-                f"{build.name}: the local image {tag} is {tagged.id[:19]}, but images.lock pins "
-                f"{image_id[:19]}; the lock does not describe what was built here",
+                f"{build.name}: the local image {tag} is {str(tagged.id)[:19]}, but images.lock "
+                f"pins {image_id[:19]}; the lock does not describe what was built here",
                 f"`sparkbuild build {build.name}` re-pins the current image (then smoke it), or "
                 "restore the images.lock that matches it",
             )
@@ -93,7 +97,7 @@ def local_image(api: Any, build: Build, image: lockfile.ImageSection) -> Any:
 
 
 def daemon_push(
-    api: Any, image: Any, destination: Destination, credentials: Credentials
+    api: DockerClient, image: Image, destination: Destination, credentials: Credentials
 ) -> str | None:
     """Push through the docker daemon; the manifest digest it reports, if it reports one."""
     image.tag(destination.reference, destination.tag)
