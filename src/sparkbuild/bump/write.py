@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from sparkbuild import source
 from sparkbuild.bump import specedit
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BumpError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds
 
@@ -185,7 +185,7 @@ def write_plan(settings: Settings, plan: BumpPlan) -> None:
         try:
             specedit.write_atomic(path, data)
         except OSError as exc:
-            raise SparkbuildError(
+            raise BumpError(
                 f"cannot write {path}: {exc.strerror or exc}",
                 f"{plan.spec_file.name} is unchanged unless it was the last file; "
                 "fix the cause and run the same bump again",
@@ -197,7 +197,7 @@ def _inside(settings: Settings, relative: str) -> Path:
     project = settings.project_dir.resolve()
     path = (project / relative).resolve()
     if not path.is_relative_to(project):
-        raise SparkbuildError(
+        raise BumpError(
             f"refusing to write {relative}: it is outside the project {project}",
             "patch files named in the spec must live under the project (patches/ENGINE/)",
         )

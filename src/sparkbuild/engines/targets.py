@@ -35,7 +35,7 @@ import requests
 
 from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
 from sparkbuild.engines.logs import LineSplitter, LogBuffer
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -288,7 +288,7 @@ def local_image_id(image: str) -> str:
     try:
         return str(dockerhost.client().images.get(image).id)
     except docker.errors.ImageNotFound as exc:
-        raise SparkbuildError(
+        raise LocalImageError(
             f"image {image} is not in the local Docker engine",
             "build it with `sparkbuild build BUILD` or `docker pull` it first",
         ) from exc
@@ -303,7 +303,7 @@ def image_labels(image: str) -> dict[str, str]:
     try:
         labels = dockerhost.client().images.get(image).labels
     except docker.errors.ImageNotFound as exc:
-        raise SparkbuildError(
+        raise LocalImageError(
             f"image {image} is not in the local Docker engine",
             "build it with `sparkbuild build BUILD` or `docker pull` it first",
         ) from exc
@@ -362,7 +362,7 @@ class ContainerTarget(Target):
     @property
     def base_url(self) -> str:
         if self._host_port is None:
-            raise SparkbuildError(f"container {self.name} has no published port yet")
+            raise EngineContainerError(f"container {self.name} has no published port yet")
         return f"http://{LOOPBACK}:{self._host_port}"
 
     @property
@@ -404,7 +404,7 @@ class ContainerTarget(Target):
             self._container = self._client.containers.run(self.image, **self._run_kwargs())
         except docker.errors.APIError as exc:
             self._remove()
-            raise SparkbuildError(
+            raise EngineContainerError(
                 f"cannot start a container of {self.image}: {exc.explanation or exc}",
                 "GPU flags can be changed with --gpus (e.g. --gpus none on a host without GPUs)",
             ) from exc

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BaseImageError
 from sparkbuild.image.base_image import BaseImage
 from sparkbuild.imageref import split_reference
 from sparkbuild.registry import credentials as creds
@@ -28,9 +28,9 @@ def _json(body: bytes, what: str) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except ValueError as exc:
-        raise SparkbuildError(f"{what} is not JSON ({exc})") from exc
+        raise BaseImageError(f"{what} is not JSON ({exc})") from exc
     if not isinstance(data, dict):
-        raise SparkbuildError(f"{what} is not a JSON object")
+        raise BaseImageError(f"{what} is not a JSON object")
     return data
 
 
@@ -44,7 +44,7 @@ def _platform_manifest(index: dict[str, Any], platform: str, what: str) -> str:
             and entry.get("digest")
         ):
             return str(entry["digest"])
-    raise SparkbuildError(f"{what} has no {platform} manifest")
+    raise BaseImageError(f"{what} has no {platform} manifest")
 
 
 def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
     what = f"base image {base.pinned}"
     manifest = client.manifest(repository, base.digest)
     if manifest is None:
-        raise SparkbuildError(
+        raise BaseImageError(
             f"{what}: its registry no longer serves the pinned digest",
             "re-pin it: build without --locked",
         )
@@ -64,11 +64,11 @@ def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
         digest = _platform_manifest(body, platform, what)
         single = client.manifest(repository, digest)
         if single is None:
-            raise SparkbuildError(f"{what}: its {platform} manifest {digest} is missing")
+            raise BaseImageError(f"{what}: its {platform} manifest {digest} is missing")
         body = _json(single.body, f"{what}: {platform} manifest")
     config_digest = (body.get("config") or {}).get("digest")
     if not config_digest:
-        raise SparkbuildError(f"{what}: its manifest names no config")
+        raise BaseImageError(f"{what}: its manifest names no config")
     config = _json(get_blob(client, repository, str(config_digest)), f"{what}: config")
     section = config.get("config") or {}
     return section if isinstance(section, dict) else {}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import docker.errors
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BaseImageError, PlatformError
 from sparkbuild.imageref import digest_of, strip_digest
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def resolve(api: DockerClient, reference: str, platform: str, *, where: str) -> 
     try:
         data = api.images.get_registry_data(reference)
     except (docker.errors.NotFound, docker.errors.APIError) as exc:
-        raise SparkbuildError(
+        raise BaseImageError(
             f"base image {reference} not found in its registry ({_explain(exc)})",
             f"check {where}; BuildKit fetches FROM through a registry, so an image that is only "
             "in the local store must be pushed to a registry first (`docker push`)",
@@ -47,7 +47,7 @@ def resolve(api: DockerClient, reference: str, platform: str, *, where: str) -> 
         offered = ", ".join(
             f"{p.get('os')}/{p.get('architecture')}" for p in data.attrs.get("Platforms", [])
         )
-        raise SparkbuildError(
+        raise PlatformError(
             f"base image {reference} has no {platform} variant (it offers: {offered or '?'})",
             f"pick a {platform} image in {where}, or pass --platform",
         )

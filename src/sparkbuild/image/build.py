@@ -23,9 +23,11 @@ from sparkbuild import console, dockerhost, imageref, lockfile, requirements, so
 from sparkbuild.errors import (
     BuildFailedError,
     CubinCheckError,
+    LocalImageError,
     LockError,
-    SparkbuildError,
+    PlatformError,
     SpecError,
+    UnpreparedSourceError,
 )
 from sparkbuild.image import (
     base_config,
@@ -291,7 +293,7 @@ def _check_platform(image: Image, platform: str) -> None:
     arch = dockerhost.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
     if image.attrs.get("Architecture") != arch:
-        raise SparkbuildError(
+        raise PlatformError(
             f"the build produced a {got} image, not {platform}",
             "BuildKit ignored --platform: update the docker client or use `--builder NAME`",
         )
@@ -464,7 +466,7 @@ def _refuse_failing(prepared: PreparedSource) -> None:
     failing = [
         f"{i.id}: {i.status} ({i.detail})" for i in prepared.items if i.status in source.FAILING
     ]
-    raise SparkbuildError(
+    raise UnpreparedSourceError(
         f"{build.name}: the source does not prepare cleanly:\n  " + "\n  ".join(failing),
         f"`sparkbuild patches {build.name}` shows every item; "
         f"`sparkbuild prepare {build.name}` checks out the tree to fix it",
@@ -486,7 +488,7 @@ def _local_or_built(plan: _Plan, job: ImageJob) -> tuple[Image, bool]:
     try:
         image = api.images.get(image_id)
     except docker.errors.ImageNotFound as exc:
-        raise SparkbuildError(
+        raise LocalImageError(
             f"{build.name}: the built image {image_id} is not in the local store",
             "with a remote --builder, check that `docker buildx build --load` works",
         ) from exc

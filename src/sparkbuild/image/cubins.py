@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
-from sparkbuild.errors import CubinCheckError, SparkbuildError
+from sparkbuild.errors import BuildInputError, CubinCheckError
 from sparkbuild.image import context
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def expected_archs(arch_list: str) -> tuple[tuple[str, ...], bool]:
         entry = raw.removesuffix("+PTX")
         match = _ARCH.match(entry)
         if not match:
-            raise SparkbuildError(
+            raise BuildInputError(
                 f"TORCH_CUDA_ARCH_LIST entry '{entry}' is not of the form MAJOR.MINOR[a|f]",
                 'for DGX Spark: `TORCH_CUDA_ARCH_LIST: "12.1a"` in build_args',
             )

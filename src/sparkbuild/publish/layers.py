@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import PublishError, UsageError
 
 if TYPE_CHECKING:
     from docker.models.images import Image
@@ -93,7 +93,7 @@ def check_layers(image: Image, limit: int | None, reference: str) -> None:
         f"layer {layer.number}: {human(layer.size)}, made by: {layer.created_by[:160]}"
         for layer in over
     )
-    raise SparkbuildError(
+    raise PublishError(
         f"{reference}: {len(over)} layer(s) exceed the registry's limit of {human(limit)} "
         f"(uncompressed sizes; nothing was pushed):\n  {listed}",
         "split the step that made it: build in a separate stage and COPY only what the image "

@@ -28,7 +28,7 @@ from sparkbuild import imageref
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
-    SparkbuildError,
+    RegistryUnreachableError,
     UsageError,
 )
 from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials
@@ -192,7 +192,7 @@ class RegistryClient:
         except RetryError as exc:
             last = exc.last_attempt.exception()
             detail = last.detail if isinstance(last, _TransientError) else str(last)
-            raise SparkbuildError(
+            raise RegistryUnreachableError(
                 f"registry unreachable: {method} {url} failed {exc.last_attempt.attempt_number} "
                 f"times (last: {detail})",
                 "check the --registry address and your network; the registry may be down "

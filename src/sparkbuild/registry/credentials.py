@@ -16,7 +16,7 @@ from typing import Any
 import docker.auth
 import docker.errors
 
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import CredentialStoreError, UsageError
 from sparkbuild.registry.redact import Redactor
 
 USER_ENV = "SPARKBUILD_REGISTRY_USER"
@@ -59,7 +59,7 @@ def from_docker_config(registry_host: str) -> Credentials | None:
         entry: dict[str, Any] | None = config.resolve_authconfig(registry_host)
     except docker.errors.DockerException as exc:
         # The helper's own message can quote what it was given; keep only the helper's name.
-        raise SparkbuildError(
+        raise CredentialStoreError(
             f"docker's credential store failed for {registry_host} ({type(exc).__name__})",
             "check the `credsStore`/`credHelpers` helper in your docker config, or set "
             f"{USER_ENV} and {PASSWORD_ENV}",
