@@ -181,7 +181,11 @@ class EngineAdapter(ABC):
 
     @abstractmethod
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
-        """Arguments after the launcher: model, bind address and the profile's flags."""
+        """Arguments after the launcher: model, bind address and the profile's flags.
+
+        Each engine's module makes its own, per release where the flags differ
+        (``self.version``): the place for launch arguments that differ by engine and release.
+        """
 
     @abstractmethod
     def generate(
