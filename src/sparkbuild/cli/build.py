@@ -91,7 +91,7 @@ def build_command(
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
     selected = _selected(settings, builds, engine)
-    options = BuildOptions(
+    build_options = BuildOptions(
         locked=locked,
         platform=platform,
         builder_name=builder_name,
@@ -102,7 +102,7 @@ def build_command(
     lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes its entry
 
     def build_one(build: Build) -> ImageResult:
-        job = ImageJob.start(build, settings, options, lock=lock)  # the host before any fetch
+        job = ImageJob.start(build, settings, build_options, lock=lock)  # the host before any fetch
         prepared = source.prepare_source(build, settings, locked=locked, lock=lock.lock)
         return build_image(prepared, job)
 
