@@ -26,8 +26,8 @@ from sparkbuild.cli import main
 from sparkbuild.errors import RegistryError, SparkbuildError
 from sparkbuild.preflight.runner import ImageTarget
 from sparkbuild.preflight.where import image_id_of
-from sparkbuild.publish.credentials import Credentials
-from sparkbuild.publish.registry import Registry, RegistryClient
+from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.credentials import Credentials
 from tests.support.cli import CliResult, run_cli
 from tests.support.docker_env import docker_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream

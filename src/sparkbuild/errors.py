@@ -107,12 +107,61 @@ class CubinCheckError(SparkbuildError):
     """The built wheels carry CUDA code for other archs than the build targets."""
 
 
+class DockerUnavailableError(SparkbuildError):
+    """This host's Docker cannot do what was asked: no daemon answers, no docker client can run
+    BuildKit builds (or buildx is needed), or no emulation runs the platform's binaries."""
+
+
+class PlatformError(SparkbuildError):
+    """A platform that is not ``linux/ARCH``, or an image of another platform than asked for."""
+
+
+class LocalImageError(SparkbuildError):
+    """An image that should be in the local Docker engine is not there."""
+
+
+class BaseImageError(SparkbuildError):
+    """The base image cannot be pinned, or its config cannot be read, from its registry."""
+
+
+class UnpreparedSourceError(SparkbuildError):
+    """A build whose PRs or patches do not all apply: there is no tree to build an image of."""
+
+
+class OverlayScopeError(SparkbuildError):
+    """An overlay build whose PRs or patches change files outside the Python package."""
+
+
+class BrokenInstallError(SparkbuildError):
+    """A file sparkbuild ships (a template) is missing from its install."""
+
+
+class BuildInputError(SparkbuildError):
+    """A build argument or build cache reference that is not valid, found while building."""
+
+
 class RegistryError(SparkbuildError):
     """The registry answered, and the answer was no."""
 
 
 class CredentialsRejectedError(RegistryError):
     """Authentication failed: wrong or missing credentials (never quoted)."""
+
+
+class RegistryUnreachableError(SparkbuildError):
+    """The registry did not answer (after retries), or answered only with server errors."""
+
+
+class CredentialStoreError(SparkbuildError):
+    """docker's credential store (a ``credsStore``/``credHelpers`` helper) failed."""
+
+
+class PublishError(SparkbuildError):
+    """A push that did not land, or would publish other bytes than the pinned image."""
+
+
+class RollbackError(SparkbuildError):
+    """No published digest to move the aliases back to, or one they must not move to."""
 
 
 class EngineHTTPError(SparkbuildError):
@@ -180,6 +229,27 @@ class BumpNotReadyError(SparkbuildError):
 
 class InternalError(SparkbuildError):
     """A bug in sparkbuild: any other exception, rendered as one screen, not a traceback."""
+
+
+class EngineContainerError(SparkbuildError):
+    """An engine's container could not be started, or has no published port to reach."""
+
+
+class EngineBootError(SparkbuildError):
+    """The engine exited, or never became ready, before a bench sweep could start."""
+
+
+class PlotError(SparkbuildError):
+    """``--plot`` cannot draw: matplotlib is missing, or no cell has a figure to plot."""
+
+
+class RequirementError(SparkbuildError):
+    """An extra requirement (spec ``requirements:``) has no wheel pip can download for the
+    image, or pip returned another file than asked for."""
+
+
+class BumpError(SparkbuildError):
+    """``sparkbuild bump`` cannot carry a change, or cannot write the files it planned."""
 
 
 class UnknownPlaceholderError(ValueError):

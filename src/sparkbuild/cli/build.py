@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from sparkbuild import lockfile
+from sparkbuild import lockfile, source
 from sparkbuild.cli import options, run_per_build
 from sparkbuild.errors import UsageError
-from sparkbuild.image import ImageResult, build_image
+from sparkbuild.image import BuildOptions, ImageJob, ImageResult, build_image
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
@@ -89,20 +89,24 @@ def build_command(
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
     selected = _selected(settings, builds, engine)
+    build_options = BuildOptions(
+        locked=locked,
+        platform=platform,
+        builder_name=builder_name,
+        no_cache=no_cache,
+        cache_from=cache_from,
+        cache_to=cache_to,
+    )
     lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes its entry
+
+    def build_one(build: Build) -> ImageResult:
+        job = ImageJob.start(build, settings, build_options, lock=lock)  # the host before any fetch
+        prepared = source.prepare_source(build, settings, locked=locked, lock=lock.lock)
+        return build_image(prepared, job)
+
     run_per_build(
         selected,
-        lambda build: build_image(
-            build,
-            settings,
-            locked=locked,
-            platform=platform,
-            builder_name=builder_name,
-            no_cache=no_cache,
-            cache_from=cache_from,
-            cache_to=cache_to,
-            lock=lock,
-        ),
+        build_one,
         summary=_summary,
         json_path=options.json_destination(as_json),
         noun="builds",

@@ -6,14 +6,8 @@ import click
 from rich.table import Table
 
 from sparkbuild import console, lockfile, source
-from sparkbuild.bump.plan import (
-    BumpPlan,
-    fresh_builds,
-    pick_from,
-    plan_bump,
-    release_tags,
-    write_plan,
-)
+from sparkbuild.bump.plan import BumpPlan, pick_from, plan_bump, release_tags
+from sparkbuild.bump.write import fresh_builds, write_plan
 from sparkbuild.cli import emit_json, options
 from sparkbuild.errors import BumpNotReadyError
 from sparkbuild.settings import Settings

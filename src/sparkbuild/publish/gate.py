@@ -4,7 +4,7 @@ build lists has a verified passing smoke verdict for that exact image id."""
 from __future__ import annotations
 
 from sparkbuild import console, lockfile
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import GateClosedError
 from sparkbuild.spec import Build
 
 
@@ -50,6 +50,6 @@ def smoke_gate(
             "records one (command and URL runs are recorded unverified and do not count)"
         )
     if not force:
-        raise SparkbuildError(problem, hint + "; --force publishes anyway, recorded unverified")
+        raise GateClosedError(problem, hint + "; --force publishes anyway, recorded unverified")
     console.warn(f"{problem}\n--force: PUBLISHING AN UNVERIFIED IMAGE; the lock records it as such")
     return False

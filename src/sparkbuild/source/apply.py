@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-from sparkbuild import git, scope
+from sparkbuild import git
 from sparkbuild.errors import LockError, PatchChecksumError
+from sparkbuild.source import scope
 from sparkbuild.source.items import ChangedFile, ItemResult, Status, distinct_prefixes
 from sparkbuild.source.mirror import Mirror, RemoteRefs
 from sparkbuild.source.patching import ScratchIndex
