@@ -21,7 +21,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from sparkbuild import requirements
+from sparkbuild import lockfile, requirements
 from sparkbuild.errors import SparkbuildError, SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds
@@ -116,7 +116,7 @@ def test_resolve_pins_the_aarch64_wheel_by_sha256_and_it_has_gemma4_assistant(
     with zipfile.ZipFile(path) as archive:
         assert "transformers/models/gemma4_assistant/__init__.py" in archive.namelist()
     assert requirements.locked_wheel(pin, settings) == path
-    tampered = requirements.PinnedWheel(**{**pin.to_dict(), "sha256": "0" * 64})
+    tampered = pin.model_copy(update={"sha256": "0" * 64})
     with pytest.raises(SparkbuildError, match=r"does not match images\.lock"):
         requirements.locked_wheel(tampered, settings)
 
@@ -124,7 +124,9 @@ def test_resolve_pins_the_aarch64_wheel_by_sha256_and_it_has_gemma4_assistant(
 def test_image_layer_installs_exactly_the_pinned_files(tmp_path: Path) -> None:
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"
     wheel.write_bytes(b"not really a wheel")
-    pin = requirements.PinnedWheel("demo==1.0", "demo", "1.0", wheel.name, "ab" * 32)
+    pin = lockfile.LockedWheel(
+        requirement="demo==1.0", name="demo", version="1.0", filename=wheel.name, sha256="ab" * 32
+    )
     requirements.write_context(tmp_path / "ctx", [pin], [wheel])
     folder = tmp_path / "ctx" / requirements.CONTEXT_DIR
     assert (folder / wheel.name).read_bytes() == wheel.read_bytes()
@@ -132,7 +134,9 @@ def test_image_layer_installs_exactly_the_pinned_files(tmp_path: Path) -> None:
     dockerfile = requirements.dockerfile_with_layer(b"FROM x\nRUN true\n").decode()
     assert dockerfile.startswith("FROM x\nRUN true\n")
     assert "--no-index --no-deps --require-hashes" in dockerfile
-    bad = requirements.PinnedWheel("x", "x", "1", "../evil.whl", "ab" * 32)
+    bad = lockfile.LockedWheel(
+        requirement="x", name="x", version="1", filename="../evil.whl", sha256="ab" * 32
+    )
     with pytest.raises(SparkbuildError, match="unsafe wheel file name"):
         requirements.write_context(tmp_path / "ctx2", [bad], [wheel])
 

@@ -53,24 +53,6 @@ _RELEASE_PLATFORMS = ("manylinux_2_34_aarch64", "manylinux2014_aarch64")
 
 
 @dataclass(frozen=True)
-class PinnedWheel:
-    """One wheel an image installs, as images.lock pins it."""
-
-    requirement: str
-    name: str
-    version: str
-    filename: str
-    sha256: str
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PinnedWheel:
-        return cls(**{k: str(data[k]) for k in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
 class Conflict:
     """Our requirement (or a pinned wheel's dependency) against the release's own pin."""
 
@@ -204,7 +186,7 @@ def spec_conflicts(build: Build, pins: dict[str, PEP508Requirement], source: str
 
 def wheel_conflicts(
     build: Build,
-    pinned: list[PinnedWheel],
+    pinned: list[lockfile.LockedWheel],
     wheels: dict[str, Path],
     pins: dict[str, PEP508Requirement],
     source: str,
@@ -255,7 +237,7 @@ def wheel_cache(settings: Settings) -> Path:
 
 def resolve_one(
     requirement: Requirement, build: Build, settings: Settings
-) -> tuple[PinnedWheel, Path]:
+) -> tuple[lockfile.LockedWheel, Path]:
     """The newest wheel for the image that satisfies ``requirement``, downloaded and hashed."""
     python = build.image.python
     cache = wheel_cache(settings)
@@ -271,11 +253,17 @@ def resolve_one(
             raise RequirementError(f"pip returned {wheel.name} for '{requirement.req}'")
         target = cache / wheel.name
         os.replace(wheel, target)
-    pinned = PinnedWheel(requirement.req, str(name), str(version), target.name, _sha256(target))
+    pinned = lockfile.LockedWheel(
+        requirement=requirement.req,
+        name=str(name),
+        version=str(version),
+        filename=target.name,
+        sha256=_sha256(target),
+    )
     return pinned, target
 
 
-def locked_wheel(pin: PinnedWheel, settings: Settings) -> Path:
+def locked_wheel(pin: lockfile.LockedWheel, settings: Settings) -> Path:
     """The exact file images.lock pins: from the cache, else downloaded; hash verified."""
     path = wheel_cache(settings) / pin.filename
     if not path.is_file():
@@ -297,8 +285,8 @@ def locked_wheel(pin: PinnedWheel, settings: Settings) -> Path:
     return path
 
 
-def resolve(build: Build, settings: Settings) -> tuple[list[PinnedWheel], dict[str, Path]]:
-    pinned: list[PinnedWheel] = []
+def resolve(build: Build, settings: Settings) -> tuple[list[lockfile.LockedWheel], dict[str, Path]]:
+    pinned: list[lockfile.LockedWheel] = []
     wheels: dict[str, Path] = {}
     for requirement in build.active_requirements():
         pin, path = resolve_one(requirement, build, settings)
@@ -307,17 +295,17 @@ def resolve(build: Build, settings: Settings) -> tuple[list[PinnedWheel], dict[s
     return pinned, wheels
 
 
-def locked_pins(entry: lockfile.BuildEntry | None) -> list[PinnedWheel] | None:
+def locked_pins(entry: lockfile.BuildEntry | None) -> list[lockfile.LockedWheel] | None:
     """The requirement pins of a lock entry (None when the entry has no such section)."""
     if entry is None or entry.requirements is None:
         return None
-    return [PinnedWheel.from_dict(item.to_json()) for item in entry.requirements]
+    return list(entry.requirements)
 
 
 _SAFE_FILENAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 
 
-def write_context(dest: Path, pins: list[PinnedWheel], wheels: list[Path]) -> None:
+def write_context(dest: Path, pins: list[lockfile.LockedWheel], wheels: list[Path]) -> None:
     """``dest/sparkbuild-requirements/``: the wheels and a hash-pinned requirements file."""
     folder = dest / CONTEXT_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -370,7 +358,7 @@ class RequirementReport:
     build: Build
     source: str  # where the release's pins were read
     conflicts: tuple[Conflict, ...]
-    pinned: tuple[PinnedWheel, ...] = ()
+    pinned: tuple[lockfile.LockedWheel, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -381,7 +369,7 @@ class RequirementReport:
             "requirements": [r.req for r in self.build.active_requirements()],
             "release_pins_from": self.source,
             "conflicts": [{**asdict(c), "message": c.describe(self.build)} for c in self.conflicts],
-            "pinned": [p.to_dict() for p in self.pinned],
+            "pinned": [p.to_json() for p in self.pinned],
         }
 
 
@@ -414,13 +402,13 @@ def lock_requirements(prepared: PreparedSource, settings: Settings) -> Requireme
 
 def record(report: RequirementReport, lock: lockfile.LockHandle) -> None:
     """Queue ``builds.<build>.requirements`` in ``lock`` (written with the build's entry)."""
-    wheels = [lockfile.LockedWheel(**p.to_dict()) for p in report.pinned]
+    wheels = list(report.pinned)
     lock.set_section(report.build.name, wheels)
 
 
 def image_wheels(
     build: Build, settings: Settings, entry: lockfile.BuildEntry | None, *, locked: bool
-) -> tuple[list[PinnedWheel], list[Path]]:
+) -> tuple[list[lockfile.LockedWheel], list[Path]]:
     """The pins and files an image of ``build`` installs: the lock's, else resolved now.
 
     With ``locked`` the lock must pin exactly the build's active requirements.

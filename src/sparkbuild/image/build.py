@@ -100,7 +100,7 @@ class _Plan:
     epoch: int
     digest_parts: dict[str, Any] = field(default_factory=dict)
     # Extra wheels (images.lock `requirements`) and their files: one more layer when set.
-    wheels: list[requirements.PinnedWheel] = field(default_factory=list)
+    wheels: list[lockfile.LockedWheel] = field(default_factory=list)
     wheel_files: list[Path] = field(default_factory=list)
 
     @property
@@ -202,7 +202,7 @@ def _plan(
         build, settings, entry, locked=locked is not None
     )
     if plan.wheels:  # only then, so images without requirements keep their digests
-        plan.digest_parts["requirements"] = [w.to_dict() for w in plan.wheels]
+        plan.digest_parts["requirements"] = [w.to_json() for w in plan.wheels]
         plan.digest_parts["requirements_layer"] = labels.file_digest(requirements.LAYER.encode())
     return plan
 
