@@ -48,6 +48,10 @@ class RemoteError(SparkbuildError):
     """A git remote could not be listed or fetched (after retries where they can help)."""
 
 
+class MissingContentsError(SparkbuildError):
+    """An offline run needs file contents that a partial mirror has not fetched yet."""
+
+
 class GitError(SparkbuildError):
     """A git command failed; ``stderr`` is git's own reason (URL credentials redacted)."""
 

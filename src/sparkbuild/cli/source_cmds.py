@@ -11,7 +11,7 @@ from rich.text import Text
 
 from sparkbuild import console, lockfile, lockproof, requirements, source
 from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.errors import LockError, MissingContentsError, SparkbuildError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build, load_builds, select
@@ -260,6 +260,13 @@ def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) ->
         prepared = source.prepare_source(build, settings, locked=True, offline=True, lock=lock)
     except LockError as exc:
         return [exc.message]
+    except MissingContentsError:  # a partial mirror that never needed these files yet
+        console.info(
+            f"{build.name}: commit and tree not re-derived (the local mirror lacks file "
+            f"contents it fetches on demand); `sparkbuild prepare --locked {build.name}` "
+            "fetches and proves them"
+        )
+        return []
     failing = [f"{i.id} ({i.status})" for i in prepared.items if i.status in source.FAILING]
     return [f"{build.name}: does not apply offline: {', '.join(failing)}"] if failing else []
 

@@ -22,7 +22,7 @@ class Applier:
     def __init__(self, mirror: Mirror, build: Build, base_commit: str) -> None:
         self.mirror = mirror
         self.build = build
-        self.index = ScratchIndex(mirror.path, base_commit)
+        self.index = ScratchIndex(mirror.path, base_commit, offline=mirror.offline)
         self.commit = base_commit
         self.tree = self.index.write_tree()
         self.conflict_commit: str | None = None
@@ -91,6 +91,7 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
             item, status="upstream", head=head, detail=f"squash-merged upstream as {merged_as}"
         )
     fork = fork_point(mirror, head, build.base_branch)
+    _complete_both(mirror, fork, head)
     commits = tuple(
         git.text(["rev-list", "--reverse", f"{fork}..{head}"], git_dir=mirror.path).split()
     )
@@ -116,6 +117,17 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
         diff_sha256=digest,
         diff=diff,
     )
+
+
+def _complete_both(mirror: Mirror, old: str, new: str) -> None:
+    """Both sides of the files that differ between two commits, fetched before the diff."""
+    names = git.run(
+        ["diff-tree", "-r", "--no-renames", "--name-only", "-z", "--end-of-options", old, new],
+        git_dir=mirror.path,
+    ).stdout.decode(errors="replace")
+    paths = [name for name in names.split("\0") if name]
+    mirror.complete(old, paths)
+    mirror.complete(new, paths)
 
 
 def settle_patch(applier: Applier, patch: Patch) -> ItemResult:

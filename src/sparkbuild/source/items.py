@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sparkbuild import git
+from sparkbuild.source.mirror import complete
 from sparkbuild.spec import Build
 
 Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
@@ -82,6 +83,7 @@ class PreparedSource:
         selected = list(paths) if paths is not None else []
         if paths is not None and not selected:
             return
+        complete(self.mirror, self.tree, selected or None)
         archive = git.run(
             ["archive", "--format=tar", self.tree, "--", *selected], git_dir=self.mirror
         ).stdout

@@ -36,7 +36,7 @@ def prepare_source(
     if locked:
         pins = Pins.from_lock(require_locked_source(build, settings, lock))
     noted = {} if locked else locked_heads(build, settings, lock)
-    mirror = Mirror(settings.cache_dir, build.repo)
+    mirror = Mirror(settings.cache_dir, build.repo, offline=offline and locked)
     in_range = [pr for pr in build.prs if build.in_range(pr.when)]
     with mirror.locked():
         if offline and locked:
