@@ -84,6 +84,17 @@ class LockedPatch(_Section):
     sha256: Sha256 | None = None
 
 
+class LockedStep(_Section):
+    """A source step (``steps:``): which edit, on which file, and what it did."""
+
+    _COMPLETE = ("status",)
+    step: str
+    file: str
+    when: str | None = None
+    status: str | None = None
+    version: int | None = None  # of the step's code (source.gencodes.VERSION)
+
+
 class SourceSection(_Section):
     _COMPLETE = ("engine", "repo", "ref", "commit", "version", "spec_digest", "tree")
     engine: str | None = None
@@ -95,6 +106,7 @@ class SourceSection(_Section):
     tree: Sha | None = None
     prs: list[LockedPR] = []
     patches: list[LockedPatch] = []
+    steps: list[LockedStep] = []
 
     def pr_heads(self) -> dict[int, str]:
         return {pr.number: pr.head for pr in self.prs if pr.head}

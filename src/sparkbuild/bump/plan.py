@@ -35,11 +35,12 @@ from packaging.version import InvalidVersion, Version
 from sparkbuild import git, source
 from sparkbuild.bump import specedit
 from sparkbuild.bump.carry import Carried, carry_forward
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import AnchorDriftError, SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.source.patching import ScratchIndex
-from sparkbuild.spec import Build, ImageConfig, load_builds
+from sparkbuild.source.steps import prune
+from sparkbuild.spec import Build, ImageConfig, lapsed_note, load_builds
 
 Action = Literal[
     "keep", "upstream", "follow-range", "out-of-range", "regenerated", "conflict", "missing"
@@ -50,9 +51,9 @@ _MAX_TAGS_SEARCHED = 30
 
 @dataclass(frozen=True)
 class Decision:
-    """What bump does with one PR or patch of the ``--from`` build."""
+    """What bump does with one PR, patch or source step of the ``--from`` build."""
 
-    kind: Literal["pr", "patch"]
+    kind: Literal["pr", "patch", "step"]
     id: str
     scope: Literal["spec", "build"]  # a file-level item or one of the build's own
     index: int  # position in that scope's `prs` or `patches` list
@@ -292,6 +293,7 @@ def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | No
     spec_counts = {
         "pr": len(data.get("prs") or []),
         "patch": len(data.get("patches") or []),
+        "step": len(data.get("steps") or []),
     }
     decisions = [_decide(ctx, index, spec_counts) for index in range(len(ctx.to_prepared.items))]
     after = _edit_spec(data, old, ctx, decisions)
@@ -347,7 +349,8 @@ def _decide(ctx: _Context, position: int, spec_counts: dict[str, int]) -> Decisi
         return decision
     if now.status == "out-of-range":
         if before.status in ("applied", "conflict"):
-            detail = f"{now.detail}: not carried to {ctx.to}{_would_apply(ctx, now)}"
+            would = _step_would_apply(ctx, now) if now.kind == "step" else _would_apply(ctx, now)
+            detail = f"{now.detail}: not carried to {ctx.to}{would}"
             return replace(decision, action="follow-range", detail=detail)
         return replace(decision, action="out-of-range")
     if now.status not in ("conflict", "upstream"):  # missing, or a status added later
@@ -357,6 +360,12 @@ def _decide(ctx: _Context, position: int, spec_counts: dict[str, int]) -> Decisi
         return _upstream(ctx, decision, detail)
     if now.status == "upstream":
         return _upstream(ctx, decision, _absorbed_detail(ctx, now))
+    if now.kind == "step":  # an edit by shape: nothing to rewrite, its expectations to check
+        detail = (
+            f"{now.detail}; a step is not rewritten: check it against {ctx.tag}'s "
+            f"{now.file}, then end its `when` before {ctx.to} or change what it expects"
+        )
+        return replace(decision, action="conflict", detail=detail)
     return _carry(ctx, decision, now)
 
 
@@ -369,6 +378,24 @@ def _would_apply(ctx: _Context, item: source.ItemResult) -> str:
         if index.applies(path.read_bytes()).ok:
             return " (it would still apply: widen `when` if it is still needed)"
     return f" (it no longer applies to {ctx.tag} either)"
+
+
+def _step_would_apply(ctx: _Context, item: source.ItemResult) -> str:
+    """Whether a source step left behind by its range would still find its anchors."""
+    step = next((s for s in ctx.to_prepared.build.steps if s.id == item.id), None)
+    if step is None:
+        return ""
+    with ScratchIndex(ctx.mirror.path, ctx.to_prepared.base_commit) as index:
+        found = index.read(step.file)
+    if found is None:
+        return f" (no {step.file} in {ctx.tag})"
+    try:
+        pruned = prune(step, found[1].decode("utf-8", errors="replace"))
+    except AnchorDriftError as exc:
+        return f" (on {ctx.tag}: {exc.message})"
+    if not pruned.changed:
+        return f" ({ctx.tag}'s {step.file} needs nothing from it)"
+    return " (it would still apply: widen `when` if it is still needed)"
 
 
 def _upstream(ctx: _Context, decision: Decision, detail: str) -> Decision:
@@ -630,7 +657,7 @@ def _edit_spec(data: Any, old: Build, ctx: _Context, decisions: list[Decision]) 
     for key in ("description", "base_image"):
         if isinstance(entry.get(key), str):
             entry[key] = _swap_version(entry[key], old.version, ctx.to)
-    list_key = {"pr": "prs", "patch": "patches"}
+    list_key = {"pr": "prs", "patch": "patches", "step": "steps"}
     # Build-level items: rebuilt from the decisions, in order.
     for kind, key in list_key.items():
         mine = [d for d in decisions if d.kind == kind and d.scope == "build"]
@@ -718,6 +745,8 @@ def _note_verification(plan: BumpPlan) -> None:
     for item in plan.verified.items:
         if item.status in source.FAILING:
             plan.notes.append(f"{plan.new_build}: {item.id} is {item.status}: {item.detail}")
+    for name in plan.verified.build.lapsed_requirements():
+        plan.notes.append(lapsed_note(plan.verified.build, name))
 
 
 # -- writing -----------------------------------------------------------------------------

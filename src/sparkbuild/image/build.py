@@ -37,7 +37,7 @@ from sparkbuild.image import (
 )
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
-from sparkbuild.spec import Build
+from sparkbuild.spec import Build, lapsed_note
 
 SECTION = "image"
 # Build arguments that tune the build without changing what it produces.
@@ -147,6 +147,8 @@ def _plan(
     locked: lockfile.ImageSection | None,
 ) -> _Plan:
     build = prepared.build
+    for name in build.lapsed_requirements():  # e.g. FlashInfer after a bump past its ranges
+        console.warn(lapsed_note(build, name))
     base = _resolve_base(build, api, platform, locked)
     dockerfile = context.find_dockerfile(build, settings)
     epoch = labels.source_date_epoch(prepared)

@@ -1,4 +1,5 @@
-"""Applying a build's PRs and patches in spec order, each settling on exactly one status."""
+"""Applying a build's PRs and patches in spec order, each settling on exactly one status
+(source steps, after them: :mod:`sparkbuild.source.steps`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ class Applier:
             git_dir=self.mirror.path,
             env=env,
         )
+
+    def record(self, label: str) -> None:
+        """Take what was written into the index as the next tree, committed as ``label``."""
+        self.tree = self.index.write_tree()
+        self._commit(f"sparkbuild: {label}")
 
     def settle(self, diff: bytes, label: str) -> tuple[Status, str, tuple[str, ...]]:
         """Apply ``diff``; return its status, a one-line detail and the files it touches."""

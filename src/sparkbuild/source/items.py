@@ -1,4 +1,4 @@
-"""What the source stage produces: one result per PR or patch, and the patched tree."""
+"""What the source stage produces: one result per PR, patch or step, and the patched tree."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ FAILING: frozenset[str] = frozenset({"conflict", "missing", "invalid"})
 
 @dataclass(frozen=True)
 class ItemResult:
-    kind: Literal["pr", "patch"]
+    kind: Literal["pr", "patch", "step"]
     id: str
     status: Status
     detail: str
@@ -30,9 +30,11 @@ class ItemResult:
     head: str | None = None
     commits: tuple[str, ...] = ()
     diff_sha256: str | None = None
-    # patches
+    # patches (and steps: the upstream file they edit)
     file: str | None = None
     sha256: str | None = None
+    # steps
+    step: str | None = None
     # the diff itself, kept for conflict hand-off; not serialised
     diff: bytes = field(default=b"", repr=False, compare=False)
 
@@ -52,6 +54,8 @@ class ItemResult:
                 commits=list(self.commits),
                 diff_sha256=self.diff_sha256,
             )
+        elif self.kind == "step":
+            data.update(step=self.step, file=self.file)
         else:
             data.update(file=self.file, sha256=self.sha256)
         return data

@@ -115,6 +115,29 @@ class ScratchIndex:
                 paths.append(path)
         return paths
 
+    def read(self, path: str) -> tuple[str, bytes] | None:
+        """(mode, bytes) of ``path`` in the index, or None when there is no such file."""
+        listed = git.text(["ls-files", "-s", "--", path], git_dir=self.git_dir, env=self.env)
+        fields = listed.split(None, 3)
+        if len(fields) < 4 or fields[3] != path or fields[0] == "160000":
+            return None
+        if path not in self._present:
+            complete(self.git_dir, self.commit, [path], offline=self.offline)
+            self._present.add(path)
+        data = git.run(["cat-file", "blob", fields[1]], git_dir=self.git_dir).stdout
+        return fields[0], data
+
+    def write(self, path: str, mode: str, data: bytes) -> None:
+        """Put ``data`` at ``path`` in the index (a new blob in the mirror)."""
+        written = git.run(["hash-object", "-w", "--stdin"], git_dir=self.git_dir, input=data)
+        blob = written.stdout.decode().strip()
+        git.run(
+            ["update-index", "--cacheinfo", f"{mode},{blob},{path}"],
+            git_dir=self.git_dir,
+            env=self.env,
+        )
+        self._present.add(path)
+
     def write_tree(self) -> str:
         # --missing-ok: every entry came from a tree of the mirror (or an apply); on a partial
         # mirror, checking each would fetch the contents of the whole tree.

@@ -17,6 +17,7 @@ from sparkbuild.source.items import FAILING, PreparedSource
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.source.pins import Pins, locked_heads, require_locked_source
 from sparkbuild.source.resolve import fetch_for, resolve_base
+from sparkbuild.source.steps import settle_step
 from sparkbuild.spec import Build
 
 
@@ -48,11 +49,14 @@ def prepare_source(
             lockproof.check_ref(mirror, build, base_commit)
     applier = Applier(mirror, build, base_commit)
     try:
+        steps = build.mode_steps()
         with console.status(
             f"{build.name}: applying {len(build.prs)} PR(s), {len(build.patches)} patch(es)"
+            + (f", {len(steps)} step(s)" if steps else "")
         ):
             items = [settle_pr(applier, pr, remote, pins) for pr in build.prs]
             items += [settle_patch(applier, patch) for patch in build.patches]
+            items += [settle_step(applier, step) for step in steps]
     finally:
         applier.close()
     if locked and not any(item.status in FAILING for item in items):
