@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild.errors import AnchorDriftError
+from sparkbuild.requirements import lapsed_pins
 from sparkbuild.settings import Settings
 from sparkbuild.source import gencodes
-from sparkbuild.spec import load_builds
+from sparkbuild.spec import lapsed_note, load_builds
 from tests.support.cli import run_cli
 from tests.support.gitrepos import commit_all, git
 from tests.support.sglang_releases import ALL_RELEASES
@@ -389,3 +391,20 @@ def test_bump_checks_a_step_left_behind_and_refuses_a_drifting_one(
     assert step["action"] == "conflict" and payload["ready"] is False
     assert "anchor drift in python/kernels/aot/CMakeLists.txt" in step["detail"]
     assert "a step is not rewritten" in step["detail"]
+
+
+def test_a_source_build_past_the_last_flashinfer_range_is_told() -> None:
+    shipped = next(b for b in build_list(PROJECT) if b.name == "sglang-0.5.23-spark")
+    source = replace(shipped, image=replace(shipped.image, mode="source"))
+    # What 0.5.24's python/pyproject.toml would say (the shape of 0.5.23's: no cubin).
+    pyproject = '[project]\nname = "sglang"\ndependencies = ["flashinfer_python[cu13]==0.7.3"]\n'
+    assert lapsed_pins(source, pyproject) == []  # 0.5.23 has its pin
+    bumped = replace(source, name="sglang-0.5.24-spark", version=Version("0.5.24"))
+    # flashinfer-cubin's ranges ended too, but 0.5.16+ do not require it: not a lapse.
+    assert bumped.lapsed_requirements() == ["flashinfer-python", "flashinfer-cubin"]
+    assert lapsed_pins(bumped, pyproject) == ["flashinfer-python"]
+    assert "no flashinfer-python pin for 0.5.24" in lapsed_note(bumped, "flashinfer-python")
+    overlay = replace(bumped, image=shipped.image)
+    assert lapsed_pins(overlay, pyproject) == []  # overlays keep the base's, on purpose
+    older = replace(source, version=Version("0.5.10"))
+    assert older.lapsed_requirements() == []  # below every range: not a lapsed pin

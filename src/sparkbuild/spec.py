@@ -311,11 +311,14 @@ class Build:
         return tuple(s for s in self.steps if s.mode in (None, self.image.mode))
 
     def lapsed_requirements(self) -> list[str]:
-        """Packages this build's mode pins for other versions but not for its own, whose
-        ranges all end before it: a bump past the last range (FlashInfer after 0.5.23)."""
+        """Packages pinned for this build's mode explicitly (``mode: source``) at other
+        versions, whose ranges all end before this one: after a bump past the last range
+        (FlashInfer after 0.5.23), or a package the release no longer requires (the caller
+        tells them apart with the release's own requirements)."""
+        explicit = [r for r in self.mode_requirements() if r.mode is not None]
         lapsed = []
-        for name in dict.fromkeys(r.name for r in self.mode_requirements()):
-            ranges = [r for r in self.mode_requirements() if r.name == name]
+        for name in dict.fromkeys(r.name for r in explicit):
+            ranges = [r for r in explicit if r.name == name]
             if any(self.in_range(r.when) for r in ranges) or any(r.when is None for r in ranges):
                 continue
             above = [r for r in ranges if _ends_before(r.when, self.version)]

@@ -745,8 +745,10 @@ def _note_verification(plan: BumpPlan) -> None:
     for item in plan.verified.items:
         if item.status in source.FAILING:
             plan.notes.append(f"{plan.new_build}: {item.id} is {item.status}: {item.detail}")
+    pinned_before = {r.name for r in plan.from_build.active_requirements()}
     for name in plan.verified.build.lapsed_requirements():
-        plan.notes.append(lapsed_note(plan.verified.build, name))
+        if name in pinned_before:  # pinned for --from, for nothing from --to on
+            plan.notes.append(lapsed_note(plan.verified.build, name))
 
 
 # -- writing -----------------------------------------------------------------------------

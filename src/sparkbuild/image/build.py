@@ -147,7 +147,8 @@ def _plan(
     locked: lockfile.ImageSection | None,
 ) -> _Plan:
     build = prepared.build
-    for name in build.lapsed_requirements():  # e.g. FlashInfer after a bump past its ranges
+    # e.g. FlashInfer after a bump past its ranges: the build would keep the base image's.
+    for name in requirements.lapsed_pins(build, requirements.tree_pyproject(prepared)):
         console.warn(lapsed_note(build, name))
     base = _resolve_base(build, api, platform, locked)
     dockerfile = context.find_dockerfile(build, settings)
