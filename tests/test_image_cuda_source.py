@@ -33,7 +33,7 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
-from tests.support.gitrepos import tagged_repo
+from tests.support.gitrepos import git, tagged_repo
 from tests.support.image_project import build_json, load_lock, sparkbuild
 
 pytestmark = [pytest.mark.docker, pytest.mark.upstream]
@@ -51,6 +51,9 @@ def _kernel_repo(root: Path) -> Path:
     repo = root / "spark-kernel"
     shutil.copytree(DATA / "spark_kernel", repo)
     tagged_repo(repo, "v0.1.0", "spark-kernel 0.1.0")
+    # Served as GitHub serves: the mirror is a partial clone, so the build context's export
+    # must fetch the tree's contents first (and keep the step's own blob).
+    git(repo, "config", "uploadpack.allowFilter", "true")
     return repo
 
 
@@ -112,6 +115,8 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
             result = build_json(sparkbuild(project, tmp_path / "cache", "build", "--json"))
             images.append(result["image_id"])
             assert result["mode"] == "source"
+            (mirror,) = (tmp_path / "cache" / "mirrors").glob("*.git")
+            assert git(mirror, "config", "extensions.partialClone") == "origin"
             assert result["cuda_code"] == {
                 "wheels_dir": "/opt/sparkbuild/wheels",
                 "expected": ["sm_121a"],
