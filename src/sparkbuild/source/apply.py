@@ -73,10 +73,8 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
     item = ItemResult(
         kind="pr", id=pr.id, status="missing", detail="", when=pr.when, number=pr.number
     )
-    if not build.in_range(pr.when):
-        return replace(
-            item, status="out-of-range", detail=f"when '{pr.when}' excludes {build.version}"
-        )
+    if (skipped := out_of_range(build, item)) is not None:
+        return skipped
     head = remote.pr_head(pr.number)
     if head is None:
         return replace(item, detail=f"no refs/pull/{pr.number}/head at {redact_url(build.repo)}")
@@ -125,6 +123,15 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
     )
 
 
+def out_of_range(build: Build, item: ItemResult) -> ItemResult | None:
+    """``item`` settled as out-of-range when its `when` excludes the build's version."""
+    if build.in_range(item.when):
+        return None
+    return replace(
+        item, status="out-of-range", detail=f"when '{item.when}' excludes {build.version}"
+    )
+
+
 def _complete_both(mirror: Mirror, old: str, new: str) -> None:
     """Both sides of the files that differ between two commits, fetched before the diff."""
     names = git.run(
@@ -147,10 +154,8 @@ def settle_patch(applier: Applier, patch: Patch) -> ItemResult:
         file=patch.file,
         sha256=file_sha256(patch.path),
     )
-    if not build.in_range(patch.when):
-        return replace(
-            item, status="out-of-range", detail=f"when '{patch.when}' excludes {build.version}"
-        )
+    if (skipped := out_of_range(build, item)) is not None:
+        return skipped
     if patch.path.is_dir():
         return replace(item, status="invalid", detail=f"{patch.file} is a directory, not a diff")
     if not patch.path.is_file():

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from sparkbuild.errors import AnchorDriftError
 from sparkbuild.source import gencodes
-from sparkbuild.source.apply import Applier
+from sparkbuild.source.apply import Applier, out_of_range
 from sparkbuild.source.items import ItemResult
 from sparkbuild.spec import Step
 
@@ -50,10 +50,8 @@ def settle_step(applier: Applier, step: Step) -> ItemResult:
         file=step.file,
         step=step.step,
     )
-    if not build.in_range(step.when):
-        return replace(
-            item, status="out-of-range", detail=f"when '{step.when}' excludes {build.version}"
-        )
+    if (skipped := out_of_range(build, item)) is not None:
+        return skipped
     found = applier.index.read(step.file)
     if found is None:
         return replace(
