@@ -22,7 +22,7 @@ from sparkbuild.settings import Settings
 from sparkbuild.source import gencodes
 from sparkbuild.spec import lapsed_note, load_builds
 from tests.support.cli import run_cli
-from tests.support.gitrepos import commit_all, git
+from tests.support.gitrepos import Upstream, commit_all, git
 from tests.support.sglang_releases import ALL_RELEASES
 from tests.support.source_project import SourceProject
 
@@ -254,8 +254,8 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _project(tmp_path: Path, upstream: Path) -> SourceProject:
-    project = SourceProject.create(tmp_path, upstream)  # type: ignore[arg-type]
-    project.write_spec(SPEC, repo=str(upstream))
+    project = SourceProject.create(tmp_path, Upstream(bare=upstream, work=upstream))
+    project.write_spec(SPEC)
     return project
 
 
@@ -408,3 +408,30 @@ def test_a_source_build_past_the_last_flashinfer_range_is_told() -> None:
     assert lapsed_pins(overlay, pyproject) == []  # overlays keep the base's, on purpose
     older = replace(source, version=Version("0.5.10"))
     assert older.lapsed_requirements() == []  # below every range: not a lapsed pin
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        (
+            "{step: sm121a-prune, file: ../../etc/passwd}",
+            "is not a plain path inside the repository",
+        ),
+        ("{step: sm121a-prune, file: --output=x}", "is not a plain path inside the repository"),
+        ("{step: sm121a-prune, file: 'HEAD:CMakeLists.txt'}", "is not a plain path inside the"),
+        ("{step: rm-rf, file: CMakeLists.txt}", "steps[0].step: Input should be 'sm121a-prune'"),
+        ("{step: sm121a-prune, file: a, remove_targets: ['$(x)']}", "is not a plain CMake name"),
+    ],
+)
+def test_a_hostile_step_entry_is_refused_naming_the_field(
+    upstream: Path, tmp_path: Path, entry: str, said: str
+) -> None:
+    project = _project(tmp_path, upstream)
+    project.write_spec(
+        f"engine: sglang\nrepo: {upstream}\npackage_dir: python/spark_kernel\n"
+        f"steps:\n  - {entry}\nbuilds:\n  k:\n    ref: v0.1.0\n"
+    )
+    result = project.run("patches")
+    assert result.exit_code == 2, result.output
+    assert "pkg.yaml" in result.stderr and said in result.stderr, result.stderr
+    assert "Traceback" not in result.output
