@@ -77,7 +77,7 @@ def smoke_run(launcher: str, model: str) -> tuple[float, float]:
     """(boot seconds as sparkbuild measured it, time to verdict) of one `sparkbuild smoke`."""
     argv = [
         sys.executable, "-m", "sparkbuild.cli", "--project", str(REPO), "-q", "smoke",
-        "--command", launcher, "--profile", "cpu-reference", "--model", model, "--json", "-",
+        "--command", launcher, "--profile", "cpu-reference", "--model", model, "--json",
     ]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -221,7 +221,7 @@ def test_compare_cli_holds_a_report_against_claims(tmp_path: Path) -> None:
     _write(tmp_path / "claims", CLAIMS, "post.yaml")
     run = tmp_path / "run.json"
     run.write_text(report().model_dump_json(), encoding="utf-8")
-    result = _cli(tmp_path, "compare", str(run), "--claims", "post", "--json", "-",
+    result = _cli(tmp_path, "compare", str(run), "--claims", "post", "--json",
                   "--markdown", str(tmp_path / "post.md"))  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -250,7 +250,6 @@ def test_compare_cli_holds_a_report_against_claims(tmp_path: Path) -> None:
                 "--url",
                 "http://127.0.0.1:9",
                 "--json",
-                "-",
                 "--claims",
                 "post",
                 "--claims-json",

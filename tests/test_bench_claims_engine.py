@@ -78,7 +78,7 @@ def run(project: Path) -> dict[str, Any]:
     """`bench --command ... --claims` on the real engine: report, claims JSON and Markdown."""
     result = _bench(
         project, "--command", vllm_server_command(), "--profile", "cpu-spec", *SWEEP,
-        "--claims", "spark", "--json", str(project / "run.json"),
+        "--claims", "spark", "--json-file", str(project / "run.json"),
         "--claims-json", str(project / "claims.json"), "--markdown", str(project / "run.md"),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -144,6 +144,6 @@ def test_compare_gives_the_same_verdicts_from_the_saved_report(
     project: Path, run: dict[str, Any]
 ) -> None:
     result = _bench(project, "compare", str(project / "run.json"), "--claims", "spark",
-                    "--json", "-")  # fmt: skip
+                    "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rows"] == run["claims"]["rows"]

@@ -201,7 +201,7 @@ def test_compare_takes_a_llama_benchy_json_on_either_side(
     ours = _report(tmp_path)
     a, b = (benchy["json"], ours) if benchy_side == "a" else (ours, benchy["json"])
     out = tmp_path / "compare.json"
-    result = _compare(str(a), str(b), "--json", str(out))
+    result = _compare(str(a), str(b), "--json-file", str(out))
     assert result.exit_code == 0, result.output
     compared = json.loads(out.read_text())
     assert [(r["pp"], r["tg"], r["depth"], r["concurrency"]) for r in compared["cells"]] == [

@@ -56,7 +56,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bench-project")
     _profile(root, "cpu-spec", speculation=True)
     _profile(root, "cpu-plain", speculation=False)
-    lockfile.set_section(root / "images.lock", "cpu", "image", {"image_id": IMAGE_ID})
+    lockfile.set_section(root / "images.lock", "cpu", lockfile.ImageSection(image_id=IMAGE_ID))
     return root
 
 
@@ -94,7 +94,7 @@ def spec_report(project: Path) -> dict[str, Any]:
         "--profile",
         "cpu-spec",
         *SWEEP,
-        "--json",
+        "--json-file",
         f"{out}.json",
         "--markdown",
         f"{out}.md",
@@ -118,7 +118,7 @@ def plain_report(project: Path, plain_server: ProcessTarget) -> dict[str, Any]:
         "--profile",
         "cpu-plain",
         *SWEEP,
-        "--json",
+        "--json-file",
         str(out),
     )
     assert result.exit_code == 0, result.output
@@ -180,7 +180,7 @@ def test_sweep_with_speculation_reports_every_cell(
 
 
 def test_record_stores_summary_beside_smoke(project: Path, spec_report: dict[str, Any]) -> None:
-    entry = lockfile.load(project / "images.lock").to_data()["builds"].get("cpu")
+    entry = lockfile.load(project / "images.lock").to_json()["builds"].get("cpu")
     assert entry is not None
     summary = entry["bench"][IMAGE_ID]["cpu-spec"]
     assert summary["harness"] == spec_report["harness"]["version"]
@@ -210,7 +210,7 @@ def test_compare_reports_the_difference(
         "compare",
         str(project / "plain.json"),
         str(project / "spec.json"),
-        "--json",
+        "--json-file",
         str(project / "compare.json"),
         "--plot",
         str(project / "compare.png"),
@@ -242,7 +242,7 @@ def test_compare_warns_about_other_differences(
     other["cells"] = plain_report["cells"][:3]
     path = project / "other.json"
     path.write_text(json.dumps(other))
-    result = run_cli("bench", "compare", str(path), str(project / "spec.json"), "--json", "-")
+    result = run_cli("bench", "compare", str(path), str(project / "spec.json"), "--json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     warnings = " | ".join(payload["warnings"])
@@ -276,7 +276,7 @@ def test_loaded_host_burst_is_flagged_and_the_engine_rate_reported(
     argv = ["--project", str(project),
             "--quiet", "bench", "--url", plain_server.base_url, "--profile", "cpu-plain",
             "--pp", "32", "--tg", "64", "--concurrency", "1", "--runs", "6", "--no-warmup",
-            "--json", str(out), "--markdown", str(project / "loaded.md")]  # fmt: skip
+            "--json-file", str(out), "--markdown", str(project / "loaded.md")]  # fmt: skip
     with _busy_host():
         # Its own process at nice 19: the client, not pytest, is what the load starves.
         nice = ("nice", "-n", "19")
@@ -320,7 +320,7 @@ def test_engine_dying_mid_sweep_keeps_finished_cells(
     started_with = finished_requests()
     # Its own process: the test kills the engine while this sweep is running.
     argv = [installed_entry_point(), "--project", str(project), "--quiet", "bench"]
-    argv += ["--url", plain_server.base_url, "--profile", "cpu-plain", "--json", str(out)]
+    argv += ["--url", plain_server.base_url, "--profile", "cpu-plain", "--json-file", str(out)]
     argv += ["--pp", "32", "--tg", "64", "--concurrency", "1,2,4,8", "--runs", "2"]
     bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

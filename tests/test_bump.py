@@ -15,7 +15,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild.bump.carry import merge_tokens
-from sparkbuild.bump.plan import _inside, end_before, start_at
+from sparkbuild.bump.decide import end_before, start_at
+from sparkbuild.bump.write import _inside
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.settings import Settings
 from tests.support.bump_repos import DemoUpstream, make_demo_project, make_demo_upstream
@@ -123,7 +124,7 @@ def test_a_carried_patch_is_named_after_the_file_it_now_patches(
 
 
 def test_a_carried_name_changes_only_the_file_part() -> None:
-    from sparkbuild.bump.plan import _renamed_stem
+    from sparkbuild.bump.write import _renamed_stem
 
     old, new = "python/sglang/srt/managers/tokenizer_manager.py", "managers/utils.py"
     assert _renamed_stem("reserved-tokens-none-tokenizer-manager", old, new) == (

@@ -45,7 +45,7 @@ def _start_smoke(project: Path, *args: str) -> subprocess.Popen[bytes]:
 
 
 def _owned_containers(pid: int) -> list[Any]:
-    filters = {"label": f"{lifeline.LABEL_PID}={pid}"}
+    filters: dict[str, str | list[str] | bool] = {"label": f"{lifeline.LABEL_PID}={pid}"}
     return list(docker_client().containers.list(all=True, filters=filters))
 
 
@@ -152,7 +152,7 @@ def test_next_start_removes_orphans_and_keeps_live_owners() -> None:
         assert made["other-host"].id in left, "another host's container was judged"
         assert made["dead"].name in removed and made["reused"].name in removed
         for stage in ("smoke", "bench"):
-            assert made[stage].name.startswith(f"sparkbuild-{stage}-")
+            assert made[stage].name.startswith(f"sparkbuild-{stage}-")  # type: ignore[union-attr]
             assert made[stage].name in removed and made[stage].id not in left, stage
     finally:
         for container in made.values():

@@ -18,6 +18,8 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
+from sparkbuild import lockfile
+from sparkbuild.checks import CheckResult
 from sparkbuild.engines import versions
 from sparkbuild.engines.adapters import Counters, SglangAdapter
 from sparkbuild.engines.launch import with_nan_switch
@@ -25,7 +27,6 @@ from sparkbuild.engines.profiles import load_profile
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
-from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.runner import SmokeResult
 from sparkbuild.spec import load_builds
 from tests.support.sglang_releases import ALL_RELEASES, download_wheel
@@ -123,12 +124,12 @@ def test_smoke_report_says_which_nan_signal_was_active() -> None:
         target="img",
         boot_seconds=1.0,
         accept_len=2.0,
-        checks=[CheckResult("nan", "pass", 0, "no NaN")],
+        checks=[CheckResult("nan", "pass", "no NaN", value=0)],
         engine_version="0.5.12",
         nan_signal=signal,
     )
-    assert "SGLANG_SPEC_NAN_DETECTION=1" in result.as_json()["nan_signal"]
-    assert report.lock_entry(result)["nan_signal"] == signal
+    assert "SGLANG_SPEC_NAN_DETECTION=1" in result.to_json()["nan_signal"]
+    assert lockfile.SmokeRecord.from_result(result).nan_signal == signal
     out = io.StringIO()
     report.render(result, Console(file=out, width=200))
     assert "NaN signal (sglang 0.5.12): SGLANG_SPEC_NAN_DETECTION=1" in out.getvalue()

@@ -26,8 +26,8 @@ from sparkbuild.cli import main
 from sparkbuild.errors import RegistryError, SparkbuildError
 from sparkbuild.preflight.runner import ImageTarget
 from sparkbuild.preflight.where import image_id_of
-from sparkbuild.publish.credentials import Credentials
-from sparkbuild.publish.registry import Registry, RegistryClient
+from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.credentials import Credentials
 from tests.support.cli import CliResult, run_cli
 from tests.support.docker_env import docker_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
@@ -433,7 +433,7 @@ def test_malformed_engine_answers_fail_a_check(
         body = json.dumps(bad).encode()
     bodies[path] = (200, body)
     profile = _profile(project, engine_name)
-    result = project.run("smoke", "--url", url, "--profile", str(profile), "--json", "-")
+    result = project.run("smoke", "--url", url, "--profile", str(profile), "--json")
     report = json.loads(result.stdout)
     if expected is None:  # a hint endpoint: garbage there changes nothing
         assert result.exit_code == 0, result.output
@@ -476,7 +476,7 @@ def test_a_hung_engine_is_bounded_by_request_timeout(
     profile = _profile(project, "sglang")
     profile.write_text(profile.read_text().replace("[prose]", "[code, prose, repetitive]"))
     result = project.run(
-        "smoke", "--url", url, "--profile", str(profile), "--request-timeout", "1", "--json", "-"
+        "smoke", "--url", url, "--profile", str(profile), "--request-timeout", "1", "--json"
     )
     assert result.exit_code == 1
     report = json.loads(result.stdout)
@@ -496,7 +496,7 @@ def test_request_timeout_from_the_profile(
     profile.write_text(
         profile.read_text().replace("max_tokens: 4", "max_tokens: 4, request_timeout_s: 1")
     )
-    result = project.run("smoke", "--url", url, "--profile", str(profile), "--json", "-")
+    result = project.run("smoke", "--url", url, "--profile", str(profile), "--json")
     assert result.exit_code == 1
     assert "no answer within 1 s" in result.stdout
 
@@ -544,7 +544,9 @@ def test_smoke_json_path_is_checked_before_the_run(
     _healthy(bodies)
     profile = _profile(project, "vllm")
     for bad in (tmp_path / "no" / "such" / "dir.json", tmp_path):
-        result = project.run("smoke", "--url", url, "--profile", str(profile), "--json", str(bad))
+        result = project.run(
+            "smoke", "--url", url, "--profile", str(profile), "--json-file", str(bad)
+        )
         assert result.exit_code == 2
         assert "--json" in result.stderr
     assert "/v1/completions" not in _SEEN[id(bodies)]  # nothing ran
@@ -976,7 +978,7 @@ MALFORMED_ARGS = [
     ["--url", "http://127.0.0.1:9", "--profile", "no-such-profile"],
     ["--url", "not a url", "--profile", "PROFILE"],
     ["--url", "http://127.0.0.1:9", "--profile", "PROFILE", "--boot-timeout", "nan"],
-    ["--url", "http://127.0.0.1:9", "--profile", "PROFILE", "--json", "/"],
+    ["--url", "http://127.0.0.1:9", "--profile", "PROFILE", "--json-file", "/"],
     ["--registry", "UPPER CASE/../x", "new"],
     ["--to", "--upload-pack=x", "new"],
     ["--pp", "nan", "--url", "http://127.0.0.1:9"],

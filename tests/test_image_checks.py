@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbuild import scope
+from sparkbuild import imageref
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.image import base_config, cubins
+from sparkbuild.image import cubins
+from sparkbuild.source import scope
 
 
 @pytest.mark.parametrize(
@@ -101,4 +102,4 @@ def test_which_cubins_run_on_a_gb10(cubin: str, target: str, runs: bool) -> None
 def test_base_references_split_into_registry_and_repository(
     reference: str, expected: tuple[str, str]
 ) -> None:
-    assert base_config.split_reference(reference) == expected
+    assert imageref.split_reference(reference) == expected

@@ -7,9 +7,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from sparkbuild import lockfile
-from sparkbuild.errors import LockError
+from sparkbuild.checks import CheckResult
+from sparkbuild.errors import LockError, NoPinnedImageError
+from sparkbuild.preflight.report import PreflightReport, ProfileResult
+from sparkbuild.settings import Settings
+from sparkbuild.smoke.runner import SmokeResult
+from sparkbuild.source.items import ItemResult, PreparedSource
+from sparkbuild.spec import Build, load_builds
+from tests.test_bench_claims import report as bench_report
 
 COMMIT = "a" * 40
 IMAGE = "sha256:" + "b" * 64
@@ -113,9 +121,9 @@ def test_a_handle_writes_each_build_once_and_keeps_other_writers(
 ) -> None:
     handle = lockfile.LockHandle.open(full)
     # Another command records a verdict meanwhile: the handle's write must keep it.
-    lockfile.set_section(full, "b2", "image", {"image_id": IMAGE})
-    handle.set_section("b1", "source", handle.entry("b1").source)  # type: ignore[union-attr]
-    handle.set_section("b1", "image", lockfile.ImageSection(image_id=IMAGE, tags=["t"]))
+    lockfile.set_section(full, "b2", lockfile.ImageSection(image_id=IMAGE))
+    handle.set_section("b1", handle.entry("b1").source)  # type: ignore[union-attr,arg-type]
+    handle.set_section("b1", lockfile.ImageSection(image_id=IMAGE, tags=["t"]))
     writes: list[Path] = []
     real = lockfile.write_atomic
 
@@ -136,7 +144,7 @@ def test_a_handle_writes_each_build_once_and_keeps_other_writers(
 def test_a_change_that_raises_writes_nothing(full: Path) -> None:
     before = full.read_bytes()
     handle = lockfile.LockHandle.open(full)
-    handle.set_section("b1", "image", lockfile.ImageSection(image_id="sha256:" + "9" * 64))
+    handle.set_section("b1", lockfile.ImageSection(image_id="sha256:" + "9" * 64))
 
     def refuse(entry: lockfile.BuildEntry) -> None:
         raise LockError("the image changed meanwhile")
@@ -180,3 +188,155 @@ def test_lock_check_holds_a_complete_shape(
     problems = lockfile.schema_problems(full)
     assert len(problems) == 1 and problems[0].startswith("images.lock: ")
     assert problem in problems[0]
+
+
+# --- the schema is the models: every record from its stage's result ----------------------
+
+SPEC = """\
+engine: sglang
+repo: https://example.invalid/sglang.git
+package_dir: python/sglang
+prs:
+  - {number: 7, note: a note the digest does not cover}
+  - {number: 9, when: ">=1.0,<2"}
+patches:
+  - {file: patches/fix.patch, when: ">=1.0"}
+builds:
+  b1:
+    ref: v1.2.0
+    prs: [{number: 11}]
+    requirements: [{req: "transformers==5.8.1", mode: source}]
+    mode: source
+  b2:
+    ref: v1.2.0
+"""
+
+
+def _builds(tmp_path: Path) -> dict[str, Build]:
+    (tmp_path / "builds").mkdir()
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "fix.patch").write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+    (tmp_path / "builds" / "x.yaml").write_text(SPEC)
+    return load_builds(Settings(project_dir=tmp_path, cache_dir=tmp_path / "cache"))
+
+
+def test_spec_digests_are_the_ones_older_sparkbuilds_locked(tmp_path: Path) -> None:
+    # Computed by sparkbuild before the spec's PR became one model (PRModel and PR merged):
+    # every lock's spec_digest depends on this payload staying byte-identical.
+    builds = _builds(tmp_path)
+    assert builds["b1"].spec_digest() == (
+        "sha256:6ebd7d6234140f1482b13902c2fb7ae4f784a2485ef9562bff4c909076463fcd"
+    )
+    assert builds["b2"].spec_digest() == (
+        "sha256:2216f1080de21b076a1170be234409a1dfdd02ab2a1d744315d423028e3a8817"
+    )
+
+
+def _prepared(build: Build) -> PreparedSource:
+    pr = ItemResult(
+        kind="pr", id="#7", status="applied", detail="", files=("a.py",), number=7,
+        head=COMMIT, commits=(COMMIT,), diff_sha256="f" * 64,
+    )  # fmt: skip
+    out = ItemResult(
+        kind="pr", id="#9", status="out-of-range", detail="", when=">=1.0,<2", number=9
+    )
+    patch = ItemResult(
+        kind="patch", id="patches/fix.patch", status="upstream", detail="", when=">=1.0",
+        file="patches/fix.patch", sha256="e" * 64,
+    )  # fmt: skip
+    return PreparedSource(build, COMMIT, COMMIT, COMMIT, (pr, out, patch), (), Path("/nowhere"))
+
+
+def _smoke(kind: str, image_id: str | None) -> SmokeResult:
+    checks = [CheckResult("boot", "pass", "ready", value=1.5), CheckResult("nan", "skip", "-")]
+    return SmokeResult(
+        verdict="pass", profile="cpu", engine="vllm", model="m", target_kind=kind, target="t",
+        boot_seconds=1.5, accept_len=2, checks=checks, image_id=image_id,
+        engine_version="0.32.0", nan_signal="off",
+    )  # fmt: skip
+
+
+def _preflight(image_id: str | None) -> PreflightReport:
+    return PreflightReport(
+        build="b1", engine="sglang", version="1.2.0", where="image", tree=COMMIT,
+        deps_digest="sha256:" + "d" * 64,
+        package_checks=(CheckResult("compile", "pass", "ok"),),
+        profiles=(ProfileResult("cpu", (CheckResult("config", "skip", "cuda"),)),),
+        image_id=image_id, versions={"torch": "2.9.1", "transformers": None},
+    )  # fmt: skip
+
+
+def _fields(model: type[BaseModel]) -> set[str]:
+    return {info.alias or name for name, info in model.model_fields.items()}
+
+
+def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: Path) -> None:
+    build = _builds(tmp_path)["b1"]
+    source = lockfile.SourceSection.from_prepared(_prepared(build))
+    assert set(source.to_json()) == _fields(lockfile.SourceSection)
+    assert [set(pr.to_json()) for pr in source.prs] == [_fields(lockfile.LockedPR)] * 2
+    assert set(source.patches[0].to_json()) == _fields(lockfile.LockedPatch)
+    assert source.spec_digest == build.spec_digest() and source.version == "1.2.0"
+    smoke = lockfile.SmokeRecord.from_result(_smoke("image", IMAGE))
+    assert set(smoke.to_json()) == _fields(lockfile.SmokeRecord)
+    assert smoke.verified is True and smoke.checks == {"boot": "pass", "nan": "skip"}
+    unverified = lockfile.SmokeRecord.from_result(_smoke("url", None))
+    assert unverified.verified is False and unverified.image_id is None
+    run = lockfile.PreflightRun.from_report(_preflight(IMAGE))
+    assert set(run.to_json()) == _fields(lockfile.PreflightRun)
+    assert set(run.profiles["cpu"].to_json()) == _fields(lockfile.ProfileVerdict)
+    assert run.versions == {"torch": "2.9.1"} and run.profiles["cpu"].verdict == "skip"
+    assert "image_id" not in lockfile.PreflightRun.from_report(_preflight(None)).to_json()
+    bench = lockfile.BenchRecord.from_report(bench_report())
+    assert set(bench.to_json()) == _fields(lockfile.BenchRecord)
+    assert [set(c.to_json()) for c in bench.cells] == [_fields(lockfile.BenchCell)] * 2
+
+    path = tmp_path / "images.lock"
+    lockfile.set_section(path, "b1", source)
+    lockfile.set_section(path, "b1", lockfile.ImageSection(image_id=IMAGE, tree=COMMIT))
+    lockfile.record_for_image(path, "b1", "cpu", smoke, tested_id=IMAGE, activity="smoke run")
+    lockfile.record_for_image(path, "b1", "url", unverified, tested_id=None, activity="smoke")
+    lockfile.record_for_image(path, "b1", "cpu", bench, tested_id=IMAGE, activity="benchmark")
+    publication = lockfile.Publication(digest="sha256:" + "e" * 64, image_id=IMAGE, tag="t",
+                                       verified=True, smoke={"cpu": "pass"})  # fmt: skip
+    publish = lockfile.PublishRecord.after_push(None, publication, ["latest"])
+    assert set(publish.to_json()) == _fields(lockfile.PublishRecord)
+
+    def add(entry: lockfile.BuildEntry) -> None:
+        entry.preflight = {"k": run}
+        entry.publish = {"reg.example/b1": publish}
+
+    lockfile.update_entry(path, "b1", add)
+    text = path.read_text()
+    assert "accept_len: 2\n" in text  # a measured 2 stays 2, not 2.0
+    assert lockfile.dumps(lockfile.load(path)) == text
+    assert lockfile.schema_problems(path) == []
+
+
+def test_a_key_no_sparkbuild_writes_is_refused_with_its_line(full: Path) -> None:
+    text = full.read_text()
+    smoke = "verdict: pass\n          verified: true\n"
+    full.write_text(text.replace(smoke, smoke + "          cluster: 4\n"))
+    line = full.read_text().splitlines().index("          cluster: 4") + 1
+    with pytest.raises(LockError) as raised:
+        lockfile.load(full)
+    assert f"{full}:{line}: unknown field 'builds.b1.smoke." in raised.value.message
+    assert ".cpu.cluster'" in raised.value.message
+
+
+def test_one_pinned_image_for_recording_and_publishing(tmp_path: Path) -> None:
+    path = tmp_path / "images.lock"
+    with pytest.raises(NoPinnedImageError) as nothing:
+        lockfile.pinned_image(None, "b1", path)
+    assert (
+        nothing.value.message
+        == "build 'b1' has no image in images.lock; nothing to record the result for"
+    )
+    entry = lockfile.BuildEntry(image=lockfile.ImageSection(image_id=IMAGE))
+    assert lockfile.pinned_image(entry, "b1", path).image_id == IMAGE
+    with pytest.raises(NoPinnedImageError) as no_tree:  # publishing names tags after the tree
+        lockfile.pinned_image(entry, "b1", path, "publish")
+    assert no_tree.value.message == "b1: images.lock pins no image for it; nothing to publish"
+    assert no_tree.value.hint is not None and "--record b1" in no_tree.value.hint
+    entry.image = lockfile.ImageSection(image_id=IMAGE, tree=COMMIT)
+    assert lockfile.pinned_image(entry, "b1", path, "publish").tree == COMMIT

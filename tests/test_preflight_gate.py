@@ -33,7 +33,9 @@ def settings(tmp_path: Path) -> Settings:
     (tmp_path / "builds").mkdir()
     (tmp_path / "builds" / "sglang.yaml").write_text(SPEC)
     settings = Settings(project_dir=tmp_path, cache_dir=tmp_path / "cache")
-    lockfile.set_section(settings.lock_file, "b", "image", {"image_id": IMAGE, "tree": "f" * 40})
+    lockfile.set_section(
+        settings.lock_file, "b", lockfile.ImageSection(image_id=IMAGE, tree="f" * 40)
+    )
     return settings
 
 

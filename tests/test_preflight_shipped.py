@@ -76,7 +76,7 @@ def test_lock_records_the_verdict_by_tree_and_dependencies(project: Project) -> 
     build = "sglang-0.5.23-spark"
     report = project.preflight(build, [], checks=("compile", "signals"))
     record(project.settings, report)
-    entry = lockfile.load(project.settings.lock_file).to_data()["builds"][build]["preflight"]
+    entry = lockfile.load(project.settings.lock_file).to_json()["builds"][build]["preflight"]
     assert list(entry) == [f"{report.tree}+{report.deps_digest}"]
     value = entry[report.key]
     assert value["where"] == "venv" and value["checks"]["signals"] == "pass"

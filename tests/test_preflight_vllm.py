@@ -89,11 +89,11 @@ def test_cli_reports_json_records_and_fails_by_exit_status(
     base += ["--repo", f"vllm={vllm_release_repo()}", "preflight", "cpu"]
     base += ["--python", str(vllm_cpu_python())]
     env = {"SPARKBUILD_CPU_MODEL": str(tiny_llama())}
-    good = run_cli(*base, "--json", "-", "--record", env=env)
+    good = run_cli(*base, "--json", "--record", "cpu", env=env)
     assert good.exit_code == 0, good.stderr
     payload = json.loads(good.stdout)["results"][0]
     assert payload["verdict"] == "pass" and list(payload["profiles"]) == ["cpu-reference"]
-    recorded = lockfile.load(project.path / "images.lock").to_data()["builds"]["cpu"]["preflight"]
+    recorded = lockfile.load(project.path / "images.lock").to_json()["builds"]["cpu"]["preflight"]
     (value,) = recorded.values()
     assert value["where"] == "python" and value["profiles"]["cpu-reference"]["verdict"] == "pass"
 

@@ -16,7 +16,6 @@ import pytest
 import requests
 
 from sparkbuild.errors import UsageError
-from sparkbuild.image import build_image
 from sparkbuild.publish import layers
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds
@@ -28,6 +27,7 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
+from tests.support.image_project import prepare_and_build
 from tests.support.preflight_lock import record_preflight
 from tests.support.publish_env import record_smoke, run_publish_cli, tiny_upstream, write_project
 
@@ -89,7 +89,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         project = work / "project"
         write_project(project, repo, base_ref, {BUILD: {"ref": "v0.5.12", "smoke": [PROFILE]}}, "x")
         build = load_builds(Settings(project_dir=project))[BUILD]
-        result = build_image(build, Settings(project_dir=project, cache_dir=work / "cache"))
+        result = prepare_and_build(build, Settings(project_dir=project, cache_dir=work / "cache"))
         images.append(result.image_id)
         record_smoke(project / "images.lock", BUILD, PROFILE)
         record_preflight(project / "images.lock", BUILD, PROFILE)  # publish needs both gates

@@ -21,7 +21,6 @@ import pytest
 import requests
 import yaml
 
-from sparkbuild.image import build_image
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds
 from tests.support.cli import CliResult
@@ -35,7 +34,7 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
-from tests.support.image_project import load_lock
+from tests.support.image_project import load_lock, prepare_and_build
 from tests.support.preflight_lock import record_preflight
 from tests.support.publish_env import record_smoke, run_publish_cli, tiny_upstream, write_project
 
@@ -98,7 +97,7 @@ def _build(env: Env, greeting: str) -> dict[str, Any]:
     )
     build = load_builds(Settings(project_dir=env.project))[BUILD]
     settings = Settings(project_dir=env.project, cache_dir=env.work / "cache")
-    result = build_image(build, settings)
+    result = prepare_and_build(build, settings)
     env.images.append(result.image_id)
     return env.image_section()
 

@@ -268,7 +268,7 @@ def test_record_without_image_entry_says_how_to_get_one(tmp_path: Path) -> None:
 def test_unreachable_url_fails_with_http_errors(tmp_path: Path) -> None:
     _project(tmp_path, "engine: sglang\nmodel: m\n")
     port = 9  # discard: nothing listens on loopback
-    run = _cli(tmp_path, "--profile", "p", "--url", f"http://127.0.0.1:{port}", "--json", "-")
+    run = _cli(tmp_path, "--profile", "p", "--url", f"http://127.0.0.1:{port}", "--json")
     assert run.exit_code == 1, run.stderr
     result = json.loads(run.stdout)
     by_name = {c["name"]: c for c in result["checks"]}

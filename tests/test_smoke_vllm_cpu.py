@@ -187,7 +187,7 @@ def test_url_without_speculation_fails_accept_len(project: Path, plain_server: s
 def test_url_pass_when_profile_expects_no_speculation(project: Path, plain_server: str) -> None:
     write_profile(project, "plain", expect={"speculation": False})
 
-    run = run_smoke_cli(project, "--url", plain_server, "--profile", "plain", "--json", "-")
+    run = run_smoke_cli(project, "--url", plain_server, "--profile", "plain", "--json")
 
     assert run.returncode == 0, run.stdout + run.stderr
     assert '"verdict": "pass"' in run.stdout

@@ -89,16 +89,16 @@ def test_malformed_yaml_names_the_line(tmp_path: Path) -> None:
 
 def test_killed_lock_writer_leaves_a_whole_lock(tmp_path: Path) -> None:
     path = tmp_path / "images.lock"
-    lockfile.set_section(path, "b1", "source", {"commit": "a" * 40})
+    lockfile.set_section(path, "b1", lockfile.SourceSection(commit="a" * 40))
     writer = (
         "import pathlib, sys\n"
-        "from sparkbuild import lockfile\n"
+        "from sparkbuild.lockfile import LockedPatch, SourceSection, set_section\n"
         "path = pathlib.Path(sys.argv[1])\n"
-        "blob = ['x' * 1000] * 5000\n"
+        "blob = [LockedPatch(file='x' * 1000)] * 5000\n"
         "print('ready', flush=True)\n"
         "while True:\n"
-        "    lockfile.set_section(path, 'b1', 'source', {'commit': 'b' * 40, 'blob': blob})\n"
-        "    lockfile.set_section(path, 'b1', 'source', {'commit': 'c' * 40, 'blob': blob})\n"
+        "    set_section(path, 'b1', SourceSection(commit='b' * 40, patches=blob))\n"
+        "    set_section(path, 'b1', SourceSection(commit='c' * 40, patches=blob))\n"
     )
     child = subprocess.Popen([sys.executable, "-c", writer, str(path)], stdout=subprocess.PIPE)
     assert child.stdout is not None
@@ -106,13 +106,13 @@ def test_killed_lock_writer_leaves_a_whole_lock(tmp_path: Path) -> None:
     time.sleep(1.5)  # let it be in the middle of some write
     child.send_signal(signal.SIGKILL)
     child.wait()
-    commit = lockfile.load(path).to_data()["builds"]["b1"]["source"]["commit"]
+    commit = lockfile.load(path).to_json()["builds"]["b1"]["source"]["commit"]
     assert commit in {"a" * 40, "b" * 40, "c" * 40}
 
 
 def test_failed_mutation_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "images.lock"
-    lockfile.set_section(path, "b1", "image", {"image_id": "sha256:1"})
+    lockfile.set_section(path, "b1", lockfile.ImageSection(image_id="sha256:1"))
     before = path.read_text()
 
     def explode(entry: lockfile.BuildEntry) -> None:
@@ -127,8 +127,9 @@ def test_failed_mutation_writes_nothing(tmp_path: Path) -> None:
 
 def test_lock_is_canonical(tmp_path: Path) -> None:
     path = tmp_path / "images.lock"
-    lockfile.set_section(path, "zeta", "source", {"b": 1, "a": 2})
-    lockfile.set_section(path, "alpha", "source", {"y": [3, 1], "x": None})
+    # cuda_code is the lock's one free-form mapping (what the built cubins target)
+    lockfile.set_section(path, "zeta", lockfile.ImageSection(cuda_code={"b": 1, "a": 2}))
+    lockfile.set_section(path, "alpha", lockfile.ImageSection(cuda_code={"y": [3, 1], "x": None}))
     text = path.read_text()
     assert text.index("alpha:") < text.index("zeta:")
     assert text.index("a: 2") < text.index("b: 1")

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkbuild.image import build_image
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds
 from tests.support.docker_env import (
@@ -24,6 +23,7 @@ from tests.support.docker_env import (
     remove_images,
     start_registry,
 )
+from tests.support.image_project import prepare_and_build
 from tests.support.publish_env import run_publish_cli, tiny_upstream, write_project
 from tests.support.smoke_cli import run_smoke_cli, write_profile
 from tests.support.vllm_cpu import tiny_llama, vllm_server_command
@@ -54,7 +54,9 @@ def test_a_command_run_does_not_open_the_publish_gate(tmp_path: Path) -> None:
             project, repo, base_ref, {BUILD: {"ref": "v0.5.12", "smoke": [PROFILE]}}, "first"
         )
         build = load_builds(Settings(project_dir=project))[BUILD]
-        built = build_image(build, Settings(project_dir=project, cache_dir=tmp_path / "cache"))
+        built = prepare_and_build(
+            build, Settings(project_dir=project, cache_dir=tmp_path / "cache")
+        )
         try:
             write_profile(project, PROFILE)
             run = run_smoke_cli(

@@ -29,7 +29,7 @@ PY
     )
     passed=1
     # publish requires a passing preflight of this image (the one built here), recorded.
-    if ! sparkbuild preflight "$build" --in-image --record; then
+    if ! sparkbuild preflight --in-image --record "$build"; then
         failed+=("$build (preflight)")
         echo "::endgroup::"
         continue

@@ -6,24 +6,25 @@ from __future__ import annotations
 import os
 import platform as host_platform
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import DockerUnavailableError, PlatformError
 
 SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
 
 
-def client(timeout: int = 300) -> Any:
+def client(timeout: int = 300) -> docker.DockerClient:
     """A docker SDK client for the daemon, or an error saying how to start one."""
     try:
         api = docker.from_env(timeout=timeout)
         api.ping()
     except docker.errors.DockerException as exc:
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise SparkbuildError(f"no Docker daemon answers at {where} ({exc})", SETUP_HINT) from exc
+        raise DockerUnavailableError(
+            f"no Docker daemon answers at {where} ({exc})", SETUP_HINT
+        ) from exc
     return api
 
 
@@ -41,7 +42,7 @@ _QEMU_NAMES = {
 def platform_arch(platform: str) -> str:
     parts = platform.split("/")
     if len(parts) < 2 or parts[0] != "linux":
-        raise SparkbuildError(
+        raise PlatformError(
             f"platform '{platform}' is not of the form linux/ARCH", "for example linux/arm64"
         )
     return parts[1]
@@ -59,7 +60,7 @@ def check_can_run(platform: str, binfmt_dir: Path = Path("/proc/sys/fs/binfmt_mi
     except OSError:
         enabled = False
     if not enabled:
-        raise SparkbuildError(
+        raise DockerUnavailableError(
             f"this {native} host cannot run {platform} binaries: no qemu emulation registered "
             f"({entry} missing or disabled)",
             "enable it with `sudo scripts/setup-host.sh`, or build on a native builder with "

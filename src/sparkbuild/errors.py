@@ -44,6 +44,40 @@ class LockError(SparkbuildError):
     """images.lock is missing, stale, or disagrees with what was asked for."""
 
 
+class NoPinnedImageError(LockError):
+    """A verdict or a publication needs the image images.lock pins, and it pins none."""
+
+
+class ImageMismatchError(LockError):
+    """The image a verdict is about is not the one images.lock pins (or the pin moved while
+    the verdict was obtained)."""
+
+
+class UnknownRefError(SparkbuildError):
+    """A spec's ``ref`` is neither a branch nor a tag of its repository."""
+
+
+class PatchChecksumError(SparkbuildError):
+    """A patch file's bytes do not match the ``sha256:`` the spec pins for it."""
+
+
+class CheckoutDirError(SparkbuildError):
+    """``prepare --out DIR`` would overwrite what is not a sparkbuild checkout, or edits."""
+
+
+class PreflightSetupError(SparkbuildError):
+    """Preflight cannot make or reach the interpreter it runs in (venv, image, --python)."""
+
+
+class ProbeError(SparkbuildError):
+    """The preflight probe did not run to a report."""
+
+
+class GateClosedError(SparkbuildError):
+    """Publishing refused: the pinned image lacks a passing verdict (``--force`` overrides,
+    recorded unverified)."""
+
+
 class RemoteError(SparkbuildError):
     """A git remote could not be listed or fetched (after retries where they can help)."""
 
@@ -91,12 +125,61 @@ class CubinCheckError(SparkbuildError):
     """The built wheels carry CUDA code for other archs than the build targets."""
 
 
+class DockerUnavailableError(SparkbuildError):
+    """This host's Docker cannot do what was asked: no daemon answers, no docker client can run
+    BuildKit builds (or buildx is needed), or no emulation runs the platform's binaries."""
+
+
+class PlatformError(SparkbuildError):
+    """A platform that is not ``linux/ARCH``, or an image of another platform than asked for."""
+
+
+class LocalImageError(SparkbuildError):
+    """An image that should be in the local Docker engine is not there."""
+
+
+class BaseImageError(SparkbuildError):
+    """The base image cannot be pinned, or its config cannot be read, from its registry."""
+
+
+class UnpreparedSourceError(SparkbuildError):
+    """A build whose PRs or patches do not all apply: there is no tree to build an image of."""
+
+
+class OverlayScopeError(SparkbuildError):
+    """An overlay build whose PRs or patches change files outside the Python package."""
+
+
+class BrokenInstallError(SparkbuildError):
+    """A file sparkbuild ships (a template) is missing from its install."""
+
+
+class BuildInputError(SparkbuildError):
+    """A build argument or build cache reference that is not valid, found while building."""
+
+
 class RegistryError(SparkbuildError):
     """The registry answered, and the answer was no."""
 
 
 class CredentialsRejectedError(RegistryError):
     """Authentication failed: wrong or missing credentials (never quoted)."""
+
+
+class RegistryUnreachableError(SparkbuildError):
+    """The registry did not answer (after retries), or answered only with server errors."""
+
+
+class CredentialStoreError(SparkbuildError):
+    """docker's credential store (a ``credsStore``/``credHelpers`` helper) failed."""
+
+
+class PublishError(SparkbuildError):
+    """A push that did not land, or would publish other bytes than the pinned image."""
+
+
+class RollbackError(SparkbuildError):
+    """No published digest to move the aliases back to, or one they must not move to."""
 
 
 class EngineHTTPError(SparkbuildError):
@@ -123,6 +206,68 @@ class CalibrationError(SparkbuildError):
 
 class EngineGoneError(SparkbuildError):
     """The engine stopped answering in the middle of a bench sweep."""
+
+
+# Raised by the command line (sparkbuild.cli) once a stage has returned or failed.
+
+
+class BuildsFailedError(SparkbuildError):
+    """Some of several builds failed; each was reported as it failed, and the others ran."""
+
+
+class ItemsDoNotApplyError(SparkbuildError):
+    """PRs or patches of a build are in conflict, missing or invalid, so its source does not
+    prepare (and nothing is locked, built or preflighted from it)."""
+
+
+class RequirementsClashError(SparkbuildError):
+    """A build's ``requirements:`` pin a package differently from the release's own pins."""
+
+
+class VerdictFailedError(SparkbuildError):
+    """A check ran and did not pass (a smoke or preflight verdict): the run worked, the
+    engine or the build did not."""
+
+
+class EngineUnreachableError(SparkbuildError):
+    """An engine URL could not be asked what it serves."""
+
+
+class SweepIncompleteError(SparkbuildError):
+    """A bench sweep stopped before every cell was measured (the finished cells are kept)."""
+
+
+class NothingToCompareError(SparkbuildError):
+    """Two bench reports share no cell, so there is nothing to set side by side."""
+
+
+class BumpNotReadyError(SparkbuildError):
+    """``bump`` could not carry every item to the new release; conflict reports say why."""
+
+
+class InternalError(SparkbuildError):
+    """A bug in sparkbuild: any other exception, rendered as one screen, not a traceback."""
+
+
+class EngineContainerError(SparkbuildError):
+    """An engine's container could not be started, or has no published port to reach."""
+
+
+class EngineBootError(SparkbuildError):
+    """The engine exited, or never became ready, before a bench sweep could start."""
+
+
+class PlotError(SparkbuildError):
+    """``--plot`` cannot draw: matplotlib is missing, or no cell has a figure to plot."""
+
+
+class RequirementError(SparkbuildError):
+    """An extra requirement (spec ``requirements:``) has no wheel pip can download for the
+    image, or pip returned another file than asked for."""
+
+
+class BumpError(SparkbuildError):
+    """``sparkbuild bump`` cannot carry a change, or cannot write the files it planned."""
 
 
 class UnknownPlaceholderError(ValueError):

@@ -14,6 +14,7 @@ from sparkbuild.errors import UnknownPlaceholderError
 from sparkbuild.spec import Build
 
 PLACEHOLDERS = ("engine", "version", "tree_short", "build")
+DOCKER_HUB = "docker.io"
 _COMPONENT_TEXT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _TAG_TEXT = r"[\w][\w.-]{0,127}"
 COMPONENT = re.compile(rf"^{_COMPONENT_TEXT}$")
@@ -57,3 +58,15 @@ def strip_digest(reference: str) -> str:
 def digest_of(reference: str) -> str | None:
     _, sep, digest = reference.partition("@")
     return digest if sep else None
+
+
+def split_reference(reference: str) -> tuple[str, str]:
+    """``(registry host, repository)`` of an image reference, Docker Hub rules included."""
+    name = reference.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DOCKER_HUB, name if "/" in name else f"library/{name}"

@@ -1,17 +1,19 @@
-"""images.lock: typed, canonical YAML, written only by sparkbuild, atomically, one writer at a time.
+"""images.lock: the whole schema, typed; canonical YAML, written only by sparkbuild,
+atomically, one writer at a time.
 
 The file holds one :class:`BuildEntry` per build; each stage owns one section of it
-(``source``, ``image``, ``requirements``, ``preflight``, ``smoke``, ``bench``, ``publish``).
-A command opens a :class:`LockHandle` once, reads the typed entries from it, queues its
-changes per build, and writes them in one go under the file lock: the file is swapped in
-with a rename, so an interrupted write leaves the previous lock intact, and a command that
-fails before it writes changes nothing.
+(``source``, ``image``, ``requirements``, ``preflight``, ``smoke``, ``bench``, ``publish``),
+and every key a stage writes is a field of that section's model here. Records are made by
+the models' own constructors from the stage's typed result (``SmokeRecord.from_result``,
+``PreflightRun.from_report``, ...). A command opens a :class:`LockHandle` once, reads the
+typed entries from it, queues its changes per build, and writes them in one go under the
+file lock: the file is swapped in with a rename, so an interrupted write leaves the previous
+lock intact, and a command that fails before it writes changes nothing.
 
 One schema serves both readers: :func:`load` holds the file to the models below (strictly
-typed, so a hand-edited ``verified: 1`` is not a ``true``); :func:`schema_problems` (``lock
---check``) adds what a lock sparkbuild wrote always has (the fields marked ``_COMPLETE``).
-Each stage may keep keys of its own (``extra="allow"``), and a lock read and written again
-is byte-identical.
+typed, so a hand-edited ``verified: 1`` is not a ``true``, and a key no sparkbuild wrote is
+refused); :func:`check` (``lock --check``) also requires the fields marked :data:`Written`,
+which every lock sparkbuild writes has. A lock read and written again is byte-identical.
 """
 
 from __future__ import annotations
@@ -20,17 +22,30 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import yaml
 from filelock import FileLock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sparkbuild import validate, yamlfile
-from sparkbuild.errors import BadYAMLError, LockError, SparkbuildError
+from sparkbuild.checks import Status, Verdict
+from sparkbuild.errors import (
+    BadYAMLError,
+    ImageMismatchError,
+    LockError,
+    NoPinnedImageError,
+)
+from sparkbuild.spec import PRFields
+
+if TYPE_CHECKING:  # the stages' results, for the constructors; the stages import this module
+    from sparkbuild.bench.results import BenchReport, CellResult
+    from sparkbuild.preflight.report import PreflightReport
+    from sparkbuild.smoke.runner import SmokeResult
+    from sparkbuild.source.items import ItemResult, PreparedSource
 
 SCHEMA = 1
 HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
@@ -41,19 +56,31 @@ Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 # Image ids go to docker, never to git or a shell; a plain token is enough.
 ImageId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._@/-]*$")]
 BuildName = Annotated[str, AfterValidator(validate.build_name)]
+# A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
+Number = int | float
 _IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+# What the source stage concluded about a PR or patch (see sparkbuild.source).
+ItemStatus = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
+
+
+@dataclass(frozen=True)
+class _Written:
+    pattern: str | None = None  # what the value must match in a lock sparkbuild wrote
+
+
+_T = TypeVar("_T")
+# A field every lock sparkbuild writes has: `lock --check` requires it (non-null), while a
+# load does not, so every command still reads a lock that lacks it and the check names it.
+Written = Annotated[_T | None, _Written()]
 
 
 class _Section(BaseModel):
-    """A part of the lock: strictly typed where sparkbuild reads it, open to extra keys."""
+    """A part of the lock: strictly typed, every key declared."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
-    # Fields a lock sparkbuild wrote always has (checked by `lock --check`), and the
-    # patterns they must match there.
-    _COMPLETE: ClassVar[tuple[str, ...]] = ()
-    _COMPLETE_PATTERNS: ClassVar[dict[str, str]] = {}
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    def to_data(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The plain mapping: exactly the keys that were read or set, nothing defaulted."""
         return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
 
@@ -66,47 +93,97 @@ class _Section(BaseModel):
 # --- source: what `lock` resolved ---------------------------------------------------------
 
 
-class LockedPR(_Section):
-    _COMPLETE = ("status",)
-    number: int = Field(gt=0)
-    when: str | None = None
-    status: str | None = None
+class LockedPR(_Section, PRFields):
+    """One PR of ``source.prs``: the spec's number and range, and what was resolved."""
+
+    status: Written[ItemStatus] = None
     head: Sha | None = None
     commits: list[Sha] = []
     diff_sha256: Sha256 | None = None
 
+    @classmethod
+    def from_result(cls, item: ItemResult) -> LockedPR:
+        if item.kind != "pr" or item.number is None:
+            raise TypeError(f"{item.id} is not a PR")
+        return cls(
+            number=item.number,
+            when=item.when,
+            status=item.status,
+            head=item.head,
+            commits=list(item.commits),
+            diff_sha256=item.diff_sha256,
+        )
+
 
 class LockedPatch(_Section):
-    _COMPLETE = ("status",)
+    """One patch of ``source.patches``: its file, range, status and the bytes' sha256."""
+
     file: str
     when: str | None = None
-    status: str | None = None
+    status: Written[ItemStatus] = None
     sha256: Sha256 | None = None
+
+    @classmethod
+    def from_result(cls, item: ItemResult) -> LockedPatch:
+        if item.kind != "patch" or item.file is None:
+            raise TypeError(f"{item.id} is not a patch")
+        return cls(file=item.file, when=item.when, status=item.status, sha256=item.sha256)
 
 
 class LockedStep(_Section):
-    """A source step (``steps:``): which edit, on which file, and what it did."""
+    """One source step of ``source.steps``: which edit on which file, its range and status,
+    and the version of the step's code that made it (``source.gencodes.VERSION``)."""
 
-    _COMPLETE = ("status",)
     step: str
     file: str
     when: str | None = None
-    status: str | None = None
-    version: int | None = None  # of the step's code (source.gencodes.VERSION)
+    status: Written[ItemStatus] = None
+    version: int | None = None
+
+    @classmethod
+    def from_result(cls, item: ItemResult) -> LockedStep:
+        if item.kind != "step" or item.step is None or item.file is None:
+            raise TypeError(f"{item.id} is not a source step")
+        return cls(
+            step=item.step,
+            file=item.file,
+            when=item.when,
+            status=item.status,
+            version=item.step_version,
+        )
 
 
 class SourceSection(_Section):
-    _COMPLETE = ("engine", "repo", "ref", "commit", "version", "spec_digest", "tree")
-    engine: str | None = None
-    repo: str | None = None
-    ref: str | None = None
-    commit: Sha | None = None
-    version: str | None = None
-    spec_digest: Digest | None = None
-    tree: Sha | None = None
+    engine: Written[str] = None
+    repo: Written[str] = None
+    ref: Written[str] = None
+    commit: Written[Sha] = None
+    version: Written[str] = None
+    spec_digest: Written[Digest] = None
+    tree: Written[Sha] = None
     prs: list[LockedPR] = []
     patches: list[LockedPatch] = []
     steps: list[LockedStep] = []
+
+    @classmethod
+    def from_prepared(cls, prepared: PreparedSource) -> SourceSection:
+        build = prepared.build
+        steps = [LockedStep.from_result(item) for item in prepared.items if item.kind == "step"]
+        return cls(
+            engine=build.engine,
+            repo=validate.strip_userinfo(build.spec_repo),  # a token never reaches the lock
+            ref=build.ref,
+            commit=prepared.base_commit,
+            version=str(build.version),
+            spec_digest=build.spec_digest(),
+            tree=prepared.tree,
+            prs=[LockedPR.from_result(item) for item in prepared.items if item.kind == "pr"],
+            patches=[
+                LockedPatch.from_result(item) for item in prepared.items if item.kind == "patch"
+            ],
+            # Only when the build has steps, so older entries keep their shape.
+            **({"steps": steps} if steps else {}),
+        )
 
     def pr_heads(self) -> dict[int, str]:
         return {pr.number: pr.head for pr in self.prs if pr.head}
@@ -116,15 +193,13 @@ class SourceSection(_Section):
 
 
 class ImageSection(_Section):
-    _COMPLETE = ("image_id",)
-    _COMPLETE_PATTERNS = {"image_id": _IMAGE_DIGEST}
     mode: str | None = None
     base_image: str | None = None
     base_digest: str | None = None
     platform: str | None = None
     tree: Sha | None = None
     inputs_digest: str | None = None
-    image_id: ImageId | None = None
+    image_id: Annotated[ImageId | None, _Written(_IMAGE_DIGEST)] = None
     repo_digest: str | None = None
     tags: list[str] = []
     cuda_code: dict[str, Any] | None = None  # source mode: what the built cubins target
@@ -144,31 +219,132 @@ class LockedWheel(_Section):
 
 
 class ProfileVerdict(_Section):
-    verdict: str | None = None
+    """One profile's preflight verdict (its own checks and the build-wide ones)."""
+
+    verdict: Status | None = None
+    checks: dict[str, Status] = {}
 
 
 class PreflightRun(_Section):
-    """``preflight.<tree>+<deps>``: one run's verdicts (per profile)."""
+    """``preflight.<tree>+<deps>``: one run's verdicts (per profile), not their details."""
 
-    where: str | None = None
-    image_id: str | None = None
+    where: str | None = None  # venv, image or python
+    image_id: str | None = None  # written for a run inside an image only
+    tree: str | None = None
+    deps_digest: str | None = None
+    versions: dict[str, str] = {}
+    checks: dict[str, Status] = {}
     profiles: dict[str, ProfileVerdict] = {}
+
+    @classmethod
+    def from_report(cls, report: PreflightReport) -> PreflightRun:
+        run = cls(
+            where=report.where,
+            tree=report.tree,
+            deps_digest=report.deps_digest,
+            versions={name: str(v) for name, v in report.versions.items() if v},
+            checks={c.name: c.status for c in report.package_checks},
+            profiles={
+                p.profile: ProfileVerdict(
+                    verdict=report.verdict_for(p), checks={c.name: c.status for c in p.checks}
+                )
+                for p in report.profiles
+            },
+        )
+        if report.image_id:
+            run.image_id = report.image_id
+        return run
 
 
 class SmokeRecord(_Section):
     """``smoke.<image_id>.<profile>``: one smoke verdict and how it was obtained."""
 
-    verdict: str | None = None
-    verified: bool | None = None
-    image_id: str | None = None
-    target: str | None = None
+    verdict: Verdict | None = None
+    checks: dict[str, Status] = {}
+    accept_len: Number | None = None
+    boot_seconds: Number | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    nan_signal: str | None = None  # which NaN detection was active
+    target: str | None = None  # KIND:WHAT (image, command or URL)
+    verified: bool | None = None  # only an image run shows what ran; publish counts only these
+    image_id: str | None = None  # the id the container ran (null when nothing proves it)
+
+    @classmethod
+    def from_result(cls, result: SmokeResult) -> SmokeRecord:
+        return cls(
+            verdict=result.verdict,
+            checks={check.name: check.status for check in result.checks},
+            accept_len=result.accept_len,
+            boot_seconds=result.boot_seconds,
+            engine=result.engine,
+            engine_version=result.engine_version,
+            nan_signal=result.nan_signal,
+            target=f"{result.target_kind}:{result.target}",
+            verified=result.verified,
+            image_id=result.image_id if result.verified else None,
+        )
+
+
+class BenchCell(_Section):
+    """One cell of a sweep: its shape, and the medians over its runs."""
+
+    pp: int | None = None
+    tg: int | None = None
+    depth: int | None = None
+    concurrency: int | None = None
+    ttft_s: Number | None = None
+    prefill_tps: Number | None = None
+    decode_tps_request: Number | None = None
+    decode_tps_aggregate: Number | None = None
+    decode_tps_engine: Number | None = None
+    burst_runs: int | None = None
+    accept_len: Number | None = None
+    errors: int | None = None
+
+    @classmethod
+    def from_result(cls, cell: CellResult) -> BenchCell:
+        return cls(
+            pp=cell.pp,
+            tg=cell.tg,
+            depth=cell.depth,
+            concurrency=cell.concurrency,
+            ttft_s=cell.ttft_s.median,
+            prefill_tps=cell.prefill_tps.median,
+            decode_tps_request=cell.decode_tps_request.median,
+            decode_tps_aggregate=cell.decode_tps_aggregate.median,
+            decode_tps_engine=cell.decode_tps_engine.median,
+            burst_runs=cell.burst_runs,
+            accept_len=cell.accept_len,
+            errors=cell.errors,
+        )
 
 
 class BenchRecord(_Section):
-    """``bench.<image_id>.<profile>``: the summary of one benchmark run."""
+    """``bench.<image_id>.<profile>``: what the lock keeps of a benchmark run, enough to see
+    a regression (the report file has the rest)."""
 
     label: str | None = None
     created: str | None = None
+    harness: str | None = None  # the harness's version
+    seed: int | None = None
+    runs: int | None = None
+    engine_args: list[str] = []
+    host: str | None = None
+    cells: list[BenchCell] = []
+
+    @classmethod
+    def from_report(cls, report: BenchReport) -> BenchRecord:
+        return cls(
+            created=report.created,
+            label=report.label,
+            harness=report.harness.version,
+            seed=report.sweep.seed,
+            runs=report.sweep.runs,
+            engine_args=list(report.engine.args),
+            host=report.host.summary,
+            cells=[BenchCell.from_result(cell) for cell in report.cells],
+        )
 
 
 # --- publish: where the image went -------------------------------------------------------
@@ -181,6 +357,7 @@ class Publication(_Section):
     image_id: str | None = None
     tag: str | None = None
     verified: bool | None = None
+    # profile -> the verdict publish counted: pass, fail, missing or "unverified pass (TARGET)"
     smoke: dict[str, str] = {}
     rolled_back: bool | None = None
 
@@ -194,6 +371,22 @@ class PublishRecord(_Section):
     verified: bool | None = None
     aliases: list[str] = []
     history: list[Publication] = []
+
+    @classmethod
+    def after_push(
+        cls, before: PublishRecord | None, publication: Publication, aliases: Sequence[str]
+    ) -> PublishRecord:
+        """The record once ``publication`` is pushed and ``aliases`` point at it: its digest
+        moves to the end of the history (once)."""
+        earlier = before.published() if before else []
+        return cls(
+            tag=publication.tag,
+            digest=publication.digest,
+            image_id=publication.image_id,
+            verified=publication.verified,
+            aliases=list(aliases),
+            history=[*(h for h in earlier if h.digest != publication.digest), publication],
+        )
 
     def published(self) -> list[Publication]:
         return [h for h in self.history if h.digest]
@@ -209,16 +402,26 @@ class BuildEntry(_Section):
     publish: dict[str, PublishRecord] | None = None
 
 
+# A section a command replaces whole (the keyed verdict sections are changed record by record).
+Section = SourceSection | ImageSection | list[LockedWheel]
+
+
 class LockFile(_Section):
+    # The one open mapping: a top-level key other than `schema` and `builds` still loads, as
+    # it always has, so every command keeps working and `lock --check` names the key. No
+    # sparkbuild ever wrote one, nor a key the section models above lack (see each writer's
+    # history), so they are closed.
+    model_config = ConfigDict(extra="allow", strict=True)
+
     schema_: int = Field(default=SCHEMA, alias="schema")
     builds: dict[BuildName, BuildEntry] = {}
 
     def entry(self, build: str) -> BuildEntry | None:
         return self.builds.get(build)
 
-    def to_data(self) -> dict[str, Any]:
-        return {**super().to_data(), "schema": SCHEMA, "builds": {
-            name: entry.to_data() for name, entry in self.builds.items()
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "schema": SCHEMA, "builds": {
+            name: entry.to_json() for name, entry in self.builds.items()
         }}  # fmt: skip
 
 
@@ -287,20 +490,23 @@ def read_entry(path: Path, build: str) -> BuildEntry:
     return load(path).entry(build) or BuildEntry()
 
 
+def _written(model: BaseModel) -> Iterator[tuple[str, _Written]]:
+    for name, info in type(model).model_fields.items():  # in declaration order: a stable report
+        yield from ((name, mark) for mark in info.metadata if isinstance(mark, _Written))
+
+
 def _missing(model: BaseModel, loc: tuple[str | int, ...]) -> Iterator[str]:
     """What a lock sparkbuild wrote would have, and ``model`` (at ``loc``) lacks."""
-    if isinstance(model, _Section):
-        for name in model._COMPLETE:
-            where = ".".join(str(p) for p in (*loc, name))
-            value = getattr(model, name)
-            pattern = model._COMPLETE_PATTERNS.get(name)
-            if name not in model.model_fields_set:
-                yield f"`{where}`: Field required"
-            elif value is None:
-                yield f"`{where}`: Input should be a valid string"
-            elif pattern and not re.match(pattern, str(value)):
-                yield f"`{where}`: String should match pattern '{pattern}'"
-    for name in type(model).model_fields:  # in declaration order, so the report is stable
+    for name, written in _written(model):
+        where = ".".join(str(p) for p in (*loc, name))
+        value = getattr(model, name)
+        if name not in model.model_fields_set:
+            yield f"`{where}`: Field required"
+        elif value is None:
+            yield f"`{where}`: Input should be a valid string"
+        elif written.pattern and not re.match(written.pattern, str(value)):
+            yield f"`{where}`: String should match pattern '{written.pattern}'"
+    for name in type(model).model_fields:
         if name in model.model_fields_set:
             yield from _missing_in(getattr(model, name), (*loc, _alias(model, name)))
 
@@ -331,7 +537,7 @@ def check(path: Path) -> tuple[LockFile | None, list[str]]:
 
     The loader's checks come first (UTF-8, no aliases, the schema every command reads, with
     file and line); then what a lock sparkbuild wrote always has: ``schema:``, no other
-    top-level keys, and the ``_COMPLETE`` fields of each section."""
+    top-level keys, and the :data:`Written` fields of each section."""
     try:
         data, node = _read(path)
         lock = _validate(path, data, node)
@@ -362,7 +568,7 @@ class _CanonicalDumper(yaml.SafeDumper):
 def dumps(lock: LockFile) -> str:
     """Canonical text: sorted keys, block style, no timestamps added here."""
     body = yaml.dump(
-        lock.to_data(),
+        lock.to_json(),
         Dumper=_CanonicalDumper,
         sort_keys=True,
         default_flow_style=False,
@@ -434,14 +640,9 @@ class LockHandle:
     def change(self, build: str, change: Change) -> None:
         self._changes.setdefault(build, []).append(change)
 
-    def set_section(self, build: str, section: str, value: Any) -> None:
+    def set_section(self, build: str, section: Section) -> None:
         """Queue replacing one stage's section of ``build``'s entry."""
-
-        def replace(entry: BuildEntry) -> None:
-            # Validated here, so plain data and models alike are typed in the entry.
-            setattr(entry, section, getattr(BuildEntry.model_validate({section: value}), section))
-
-        self.change(build, replace)
+        self.change(build, lambda entry: _place(entry, section))
 
     def write(self) -> LockFile:
         """Apply the queued changes under the file lock and write the file once."""
@@ -455,7 +656,7 @@ class LockHandle:
                 entry = changed.builds.get(build) or BuildEntry()
                 for change in changes:
                     change(entry)
-                changed.builds[build] = BuildEntry.model_validate(entry.to_data())
+                changed.builds[build] = BuildEntry.model_validate(entry.to_json())
             text = dumps(changed)
             if text != dumps(current) or not self.path.exists():
                 write_atomic(self.path, text)
@@ -470,37 +671,62 @@ def update_entry(path: Path, build: str, change: Change) -> LockFile:
     return handle.write()
 
 
-def set_section(path: Path, build: str, section: str, value: Any) -> LockFile:
-    """Replace one stage's section of one build's entry (a model, or its plain data)."""
+def set_section(path: Path, build: str, section: Section) -> LockFile:
+    """Replace one stage's section of one build's entry."""
     handle = LockHandle.open(path)
-    handle.set_section(build, section, value)
+    handle.set_section(build, section)
     return handle.write()
 
 
-# --- the pinned image, for the stages that record verdicts about it ------------------------
+def _place(entry: BuildEntry, section: Section) -> None:
+    if isinstance(section, SourceSection):
+        entry.source = section
+    elif isinstance(section, ImageSection):
+        entry.image = section
+    else:
+        entry.requirements = section
 
 
-def pinned_image(entry: BuildEntry | None, build: str, lock_path: Path) -> str:
-    """``builds.<build>.image.image_id`` of ``entry``, or an error saying how to get one."""
-    image_id = entry.image.image_id if entry and entry.image else None
-    if not image_id:
-        raise SparkbuildError(
-            f"build {build!r} has no image in {lock_path.name}; nothing to record the result for",
-            f"build it first: sparkbuild build {build}",
+# --- the pinned image, for the stages that record verdicts about it or publish it ----------
+
+Purpose = Literal["record", "publish"]
+_NO_IMAGE = {  # purpose -> (message, hint)
+    "record": (
+        "build {build!r} has no image in {lock}; nothing to record the result for",
+        "build it first: sparkbuild build {build}",
+    ),
+    "publish": (
+        "{build}: {lock} pins no image for it; nothing to publish",
+        "`sparkbuild build {build}`, then smoke it with "
+        "`sparkbuild smoke --image IMAGE --profile P --record {build}`",
+    ),
+}
+
+
+def pinned_image(
+    entry: BuildEntry | None, build: str, lock_path: Path, purpose: Purpose = "record"
+) -> ImageSection:
+    """``builds.<build>.image`` of ``entry``, or an error saying how to get one. Publishing
+    also needs its tree (the destination's tags are rendered from it)."""
+    image = entry.image if entry else None
+    if image is None or not image.image_id or (purpose == "publish" and not image.tree):
+        message, hint = _NO_IMAGE[purpose]
+        raise NoPinnedImageError(
+            message.format(build=build, lock=lock_path.name), hint.format(build=build)
         )
-    return image_id
+    return image
 
 
 def pinned_image_id(path: Path, build: str) -> str:
     """``builds.<build>.image.image_id`` or an error saying how to get one."""
-    return pinned_image(load(path).entry(build), build, path)
+    return str(pinned_image(load(path).entry(build), build, path).image_id)
 
 
 def _check_tested(
     image_id: str, build: str, path: Path, tested_id: str | None, activity: str
 ) -> str:
     if tested_id and tested_id != image_id:
-        raise SparkbuildError(
+        raise ImageMismatchError(
             f"the image under test ({tested_id}) is not build {build!r}'s image in "
             f"{path.name} ({image_id})",
             f"run the {activity} on the pinned image (see `builds.{build}.image` in {path.name})",
@@ -513,33 +739,43 @@ def check_pinned_image(path: Path, build: str, tested_id: str | None, activity: 
     return _check_tested(pinned_image_id(path, build), build, path, tested_id, activity)
 
 
+_Record = TypeVar("_Record", SmokeRecord, BenchRecord)
+
+
+def _keyed(
+    records: dict[str, dict[str, _Record]] | None, image_id: str, key: str, record: _Record
+) -> dict[str, dict[str, _Record]]:
+    records = records or {}
+    records.setdefault(image_id, {})[key] = record
+    return records
+
+
 def record_for_image(
     path: Path,
     build: str,
-    section: str,
     key: str,
-    value: Mapping[str, Any],
+    record: SmokeRecord | BenchRecord,
     *,
     tested_id: str | None,
     activity: str,
 ) -> str:
-    """Store ``value`` at ``builds.<build>.<section>.<image_id>.<key>`` for the pinned image;
-    other images' entries stay. Used by the smoke and bench stages."""
+    """Store ``record`` at ``builds.<build>.<smoke|bench>.<image_id>.<key>`` for the pinned
+    image; other images' entries stay. Used by the smoke and bench stages."""
     handle = LockHandle.open(path)
-    pinned = pinned_image(handle.entry(build), build, path)
+    pinned = str(pinned_image(handle.entry(build), build, path).image_id)
     image_id = _check_tested(pinned, build, path, tested_id, activity)
 
     def change(entry: BuildEntry) -> None:
         current = entry.image.image_id if entry.image else None
         if current != image_id:  # re-checked under the writer lock: a build may have landed
-            raise SparkbuildError(
+            raise ImageMismatchError(
                 f"build {build!r}'s image changed in {path.name} during the {activity}",
                 f"re-run the {activity} against the new image of {build}",
             )
-        typed = getattr(BuildEntry.model_validate({section: {image_id: {key: value}}}), section)
-        records = getattr(entry, section) or {}
-        records.setdefault(image_id, {})[key] = typed[image_id][key]
-        setattr(entry, section, records)
+        if isinstance(record, SmokeRecord):
+            entry.smoke = _keyed(entry.smoke, image_id, key, record)
+        else:
+            entry.bench = _keyed(entry.bench, image_id, key, record)
 
     handle.change(build, change)
     handle.write()

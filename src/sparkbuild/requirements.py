@@ -42,7 +42,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from sparkbuild import git, lockfile
-from sparkbuild.errors import SparkbuildError, SpecError
+from sparkbuild.errors import LockError, RequirementError, SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build, Requirement
@@ -147,7 +147,7 @@ def _pip_download(args: list[str], dest: Path, what: str) -> Path:
     wheels = sorted(dest.glob("*.whl"))
     if result.returncode != 0 or not wheels:
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        raise SparkbuildError(
+        raise RequirementError(
             f"cannot download a wheel for {what}: " + (" ".join(tail) or "pip found none"),
             "a requirement that needs compiling goes into a `mode: source` build; check the "
             "name and version on PyPI",
@@ -268,7 +268,7 @@ def resolve_one(
         )
         name, version, _, _ = parse_wheel_filename(wheel.name)
         if not requirement.parsed().specifier.contains(version, prereleases=True):
-            raise SparkbuildError(f"pip returned {wheel.name} for '{requirement.req}'")
+            raise RequirementError(f"pip returned {wheel.name} for '{requirement.req}'")
         target = cache / wheel.name
         os.replace(wheel, target)
     pinned = PinnedWheel(requirement.req, str(name), str(version), target.name, _sha256(target))
@@ -289,7 +289,7 @@ def locked_wheel(pin: PinnedWheel, settings: Settings) -> Path:
             os.replace(got, path)
     actual = _sha256(path)
     if actual != pin.sha256:
-        raise SparkbuildError(
+        raise LockError(
             f"{pin.filename}: sha256 {actual} does not match images.lock ({pin.sha256})",
             "delete the cached file and run again; if PyPI's file changed, "
             "re-run `sparkbuild lock`",
@@ -311,7 +311,7 @@ def locked_pins(entry: lockfile.BuildEntry | None) -> list[PinnedWheel] | None:
     """The requirement pins of a lock entry (None when the entry has no such section)."""
     if entry is None or entry.requirements is None:
         return None
-    return [PinnedWheel.from_dict(item.to_data()) for item in entry.requirements]
+    return [PinnedWheel.from_dict(item.to_json()) for item in entry.requirements]
 
 
 _SAFE_FILENAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
@@ -324,7 +324,7 @@ def write_context(dest: Path, pins: list[PinnedWheel], wheels: list[Path]) -> No
     lines = []
     for pin, wheel in zip(pins, wheels, strict=True):
         if not _SAFE_FILENAME.match(pin.filename):
-            raise SparkbuildError(f"images.lock: unsafe wheel file name {pin.filename!r}")
+            raise LockError(f"images.lock: unsafe wheel file name {pin.filename!r}")
         shutil.copyfile(wheel, folder / pin.filename)
         lines.append(f"{pin.name}=={pin.version} --hash=sha256:{pin.sha256}")
     (folder / "requirements.txt").write_text("\n".join(lines) + "\n")
@@ -415,7 +415,7 @@ def lock_requirements(prepared: PreparedSource, settings: Settings) -> Requireme
 def record(report: RequirementReport, lock: lockfile.LockHandle) -> None:
     """Queue ``builds.<build>.requirements`` in ``lock`` (written with the build's entry)."""
     wheels = [lockfile.LockedWheel(**p.to_dict()) for p in report.pinned]
-    lock.set_section(report.build.name, "requirements", wheels)
+    lock.set_section(report.build.name, wheels)
 
 
 def image_wheels(
@@ -432,7 +432,7 @@ def image_wheels(
     if pins is not None and [p.requirement for p in pins] == wanted:
         return pins, [locked_wheel(p, settings) for p in pins]
     if locked:
-        raise SparkbuildError(
+        raise LockError(
             f"{build.name}: images.lock does not pin its requirements ({', '.join(wanted)})",
             f"run `sparkbuild lock {build.name}` and commit images.lock",
         )

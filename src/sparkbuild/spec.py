@@ -64,12 +64,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class PRModel(_Strict):
+class PRFields(BaseModel):
+    """A PR as the spec names it and the lock records it: its number and the version range
+    it applies to. The spec's :class:`PR` adds a note; the lock's ``LockedPR`` adds what the
+    source stage resolved (status, head, commits, diff)."""
+
     number: int = Field(gt=0)
     when: str | None = None
+
+    def digest_payload(self) -> list[Any]:
+        """What :meth:`Build.spec_digest` covers of a PR (every locked digest depends on it)."""
+        return [self.number, self.when]
+
+
+class PR(_Strict, PRFields):
+    """One PR to cherry-pick (``prs:``), as validated from the spec."""
+
     note: str | None = None
 
     _when = field_validator("when")(_check_when)
+
+    @property
+    def id(self) -> str:
+        return f"#{self.number}"
 
 
 class PatchModel(_Strict):
@@ -160,7 +177,7 @@ class BuildModel(ImageFields):
     ref: GitRef
     version: str | None = None
     description: str | None = None
-    prs: list[PRModel] = []
+    prs: list[PR] = []
     patches: list[PatchModel] = []
     smoke: list[str] = []
     requirements: list[RequirementModel] = []
@@ -182,7 +199,7 @@ class SpecModel(ImageFields):
     repo: RepoURL
     base_branch: GitRef = "main"
     package_dir: str
-    prs: list[PRModel] = []
+    prs: list[PR] = []
     patches: list[PatchModel] = []
     requirements: list[RequirementModel] = []
     steps: list[StepModel] = []
@@ -193,16 +210,6 @@ class SpecModel(ImageFields):
         if not self.builds:
             raise ValueError("a spec needs at least one entry under 'builds'")
         return self
-
-
-@dataclass(frozen=True)
-class PR:
-    number: int
-    when: str | None = None
-
-    @property
-    def id(self) -> str:
-        return f"#{self.number}"
 
 
 @dataclass(frozen=True)
@@ -338,7 +345,7 @@ class Build:
             "package_dir": self.package_dir,
             "ref": self.ref,
             "version": str(self.version),
-            "prs": [[pr.number, pr.when] for pr in self.prs],
+            "prs": [pr.digest_payload() for pr in self.prs],
             "patches": [[p.file, p.when, file_sha256(p.path)] for p in self.patches],
             "image": {
                 "mode": self.image.mode,
@@ -442,7 +449,7 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
             )
             for p in (*spec.patches, *entry.patches)
         )
-        prs = tuple(PR(number=p.number, when=p.when) for p in (*spec.prs, *entry.prs))
+        prs = (*spec.prs, *entry.prs)
         requirements = tuple(
             Requirement(req=r.req, when=r.when, override=r.override, mode=r.mode)
             for r in (*spec.requirements, *entry.requirements)

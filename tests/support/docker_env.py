@@ -28,7 +28,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker
 import requests
@@ -55,7 +54,7 @@ def require_command(name: str) -> str:
     return found
 
 
-def docker_client() -> Any:
+def docker_client() -> docker.DockerClient:
     """A docker SDK client for a daemon that answers, or a failure saying how to start one."""
     try:
         client = docker.from_env(timeout=120)
@@ -410,7 +409,7 @@ def _link_or_copy(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
-def remove_images(client: Any, references: list[str]) -> None:
+def remove_images(client: docker.DockerClient, references: list[str]) -> None:
     """Remove images by reference or id, ignoring ones already gone."""
     for reference in references:
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):

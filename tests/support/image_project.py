@@ -12,6 +12,10 @@ from typing import Any
 
 import yaml
 
+from sparkbuild import source
+from sparkbuild.image import ImageJob, ImageResult, build_image
+from sparkbuild.settings import Settings
+from sparkbuild.spec import Build
 from tests.support.cache import shared_test_cache
 from tests.support.cli import CliResult, run_cli
 from tests.support.docker_env import (
@@ -31,6 +35,12 @@ def make_patch_file(repo: Path | str, ref: str, edits: Mapping[str, Edit], dest:
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(make_patch(repo, ref, edits))
     return dest
+
+
+def prepare_and_build(build: Build, settings: Settings) -> ImageResult:
+    """The source stage, then the image stage, as `sparkbuild build` runs them."""
+    job = ImageJob.start(build, settings)
+    return build_image(source.prepare_source(build, settings, lock=job.lock.lock), job)
 
 
 def write_spec(project: Path, engine: str, spec: dict[str, Any]) -> Path:
@@ -93,7 +103,7 @@ def overlay_env(
             setup=setup,
             work_dir=work,
         )
-        base_id = docker_client().images.get(base_ref).id
+        base_id = str(docker_client().images.get(base_ref).id)
         env = OverlayEnv(version, registry, base_ref, repo, work, [base_ref, base_id])
         try:
             yield env

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Literal
 
 from sparkbuild import lockfile
+from sparkbuild.checks import CheckResult
 from sparkbuild.preflight import record
-from sparkbuild.preflight.report import CheckResult, PreflightReport, ProfileResult
+from sparkbuild.preflight.report import PreflightReport, ProfileResult
 from sparkbuild.settings import Settings
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sparkbuild import lockfile
+from sparkbuild.checks import CheckResult
 from sparkbuild.smoke import report
-from sparkbuild.smoke.checks import CheckResult
 from sparkbuild.smoke.runner import SmokeResult
 from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import tagged_repo
@@ -83,7 +83,7 @@ def record_smoke(lock_path: Path, build: str, profile: str, verdict: str = "pass
         target="publish-test",
         boot_seconds=1.0,
         accept_len=2.0,
-        checks=[CheckResult("boot", status, 1.0, "recorded by the publish tests")],
+        checks=[CheckResult("boot", status, "recorded by the publish tests", value=1.0)],
     )
     return report.record(lock_path, build, result)
 

@@ -63,9 +63,10 @@ def write_profile(project: Path, name: str, **changes: Any) -> tuple[Path, str]:
 
 
 def run_smoke_cli(project: Path, *args: str, timeout: float = 600) -> SmokeRun:
-    """``sparkbuild --project PROJECT smoke ARGS --json FILE`` in a subprocess."""
+    """``sparkbuild --project PROJECT smoke ARGS --json-file FILE`` in a subprocess (no file
+    when ARGS send the JSON to stdout with ``--json``)."""
     out = project / f"result-{uuid.uuid4().hex[:8]}.json"
-    json_out = () if "--json" in args else ("--json", str(out))
+    json_out = () if "--json" in args else ("--json-file", str(out))
     # Its own process: the engine it starts is its child, and must die with it.
     done = run_cli(
         "--project", str(project), "smoke", *args, *json_out, process=True, timeout=timeout

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.bench.results import BenchReport
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import PlotError
 
 
 def require_matplotlib() -> Any:
@@ -20,7 +20,7 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")  # files only; never a window, works without a display
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise SparkbuildError(
+        raise PlotError(
             "--plot needs matplotlib, which is not installed",
             "pip install 'sparkbuild[plot]' (or pip install matplotlib), or drop --plot",
         ) from exc
@@ -60,7 +60,7 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> None:
             lines += 1
     if lines == 0:
         plt.close(figure)
-        raise SparkbuildError(
+        raise PlotError(
             f"nothing to plot into {path}: no cell has a decode rate",
             "check the cells' errors in the report",
         )

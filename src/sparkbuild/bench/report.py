@@ -176,7 +176,8 @@ def load_report(path: Path) -> BenchReport:
         raise UsageError(
             f"{path} is not a sparkbuild bench report or a llama-benchy 0.4 JSON: "
             f"{' '.join(first)}",
-            "write one with `sparkbuild bench ... --json FILE` (or `llama-benchy --format json`)",
+            "write one with `sparkbuild bench ... --json-file FILE` "
+            "(or `llama-benchy --format json`)",
         ) from None
 
 
@@ -208,7 +209,7 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
         found["cells"] = f"{len(cells_a - cells_b)} only in A, {len(cells_b - cells_a)} only in B"
     note("runs per cell", a.sweep.runs, b.sweep.runs)
     note("warm-up", a.sweep.warmup, b.sweep.warmup)
-    note("host", _host(a), _host(b))
+    note("host", a.host.summary, b.host.summary)
     return found
 
 
@@ -218,10 +219,6 @@ def _build_id(report: BenchReport) -> str:
     if report.target.image_id:
         return report.target.image_id
     return f"{report.engine.name} {report.engine.version or '(unknown version)'}"
-
-
-def _host(report: BenchReport) -> str:
-    return f"{report.host.hostname}/{report.host.machine}/{report.host.cpus}cpu"
 
 
 # What a comparison is meant to vary: one of these differing is the subject, not a caveat.
@@ -333,39 +330,9 @@ def markdown_compare(rows: Sequence[dict[str, Any]], label_a: str, label_b: str)
 # --- images.lock -------------------------------------------------------------------------
 
 
-def lock_summary(report: BenchReport) -> dict[str, Any]:
-    """What images.lock keeps of a run: enough to see a regression, not the whole report."""
-    return {
-        "created": report.created,
-        "label": report.label,
-        "harness": report.harness.version,
-        "seed": report.sweep.seed,
-        "runs": report.sweep.runs,
-        "engine_args": list(report.engine.args),
-        "host": _host(report),
-        "cells": [
-            {
-                "pp": c.pp,
-                "tg": c.tg,
-                "depth": c.depth,
-                "concurrency": c.concurrency,
-                "ttft_s": c.ttft_s.median,
-                "prefill_tps": c.prefill_tps.median,
-                "decode_tps_request": c.decode_tps_request.median,
-                "decode_tps_aggregate": c.decode_tps_aggregate.median,
-                "decode_tps_engine": c.decode_tps_engine.median,
-                "burst_runs": c.burst_runs,
-                "accept_len": c.accept_len,
-                "errors": c.errors,
-            }
-            for c in report.cells
-        ],
-    }
-
-
 def record(lock_path: Path, build: str, report: BenchReport) -> str:
     """Store the summary under ``builds.<build>.bench.<image_id>.<profile>``."""
     return lockfile.record_for_image(
-        lock_path, build, "bench", report.profile or report.label, lock_summary(report),
+        lock_path, build, report.profile or report.label, lockfile.BenchRecord.from_report(report),
         tested_id=report.target.image_id, activity="benchmark",
     )  # fmt: skip

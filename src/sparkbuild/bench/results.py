@@ -192,6 +192,11 @@ class HostInfo(_Model):
     cpus: int | None
     python: str
 
+    @property
+    def summary(self) -> str:
+        """One word for the host, as comparisons and images.lock show it."""
+        return f"{self.hostname}/{self.machine}/{self.cpus}cpu"
+
 
 class TargetInfo(_Model):
     kind: str  # image | command | url

@@ -51,7 +51,14 @@ from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, probe, wait_ready
-from sparkbuild.errors import EngineGoneError, EngineHTTPError, SparkbuildError, UsageError
+from sparkbuild.errors import (
+    CalibrationError,
+    EngineBootError,
+    EngineGoneError,
+    EngineHTTPError,
+    SparkbuildError,
+    UsageError,
+)
 
 #: The engine's own count of generated tokens (all requests), per engine.
 GENERATION_COUNTER = {
@@ -203,14 +210,14 @@ class _Engine:
             counted = await self._tokenize(text)
             if counted is not None:
                 return counted
-            raise SparkbuildError("the engine's /tokenize stopped answering while calibrating")
+            raise CalibrationError("the engine's /tokenize stopped answering while calibrating")
         body = {"model": self.served_model, "prompt": text or " ", "max_tokens": 1}
         try:
             response = await self.client.post("/v1/completions", json=body)
             response.raise_for_status()
             return int(response.json()["usage"]["prompt_tokens"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise SparkbuildError(f"cannot count prompt tokens through usage: {exc}") from exc
+            raise CalibrationError(f"cannot count prompt tokens through usage: {exc}") from exc
 
 
 class Sweeper:
@@ -420,7 +427,7 @@ def _boot(target: Target, adapter: EngineAdapter, plan: BenchPlan, progress: Pro
     hint = f"{found[0].diagnosis} {found[0].remedy}" if found else None
     if hint is None and lines:
         hint = f"last engine log line: {lines[-1][:200]}"
-    raise SparkbuildError(f"the engine {why} before the benchmark could start", hint)
+    raise EngineBootError(f"the engine {why} before the benchmark could start", hint)
 
 
 def run_bench(

@@ -1,5 +1,12 @@
-"""Carrying a build's PRs and patches to a new upstream release (`sparkbuild bump`)."""
+"""Carrying a build's PRs and patches to a new upstream release (`sparkbuild bump`).
 
-from sparkbuild.bump.plan import BumpPlan, Decision, plan_bump, write_plan
+``plan`` is the entry point, ``decide`` takes one decision per PR and patch, ``report``
+writes the conflict report of an item that could not be carried, ``write`` makes the new
+spec text and patch variants and writes them; ``carry`` and ``specedit`` are the plumbing.
+"""
+
+from sparkbuild.bump.decide import Decision
+from sparkbuild.bump.plan import BumpPlan, plan_bump
+from sparkbuild.bump.write import write_plan
 
 __all__ = ["BumpPlan", "Decision", "plan_bump", "write_plan"]

@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 
 from sparkbuild import git
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BumpError
 from sparkbuild.source.mirror import complete
 from sparkbuild.source.patching import ScratchIndex
 
@@ -65,7 +65,7 @@ def carry_forward(git_dir: Path, diff: bytes, base: str, target: str) -> Carried
     with ScratchIndex(git_dir, base) as index:
         outcome = index.apply(diff)
         if not outcome.ok:
-            raise SparkbuildError(f"the change does not apply to {base[:12]}: {outcome.message}")
+            raise BumpError(f"the change does not apply to {base[:12]}: {outcome.message}")
         ours_tree = index.write_tree()
     full = git.run(
         ["diff", "--full-index", "--binary", base_tree, ours_tree], git_dir=git_dir

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import click
 import requests
@@ -35,10 +34,15 @@ from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_li
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
 from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, first_model
-from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
+from sparkbuild.engines.launch import LaunchSettings, make_target
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import (
+    EngineUnreachableError,
+    NothingToCompareError,
+    SweepIncompleteError,
+    UsageError,
+)
 from sparkbuild.settings import Settings
 
 
@@ -110,7 +114,7 @@ def _detect_engine(url: str) -> str:
         response = requests.get(url.rstrip("/") + "/v1/models", timeout=10)
         owner = str(first_model(response.json()).get("owned_by", ""))
     except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise SparkbuildError(
+        raise EngineUnreachableError(
             f"cannot reach {url}/v1/models to find out which engine serves it: {exc}",
             "check --url, or pass --profile / --engine",
         ) from exc
@@ -202,7 +206,8 @@ class BenchOutputs:
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request before the sweep.")
 @click.option("--label", metavar="TEXT", help="Name of this run in tables, plots and compare.")
-@options.json_out(help="Write the report as JSON ('-': stdout).")
+@options.json()
+@options.json_file(help="Write the report as JSON to FILE.")
 @click.option(
     "--markdown",
     "markdown_path",
@@ -238,7 +243,30 @@ class BenchOutputs:
 @claims_options
 @click.option("--claims-json", metavar="FILE", help="Write the claims comparison as JSON.")
 @click.pass_context
-def bench(ctx: click.Context, /, **params: Any) -> None:
+@options.launch_settings
+def bench(
+    ctx: click.Context,
+    /,
+    launch: LaunchSettings,
+    pp: list[int],
+    tg: list[int],
+    depth: list[int],
+    concurrency: list[int],
+    runs: int,
+    seed: int,
+    no_warmup: bool,
+    label: str | None,
+    as_json: bool,
+    json_file: str | None,
+    markdown_path: Path | None,
+    table_style: str,
+    csv_path: Path | None,
+    plot_path: Path | None,
+    record_build: str | None,
+    claims_files: tuple[str, ...],
+    claims_setups: tuple[str, ...],
+    claims_json: str | None,
+) -> None:
     """Sweep prompt length x generation length x depth x concurrency against an engine.
 
     Reports time to first token, prefill and decode tokens/s (per request and in total) and
@@ -248,50 +276,40 @@ def bench(ctx: click.Context, /, **params: Any) -> None:
     `sparkbuild bench compare A.json B.json` compares two --json reports.
     """
     if ctx.invoked_subcommand is not None:
-        given = [
-            name
-            for name in params
-            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-        ]
-        if given:
-            raise click.UsageError(
-                f"`bench {ctx.invoked_subcommand}` takes no bench options before it "
-                f"(got {', '.join('--' + g.replace('_', '-') for g in given)})"
-            )
+        _no_options_before(ctx)
         return
-    claims = claims_request(
-        ctx.obj, params.pop("claims_files"), params.pop("claims_setups"),
-        params.pop("claims_json"), params["markdown_path"],
-        stdout_taken=params["json_path"] == "-",
-    )  # fmt: skip
-    _run(ctx.obj, *_grouped(params), claims=claims)
-
-
-def _grouped(params: dict[str, Any]) -> tuple[LaunchSettings, SweepSettings, BenchOutputs]:
-    """The command line's values, grouped by what they decide."""
-    launch = LaunchSettings(
-        TargetChoice(params["image"], params["command"], params["url"], params["gpus"]),
-        profile=params["profile_name"],
-        model=params["model"],
-        engine=params["engine"],
-        boot_timeout_s=params["boot_timeout"],
-        request_timeout_s=params["request_timeout"],
-        log_path=params["log_path"],
-    )
-    sweep = Sweep(
-        pp=params["pp"], tg=params["tg"], depth=params["depth"],
-        concurrency=params["concurrency"], runs=params["runs"], seed=params["seed"],
-        warmup=not params["no_warmup"],
-    )  # fmt: skip
     outputs = BenchOutputs(
-        json_path=params["json_path"],
-        markdown_path=params["markdown_path"],
-        table_style=params["table_style"],
-        csv_path=params["csv_path"],
-        plot_path=params["plot_path"],
-        record_build=params["record_build"],
+        json_path=options.json_destination(as_json, json_file),
+        markdown_path=markdown_path,
+        table_style=table_style,
+        csv_path=csv_path,
+        plot_path=plot_path,
+        record_build=record_build,
     )
-    return launch, SweepSettings(sweep, params["label"]), outputs
+    claims = claims_request(
+        ctx.obj, claims_files, claims_setups, claims_json, markdown_path,
+        stdout_taken=outputs.json_path == "-",
+    )  # fmt: skip
+    sweep = Sweep(
+        pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
+        warmup=not no_warmup,
+    )  # fmt: skip
+    _run(ctx.obj, launch, SweepSettings(sweep, label), outputs, claims=claims)
+
+
+def _no_options_before(ctx: click.Context) -> None:
+    """`bench compare` has options of its own; bench's, given before it, would be ignored."""
+    flags = {param.name: param.opts[0] for param in ctx.command.params}
+    given = [
+        flags[name]
+        for name in ctx.params
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise click.UsageError(
+            f"`bench {ctx.invoked_subcommand}` takes no bench options before it "
+            f"(got {', '.join(given)})"
+        )
 
 
 def _run(
@@ -326,7 +344,7 @@ def _run(
     if not report.complete:
         json_path = outputs.json_path
         kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
-        raise SparkbuildError(
+        raise SweepIncompleteError(
             f"{report.error or 'the sweep stopped'}; "
             f"{len(report.pending_cells)} cells not measured{kept}",
             "see the engine log and re-run the missing cells",
@@ -340,7 +358,7 @@ def _run(
 
 def _check_before_boot(settings: Settings, launch: LaunchSettings, outputs: BenchOutputs) -> None:
     """Everything that would otherwise fail after the boot and the sweep, checked first."""
-    for path, option in ((outputs.json_path, "--json"), (outputs.markdown_path, "--markdown"),
+    for path, option in ((outputs.json_path, "--json-file"), (outputs.markdown_path, "--markdown"),
                          (outputs.plot_path, "--plot"), (launch.log_path, "--log")):  # fmt: skip
         check_writable(path, option)
     if outputs.plot_path is not None:
@@ -400,7 +418,8 @@ def _request_timeout_s(launch: LaunchSettings) -> float:
 @click.argument("report_a", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("report_b", type=click.Path(dir_okay=False, path_type=Path), required=False)
 @claims_options
-@options.json_out(help="Write the comparison as JSON.")
+@options.json()
+@options.json_file(help="Write the comparison as JSON to FILE.")
 @click.option(
     "--markdown",
     "markdown_path",
@@ -420,7 +439,8 @@ def compare(
     report_b: Path | None,
     claims_files: tuple[str, ...],
     claims_setups: tuple[str, ...],
-    json_path: str | None,
+    as_json: bool,
+    json_file: str | None,
     markdown_path: Path | None,
     plot_path: Path | None,
 ) -> None:
@@ -434,7 +454,10 @@ def compare(
 
     `bench compare RUN.json --claims FILE` holds one run against published figures instead.
     """
-    claims = claims_request(settings, claims_files, claims_setups, json_path, markdown_path)
+    json_path = options.json_destination(as_json, json_file)
+    claims = claims_request(
+        settings, claims_files, claims_setups, json_path, markdown_path, json_option="--json-file"
+    )
     if claims is not None or report_b is None:
         if claims is None or report_b is not None or plot_path is not None:
             raise UsageError(
@@ -453,7 +476,7 @@ def compare(
     for warning in warnings:
         console.warn(warning)
     if not rows:
-        raise SparkbuildError(
+        raise NothingToCompareError(
             f"{report_a.name} and {report_b.name} have no cell in common",
             "run both with the same --pp/--tg/--depth/--concurrency",
         )

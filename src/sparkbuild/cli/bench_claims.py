@@ -50,11 +50,12 @@ class ClaimsRequest:
     json_path: str | None
     markdown_path: Path | None
     stdout_taken: bool = False  # the bench report's JSON goes to stdout: no table there
+    json_option: str = "--claims-json"  # where json_path came from, for errors
 
     def show(self, report: BenchReport, *, append_markdown: bool) -> None:
         result = claims_report.compare_claims(report, self.claims, self.setups)
         if self.json_path:
-            emit_json(result.to_json(), self.json_path)
+            emit_json(result.to_json(), self.json_path, option=self.json_option)
         if self.markdown_path:
             claims_report.write_markdown(result, self.markdown_path, append=append_markdown)
         if self.json_path != "-" and not self.stdout_taken:
@@ -69,6 +70,7 @@ def claims_request(
     markdown_path: Path | None = None,
     *,
     stdout_taken: bool = False,
+    json_option: str = "--claims-json",
 ) -> ClaimsRequest | None:
     if not files:
         if setups:
@@ -83,5 +85,5 @@ def claims_request(
             f"known setups: {', '.join(sorted(known))}",
         )
     if stdout_taken and json_path == "-":
-        raise UsageError("--json - and --claims-json - cannot both write to stdout")
-    return ClaimsRequest(claims, setups, json_path, markdown_path, stdout_taken)
+        raise UsageError("--json and --claims-json - cannot both write to stdout")
+    return ClaimsRequest(claims, setups, json_path, markdown_path, stdout_taken, json_option)

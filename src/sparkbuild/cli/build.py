@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from sparkbuild import lockfile
-from sparkbuild.cli import run_per_build
+from sparkbuild import lockfile, source
+from sparkbuild.cli import options, run_per_build
 from sparkbuild.errors import UsageError
-from sparkbuild.image import ImageResult, build_image
+from sparkbuild.image import BuildOptions, ImageJob, ImageResult, build_image
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
@@ -41,10 +41,8 @@ def _summary(result: ImageResult) -> str:
     type=click.Choice(["sglang", "vllm"]),
     help="Only this engine's builds (all of them when no BUILD is named).",
 )
-@click.option(
-    "--locked",
-    is_flag=True,
-    help="Build exactly what images.lock pins (source and base digest); fail if the inputs differ.",
+@options.locked(
+    help="Build exactly what images.lock pins (source and base digest); fail if the inputs differ."
 )
 @click.option(
     "--platform",
@@ -75,7 +73,7 @@ def _summary(result: ImageResult) -> str:
     help="Export every stage's layers to a registry build cache (needs buildx) "
     "[env SPARKBUILD_CACHE_TO].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@options.json()
 @click.pass_obj
 def build_command(
     settings: Settings,
@@ -91,22 +89,26 @@ def build_command(
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
     selected = _selected(settings, builds, engine)
+    build_options = BuildOptions(
+        locked=locked,
+        platform=platform,
+        builder_name=builder_name,
+        no_cache=no_cache,
+        cache_from=cache_from,
+        cache_to=cache_to,
+    )
     lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes its entry
+
+    def build_one(build: Build) -> ImageResult:
+        job = ImageJob.start(build, settings, build_options, lock=lock)  # the host before any fetch
+        prepared = source.prepare_source(build, settings, locked=locked, lock=lock.lock)
+        return build_image(prepared, job)
+
     run_per_build(
         selected,
-        lambda build: build_image(
-            build,
-            settings,
-            locked=locked,
-            platform=platform,
-            builder_name=builder_name,
-            no_cache=no_cache,
-            cache_from=cache_from,
-            cache_to=cache_to,
-            lock=lock,
-        ),
+        build_one,
         summary=_summary,
-        as_json=as_json,
+        json_path=options.json_destination(as_json),
         noun="builds",
     )
 

@@ -6,16 +6,10 @@ import click
 from rich.table import Table
 
 from sparkbuild import console, lockfile, source
-from sparkbuild.bump.plan import (
-    BumpPlan,
-    fresh_builds,
-    pick_from,
-    plan_bump,
-    release_tags,
-    write_plan,
-)
-from sparkbuild.cli import emit_json
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.bump.plan import BumpPlan, pick_from, plan_bump, release_tags
+from sparkbuild.bump.write import fresh_builds, write_plan
+from sparkbuild.cli import emit_json, options
+from sparkbuild.errors import BumpNotReadyError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import load_builds
@@ -84,7 +78,7 @@ def _lock(settings: Settings, plan: BumpPlan, fresh: set[str]) -> list[str]:
     "--from", "from_build", default=None, metavar="BUILD", help="[default: newest ENGINE build]"
 )
 @click.option("--write", is_flag=True, help="Edit the spec, write the patches, lock the build.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@options.json()
 @click.pass_obj
 def bump(
     settings: Settings, engine: str, to: str, from_build: str | None, write: bool, as_json: bool
@@ -109,7 +103,7 @@ def bump(
             if locked:
                 console.info(f"locked: {', '.join(locked)}")
     if not plan.ready:
-        raise SparkbuildError(
+        raise BumpNotReadyError(
             f"{plan.new_build} is not ready: some items could not be carried to {to}",
             "read the conflict report(s) under patches/<engine>/conflicts/ and finish by hand",
         )
@@ -118,7 +112,7 @@ def bump(
 @click.command()
 @click.argument("engine")
 @click.option("--all", "show_all", is_flag=True, help="Also releases older than the newest build.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@options.json()
 @click.pass_obj
 def releases(settings: Settings, engine: str, show_all: bool, as_json: bool) -> None:
     """Upstream release tags of ENGINE newer than its newest build, from the mirror."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sparkbuild import __version__, console
-from sparkbuild.errors import EXIT_FAILURE, SparkbuildError
+from sparkbuild.errors import EXIT_FAILURE, InternalError, SparkbuildError
 from sparkbuild.settings import Settings, default_cache_dir, parse_repo_overrides
 from sparkbuild.validate import redact_url
 
@@ -47,7 +47,7 @@ class _Group(click.Group):
             if os.environ.get("SPARKBUILD_DEBUG"):
                 raise
             render_error(
-                SparkbuildError(
+                InternalError(
                     f"internal error: {type(exc).__name__}: {exc}",
                     "this is a sparkbuild bug; re-run with SPARKBUILD_DEBUG=1 for the "
                     "traceback and report it",
@@ -56,10 +56,12 @@ class _Group(click.Group):
             ctx.exit(EXIT_FAILURE)
 
 
-def render_error(exc: SparkbuildError) -> None:
+def render_error(exc: SparkbuildError, *, build: str | None = None) -> None:
     """The one way an error reaches the user: ``error:`` and ``hint:`` lines, credentials
-    in URLs masked, no markup interpreted."""
-    console.err.print(f"error: {redact_url(exc.message)}", style="red", markup=False)
+    in URLs masked, no markup interpreted. ``build`` names the build it stopped, when a
+    command goes on with the others."""
+    message = exc.message if build is None else f"{build}: {exc.message}"
+    console.err.print(f"error: {redact_url(message)}", style="red", markup=False)
     if exc.hint:
         console.err.print(f"hint: {redact_url(exc.hint)}", markup=False)
 

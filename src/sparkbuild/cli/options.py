@@ -2,12 +2,25 @@
 
 An option is a factory: ``@options.image()`` adds ``--image`` with its name, type and help.
 A command passes ``help=`` only where it describes the same option in its own words (what
-``--url`` is for differs between smoke and bench), and ``required``/``default`` only where its
-contract differs (smoke needs a profile; bench gives streams 30 minutes).
+``--url`` is for differs between smoke and bench), and ``required``/``default``/``multiple``
+only where its contract differs (smoke needs a profile; bench gives streams 30 minutes).
+
+Each contract is the same on every command that takes it:
+
+- ``--json`` is a flag: the machine-readable result goes to stdout, instead of the human
+  output. ``--json-file FILE`` (smoke, bench, bench compare, preflight: the runs whose table
+  is worth keeping) writes the same JSON to FILE and keeps the human output;
+  ``json_destination`` makes the two one value.
+- ``--record BUILD`` stores the verdict in images.lock under BUILD.
+- ``--locked`` uses only what images.lock pins and fails when anything differs.
+- The launch options (``--image``/``--command``/``--url``, ``--gpus``, ``--profile``,
+  ``--model``, the timeouts, ``--log``) reach the command as one frozen ``LaunchSettings``
+  (``@launch_settings``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +28,10 @@ from typing import Any, TypeVar
 
 import click
 
+from sparkbuild.errors import UsageError
+
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 class FiniteFloat(click.FloatRange):
@@ -76,6 +92,60 @@ boot_timeout = _option("--boot-timeout", type=SECONDS, metavar="SECONDS")
 request_timeout = _option("--request-timeout", type=SECONDS, metavar="SECONDS")
 log = _option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path))
 
+
+def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
+    """Hands the launch options' values to the command as one ``launch: LaunchSettings``.
+
+    The options stay where each command lists them (its --help order); this collects their
+    values, so the command takes the group's frozen object instead of ten parameters.
+    """
+
+    @functools.wraps(function)
+    def with_launch(
+        *args: Any,
+        image: str | None,
+        command: str | None,
+        url: str | None,
+        gpus: str | None,
+        profile_name: str | None,
+        model: str | None,
+        boot_timeout: float | None,
+        request_timeout: float | None,
+        log_path: Path | None,
+        engine: str | None = None,  # bench's --engine (the engine at --url)
+        **rest: Any,
+    ) -> R:
+        # Here, not at the top: engines (requests, pydantic) load only for the commands that
+        # launch one, not for `sparkbuild patches`.
+        from sparkbuild.engines.launch import LaunchSettings, TargetChoice
+
+        launch = LaunchSettings(
+            TargetChoice(image=image, command=command, url=url, gpus=gpus),
+            profile=profile_name,
+            model=model,
+            engine=engine,
+            boot_timeout_s=boot_timeout,
+            request_timeout_s=request_timeout,
+            log_path=log_path,
+        )
+        return function(*args, launch=launch, **rest)
+
+    return with_launch
+
+
 # What becomes of the result.
-json_out = _option("--json", "json_path", metavar="FILE")
+json = _option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+json_file = _option("--json-file", metavar="FILE")
 record = _option("--record", "record_build", metavar="BUILD")
+locked = _option(
+    "--locked", is_flag=True, help="Use only what images.lock pins; fail if anything differs."
+)
+
+
+def json_destination(as_json: bool, json_file: str | None = None) -> str | None:
+    """Where ``--json`` and ``--json-file`` send the JSON: ``-`` (stdout), a file, or None."""
+    if as_json and json_file is not None:
+        raise UsageError(
+            "--json and --json-file both given", "pass one: --json for stdout, --json-file FILE"
+        )
+    return "-" if as_json else json_file

@@ -7,20 +7,22 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from sparkbuild import console
 from sparkbuild.cli.main import render_error
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import BuildsFailedError, SparkbuildError, UsageError, VerdictFailedError
 from sparkbuild.validate import redact_url
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
     from sparkbuild.spec import Build
 
 
-def emit_json(payload: Any, path: str | None = None) -> None:
-    """JSON for scripts: to stdout, or to ``path`` when a command takes ``--json FILE``."""
+def emit_json(payload: Any, path: str | None = None, *, option: str = "--json-file") -> None:
+    """JSON for scripts: to stdout (``--json``: no path, or ``-``), else to the file ``path``
+    (``option`` names where it came from, for the error)."""
     text = redact_url(json.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
     if path is None or path == "-":
         sys.stdout.write(text)
@@ -29,7 +31,8 @@ def emit_json(payload: Any, path: str | None = None) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(
-            f"--json {path}: cannot write: {exc.strerror or exc}", "pass a writable path or '-'"
+            f"{option} {path}: cannot write: {exc.strerror or exc}",
+            f"pass a writable path to {option}",
         ) from exc
 
 
@@ -60,20 +63,36 @@ class _Reportable(Protocol):
 Result = TypeVar("Result", bound=_Reportable)
 
 
+@dataclass(frozen=True)
+class Verdicts(Generic[Result]):
+    """For a stage whose results carry a verdict (preflight): a result that ran and did not
+    pass has its reasons printed on stderr, and fails the command beside the builds that
+    could not run, under one headline."""
+
+    verdict: Callable[[Result], str]  # "pass", or what it was instead
+    reasons: Callable[[Result], list[str]]  # one line each
+    headline: str  # e.g. "preflight did not pass"
+    hint: str
+
+
 def run_per_build(
     builds: Sequence[Build],
     action: Callable[[Build], Result],
     *,
     summary: Callable[[Result], str],
-    as_json: bool,
+    json_path: str | None,
     noun: str,
+    verdicts: Verdicts[Result] | None = None,
+    record: Callable[[Result], object] | None = None,
 ) -> list[Result]:
     """Run ``action`` on each build; one failure does not stop the others.
 
     A single build's error propagates as is; with several, each is printed, all results
-    (and failures) go to JSON, and the command fails at the end naming the failed builds.
+    (and failures) go to JSON (``json_path``: ``-`` for stdout, replacing the summaries, or a
+    file), and the command fails at the end naming the failed builds. ``record`` then
+    stores each result; with ``verdicts``, results that did not pass fail the command too.
     """
-    results: list[Result] = []
+    done: list[tuple[str, Result]] = []
     failures: list[tuple[str, SparkbuildError]] = []
     for build in builds:
         try:
@@ -82,19 +101,40 @@ def run_per_build(
             if len(builds) == 1:
                 raise
             failures.append((build.name, exc))
-            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
+            render_error(exc, build=build.name)
             continue
-        results.append(result)
-        if not as_json:
+        done.append((build.name, result))
+        if json_path != "-":
             console.out.print(summary(result), markup=False)
-    if as_json:
+    results = [result for _, result in done]
+    if json_path:
         emit_json(
             {
                 "results": [r.to_json() for r in results],
                 "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
-            }
+            },
+            json_path,
         )
+    not_passed = _explain(done, verdicts) if verdicts is not None else []
+    if record is not None:  # failing verdicts too: the lock says what ran and how it ended
+        for result in results:
+            record(result)
+    if verdicts is not None and (not_passed or failures):
+        names = [f"{n} ({verdicts.verdict(r)})" for n, r in not_passed]
+        names += [f"{n} (error)" for n, _ in failures]
+        raise VerdictFailedError(f"{verdicts.headline}: {', '.join(names)}", verdicts.hint)
     if failures:
-        names = ", ".join(name for name, _ in failures)
-        raise SparkbuildError(f"{len(failures)} of {len(builds)} {noun} failed: {names}")
+        names_text = ", ".join(name for name, _ in failures)
+        raise BuildsFailedError(f"{len(failures)} of {len(builds)} {noun} failed: {names_text}")
     return results
+
+
+def _explain(
+    done: list[tuple[str, Result]], verdicts: Verdicts[Result]
+) -> list[tuple[str, Result]]:
+    """The results that did not pass, each reason printed on stderr under its build."""
+    not_passed = [(name, r) for name, r in done if verdicts.verdict(r) != "pass"]
+    for name, result in not_passed:
+        for line in verdicts.reasons(result):
+            console.err.print(f"{name}: {line}", markup=False)
+    return not_passed

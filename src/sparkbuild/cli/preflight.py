@@ -6,13 +6,21 @@ from pathlib import Path
 
 import click
 
-from sparkbuild import console, lockfile
-from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild import lockfile
+from sparkbuild.cli import options, run_per_build
+from sparkbuild.cli.output import Verdicts
+from sparkbuild.errors import ItemsDoNotApplyError, UsageError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
 from sparkbuild.settings import Settings
 from sparkbuild.source import prepare_source
 from sparkbuild.spec import Build, load_builds, select
+
+VERDICTS: Verdicts[PreflightReport] = Verdicts(
+    verdict=lambda report: report.verdict,
+    reasons=PreflightReport.failures,
+    headline="preflight did not pass",
+    hint="fix what each failure names, then run `sparkbuild preflight` again",
+)
 
 
 def _profiles(build: Build, chosen: tuple[str, ...]) -> list[str]:
@@ -21,17 +29,13 @@ def _profiles(build: Build, chosen: tuple[str, ...]) -> list[str]:
     return list(chosen)
 
 
-def _print(report: PreflightReport) -> None:
-    console.out.print(
-        f"{report.build} ({report.engine} {report.version}, {report.where}): {report.verdict}",
-        markup=False,
-    )
-    for check in report.package_checks:
-        console.out.print(f"  {check.name:<9} {check.status:<4} {check.detail}", markup=False)
+def _summary(report: PreflightReport) -> str:
+    lines = [f"{report.build} ({report.engine} {report.version}, {report.where}): {report.verdict}"]
+    lines += [f"  {c.name:<9} {c.status:<4} {c.detail}" for c in report.package_checks]
     for profile in report.profiles:
-        console.out.print(f"  {profile.profile}: {report.verdict_for(profile)}", markup=False)
-        for check in profile.checks:
-            console.out.print(f"    {check.name:<7} {check.status:<4} {check.detail}", markup=False)
+        lines.append(f"  {profile.profile}: {report.verdict_for(profile)}")
+        lines += [f"    {c.name:<7} {c.status:<4} {c.detail}" for c in profile.checks]
+    return "\n".join(lines)
 
 
 def preflight_one(
@@ -39,11 +43,25 @@ def preflight_one(
 ) -> PreflightReport:
     prepared = prepare_source(build, settings, locked=locked)
     if not prepared.ok:
-        raise SparkbuildError(
+        raise ItemsDoNotApplyError(
             f"{build.name}: the source does not prepare (a PR or patch conflicts)",
             f"see `sparkbuild patches {build.name}`",
         )
     return run_preflight(settings, prepared, profiles, where)
+
+
+def _selected(settings: Settings, names: tuple[str, ...], recorded: tuple[str, ...]) -> list[Build]:
+    """BUILDS; with none named, the --record builds, else all."""
+    selected = select(load_builds(settings), names or recorded)
+    checked = {build.name for build in selected}
+    stray = [name for name in recorded if name not in checked]
+    if stray:
+        raise UsageError(
+            f"--record {', '.join(stray)}: not among the builds this run checks "
+            f"({', '.join(names)})",
+            "name it among BUILDS too, or name no BUILDS to check just the --record builds",
+        )
+    return selected
 
 
 @click.command(name="preflight")
@@ -73,15 +91,13 @@ def preflight_one(
     default=None,
     help="Run under this interpreter (e.g. a vLLM CPU venv's bin/python) instead of a cached venv.",
 )
-@click.option("--locked", is_flag=True, help="Prepare exactly what images.lock pins.")
-@click.option(
-    "--json", "json_file", default=None, metavar="FILE", help="Write the report (- for stdout)."
-)
-@click.option(
-    "--record",
-    "record_verdicts",
-    is_flag=True,
-    help="Record each verdict in images.lock under builds.<name>.preflight.",
+@options.locked(help="Prepare exactly what images.lock pins.")
+@options.json()
+@options.json_file(help="Write the report as JSON to FILE.")
+@options.record(
+    multiple=True,
+    help="Record BUILD's verdicts in images.lock under builds.<BUILD>.preflight "
+    "(repeatable; with no BUILDS named, checks just these).",
 )
 @click.pass_obj
 def preflight_command(
@@ -92,54 +108,36 @@ def preflight_command(
     in_image: bool,
     python: Path | None,
     locked: bool,
+    as_json: bool,
     json_file: str | None,
-    record_verdicts: bool,
+    record_build: tuple[str, ...],
 ) -> None:
     """Check BUILDS (default: all) on the CPU: compile, imports, flags, env, config, signals."""
     if sum(bool(x) for x in (image, in_image, python)) > 1:
         raise UsageError("--image, --in-image and --python are places to run; pass one")
-    selected = select(load_builds(settings), builds)
+    json_path = options.json_destination(as_json, json_file)
+    selected = _selected(settings, builds, record_build)
     if image and len(selected) != 1:
         raise UsageError("--image checks one build's image; name that build")
-    reports = []
-    errors: list[tuple[str, SparkbuildError]] = []
-    for build in selected:
-        try:
-            pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
-            where = Where(image=image or pinned, python=python.absolute() if python else None)
-            report = preflight_one(
-                settings, build, _profiles(build, profiles), where, locked=locked
-            )
-        except SparkbuildError as exc:
-            if len(selected) == 1:
-                raise
-            errors.append((build.name, exc))  # one build's problem does not stop the others
-            render_error(SparkbuildError(f"{build.name}: {exc.message}", exc.hint))
-            continue
-        reports.append(report)
-        if json_file != "-":
-            _print(report)
-    if json_file:
-        payload = {
-            "results": [r.to_json() for r in reports],
-            "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in errors],
-        }
-        emit_json(payload, json_file)
-    failed = [r for r in reports if r.verdict != "pass"]
-    for report in failed:
-        for line in report.failures():
-            console.err.print(f"{report.build}: {line}", markup=False)
-    if record_verdicts:
-        for report in reports:
+
+    def check(build: Build) -> PreflightReport:
+        pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
+        where = Where(image=image or pinned, python=python.absolute() if python else None)
+        return preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
+
+    def record_verdict(report: PreflightReport) -> None:
+        if report.build in record_build:
             record(settings, report)
-    if failed or errors:
-        names = ", ".join(
-            [f"{r.build} ({r.verdict})" for r in failed] + [f"{n} (error)" for n, _ in errors]
-        )
-        raise SparkbuildError(
-            f"preflight did not pass: {names}",
-            "fix what each failure names, then run `sparkbuild preflight` again",
-        )
+
+    run_per_build(
+        selected,
+        check,
+        summary=_summary,
+        json_path=json_path,
+        noun="builds",
+        verdicts=VERDICTS,
+        record=record_verdict if record_build else None,
+    )
 
 
 COMMANDS: list[click.Command] = [preflight_command]

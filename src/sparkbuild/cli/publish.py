@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from sparkbuild import console, lockfile
-from sparkbuild.cli import emit_json, run_per_build
+from sparkbuild.cli import emit_json, options, run_per_build
 from sparkbuild.publish import (
     DEFAULT_ALIASES,
     DEFAULT_REPOSITORY,
@@ -22,9 +22,9 @@ from sparkbuild.publish import (
     publish_build,
     rollback_build,
 )
-from sparkbuild.publish import credentials as creds
-from sparkbuild.publish.redact import Redactor
-from sparkbuild.publish.registry import Registry
+from sparkbuild.registry import credentials as creds
+from sparkbuild.registry.client import Registry
+from sparkbuild.registry.redact import Redactor
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
@@ -102,7 +102,7 @@ def _publish_line(result: PublishResult) -> str:
     f"[env {layers.LIMIT_ENV}; default: the registry's own limit, 10GB for ghcr.io].",
 )
 @_credential_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@options.json()
 @click.pass_obj
 def publish_command(
     settings: Settings,
@@ -149,7 +149,11 @@ def publish_command(
             )
 
     run_per_build(
-        selected, publish_one, summary=_publish_line, as_json=as_json, noun="publications"
+        selected,
+        publish_one,
+        summary=_publish_line,
+        json_path=options.json_destination(as_json),
+        noun="publications",
     )
 
 
@@ -183,7 +187,7 @@ def _rollback_line(result: RollbackResult) -> str:
 )
 @click.option("--force", is_flag=True, help="Allow a --to digest that never passed smoke.")
 @_credential_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
+@options.json()
 @click.pass_obj
 def rollback_command(
     settings: Settings,

@@ -12,11 +12,11 @@ from packaging.version import Version
 from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
-from sparkbuild.engines.launch import LaunchSettings, TargetChoice, make_target
+from sparkbuild.engines.launch import LaunchSettings, make_target
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.engines.targets import Target, image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import UsageError, VerdictFailedError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
 from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
@@ -39,7 +39,8 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     help="Override the profile's expect.request_timeout_s (per request; a timeout ends the "
     "run, since a hung engine answers no further request)."
 )
-@options.json_out(help="Write the result as JSON to FILE ('-' for stdout, replacing the table).")
+@options.json()
+@options.json_file(help="Write the result as JSON to FILE as well (the table still prints).")
 @options.record(
     help="Record the verdict in images.lock under BUILD's current image id "
     "(verified only for --image runs)."
@@ -52,33 +53,20 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     "org.opencontainers.image.version label); picks the NaN switch that version reads.",
 )
 @click.pass_obj
+@options.launch_settings
 def smoke(
     settings: Settings,
-    image: str | None,
-    command: str | None,
-    url: str | None,
-    profile_name: str,
-    model: str | None,
-    gpus: str | None,
-    boot_timeout: float | None,
-    request_timeout: float | None,
-    json_path: str | None,
+    launch: LaunchSettings,
+    as_json: bool,
+    json_file: str | None,
     record_build: str | None,
-    log_path: Path | None,
     engine_version: str | None = None,
 ) -> None:
     """Boot an engine and check boot, acceptance length, NaNs, output and errors.
 
     Exit status 0 when every check passes or is skipped, 1 on a failed check, 2 on bad usage.
     """
-    launch = LaunchSettings(
-        TargetChoice(image=image, command=command, url=url, gpus=gpus),
-        profile=profile_name,
-        model=model,
-        boot_timeout_s=boot_timeout,
-        request_timeout_s=request_timeout,
-        log_path=log_path,
-    )
+    json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
     name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
     with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
@@ -90,7 +78,7 @@ def smoke(
 class SmokeOutputs:
     """Where the verdict goes besides the table."""
 
-    json_path: str | None = None  # --json FILE, '-' for stdout
+    json_path: str | None = None  # '-': stdout (--json), else --json-file FILE
     record_build: str | None = None  # --record BUILD
 
 
@@ -128,19 +116,19 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
     if record_build:  # first: the verdict is what the run was for; outputs come after
         image_id = report.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
-        if not report.is_verified(result):
+        if not result.verified:
             console.warn(
                 f"recorded as unverified: a {result.target_kind} run does not show which image "
                 f"ran, so `sparkbuild publish {record_build}` does not count it; "
                 f"`sparkbuild smoke --image IMAGE --profile {name} --record {record_build}` does"
             )
     if json_path:
-        emit_json(result.as_json(), json_path)
+        emit_json(result.to_json(), json_path)
     if json_path != "-":
         report.render(result, console.out)
     if result.verdict != "pass":
         failed = [c.name for c in result.checks if c.status == "fail"]
-        raise SparkbuildError(
+        raise VerdictFailedError(
             f"smoke {name}: {result.verdict}" + (f" ({', '.join(failed)})" if failed else ""),
             "the checks above say what was wrong"
             + (f"; the engine log is at {result.log_file}" if result.log_file else ""),

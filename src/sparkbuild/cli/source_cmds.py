@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import console, lockfile, lockproof, requirements, source
-from sparkbuild.cli import emit_json, render_error
-from sparkbuild.errors import LockError, MissingContentsError, SparkbuildError
+from sparkbuild import console, lockfile, requirements, source
+from sparkbuild.cli import emit_json, options, render_error
+from sparkbuild.errors import (
+    BuildsFailedError,
+    ItemsDoNotApplyError,
+    RequirementsClashError,
+    SparkbuildError,
+)
 from sparkbuild.settings import Settings
-from sparkbuild.source.mirror import Mirror
+from sparkbuild.source import lockcheck
 from sparkbuild.spec import Build, load_builds, select
 
 _STATUS_STYLE = {
@@ -24,11 +29,6 @@ _STATUS_STYLE = {
     "missing": "bold red",
     "invalid": "bold red",
 }
-
-locked_option = click.option(
-    "--locked", is_flag=True, help="Use only what images.lock pins; fail if anything differs."
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def _prepare_all(
@@ -67,7 +67,7 @@ def _table(results: list[source.PreparedSource]) -> Table:
     return table
 
 
-def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
+def _failed_items(results: list[source.PreparedSource]) -> ItemsDoNotApplyError:
     bad = [
         f"{p.build.name} {item.id} ({item.status})"
         for p in results
@@ -75,7 +75,7 @@ def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
         if item.status in source.FAILING
     ]
     shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-    return SparkbuildError(
+    return ItemsDoNotApplyError(
         f"{len(bad)} item(s) do not apply: {shown}",
         "see the detail column; `sparkbuild prepare BUILD` checks out the tree before a conflict",
     )
@@ -83,8 +83,8 @@ def _failed_items(results: list[source.PreparedSource]) -> SparkbuildError:
 
 @click.command()
 @click.argument("builds", nargs=-1)
-@locked_option
-@json_option
+@options.locked()
+@options.json()
 @click.pass_obj
 def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: bool) -> None:
     """Status of every PR and patch of BUILDS (default: all). Exit 1 if any is in conflict,
@@ -105,15 +105,15 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
         console.out.print(_table(results))
         _print_requirement_conflicts(checked)
         for name, exc in failures:
-            render_error(SparkbuildError(f"{name}: {exc.message}", exc.hint))
+            render_error(exc, build=name)
     if failures:
         names = ", ".join(name for name, _ in failures)
-        raise SparkbuildError(f"{len(failures)} build(s) could not be prepared: {names}")
+        raise BuildsFailedError(f"{len(failures)} build(s) could not be prepared: {names}")
     if not all(r.ok for r in results):
         raise _failed_items(results)
     clashing = [name for name, report in checked.items() if report and not report.ok]
     if clashing:
-        raise SparkbuildError(
+        raise RequirementsClashError(
             f"requirements clash with the release's own pins: {', '.join(clashing)}",
             "see the conflicts above; pin a compatible version, or set `override: true` on "
             "the requirement when the clash is intended",
@@ -145,8 +145,8 @@ def _print_requirement_conflicts(checked: dict[str, requirements.RequirementRepo
 @click.option(
     "--force", is_flag=True, help="Discard local edits and untracked files in the checkout."
 )
-@locked_option
-@json_option
+@options.locked()
+@options.json()
 @click.pass_obj
 def prepare(
     settings: Settings, build: str, out: str | None, force: bool, locked: bool, as_json: bool
@@ -190,7 +190,7 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     """Resolve BUILDS (default: all) and pin them in images.lock."""
     selected = select(load_builds(settings), builds)
     if check:
-        _check(settings, selected, all_builds=not builds)
+        lockcheck.check_lock(settings, selected, all_builds=not builds)
         return
     failed = []
     lock = lockfile.LockHandle.open(settings.lock_file)
@@ -210,72 +210,12 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
     if failed:
         console.out.print(_table(failed))
         names = ", ".join(p.build.name for p in failed)
-        raise SparkbuildError(
+        raise ItemsDoNotApplyError(
             f"not locked (conflict, missing or invalid items): {names}; their entries are "
             "unchanged",
             f"fix them, then `sparkbuild lock {failed[0].build.name}`; "
             "`sparkbuild patches` shows the detail",
         )
-
-
-def _check(settings: Settings, builds: list[Build], all_builds: bool) -> None:
-    path = settings.lock_file
-    if not path.exists():
-        # Its own state, not staleness: a fresh clone or fork has no lock until the first
-        # `sparkbuild lock` (or the images workflow's pull request) writes one.
-        console.warn(
-            f"no {path.name} yet: nothing to check against the {len(builds)} build(s); "
-            "`sparkbuild lock` (or `nox -s lock`) writes it, then commit it"
-        )
-        return
-    lock, problems = lockfile.check(path)  # the one read of the lock
-    if problems or lock is None:
-        _stale(problems, f"{path.name} is not a valid sparkbuild lock")
-    for build in builds:
-        entry = lock.entry(build.name)
-        locked = entry.source if entry else None
-        stale = source.staleness(build, locked)
-        problems += stale or _prove_offline(settings, build, lock)
-    if all_builds:
-        known = {b.name for b in builds}
-        problems += [
-            f"{name}: in the lock but in no spec" for name in lock.builds if name not in known
-        ]
-    if problems:
-        _stale(problems, f"{path.name} is stale")
-    console.info(f"images.lock matches the specs ({len(builds)} build(s))")
-
-
-def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) -> list[str]:
-    """Re-derive the locked tree from the local mirror, when it holds the pinned commits."""
-    entry = lock.entry(build.name)
-    locked = entry.source if entry else None
-    if locked is None or not lockproof.mirror_has(Mirror(settings.cache_dir, build.repo), locked):
-        console.info(
-            f"{build.name}: commit and tree not re-derived (no local mirror holds them); "
-            f"`sparkbuild prepare --locked {build.name}` fetches and proves them"
-        )
-        return []
-    try:
-        prepared = source.prepare_source(build, settings, locked=True, offline=True, lock=lock)
-    except LockError as exc:
-        return [exc.message]
-    except MissingContentsError:  # a partial mirror that never needed these files yet
-        console.info(
-            f"{build.name}: commit and tree not re-derived (the local mirror lacks file "
-            f"contents it fetches on demand); `sparkbuild prepare --locked {build.name}` "
-            "fetches and proves them"
-        )
-        return []
-    failing = [f"{i.id} ({i.status})" for i in prepared.items if i.status in source.FAILING]
-    return [f"{build.name}: does not apply offline: {', '.join(failing)}"] if failing else []
-
-
-def _stale(problems: list[str], headline: str) -> NoReturn:
-    raise LockError(
-        f"{headline}:\n  " + "\n  ".join(problems),
-        "run `sparkbuild lock` (or `nox -s lock`) and commit images.lock",
-    )
 
 
 COMMANDS: list[click.Command] = [patches, prepare, lock_command]

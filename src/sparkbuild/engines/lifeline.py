@@ -27,7 +27,10 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 PR_SET_PDEATHSIG = 1
 LABEL_PID = "org.sparkbuild.owner.pid"
@@ -83,7 +86,7 @@ def owner_alive(labels: Mapping[str, str]) -> bool | None:
     return started is not None and str(started) == start_text
 
 
-def remove_orphans(client: Any) -> list[str]:
+def remove_orphans(client: DockerClient) -> list[str]:
     """Remove containers started by a sparkbuild process that no longer runs; their names."""
     import docker.errors
 

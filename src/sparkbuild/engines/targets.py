@@ -35,9 +35,13 @@ import requests
 
 from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
 from sparkbuild.engines.logs import LineSplitter, LogBuffer
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
 
 if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container
+    from docker.types import DeviceRequest
+
     from sparkbuild.engines.adapters import EngineAdapter
 
 TargetKind = Literal["image", "command", "url"]
@@ -258,7 +262,7 @@ class Mount:
     read_only: bool = True
 
 
-def device_requests(gpus: str | None) -> list[Any]:
+def device_requests(gpus: str | None) -> list[DeviceRequest]:
     """``docker run --gpus`` semantics: ``all``, a count, ``device=0,1``; None/none = no GPU."""
     import docker.types
 
@@ -284,7 +288,7 @@ def local_image_id(image: str) -> str:
     try:
         return str(dockerhost.client().images.get(image).id)
     except docker.errors.ImageNotFound as exc:
-        raise SparkbuildError(
+        raise LocalImageError(
             f"image {image} is not in the local Docker engine",
             "build it with `sparkbuild build BUILD` or `docker pull` it first",
         ) from exc
@@ -299,7 +303,7 @@ def image_labels(image: str) -> dict[str, str]:
     try:
         labels = dockerhost.client().images.get(image).labels
     except docker.errors.ImageNotFound as exc:
-        raise SparkbuildError(
+        raise LocalImageError(
             f"image {image} is not in the local Docker engine",
             "build it with `sparkbuild build BUILD` or `docker pull` it first",
         ) from exc
@@ -347,8 +351,8 @@ class ContainerTarget(Target):
         self.name = f"sparkbuild-{stage}-{uuid.uuid4().hex[:10]}"
         self.logs = LogBuffer(log_path)
         self.image_id: str | None = None
-        self._client: Any = None
-        self._container: Any = None
+        self._client: DockerClient | None = None
+        self._container: Container | None = None
         self._host_port: int | None = None
         self._reader: threading.Thread | None = None
         self._exit: int | None = None
@@ -358,7 +362,7 @@ class ContainerTarget(Target):
     @property
     def base_url(self) -> str:
         if self._host_port is None:
-            raise SparkbuildError(f"container {self.name} has no published port yet")
+            raise EngineContainerError(f"container {self.name} has no published port yet")
         return f"http://{LOOPBACK}:{self._host_port}"
 
     @property
@@ -400,7 +404,7 @@ class ContainerTarget(Target):
             self._container = self._client.containers.run(self.image, **self._run_kwargs())
         except docker.errors.APIError as exc:
             self._remove()
-            raise SparkbuildError(
+            raise EngineContainerError(
                 f"cannot start a container of {self.image}: {exc.explanation or exc}",
                 "GPU flags can be changed with --gpus (e.g. --gpus none on a host without GPUs)",
             ) from exc
@@ -419,6 +423,7 @@ class ContainerTarget(Target):
         assert self.logs is not None
         splitter = LineSplitter(self.logs)
         try:
+            assert self._container is not None  # the reader starts once the container runs
             for chunk in self._container.logs(stream=True, follow=True):
                 splitter.feed(chunk)
         except Exception:

@@ -12,15 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BaseImageError
 from sparkbuild.image.base_image import BaseImage
-from sparkbuild.publish import credentials as creds
-from sparkbuild.publish.registry import (
-    DOCKER_HUB,
-    Registry,
-    RegistryClient,
-    get_blob,
-)
+from sparkbuild.imageref import split_reference
+from sparkbuild.registry import credentials as creds
+from sparkbuild.registry.client import Registry, RegistryClient, get_blob
 
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -28,25 +24,13 @@ _INDEX_TYPES = (
 )
 
 
-def split_reference(reference: str) -> tuple[str, str]:
-    """``(registry host, repository)`` of an image reference, Docker Hub rules included."""
-    name = reference.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last:
-        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first, rest
-    return DOCKER_HUB, name if "/" in name else f"library/{name}"
-
-
 def _json(body: bytes, what: str) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except ValueError as exc:
-        raise SparkbuildError(f"{what} is not JSON ({exc})") from exc
+        raise BaseImageError(f"{what} is not JSON ({exc})") from exc
     if not isinstance(data, dict):
-        raise SparkbuildError(f"{what} is not a JSON object")
+        raise BaseImageError(f"{what} is not a JSON object")
     return data
 
 
@@ -60,18 +44,18 @@ def _platform_manifest(index: dict[str, Any], platform: str, what: str) -> str:
             and entry.get("digest")
         ):
             return str(entry["digest"])
-    raise SparkbuildError(f"{what} has no {platform} manifest")
+    raise BaseImageError(f"{what} has no {platform} manifest")
 
 
 def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
     """The ``config`` section (User, Env, ...) of ``base`` for ``platform``."""
     host, repository = split_reference(base.reference)
-    stored = creds._from_docker_config(host) or creds.Credentials("nowhere (anonymous)")
+    stored = creds.from_docker_config(host) or creds.Credentials("nowhere (anonymous)")
     client = RegistryClient(Registry.parse(host), stored)
     what = f"base image {base.pinned}"
     manifest = client.manifest(repository, base.digest)
     if manifest is None:
-        raise SparkbuildError(
+        raise BaseImageError(
             f"{what}: its registry no longer serves the pinned digest",
             "re-pin it: build without --locked",
         )
@@ -80,11 +64,11 @@ def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
         digest = _platform_manifest(body, platform, what)
         single = client.manifest(repository, digest)
         if single is None:
-            raise SparkbuildError(f"{what}: its {platform} manifest {digest} is missing")
+            raise BaseImageError(f"{what}: its {platform} manifest {digest} is missing")
         body = _json(single.body, f"{what}: {platform} manifest")
     config_digest = (body.get("config") or {}).get("digest")
     if not config_digest:
-        raise SparkbuildError(f"{what}: its manifest names no config")
+        raise BaseImageError(f"{what}: its manifest names no config")
     config = _json(get_blob(client, repository, str(config_digest)), f"{what}: config")
     section = config.get("config") or {}
     return section if isinstance(section, dict) else {}

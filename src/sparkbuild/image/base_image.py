@@ -8,12 +8,15 @@ daemon's insecure-registry rules, so no separate registry client is needed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import docker.errors
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import BaseImageError, PlatformError
 from sparkbuild.imageref import digest_of, strip_digest
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class BaseImage:
         return f"{strip_digest(self.reference)}@{self.digest}"
 
 
-def resolve(api: Any, reference: str, platform: str, *, where: str) -> BaseImage:
+def resolve(api: DockerClient, reference: str, platform: str, *, where: str) -> BaseImage:
     """Ask the registry for ``reference``'s digest and check it offers ``platform``.
 
     ``where`` names the spec field for error messages.
@@ -35,16 +38,16 @@ def resolve(api: Any, reference: str, platform: str, *, where: str) -> BaseImage
     try:
         data = api.images.get_registry_data(reference)
     except (docker.errors.NotFound, docker.errors.APIError) as exc:
-        raise SparkbuildError(
+        raise BaseImageError(
             f"base image {reference} not found in its registry ({_explain(exc)})",
             f"check {where}; BuildKit fetches FROM through a registry, so an image that is only "
             "in the local store must be pushed to a registry first (`docker push`)",
         ) from exc
-    if not data.has_platform(platform):
+    if not data.has_platform(platform):  # type: ignore[no-untyped-call]  # untyped in the stubs
         offered = ", ".join(
             f"{p.get('os')}/{p.get('architecture')}" for p in data.attrs.get("Platforms", [])
         )
-        raise SparkbuildError(
+        raise PlatformError(
             f"base image {reference} has no {platform} variant (it offers: {offered or '?'})",
             f"pick a {platform} image in {where}, or pass --platform",
         )

@@ -1,9 +1,11 @@
 """The image stage: a prepared source tree into a labelled linux/arm64 image, via BuildKit.
 
-``build_image`` resolves the source (``prepare_source``), pins the base image by digest,
-computes the inputs digest, and either finds a local image that already carries it (up to
-date, no build) or assembles a context (overlay or source) and runs BuildKit. The result is
-recorded in images.lock under ``builds.<name>.image``; a failed build leaves the lock alone.
+:meth:`ImageJob.start` checks the host first (Docker, BuildKit, the platform and, with
+``--locked``, the lock's image entry); the caller then prepares the source (the source
+stage) and hands it to ``build_image``, which pins the base image by digest, computes the
+inputs digest, and either finds a local image that already carries it (up to date, no
+build) or assembles a context (overlay or source) and runs BuildKit. The result is recorded
+in images.lock under ``builds.<name>.image``; a failed build leaves the lock alone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
@@ -21,9 +23,11 @@ from sparkbuild import console, dockerhost, imageref, lockfile, requirements, so
 from sparkbuild.errors import (
     BuildFailedError,
     CubinCheckError,
+    LocalImageError,
     LockError,
-    SparkbuildError,
+    PlatformError,
     SpecError,
+    UnpreparedSourceError,
 )
 from sparkbuild.image import (
     base_config,
@@ -38,6 +42,10 @@ from sparkbuild.image import (
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build, lapsed_note
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.images import Image
 
 SECTION = "image"
 # Build arguments that tune the build without changing what it produces.
@@ -112,7 +120,7 @@ def _locked_image(build: Build, entry: lockfile.BuildEntry | None) -> lockfile.I
 
 
 def _resolve_base(
-    build: Build, api: Any, platform: str, locked: lockfile.ImageSection | None
+    build: Build, api: DockerClient, platform: str, locked: lockfile.ImageSection | None
 ) -> base_image.BaseImage:
     where = f"base_image of build '{build.name}' in {build.spec_file.name}"
     reference = build.image.base_image
@@ -141,7 +149,7 @@ def _resolve_base(
 def _plan(
     prepared: PreparedSource,
     settings: Settings,
-    api: Any,
+    api: DockerClient,
     platform: str,
     entry: lockfile.BuildEntry | None,
     locked: lockfile.ImageSection | None,
@@ -241,7 +249,7 @@ def _explain_locked_difference(plan: _Plan, locked: lockfile.ImageSection) -> st
     return "; ".join(differences)
 
 
-def find_local(api: Any, digest: str) -> Any | None:
+def find_local(api: DockerClient, digest: str) -> Image | None:
     """The newest local image labelled with ``digest``, if any."""
     images = api.images.list(filters={"label": f"{labels.INPUTS_LABEL}={digest}"})
     if not images:
@@ -250,7 +258,7 @@ def find_local(api: Any, digest: str) -> Any | None:
 
 
 def _lock_section(
-    plan: _Plan, image: Any, cuda_code: dict[str, Any] | None
+    plan: _Plan, image: Image, cuda_code: dict[str, Any] | None
 ) -> lockfile.ImageSection:
     section = lockfile.ImageSection(
         mode=plan.prepared.build.image.mode,
@@ -268,7 +276,7 @@ def _lock_section(
     return section
 
 
-def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | None:
+def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> dict[str, Any] | None:
     """Source mode: the built wheels' cubins match TORCH_CUDA_ARCH_LIST, or the image goes."""
     if plan.prepared.build.image.mode != "source":
         return None
@@ -277,38 +285,33 @@ def _verify_cuda_code(plan: _Plan, api: Any, image: Any) -> dict[str, Any] | Non
         try:
             code = cubins.verify(api, image, plan.platform, arch_list)
         except CubinCheckError as failure:
-            api.images.remove(image.id, force=True)
+            api.images.remove(str(image.id), force=True)
             raise CubinCheckError(
                 f"{plan.prepared.build.name}: {failure.message}", failure.hint
             ) from None
     return code.to_json() if code is not None else None
 
 
-def _check_platform(image: Any, platform: str) -> None:
+def _check_platform(image: Image, platform: str) -> None:
     arch = dockerhost.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
     if image.attrs.get("Architecture") != arch:
-        raise SparkbuildError(
+        raise PlatformError(
             f"the build produced a {got} image, not {platform}",
             "BuildKit ignored --platform: update the docker client or use `--builder NAME`",
         )
 
 
-def _run_build(
-    plan: _Plan,
-    settings: Settings,
-    client: builder.BuildClient,
-    api: Any,
-    *,
-    builder_name: str | None,
-    no_cache: bool,
-    cache: tuple[tuple[str, ...], str | None] = ((), None),
-) -> str:
-    build = plan.prepared.build
+def _run_build(plan: _Plan, job: ImageJob) -> str:
+    build, options, client = plan.prepared.build, job.options, job.client
     build_args = dict(plan.build_args)
-    if build.image.mode == "source" and "MAX_JOBS" not in build_args and builder_name is None:
-        build_args["MAX_JOBS"] = str(builder.daemon_max_jobs(api))
-    work_root = settings.cache_dir / "contexts"
+    if (
+        build.image.mode == "source"
+        and "MAX_JOBS" not in build_args
+        and options.builder_name is None
+    ):
+        build_args["MAX_JOBS"] = str(builder.daemon_max_jobs(job.api))
+    work_root = job.settings.cache_dir / "contexts"
     work_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_root, prefix=f"{build.name}-") as tmp:
         context_dir = Path(tmp) / "context"
@@ -329,10 +332,10 @@ def _run_build(
             build_args=build_args,
             labels={**plan.labels, labels.INPUTS_LABEL: plan.inputs_digest},
             tags=plan.tags,
-            no_cache=no_cache,
-            builder=builder_name,
-            cache_from=cache[0],
-            cache_to=cache[1],
+            no_cache=options.no_cache,
+            builder=options.builder_name,
+            cache_from=job.cache[0],
+            cache_to=job.cache[1],
         )
         console.info(
             f"{build.name}: building {build.image.mode} image for {plan.platform} "
@@ -346,99 +349,111 @@ def _run_build(
             raise
 
 
-def build_image(
-    build: Build,
-    settings: Settings,
-    *,
-    locked: bool = False,
-    platform: str | None = None,
-    builder_name: str | None = None,
-    no_cache: bool = False,
-    cache_from: tuple[str, ...] = (),
-    cache_to: str | None = None,
-    lock: lockfile.LockHandle | None = None,
-) -> ImageResult:
-    """Build (or find up to date) one build's image and record it in images.lock.
+@dataclass(frozen=True)
+class BuildOptions:
+    """How every build of one command is built (frozen, given once, like cibuildwheel's
+    options): ``cache_from``/``cache_to`` name registry build caches, and ``{build}`` in them
+    becomes the build's name, so each build keeps its own cache."""
 
-    ``cache_from``/``cache_to`` name registry build caches; ``{build}`` in them becomes the
-    build's name, so each build keeps its own cache. ``lock`` is the command's lock handle
-    (else one is opened); the build's entry (source and image) is written once, at the end.
-    """
-    started = time.monotonic()
-    cache = builder.cache_refs(cache_from, cache_to, build.name)
-    api = dockerhost.client()
-    client = builder.find_client(need_buildx=builder_name is not None)
-    lock = lock or lockfile.LockHandle.open(settings.lock_file)
-    entry = lock.entry(build.name)
-    locked_section = _locked_image(build, entry) if locked else None
-    target = platform or build.image.platform
-    if locked_section is not None and locked_section.platform not in (None, target):
-        raise LockError(
-            f"{build.name}: --locked, but the lock pins platform {locked_section.platform}, "
-            f"not {target}",
-            "drop --platform, or rebuild without --locked",
+    locked: bool = False  # build exactly what images.lock pins
+    platform: str | None = None  # overrides the spec's
+    builder_name: str | None = None  # a docker buildx builder
+    no_cache: bool = False
+    cache_from: tuple[str, ...] = ()
+    cache_to: str | None = None
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """One build's image job, checked before its source is prepared: the Docker daemon, a
+    BuildKit client, the target platform, the cache references and, with ``--locked``, the
+    lock's image entry. So a missing daemon or entry fails before any clone or fetch."""
+
+    build: Build
+    settings: Settings
+    options: BuildOptions
+    lock: lockfile.LockHandle  # the command's; the build's entry is written once, at the end
+    api: DockerClient
+    client: builder.BuildClient
+    platform: str
+    cache: tuple[tuple[str, ...], str | None]
+    entry: lockfile.BuildEntry | None
+    locked: lockfile.ImageSection | None
+    started: float  # time.monotonic() when the job started: the build's seconds count from here
+
+    @classmethod
+    def start(
+        cls,
+        build: Build,
+        settings: Settings,
+        options: BuildOptions = BuildOptions(),
+        *,
+        lock: lockfile.LockHandle | None = None,
+    ) -> ImageJob:
+        """Check what building ``build`` needs; ``lock`` is the command's lock handle (else
+        one is opened)."""
+        started = time.monotonic()
+        cache = builder.cache_refs(options.cache_from, options.cache_to, build.name)
+        api = dockerhost.client()
+        client = builder.find_client(need_buildx=options.builder_name is not None)
+        lock = lock or lockfile.LockHandle.open(settings.lock_file)
+        entry = lock.entry(build.name)
+        locked_section = _locked_image(build, entry) if options.locked else None
+        target = options.platform or build.image.platform
+        if locked_section is not None and locked_section.platform not in (None, target):
+            raise LockError(
+                f"{build.name}: --locked, but the lock pins platform {locked_section.platform}, "
+                f"not {target}",
+                "drop --platform, or rebuild without --locked",
+            )
+        dockerhost.platform_arch(target)
+        return cls(
+            build=build,
+            settings=settings,
+            options=options,
+            lock=lock,
+            api=api,
+            client=client,
+            platform=target,
+            cache=cache,
+            entry=entry,
+            locked=locked_section,
+            started=started,
         )
-    dockerhost.platform_arch(target)
-    prepared = source.prepare_source(build, settings, locked=locked, lock=lock.lock)
-    if not prepared.ok:
-        failing = [
-            f"{i.id}: {i.status} ({i.detail})" for i in prepared.items if i.status in source.FAILING
-        ]
-        raise SparkbuildError(
-            f"{build.name}: the source does not prepare cleanly:\n  " + "\n  ".join(failing),
-            f"`sparkbuild patches {build.name}` shows every item; "
-            f"`sparkbuild prepare {build.name}` checks out the tree to fix it",
-        )
+
+
+def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
+    """Build (or find up to date) one build's image from its prepared source, and record the
+    source and the image in images.lock together, once, at the end. The caller prepares the
+    source after :meth:`ImageJob.start` (with ``locked=job.options.locked``)."""
+    build = job.build
+    if prepared.build.name != build.name:
+        raise ValueError(f"the source of {prepared.build.name} given to the job of {build.name}")
+    _refuse_failing(prepared)
     if build.image.mode == "overlay":
         context.overlay_changes(prepared)  # refuse non-Python changes before any other work
-    plan = _plan(prepared, settings, api, target, entry, locked_section)
-    if locked_section is not None and plan.inputs_digest != locked_section.inputs_digest:
+    plan = _plan(prepared, job.settings, job.api, job.platform, job.entry, job.locked)
+    if job.locked is not None and plan.inputs_digest != job.locked.inputs_digest:
         raise LockError(
             f"{build.name}: --locked, but the image inputs differ from images.lock "
-            f"({_explain_locked_difference(plan, locked_section)})",
+            f"({_explain_locked_difference(plan, job.locked)})",
             f"`sparkbuild build {build.name}` without --locked rebuilds and re-pins it",
         )
-    existing = None if no_cache else find_local(api, plan.inputs_digest)
-    if existing is not None:
-        tags.ensure_tags(existing, plan.tags)
-        image = api.images.get(existing.id)
-        skipped = True
-        console.info(f"{build.name}: up to date ({str(image.id)[:19]})")
-    else:
-        if builder_name is None:
-            dockerhost.check_can_run(target)
-        image_id = _run_build(
-            plan,
-            settings,
-            client,
-            api,
-            builder_name=builder_name,
-            no_cache=no_cache,
-            cache=cache,
-        )
-        try:
-            image = api.images.get(image_id)
-        except docker.errors.ImageNotFound as exc:
-            raise SparkbuildError(
-                f"{build.name}: the built image {image_id} is not in the local store",
-                "with a remote --builder, check that `docker buildx build --load` works",
-            ) from exc
-        _check_platform(image, target)
-        skipped = False
-    cuda_code = _verify_cuda_code(plan, api, image)
-    if not locked:
-        source.record(prepared, lock)
-    lock.set_section(build.name, SECTION, _lock_section(plan, image, cuda_code))
-    lock.write()  # source and image together, once
+    image, skipped = _local_or_built(plan, job)
+    cuda_code = _verify_cuda_code(plan, job.api, image)
+    if not job.options.locked:
+        source.record(prepared, job.lock)
+    job.lock.set_section(build.name, _lock_section(plan, image, cuda_code))
+    job.lock.write()  # source and image together, once
     return ImageResult(
         build=build.name,
         image_id=str(image.id),
         repo_digest=tags.repo_digest(image),
         tags=plan.tags,
-        platform=target,
+        platform=job.platform,
         labels={str(k): str(v) for k, v in (image.labels or {}).items()},
         skipped=skipped,
-        seconds=time.monotonic() - started,
+        seconds=time.monotonic() - job.started,
         inputs_digest=plan.inputs_digest,
         base_image=plan.base.reference,
         base_digest=plan.base.digest,
@@ -447,4 +462,41 @@ def build_image(
     )
 
 
-__all__ = ["ImageResult", "build_image"]
+def _refuse_failing(prepared: PreparedSource) -> None:
+    if prepared.ok:
+        return
+    build = prepared.build
+    failing = [
+        f"{i.id}: {i.status} ({i.detail})" for i in prepared.items if i.status in source.FAILING
+    ]
+    raise UnpreparedSourceError(
+        f"{build.name}: the source does not prepare cleanly:\n  " + "\n  ".join(failing),
+        f"`sparkbuild patches {build.name}` shows every item; "
+        f"`sparkbuild prepare {build.name}` checks out the tree to fix it",
+    )
+
+
+def _local_or_built(plan: _Plan, job: ImageJob) -> tuple[Image, bool]:
+    """The local image that already carries the inputs digest (skipped), else a new build."""
+    build, api = job.build, job.api
+    existing = None if job.options.no_cache else find_local(api, plan.inputs_digest)
+    if existing is not None:
+        tags.ensure_tags(existing, plan.tags)
+        image = api.images.get(str(existing.id))
+        console.info(f"{build.name}: up to date ({str(image.id)[:19]})")
+        return image, True
+    if job.options.builder_name is None:
+        dockerhost.check_can_run(job.platform)
+    image_id = _run_build(plan, job)
+    try:
+        image = api.images.get(image_id)
+    except docker.errors.ImageNotFound as exc:
+        raise LocalImageError(
+            f"{build.name}: the built image {image_id} is not in the local store",
+            "with a remote --builder, check that `docker buildx build --load` works",
+        ) from exc
+    _check_platform(image, job.platform)
+    return image, False
+
+
+__all__ = ["BuildOptions", "ImageJob", "ImageResult", "build_image"]

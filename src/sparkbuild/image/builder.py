@@ -17,10 +17,17 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from sparkbuild import console
-from sparkbuild.errors import BuildFailedError, SparkbuildError
+from sparkbuild.errors import (
+    BuildFailedError,
+    BuildInputError,
+    DockerUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 BUILDX_HINT = (
     "install the buildx plugin (`apt-get install docker-buildx` on Debian 13 / Ubuntu, "
@@ -111,7 +118,7 @@ def find_client(*, need_buildx: bool = False) -> BuildClient:
             return BuildClient(path, "buildx", versions[path] or "?")
     if need_buildx:
         found = ", ".join(f"{p} {versions[p] or '?'}" for p in candidates) or "none"
-        raise SparkbuildError(
+        raise DockerUnavailableError(
             f"--builder needs `docker buildx`, which no docker client here has (found: {found})",
             BUILDX_HINT,
         )
@@ -120,14 +127,14 @@ def find_client(*, need_buildx: bool = False) -> BuildClient:
         if version and int(version.split(".")[0]) <= _LAST_BUILTIN_MAJOR:
             return BuildClient(path, "builtin", version)
     found = ", ".join(f"{p} {versions[p] or '(no version)'}" for p in candidates) or "none"
-    raise SparkbuildError(
+    raise DockerUnavailableError(
         f"no docker client here can run BuildKit builds (found: {found}; clients from 23.0 "
         "on need the buildx plugin)",
         BUILDX_HINT,
     )
 
 
-def daemon_max_jobs(api: Any) -> int:
+def daemon_max_jobs(api: DockerClient) -> int:
     """Parallel compile jobs for the local daemon's memory and cores."""
     info = api.info()
     return max_jobs(int(info.get("MemTotal", 0)), int(info.get("NCPU", 1)))
@@ -166,7 +173,7 @@ _CACHE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._:/@-]*$")
 def check_cache_ref(reference: str, option: str) -> str:
     """A cache reference goes into `type=registry,ref=...`: no commas or `=` can slip in."""
     if not _CACHE_REF.match(reference):
-        raise SparkbuildError(
+        raise BuildInputError(
             f"{option} {reference!r} is not an image reference",
             f"for example {option} ghcr.io/my-org/sparkbuild-cache:{{build}}",
         )
@@ -195,7 +202,7 @@ def cache_arguments(client: BuildClient, request: BuildRequest) -> list[str]:
         args += ["--cache-from", source]
     if request.cache_to:
         if client.kind != "buildx":
-            raise SparkbuildError(
+            raise DockerUnavailableError(
                 "--cache-to needs `docker buildx` (a built-in BuildKit client cannot export a "
                 "registry cache)",
                 BUILDX_HINT,

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
-from sparkbuild import scope
-from sparkbuild.errors import SparkbuildError, SpecError
+from sparkbuild.errors import BrokenInstallError, OverlayScopeError, SpecError
 from sparkbuild.settings import Settings
-from sparkbuild.source import ChangedFile, PreparedSource
+from sparkbuild.source import ChangedFile, PreparedSource, scope
 from sparkbuild.spec import Build
 
 OVERLAY_TEMPLATE = "overlay.Dockerfile"
@@ -43,7 +42,7 @@ def template_name(build: Build) -> str:
 def packaged(name: str) -> Path:
     path = Path(str(resources.files("sparkbuild") / "data" / "docker" / name))
     if not path.is_file():
-        raise SparkbuildError(
+        raise BrokenInstallError(
             f"sparkbuild's template {name} is missing from its install",
             "reinstall sparkbuild (`pip install -e .`)",
         )
@@ -88,7 +87,7 @@ def overlay_changes(prepared: PreparedSource) -> list[ChangedFile]:
         )
         if outside and compiled:
             reason = f"outside '{build.package_dir}' or compiled sources"
-        raise SparkbuildError(
+        raise OverlayScopeError(
             f"{build.name}: overlay mode can only replace Python package files, but its PRs and "
             f"patches change files {reason}:\n  {listed}",
             f"set `mode: source` for build '{build.name}' in {build.spec_file.name} to build from "

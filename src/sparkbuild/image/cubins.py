@@ -15,12 +15,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
-from sparkbuild.errors import CubinCheckError, SparkbuildError
+from sparkbuild.errors import BuildInputError, CubinCheckError
 from sparkbuild.image import context
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.images import Image
 
 WHEELS_ENV = "SPARKBUILD_WHEELS"
 HELPER = "list_cubins.py"
@@ -69,7 +73,7 @@ def expected_archs(arch_list: str) -> tuple[tuple[str, ...], bool]:
         entry = raw.removesuffix("+PTX")
         match = _ARCH.match(entry)
         if not match:
-            raise SparkbuildError(
+            raise BuildInputError(
                 f"TORCH_CUDA_ARCH_LIST entry '{entry}' is not of the form MAJOR.MINOR[a|f]",
                 'for DGX Spark: `TORCH_CUDA_ARCH_LIST: "12.1a"` in build_args',
             )
@@ -77,7 +81,7 @@ def expected_archs(arch_list: str) -> tuple[tuple[str, ...], bool]:
     return tuple(dict.fromkeys(archs)), ptx
 
 
-def wheels_dir(image: Any) -> str | None:
+def wheels_dir(image: Image) -> str | None:
     """Where the image keeps its built wheels, if its Dockerfile declares it."""
     for item in (image.attrs.get("Config") or {}).get("Env") or []:
         key, _, value = str(item).partition("=")
@@ -90,11 +94,20 @@ def _names_to_archs(names: list[str]) -> list[str]:
     return sorted({m.group(1) for m in map(_CODE_NAME.search, names) if m})
 
 
-def list_code(api: Any, image: Any, platform: str) -> dict[str, dict[str, dict[str, list[str]]]]:
+def _text(output: bytes | str | None) -> str:
+    """A container's output: bytes from the daemon (the stubs say str)."""
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
+def list_code(
+    api: DockerClient, image: Image, platform: str
+) -> dict[str, dict[str, dict[str, list[str]]]]:
     script = context.packaged(HELPER).read_text()
     try:
         output = api.containers.run(
-            image.id,
+            image,
             ["python3", "-c", script],
             entrypoint=[],
             remove=True,
@@ -104,7 +117,7 @@ def list_code(api: Any, image: Any, platform: str) -> dict[str, dict[str, dict[s
             stderr=False,
         )
     except docker.errors.ContainerError as exc:
-        stderr = exc.stderr.decode(errors="replace").strip() if exc.stderr else ""
+        stderr = _text(exc.stderr).strip()
         raise CubinCheckError(
             f"listing the CUDA code of the built wheels failed: {stderr or exc}",
             "the image needs python3 and cuobjdump (CUDA devel images have both)",
@@ -170,7 +183,7 @@ def problems(code: CudaCode, ptx_wanted: bool) -> list[str]:
     return found
 
 
-def verify(api: Any, image: Any, platform: str, arch_list: str) -> CudaCode | None:
+def verify(api: DockerClient, image: Image, platform: str, arch_list: str) -> CudaCode | None:
     """Check the image's wheels; None when the image declares no wheels to check."""
     folder = wheels_dir(image)
     if folder is None:

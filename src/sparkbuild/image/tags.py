@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparkbuild import imageref
 from sparkbuild.errors import SpecError, UnknownPlaceholderError
 from sparkbuild.spec import Build
+
+if TYPE_CHECKING:
+    from docker.models.images import Image
 
 
 def render_tags(build: Build, tree: str) -> tuple[str, ...]:
@@ -29,7 +32,7 @@ def render_tags(build: Build, tree: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(rendered))
 
 
-def ensure_tags(image: Any, tags: tuple[str, ...]) -> None:
+def ensure_tags(image: Image, tags: tuple[str, ...]) -> None:
     present = set(image.tags)
     for tag in tags:
         if tag not in present:
@@ -37,6 +40,6 @@ def ensure_tags(image: Any, tags: tuple[str, ...]) -> None:
             image.tag(repository, name)
 
 
-def repo_digest(image: Any) -> str | None:
+def repo_digest(image: Image) -> str | None:
     digests = image.attrs.get("RepoDigests") or []
     return str(digests[0]) if digests else None

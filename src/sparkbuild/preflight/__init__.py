@@ -16,13 +16,12 @@ dependencies) or inside the built image with no GPU, and checks:
 See docs/preflight.md.
 """
 
-from sparkbuild.preflight.record import SECTION, record
+from sparkbuild.preflight.record import record
 from sparkbuild.preflight.report import PreflightReport
 from sparkbuild.preflight.stage import changed_in_package, report_json, run_preflight
 from sparkbuild.preflight.where import Where, build_pins
 
 __all__ = [
-    "SECTION",
     "PreflightReport",
     "Where",
     "build_pins",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sparkbuild.preflight.report import CheckResult
+from sparkbuild.checks import CheckResult
 
 
 def compare_with_release(patched: CheckResult, base: CheckResult | None, what: str) -> CheckResult:
@@ -24,7 +24,7 @@ def compare_with_release(patched: CheckResult, base: CheckResult | None, what: s
                 "pass",
                 f"{len(patched.items)} model module(s) fail to import here, the same as in the "
                 "unpatched release",
-                patched.items,
+                items=patched.items,
             )
         lines = [_registry_line(i) for i in new]
         return CheckResult(
@@ -32,7 +32,7 @@ def compare_with_release(patched: CheckResult, base: CheckResult | None, what: s
             "fail",
             f"{len(new)} model module(s) newly fail to import against the release: "
             + "; ".join(lines),
-            tuple(new),
+            items=tuple(new),
         )
     return _compare_imports(patched, base_failing)
 
@@ -89,7 +89,7 @@ def _compare_imports(patched: CheckResult, base_failing: set[tuple[Any, Any]]) -
             f"{len(failing)} of {len(items)} module(s) fail to import where the unpatched "
             f"release does not: {lines}"
         )
-        return CheckResult("imports", "fail", detail, tuple(items))
+        return CheckResult("imports", "fail", detail, items=tuple(items))
     same = sum(bool(i.get("pre_existing")) for i in items)
     needs = sorted({str(i["unavailable_package"]) for i in items if i.get("unavailable_package")})
     if needs:
@@ -98,11 +98,11 @@ def _compare_imports(patched: CheckResult, base_failing: set[tuple[Any, Any]]) -
             "skip",
             f"{len(items)} module(s) checked; {same} fail in the unpatched release too; some "
             f"need packages not installable on this CPU: {', '.join(needs)}",
-            tuple(items),
+            items=tuple(items),
         )
     return CheckResult(
         "imports",
         "pass",
         f"{len(items)} module(s) checked; the {same} that fail also fail in the unpatched release",
-        tuple(items),
+        items=tuple(items),
     )

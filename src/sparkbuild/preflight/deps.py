@@ -17,7 +17,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import PreflightSetupError
 
 # torch and torchvision as PyPI builds them (CUDA libraries inside; they run on a CPU). The
 # local CPU torch 2.13.0 cannot be used: SGLang imports torchvision at module level
@@ -95,7 +95,7 @@ def wheel_requirements(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         names = [n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
         if not names:
-            raise SparkbuildError(f"{wheel}: no .dist-info/METADATA in the wheel")
+            raise PreflightSetupError(f"{wheel}: no .dist-info/METADATA in the wheel")
         text = archive.read(names[0]).decode("utf-8", "replace")
     prefix = "Requires-Dist:"
     lines = [line[len(prefix) :].strip() for line in text.splitlines() if line.startswith(prefix)]
@@ -106,7 +106,7 @@ def _parse(line: str, where: str) -> Requirement:
     try:
         return Requirement(line)
     except InvalidRequirement as exc:
-        raise SparkbuildError(f"{where}: requirement {line!r} is not valid ({exc})") from exc
+        raise PreflightSetupError(f"{where}: requirement {line!r} is not valid ({exc})") from exc
 
 
 def dependency_set(

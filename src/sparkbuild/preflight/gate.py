@@ -7,11 +7,9 @@ run proves the tree, not what the image holds.
 from __future__ import annotations
 
 from sparkbuild import console, lockfile
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import GateClosedError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
-
-SECTION = "preflight"
 
 
 def preflight_verdicts(
@@ -57,9 +55,9 @@ def preflight_gate(
         return True
     listed = ", ".join(f"{p}: {v}" for p, v in failing.items())
     problem = f"{build.name}: image {image_id[:19]} has no passing preflight ({listed})"
-    hint = f"`sparkbuild preflight {build.name} --image IMAGE --record` records one"
+    hint = f"`sparkbuild preflight {build.name} --image IMAGE --record {build.name}` records one"
     if not force:
-        raise SparkbuildError(problem, hint + "; --force publishes anyway, recorded unverified")
+        raise GateClosedError(problem, hint + "; --force publishes anyway, recorded unverified")
     console.warn(f"{problem}\n--force: publishing without a passing preflight")
     return False
 

@@ -6,13 +6,11 @@ from sparkbuild import lockfile
 from sparkbuild.preflight.report import PreflightReport
 from sparkbuild.settings import Settings
 
-SECTION = "preflight"
-
 
 def record(settings: Settings, report: PreflightReport) -> None:
     """``builds.<build>.preflight.<tree>+<deps>``; other keys (and, under the same key, the
     verdicts of profiles this run did not check) stay."""
-    run = lockfile.PreflightRun.model_validate(report.lock_value())
+    run = lockfile.PreflightRun.from_report(report)
 
     def change(entry: lockfile.BuildEntry) -> None:
         runs = entry.preflight or {}

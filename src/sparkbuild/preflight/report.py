@@ -1,37 +1,27 @@
-"""Preflight results as plain data: per check, per profile, per build; JSON and lock forms."""
+"""Preflight results as plain data: per check, per profile, per build; the JSON form (the
+lock's form is :class:`sparkbuild.lockfile.PreflightRun`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Status = Literal["pass", "fail", "skip"]
+from sparkbuild.checks import CheckResult, Status, combined
+
 PACKAGE_CHECKS = ("compile", "imports", "registry", "signals")
 PROFILE_CHECKS = ("flags", "env", "config")
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    detail: str
-    items: tuple[Any, ...] = ()
-
-    @classmethod
-    def from_probe(cls, name: str, data: Any) -> CheckResult:
-        if not isinstance(data, dict) or data.get("status") not in ("pass", "fail", "skip"):
-            return cls(name, "fail", f"the probe returned no valid result for {name}")
-        return cls(name, data["status"], str(data.get("detail", "")), tuple(data.get("items", [])))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "detail": self.detail, "items": list(self.items)}
+def check_from_probe(name: str, data: Any) -> CheckResult:
+    """The probe's answer for check ``name`` (a failure when it gave none that makes sense)."""
+    if not isinstance(data, dict) or data.get("status") not in ("pass", "fail", "skip"):
+        return CheckResult(name, "fail", f"the probe returned no valid result for {name}")
+    detail = str(data.get("detail", ""))
+    return CheckResult(name, data["status"], detail, items=tuple(data.get("items", [])))
 
 
-def combined(statuses: list[Status]) -> Status:
-    """Any fail fails; otherwise any skip is a skip (never a pass); else pass."""
-    if "fail" in statuses:
-        return "fail"
-    return "skip" if "skip" in statuses else "pass"
+def _check_json(check: CheckResult) -> dict[str, Any]:
+    return {"status": check.status, "detail": check.detail, "items": list(check.items)}
 
 
 @dataclass(frozen=True)
@@ -94,43 +84,21 @@ class PreflightReport:
             "verdict": self.verdict,
             "versions": self.versions,
             "dependencies": self.dependencies,
-            "checks": {c.name: c.to_json() for c in self.package_checks},
+            "checks": {c.name: _check_json(c) for c in self.package_checks},
             "profiles": {
                 p.profile: {
                     "verdict": self.verdict_for(p),
-                    "checks": {c.name: c.to_json() for c in p.checks},
+                    "checks": {c.name: _check_json(c) for c in p.checks},
                 }
                 for p in self.profiles
             },
         }
-
-    def lock_value(self) -> dict[str, Any]:
-        """What ``builds.<name>.preflight.<tree>+<deps>`` holds: verdicts, not the details."""
-        value: dict[str, Any] = {
-            "where": self.where,
-            "tree": self.tree,
-            "deps_digest": self.deps_digest,
-            "versions": {k: v for k, v in self.versions.items() if v},
-            "checks": {c.name: c.status for c in self.package_checks},
-            "profiles": {
-                p.profile: {
-                    "verdict": self.verdict_for(p),
-                    "checks": {c.name: c.status for c in p.checks},
-                }
-                for p in self.profiles
-            },
-        }
-        if self.image_id:
-            value["image_id"] = self.image_id
-        return value
 
 
 __all__ = [
     "PACKAGE_CHECKS",
     "PROFILE_CHECKS",
-    "CheckResult",
     "PreflightReport",
     "ProfileResult",
-    "Status",
-    "combined",
+    "check_from_probe",
 ]

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import PreflightSetupError, ProbeError
 
 MARKER = "@@SPARKBUILD-PREFLIGHT@@"
 PROBE = "data/preflight/probe.py"
@@ -37,16 +37,16 @@ def probe_source() -> str:
 def parse_output(stdout: str, stderr: str, where: str) -> dict[str, Any]:
     _, sep, tail = stdout.rpartition(MARKER + "\n")
     if not sep:
-        raise SparkbuildError(
+        raise ProbeError(
             f"preflight probe in {where} ended without a report:\n{stderr[-3000:]}",
-            "run it again with --json FILE and read the probe's stderr above",
+            "run it again with --json-file FILE and read the probe's stderr above",
         )
     try:
         data = json.loads(tail)
     except json.JSONDecodeError as exc:
-        raise SparkbuildError(f"preflight probe in {where} printed a bad report ({exc})") from exc
+        raise ProbeError(f"preflight probe in {where} printed a bad report ({exc})") from exc
     if not isinstance(data, dict):
-        raise SparkbuildError(f"preflight probe in {where} printed a bad report")
+        raise ProbeError(f"preflight probe in {where} printed a bad report")
     return data
 
 
@@ -87,7 +87,7 @@ class ImageTarget:
     def run(self, plan: dict[str, Any]) -> dict[str, Any]:
         client = shutil.which(self.docker)
         if client is None:
-            raise SparkbuildError(
+            raise PreflightSetupError(
                 f"no `{self.docker}` client on PATH to run preflight in image {self.image}",
                 "install Docker, or preflight in a local venv (without --image)",
             )
@@ -111,13 +111,11 @@ def _run(cmd: list[str], where: str, cwd: Path | None = None) -> subprocess.Comp
             cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, cwd=cwd
         )
     except subprocess.TimeoutExpired as exc:
-        raise SparkbuildError(
-            f"preflight probe in {where} did not finish in {TIMEOUT_S} s"
-        ) from exc
+        raise ProbeError(f"preflight probe in {where} did not finish in {TIMEOUT_S} s") from exc
     except OSError as exc:
-        raise SparkbuildError(f"cannot start the preflight probe in {where}: {exc}") from exc
+        raise ProbeError(f"cannot start the preflight probe in {where}: {exc}") from exc
     if done.returncode != 0 and MARKER not in done.stdout:
-        raise SparkbuildError(
+        raise ProbeError(
             f"preflight probe in {where} failed (exit {done.returncode}):\n{done.stderr[-3000:]}",
             "the interpreter must be Python 3.10+ with the engine package importable",
         )

@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any
 
+from sparkbuild.checks import CheckResult
 from sparkbuild.preflight.compare import compare_with_release
 from sparkbuild.preflight.plan import (
     REGISTRY_DIRS,
@@ -17,9 +18,9 @@ from sparkbuild.preflight.plan import (
 from sparkbuild.preflight.report import (
     PACKAGE_CHECKS,
     PROFILE_CHECKS,
-    CheckResult,
     PreflightReport,
     ProfileResult,
+    check_from_probe,
 )
 from sparkbuild.preflight.signals import signals_for
 from sparkbuild.preflight.venv import LocalVenv
@@ -74,11 +75,11 @@ def _package_checks(
                     CheckResult(name, "pass", "no changed files: the tree is the release")
                 )
             continue
-        result = CheckResult.from_probe(name, data["checks"][name])
+        result = check_from_probe(name, data["checks"][name])
         if name in ("imports", "registry"):
             base = base_data["checks"].get(name) if base_data else None
             result = compare_with_release(
-                result, CheckResult.from_probe(name, base) if base else None, name
+                result, check_from_probe(name, base) if base else None, name
             )
         results.append(result)
     return results
@@ -133,7 +134,7 @@ def run_preflight(
         ProfileResult(
             p.name,
             tuple(
-                CheckResult.from_probe(c, data.get("profiles", {}).get(p.name, {}).get(c))
+                check_from_probe(c, data.get("profiles", {}).get(p.name, {}).get(c))
                 for c in PROFILE_CHECKS
                 if c in checks
             ),

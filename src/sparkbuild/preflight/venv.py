@@ -20,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from sparkbuild import console
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import PreflightSetupError
 from sparkbuild.preflight.deps import TORCH, DependencySet
 
 _MANIFEST = "sparkbuild-preflight.json"
@@ -87,7 +87,7 @@ def ensure_torch_base(root: Path, constraints: Path) -> Path:
             python = _new_venv(base)
             done = _pip(python, list(TORCH), constraints)
             if done.returncode != 0:
-                raise SparkbuildError(
+                raise PreflightSetupError(
                     f"cannot install {' '.join(TORCH)} into {base}:\n{done.stderr[-2000:]}",
                     "check that pip finds the torch wheels (`pip config list`)",
                 )

@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sparkbuild import git
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import PreflightSetupError
 from sparkbuild.preflight.deps import dependency_set, wheel_requirements
 from sparkbuild.preflight.plan import UNAVAILABLE_MODULES
 from sparkbuild.preflight.report import PACKAGE_CHECKS, PROFILE_CHECKS
@@ -76,7 +76,7 @@ def release_wheel(settings: Settings, build: Build) -> Path:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     found = sorted(wheels.glob(f"{build.engine}-{build.version}-*.whl"))
     if done.returncode != 0 or not found:
-        raise SparkbuildError(
+        raise PreflightSetupError(
             f"{build.name}: cannot download the {build.engine} {build.version} wheel "
             f"for its dependency list:\n{done.stderr[-1500:]}",
             "preflight inside the built image instead: sparkbuild preflight BUILD --image IMAGE",
@@ -86,7 +86,7 @@ def release_wheel(settings: Settings, build: Build) -> Path:
 
 def local_venv(settings: Settings, build: Build, where: Where) -> LocalVenv:
     if build.engine != "sglang":
-        raise SparkbuildError(
+        raise PreflightSetupError(
             f"{build.name}: a local venv is made for SGLang builds only; {build.engine} needs "
             "its own CPU build",
             f"pass --python PATH (a venv with {build.engine} for the CPU) or --image IMAGE",
@@ -117,7 +117,7 @@ def image_id_of(image: str, docker: str) -> str:
         check=False,
     )
     if done.returncode != 0:
-        raise SparkbuildError(
+        raise PreflightSetupError(
             f"image {image} is not in the local Docker store",
             "build it first (`sparkbuild build BUILD`) or pull it",
         )
@@ -180,6 +180,6 @@ def _python_digest(python: Path) -> str:
         [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise SparkbuildError(f"{python} is not a Python with pip", "pass a venv's bin/python")
+        raise PreflightSetupError(f"{python} is not a Python with pip", "pass a venv's bin/python")
     lines = sorted(line for line in done.stdout.splitlines() if line.strip())
     return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()

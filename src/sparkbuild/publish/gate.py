@@ -4,22 +4,8 @@ build lists has a verified passing smoke verdict for that exact image id."""
 from __future__ import annotations
 
 from sparkbuild import console, lockfile
-from sparkbuild.errors import LockError, SparkbuildError
-from sparkbuild.settings import Settings
+from sparkbuild.errors import GateClosedError
 from sparkbuild.spec import Build
-
-
-def pinned_image(
-    settings: Settings, build: Build, entry: lockfile.BuildEntry | None
-) -> lockfile.ImageSection:
-    image = entry.image if entry else None
-    if image is None or not image.image_id or not image.tree:
-        raise LockError(
-            f"{build.name}: {settings.lock_file.name} pins no image for it; nothing to publish",
-            f"`sparkbuild build {build.name}`, then smoke it with "
-            f"`sparkbuild smoke --image IMAGE --profile P --record {build.name}`",
-        )
-    return image
 
 
 def _counted_verdict(result: lockfile.SmokeRecord | None, image_id: str) -> str:
@@ -64,6 +50,6 @@ def smoke_gate(
             "records one (command and URL runs are recorded unverified and do not count)"
         )
     if not force:
-        raise SparkbuildError(problem, hint + "; --force publishes anyway, recorded unverified")
+        raise GateClosedError(problem, hint + "; --force publishes anyway, recorded unverified")
     console.warn(f"{problem}\n--force: PUBLISHING AN UNVERIFIED IMAGE; the lock records it as such")
     return False

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from sparkbuild.errors import SparkbuildError, UsageError
+from sparkbuild.errors import PublishError, UsageError
+
+if TYPE_CHECKING:
+    from docker.models.images import Image
 
 # Registries with a documented per-layer limit (bytes).
 REGISTRY_LAYER_LIMITS = {"ghcr.io": 10 * 1000**3}
@@ -68,7 +71,7 @@ def limit_for(registry_host: str, option: str | None) -> int | None:
     return REGISTRY_LAYER_LIMITS.get(registry_host)
 
 
-def layers(image: Any) -> list[Layer]:
+def layers(image: Image) -> list[Layer]:
     """The image's layers that hold files, bottom first, with the step that made each."""
     history = list(reversed(image.history()))
     found: list[Layer] = []
@@ -80,7 +83,7 @@ def layers(image: Any) -> list[Layer]:
     return found
 
 
-def check_layers(image: Any, limit: int | None, reference: str) -> None:
+def check_layers(image: Image, limit: int | None, reference: str) -> None:
     if limit is None:
         return
     over = [layer for layer in layers(image) if layer.size > limit]
@@ -90,7 +93,7 @@ def check_layers(image: Any, limit: int | None, reference: str) -> None:
         f"layer {layer.number}: {human(layer.size)}, made by: {layer.created_by[:160]}"
         for layer in over
     )
-    raise SparkbuildError(
+    raise PublishError(
         f"{reference}: {len(over)} layer(s) exceed the registry's limit of {human(limit)} "
         f"(uncompressed sizes; nothing was pushed):\n  {listed}",
         "split the step that made it: build in a separate stage and COPY only what the image "

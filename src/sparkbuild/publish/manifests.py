@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkbuild.publish.registry import Manifest, RegistryClient
+from sparkbuild.registry.client import Manifest, RegistryClient
 
 INDEX_TYPES = frozenset(
     {

@@ -5,20 +5,29 @@ lock as it was and running the command again completes the job)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
 from sparkbuild import console, dockerhost, lockfile
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.errors import (
+    LocalImageError,
+    LockError,
+    PlatformError,
+    PublishError,
+)
 from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers, manifests
-from sparkbuild.publish.credentials import Credentials
 from sparkbuild.publish.destination import Destination
-from sparkbuild.publish.gate import pinned_image, smoke_gate, smoke_verdicts
-from sparkbuild.publish.registry import Manifest, RegistryClient
+from sparkbuild.publish.gate import smoke_gate, smoke_verdicts
+from sparkbuild.registry.client import Manifest, RegistryClient
+from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.images import Image
 
 SECTION = "publish"
 
@@ -58,7 +67,7 @@ def publication_record(entry: lockfile.BuildEntry, key: str) -> lockfile.Publish
 # --- the local image --------------------------------------------------------------------
 
 
-def local_image(api: Any, build: Build, image: lockfile.ImageSection) -> Any:
+def local_image(api: DockerClient, build: Build, image: lockfile.ImageSection) -> Image:
     """The local image with the lock's image id; refuses when the lock and store disagree."""
     image_id = str(image.image_id)
     for tag in image.tags:
@@ -68,15 +77,15 @@ def local_image(api: Any, build: Build, image: lockfile.ImageSection) -> Any:
             continue
         if tagged.id != image_id:
             raise LockError(
-                f"{build.name}: the local image {tag} is {tagged.id[:19]}, but images.lock pins "
-                f"{image_id[:19]}; the lock does not describe what was built here",
+                f"{build.name}: the local image {tag} is {str(tagged.id)[:19]}, but images.lock "
+                f"pins {image_id[:19]}; the lock does not describe what was built here",
                 f"`sparkbuild build {build.name}` re-pins the current image (then smoke it), or "
                 "restore the images.lock that matches it",
             )
     try:
         found = api.images.get(image_id)
     except docker.errors.ImageNotFound:
-        raise SparkbuildError(
+        raise LocalImageError(
             f"{build.name}: image {image_id[:19]} (pinned in images.lock) is not in the local "
             "docker store",
             f"`sparkbuild build --locked {build.name}` rebuilds it; if the new image id "
@@ -86,14 +95,14 @@ def local_image(api: Any, build: Build, image: lockfile.ImageSection) -> Any:
         raise LockError(f"{build.name}: local image {found.id} is not the pinned {image_id}")
     arch = dockerhost.platform_arch(str(image.platform or build.image.platform))
     if found.attrs.get("Architecture") != arch:
-        raise SparkbuildError(
+        raise PlatformError(
             f"{build.name}: image {image_id[:19]} is {found.attrs.get('Architecture')}, not {arch}"
         )
     return found
 
 
 def daemon_push(
-    api: Any, image: Any, destination: Destination, credentials: Credentials
+    api: DockerClient, image: Image, destination: Destination, credentials: Credentials
 ) -> str | None:
     """Push through the docker daemon; the manifest digest it reports, if it reports one."""
     image.tag(destination.reference, destination.tag)
@@ -119,7 +128,7 @@ def daemon_push(
             hint = f"check the credentials for {destination.registry.host}"
         elif "http response to https client" in message.lower():
             hint = "the daemon must treat this registry as insecure (`insecure-registries`)"
-        raise SparkbuildError(
+        raise PublishError(
             f"push of {destination.reference}:{destination.tag} failed: {message}", hint
         )
     return digest
@@ -133,7 +142,7 @@ def _existing_tag(
     if current is None:
         return None
     if not manifests.holds_image(client, destination.repository, current, image_id, platform):
-        raise SparkbuildError(
+        raise PublishError(
             f"{destination.reference}:{destination.tag} already exists as {current.digest} "
             f"({manifests.describe(current)}), not this build's {platform} image "
             f"{image_id[:19]}; immutable tags never move",
@@ -152,19 +161,19 @@ def _verify_pushed(
 ) -> Manifest:
     manifest = client.manifest(destination.repository, destination.tag, push=True)
     if manifest is None:
-        raise SparkbuildError(
+        raise PublishError(
             f"the push reported success, but {destination.reference}:{destination.tag} is not "
             "in the registry",
             "run the same command again",
         )
     if reported and manifest.digest != reported:
-        raise SparkbuildError(
+        raise PublishError(
             f"{destination.reference}:{destination.tag} resolves to {manifest.digest}, but the "
             f"push reported {reported}; another writer may have replaced it",
             "nothing was recorded; check who else pushes to this repository",
         )
     if not manifests.holds_image(client, destination.repository, manifest, image_id, platform):
-        raise SparkbuildError(
+        raise PublishError(
             f"{destination.reference}@{manifest.digest} holds {manifests.describe(manifest)}, not "
             f"the pinned {platform} image {image_id}",
             "nothing was recorded; check who else pushes to this repository",
@@ -199,14 +208,8 @@ def _write_publish(
                 f"run `sparkbuild publish {build.name}` again",
             )
         records = entry.publish or {}
-        record = records.get(destination.reference) or lockfile.PublishRecord()
-        history = [h for h in record.published() if h.digest != publication.digest]
-        record.tag = publication.tag
-        record.digest = publication.digest
-        record.image_id = publication.image_id
-        record.verified = publication.verified
-        record.aliases = list(destination.aliases)
-        record.history = [*history, publication]
+        before = records.get(destination.reference)
+        record = lockfile.PublishRecord.after_push(before, publication, destination.aliases)
         entry.publish = {**records, destination.reference: record}
 
     lock.change(build.name, change)
@@ -231,7 +234,7 @@ def publish_build(
     """
     lock = lock or lockfile.LockHandle.open(settings.lock_file)
     entry = lock.entry(build.name) or lockfile.BuildEntry()
-    image = pinned_image(settings, build, entry)
+    image = lockfile.pinned_image(entry, build.name, settings.lock_file, "publish")
     image_id = str(image.image_id)
     destination: Destination = destination_of(build, str(image.tree))
     verified = smoke_gate(entry, build, image_id, force=force)
@@ -255,7 +258,7 @@ def publish_build(
             f"{build.name}: {destination.reference}:{destination.tag} is already {manifest.digest}"
         )
     if manifest.digest in rolled_back and not force:
-        raise SparkbuildError(
+        raise PublishError(
             f"{build.name}: {destination.reference}@{manifest.digest} was rolled back; its aliases "
             "stay where they are",
             "fix the build and publish a new image, or pass --force to move the aliases to it "

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbuild import console, lockfile
-from sparkbuild.errors import LockError, SparkbuildError, UsageError
-from sparkbuild.publish.credentials import Credentials
+from sparkbuild.errors import LockError, RollbackError, UsageError
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.push import move_aliases
-from sparkbuild.publish.registry import Registry, RegistryClient
+from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 
@@ -85,7 +85,7 @@ def _rollback_choice(
             )
         chosen = match[-1]
         if not chosen.verified and not force:
-            raise SparkbuildError(
+            raise RollbackError(
                 f"{build.name}: {to_digest} was published without a passing smoke verdict",
                 "pass --force to move the aliases to it anyway",
             )
@@ -94,7 +94,7 @@ def _rollback_choice(
     for earlier in reversed(history[:position]):
         if earlier.digest != current and earlier.verified and not earlier.rolled_back:
             return earlier
-    raise SparkbuildError(
+    raise RollbackError(
         f"{build.name}: {key} has no earlier published digest that passed smoke (current: "
         f"{current})",
         "images.lock's publish history is the record; `git log -p images.lock` shows older "
@@ -120,7 +120,7 @@ def rollback_build(
     record = published_repositories(lock.entry(build.name))[repository_key]
     aliases = tuple(record.aliases)
     if not aliases:
-        raise SparkbuildError(
+        raise RollbackError(
             f"{build.name}: {repository_key} was published without aliases; nothing to move",
             "users pull the immutable tags; point them at the digest you want",
         )
@@ -133,7 +133,7 @@ def rollback_build(
     client.check_access(path, push=True)
     manifest = client.manifest(path, str(chosen.digest), push=True)
     if manifest is None:
-        raise SparkbuildError(
+        raise RollbackError(
             f"{repository_key}@{chosen.digest} is gone from the registry",
             "pick another digest with --to, or publish again",
         )

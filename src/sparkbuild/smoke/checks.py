@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
+from sparkbuild.checks import CheckResult
 from sparkbuild.engines.adapters import Acceptance, Generation, non_finite
 from sparkbuild.engines.profiles import Expectations, RepetitionLimits
 from sparkbuild.engines.signatures import Diagnosis
 from sparkbuild.engines.targets import Readiness
 from sparkbuild.errors import EngineHTTPError
 
-Status = Literal["pass", "fail", "skip"]
 CHECK_NAMES = ("boot", "accept_len", "nan", "output", "errors")
 SPECULATION_INACTIVE = "speculation inactive"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    value: Any
-    detail: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "value": self.value,
-            "detail": self.detail,
-        }
 
 
 def check_boot(
@@ -40,11 +22,11 @@ def check_boot(
     diagnoses: Sequence[Diagnosis],
 ) -> CheckResult:
     if readiness is None:
-        return CheckResult("boot", "skip", None, "engine started elsewhere (--url): no boot check")
+        return CheckResult("boot", "skip", "engine started elsewhere (--url): no boot check")
     seconds = round(readiness.seconds, 1)
     if readiness.ready:
         note = "" if readiness.ready_line_seen else " (ready log line not seen)"
-        return CheckResult("boot", "pass", seconds, f"ready after {seconds:.1f} s{note}")
+        return CheckResult("boot", "pass", f"ready after {seconds:.1f} s{note}", value=seconds)
     if readiness.outcome == "exited":
         reason = f"engine exited with status {readiness.exit_code} before it was ready"
     else:
@@ -53,17 +35,17 @@ def check_boot(
         reason += f"; last log line: {last_lines[-1].strip()[:300]}"
     if diagnoses:
         reason += "; " + "; ".join(f"known failure {d.id}: {d.diagnosis}" for d in diagnoses)
-    return CheckResult("boot", "fail", seconds, reason)
+    return CheckResult("boot", "fail", reason, value=seconds)
 
 
 def check_accept_len(acceptance: Acceptance | None, expect: Expectations) -> CheckResult:
     if not expect.speculation:
-        return CheckResult("accept_len", "skip", None, "profile expects no speculation")
+        return CheckResult("accept_len", "skip", "profile expects no speculation")
     if acceptance is None:
-        return CheckResult("accept_len", "skip", None, "no requests were served")
+        return CheckResult("accept_len", "skip", "no requests were served")
     if not acceptance.active or acceptance.accept_len is None:
         detail = SPECULATION_INACTIVE + (f": {acceptance.detail}" if acceptance.detail else "")
-        return CheckResult("accept_len", "fail", None, detail)
+        return CheckResult("accept_len", "fail", detail)
     value = round(acceptance.accept_len, 3)
     source = f"from {acceptance.source}"
     if expect.min_accept_len is None:
@@ -71,9 +53,11 @@ def check_accept_len(acceptance: Acceptance | None, expect: Expectations) -> Che
     else:
         ok, rule = acceptance.accept_len >= expect.min_accept_len, f">= {expect.min_accept_len:g}"
     if ok:
-        return CheckResult("accept_len", "pass", value, f"{value:.2f} {rule} ({source})")
+        return CheckResult("accept_len", "pass", f"{value:.2f} {rule} ({source})", value=value)
     why = " (no draft token accepted)" if acceptance.accept_len <= 1.0 else ""
-    return CheckResult("accept_len", "fail", value, f"{value:.2f}, expected {rule}{why} ({source})")
+    return CheckResult(
+        "accept_len", "fail", f"{value:.2f}, expected {rule}{why} ({source})", value=value
+    )
 
 
 def check_nan(
@@ -86,7 +70,7 @@ def check_nan(
     could not serialize because they held NaN (vLLM answers HTTP 400 "Out of range float
     values are not JSON compliant")."""
     if not generations and not nan_lines and not engine_nan_count and not nan_responses:
-        return CheckResult("nan", "skip", None, "no completions to inspect")
+        return CheckResult("nan", "skip", "no completions to inspect")
     bad = sum(non_finite(g.logprobs) for g in generations)
     total = sum(len(g.logprobs) for g in generations)
     missing = [g for g in generations if g.completion_tokens and not g.logprobs]
@@ -102,10 +86,10 @@ def check_nan(
     if nan_lines:
         problems.append(f"NaN log line: {nan_lines[0].strip()}")
     if problems:
-        return CheckResult("nan", "fail", bad + len(nan_responses), "; ".join(problems))
+        return CheckResult("nan", "fail", "; ".join(problems), value=bad + len(nan_responses))
     if missing:
-        return CheckResult("nan", "fail", None, "the engine returned no logprobs to inspect")
-    return CheckResult("nan", "pass", 0, f"{total} logprobs finite")
+        return CheckResult("nan", "fail", "the engine returned no logprobs to inspect")
+    return CheckResult("nan", "pass", f"{total} logprobs finite", value=0)
 
 
 def repeated_fraction(tokens: Sequence[str], n: int) -> float:
@@ -125,7 +109,7 @@ def check_output(
 ) -> CheckResult:
     if not generations:
         detail = "no completion returned" if request_errors else "no requests were served"
-        return CheckResult("output", "fail", 0, detail)
+        return CheckResult("output", "fail", detail, value=0)
     problems: list[str] = []
     empty = [n for n, g in zip(names, generations, strict=True) if not g.text.strip()]
     if empty:
@@ -146,9 +130,11 @@ def check_output(
             problems.append(degenerate)
     value = {"completions": len(generations), "max_repeated_fraction": round(worst, 3)}
     if problems:
-        return CheckResult("output", "fail", value, "; ".join(problems))
+        return CheckResult("output", "fail", "; ".join(problems), value=value)
     tokens = sum(g.completion_tokens for g in generations)
-    return CheckResult("output", "pass", value, f"{len(generations)} completions, {tokens} tokens")
+    return CheckResult(
+        "output", "pass", f"{len(generations)} completions, {tokens} tokens", value=value
+    )
 
 
 def _worst_repetition(
@@ -182,5 +168,5 @@ def check_errors(
     if len(error_lines) > max_error_lines:
         problems.append(f"{len(error_lines)} engine error line(s): {error_lines[0].strip()}")
     if problems:
-        return CheckResult("errors", "fail", value, "; ".join(problems))
-    return CheckResult("errors", "pass", value, "no HTTP errors or engine error lines")
+        return CheckResult("errors", "fail", "; ".join(problems), value=value)
+    return CheckResult("errors", "pass", "no HTTP errors or engine error lines", value=value)

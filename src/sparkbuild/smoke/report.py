@@ -71,28 +71,6 @@ def render(result: SmokeResult, console: Console) -> None:
         console.print(Text(f"full engine log: {result.log_file}", style="dim"))
 
 
-def is_verified(result: SmokeResult) -> bool:
-    """Whether sparkbuild saw which image ran: only a container it started, whose image id it
-    read from the container itself. A command or URL run cannot show what it ran."""
-    return result.target_kind == "image" and bool(result.image_id)
-
-
-def lock_entry(result: SmokeResult) -> dict[str, Any]:
-    return {
-        "verdict": result.verdict,
-        "accept_len": result.accept_len,
-        "boot_seconds": result.boot_seconds,
-        "checks": {check.name: check.status for check in result.checks},
-        "engine": result.engine,
-        "engine_version": result.engine_version,
-        "nan_signal": result.nan_signal,
-        "target": f"{result.target_kind}:{result.target}",
-        "verified": is_verified(result),
-        # The id the container ran (image runs); None when nothing proves what ran.
-        "image_id": result.image_id if is_verified(result) else None,
-    }
-
-
 def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay.
 
@@ -102,6 +80,6 @@ def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     """
     tested_id = result.image_id if result.target_kind == "image" else None
     return lockfile.record_for_image(
-        lock_path, build, "smoke", result.profile, lock_entry(result),
+        lock_path, build, result.profile, lockfile.SmokeRecord.from_result(result),
         tested_id=tested_id, activity="smoke run",
     )  # fmt: skip

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import requests
 
+from sparkbuild.checks import CheckResult, Verdict
 from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
 from sparkbuild.engines.launch import LaunchSettings, settled_counters
 from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
@@ -17,9 +18,7 @@ from sparkbuild.engines.signatures import Diagnosis, diagnose
 from sparkbuild.engines.targets import Readiness, Target, wait_ready
 from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke import checks
-from sparkbuild.smoke.checks import CheckResult
 
-Verdict = Literal["pass", "fail"]
 EXCERPT_LINES = 40
 
 
@@ -46,7 +45,13 @@ class SmokeResult:
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
 
-    def as_json(self) -> dict[str, Any]:
+    @property
+    def verified(self) -> bool:
+        """Whether sparkbuild saw which image ran: only a container it started, whose image
+        id it read from the container itself. A command or URL run cannot show what ran."""
+        return self.target_kind == "image" and bool(self.image_id)
+
+    def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "profile": self.profile,
@@ -56,7 +61,7 @@ class SmokeResult:
             "boot_seconds": self.boot_seconds,
             "accept_len": self.accept_len,
             "seconds": round(self.seconds, 2),
-            "checks": [c.as_dict() for c in self.checks],
+            "checks": [_check_json(c) for c in self.checks],
             "diagnoses": [
                 {"id": d.id, "diagnosis": d.diagnosis, "remedy": d.remedy, "line": d.line}
                 for d in self.diagnoses
@@ -66,6 +71,15 @@ class SmokeResult:
             "engine_version": self.engine_version,
             "nan_signal": self.nan_signal,
         }
+
+
+def _check_json(check: CheckResult) -> dict[str, Any]:
+    return {
+        "name": check.name,
+        "status": check.status,
+        "value": check.value,
+        "detail": check.detail,
+    }
 
 
 def profile_prompts(profile: SmokeProfile) -> list[Prompt]:
@@ -266,7 +280,7 @@ def _boot_failure(
     diagnoses = diagnose(lines, adapter.name)
     boot = checks.check_boot(readiness, profile.expect.boot_timeout_s, lines, diagnoses)
     skipped = [
-        CheckResult(name, "skip", None, "engine did not boot")
+        CheckResult(name, "skip", "engine did not boot")
         for name in checks.CHECK_NAMES
         if name != "boot"
     ]

@@ -16,7 +16,7 @@ unrelated commits between the build's tag and the PR's base.
 
 from sparkbuild.source.checkout import checkout, conflict_patch_name, default_checkout_dir
 from sparkbuild.source.items import FAILING, ChangedFile, ItemResult, PreparedSource, Status
-from sparkbuild.source.pins import lock_section, record, require_locked_source, staleness
+from sparkbuild.source.pins import record, require_locked_source, staleness
 from sparkbuild.source.prepare import prepare_source
 
 __all__ = [
@@ -28,7 +28,6 @@ __all__ = [
     "checkout",
     "conflict_patch_name",
     "default_checkout_dir",
-    "lock_section",
     "prepare_source",
     "record",
     "require_locked_source",

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-from sparkbuild import git, scope
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild import git
+from sparkbuild.errors import LockError, PatchChecksumError
+from sparkbuild.source import scope
 from sparkbuild.source.items import ChangedFile, ItemResult, Status, distinct_prefixes
 from sparkbuild.source.mirror import Mirror, RemoteRefs
 from sparkbuild.source.patching import ScratchIndex
@@ -166,7 +167,7 @@ def settle_patch(applier: Applier, patch: Patch) -> ItemResult:
         return replace(item, status="invalid", detail=f"{patch.file}: {problem}")
     digest = hashlib.sha256(diff).hexdigest()
     if patch.sha256 and patch.sha256 != digest:
-        raise SparkbuildError(
+        raise PatchChecksumError(
             f"{patch.file}: sha256 {digest} does not match the pin {patch.sha256} in "
             f"{build.spec_file.name}",
             "if the patch was changed on purpose, update `sha256:` in the spec",

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from sparkbuild import git
-from sparkbuild.errors import SparkbuildError
+from sparkbuild.errors import CheckoutDirError
 from sparkbuild.settings import Settings
 from sparkbuild.source.items import ItemResult, PreparedSource
 from sparkbuild.source.mirror import complete
@@ -48,7 +48,7 @@ def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Pat
     """
     out = out.resolve()
     if out.exists() and any(out.iterdir()) and not (out / ".git" / _MARKER).exists():
-        raise SparkbuildError(
+        raise CheckoutDirError(
             f"{out} exists and is not a sparkbuild checkout", "pass an empty or new --out DIR"
         )
     lost = local_changes(out) if (out / ".git" / _MARKER).exists() and not force else []
@@ -56,7 +56,7 @@ def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Pat
         shown = "\n  ".join(lost[:20]) + (
             f"\n  ... and {len(lost) - 20} more" if len(lost) > 20 else ""
         )
-        raise SparkbuildError(
+        raise CheckoutDirError(
             f"{out} has local changes that a new checkout would discard:\n  {shown}",
             f"save them (e.g. `cd {out} && git diff > my.patch`), or re-run with --force "
             "to discard them, or pass another --out DIR",

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sparkbuild import git
+from sparkbuild.lockfile import ItemStatus
 from sparkbuild.source.mirror import complete
 from sparkbuild.spec import Build
 
-Status = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
+Status = ItemStatus  # what the lock records of each item (declared with the schema)
 FAILING: frozenset[str] = frozenset({"conflict", "missing", "invalid"})
 
 
@@ -35,6 +36,7 @@ class ItemResult:
     sha256: str | None = None
     # steps
     step: str | None = None
+    step_version: int | None = None  # of the step's code, recorded in the lock
     # the diff itself, kept for conflict hand-off; not serialised
     diff: bytes = field(default=b"", repr=False, compare=False)
 

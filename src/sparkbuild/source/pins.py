@@ -11,7 +11,6 @@ from sparkbuild.settings import Settings
 from sparkbuild.source.gencodes import STEP_VERSIONS
 from sparkbuild.source.items import PreparedSource, distinct_prefixes
 from sparkbuild.spec import Build, file_sha256
-from sparkbuild.validate import strip_userinfo
 
 
 @dataclass
@@ -50,52 +49,6 @@ def locked_heads(
         console.warn(f"ignoring {settings.lock_file.name} for this unlocked run: {exc.message}")
         return {}
     return entry.source.pr_heads() if entry and entry.source else {}
-
-
-_PR_KEYS = ("number", "when", "status", "head", "commits", "diff_sha256")
-_PATCH_KEYS = ("file", "when", "status", "sha256")
-_STEP_KEYS = ("step", "file", "when", "status")
-
-
-def lock_section(prepared: PreparedSource) -> lockfile.SourceSection:
-    build = prepared.build
-    return lockfile.SourceSection(
-        engine=build.engine,
-        repo=strip_userinfo(build.spec_repo),  # a token in the spec never reaches the lock
-        ref=build.ref,
-        commit=prepared.base_commit,
-        version=str(build.version),
-        spec_digest=build.spec_digest(),
-        tree=prepared.tree,
-        prs=[
-            lockfile.LockedPR.model_validate(
-                {k: v for k, v in item.to_json().items() if k in _PR_KEYS}
-            )
-            for item in prepared.items
-            if item.kind == "pr"
-        ],
-        patches=[
-            lockfile.LockedPatch.model_validate(
-                {k: v for k, v in item.to_json().items() if k in _PATCH_KEYS}
-            )
-            for item in prepared.items
-            if item.kind == "patch"
-        ],
-        **_steps_of(prepared),
-    )
-
-
-def _steps_of(prepared: PreparedSource) -> dict[str, list[lockfile.LockedStep]]:
-    """``steps`` for the lock, only when the build has any (older entries stay as they are)."""
-    steps = [
-        lockfile.LockedStep.model_validate(
-            {k: v for k, v in item.to_json().items() if k in _STEP_KEYS}
-            | {"version": STEP_VERSIONS.get(item.step or "")}
-        )
-        for item in prepared.items
-        if item.kind == "step"
-    ]
-    return {"steps": steps} if steps else {}
 
 
 def staleness(build: Build, locked: lockfile.SourceSection | None) -> list[str]:
@@ -166,4 +119,4 @@ def require_locked_source(
 
 def record(prepared: PreparedSource, lock: lockfile.LockHandle) -> None:
     """Queue ``builds.<build>.source`` in ``lock`` (written with the build's entry)."""
-    lock.set_section(prepared.build.name, "source", lock_section(prepared))
+    lock.set_section(prepared.build.name, lockfile.SourceSection.from_prepared(prepared))

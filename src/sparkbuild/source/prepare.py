@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from sparkbuild import console, lockproof
+from sparkbuild import console
 from sparkbuild.lockfile import LockFile
 from sparkbuild.settings import Settings
+from sparkbuild.source import lockproof
 from sparkbuild.source.apply import (
     Applier,
     changed_files,

@@ -4,7 +4,7 @@ commit, and find where each PR left the base branch."""
 from __future__ import annotations
 
 from sparkbuild import git
-from sparkbuild.errors import LockError, SparkbuildError
+from sparkbuild.errors import LockError, UnknownRefError
 from sparkbuild.source.mirror import Mirror, RemoteRefs, looks_like_sha
 from sparkbuild.source.pins import Pins
 from sparkbuild.spec import PR, Build
@@ -50,7 +50,7 @@ def resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: Pins) -
             mirror.fetch([build.ref])
         sha = mirror.rev_parse(build.ref)
     if sha is None or not mirror.has_commit(sha):
-        raise SparkbuildError(
+        raise UnknownRefError(
             f"{build.name}: ref '{build.ref}' not found at {redact_url(build.repo)}",
             f"check `ref:` in {build.spec_file.name}; "
             f"`git ls-remote {redact_url(build.repo)}` lists refs",

@@ -49,6 +49,7 @@ def settle_step(applier: Applier, step: Step) -> ItemResult:
         when=step.when,
         file=step.file,
         step=step.step,
+        step_version=gencodes.STEP_VERSIONS.get(step.step),
     )
     if (skipped := out_of_range(build, item)) is not None:
         return skipped

@@ -268,7 +268,7 @@ def check_signals(root: Path, signals: list[dict[str, Any]]) -> Check:
         ]
         fix = (
             "fix: the adapter must not rely on these for this version "
-            "(engines/adapters.py preflight_signals), or the version must provide them"
+            "(engines/adapters/sglang.py preflight_signals), or the version must provide them"
         )
         return result(
             "fail", "not in this version's source: " + "; ".join(lines) + "; " + fix, items

@@ -1,7 +1,7 @@
 """Proving that images.lock tells the truth about a build's source, offline.
 
 Two checks, used by ``--locked`` runs and by ``sparkbuild lock --check`` (which first checks
-the file's shape with :func:`sparkbuild.lockfile.schema_problems`):
+the file's shape with :func:`sparkbuild.lockfile.check`):
 
 - :func:`check_ref`: the pinned ``commit:`` is what the spec's ``ref`` resolves to in the
   local mirror (a tag exactly; a branch contains it, since branches move on after locking);

@@ -16,8 +16,8 @@ from typing import Any
 import docker.auth
 import docker.errors
 
-from sparkbuild.errors import SparkbuildError, UsageError
-from sparkbuild.publish.redact import Redactor
+from sparkbuild.errors import CredentialStoreError, UsageError
+from sparkbuild.registry.redact import Redactor
 
 USER_ENV = "SPARKBUILD_REGISTRY_USER"
 PASSWORD_ENV = "SPARKBUILD_REGISTRY_PASSWORD"
@@ -53,13 +53,13 @@ class Credentials:
         return "anonymous" if self.anonymous else f"{who} from {self.source}"
 
 
-def _from_docker_config(registry_host: str) -> Credentials | None:
+def from_docker_config(registry_host: str) -> Credentials | None:
     try:
         config = docker.auth.load_config()
         entry: dict[str, Any] | None = config.resolve_authconfig(registry_host)
     except docker.errors.DockerException as exc:
         # The helper's own message can quote what it was given; keep only the helper's name.
-        raise SparkbuildError(
+        raise CredentialStoreError(
             f"docker's credential store failed for {registry_host} ({type(exc).__name__})",
             "check the `credsStore`/`credHelpers` helper in your docker config, or set "
             f"{USER_ENV} and {PASSWORD_ENV}",
@@ -99,7 +99,7 @@ def resolve(
         if not user:
             raise UsageError(f"{PASSWORD_ENV} is set but {USER_ENV} is not")
         return Credentials("environment", username=user, password=env_password)
-    stored = _from_docker_config(registry_host)
+    stored = from_docker_config(registry_host)
     if stored is not None:
         return stored
     return Credentials("nowhere (anonymous)")

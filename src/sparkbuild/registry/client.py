@@ -28,10 +28,10 @@ from sparkbuild import imageref
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
-    SparkbuildError,
+    RegistryUnreachableError,
     UsageError,
 )
-from sparkbuild.publish.credentials import PASSWORD_ENV, USER_ENV, Credentials
+from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials
 from sparkbuild.settings import env_number
 
 MANIFEST_TYPES = (
@@ -40,7 +40,6 @@ MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
-DOCKER_HUB = "docker.io"
 _DOCKER_HUB_API = "registry-1.docker.io"
 _TIMEOUT = 60
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
@@ -84,7 +83,7 @@ class Registry:
         if "." in first or ":" in first or first == "localhost":
             host, namespace = first, rest
         else:  # `docker push user/x` means Docker Hub
-            host, namespace = DOCKER_HUB, text
+            host, namespace = imageref.DOCKER_HUB, text
         for component in filter(None, namespace.split("/")):
             if not imageref.COMPONENT.match(component):
                 raise UsageError(
@@ -100,7 +99,7 @@ class Registry:
 
     @property
     def api_base(self) -> str:
-        host = _DOCKER_HUB_API if self.host == DOCKER_HUB else self.host
+        host = _DOCKER_HUB_API if self.host == imageref.DOCKER_HUB else self.host
         return f"{self.scheme}://{host}"
 
     def repository(self, name: str) -> str:
@@ -193,7 +192,7 @@ class RegistryClient:
         except RetryError as exc:
             last = exc.last_attempt.exception()
             detail = last.detail if isinstance(last, _TransientError) else str(last)
-            raise SparkbuildError(
+            raise RegistryUnreachableError(
                 f"registry unreachable: {method} {url} failed {exc.last_attempt.attempt_number} "
                 f"times (last: {detail})",
                 "check the --registry address and your network; the registry may be down "

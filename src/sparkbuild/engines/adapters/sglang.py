@@ -1,0 +1,196 @@
+"""SGLang: launch flags, the native ``/generate`` API, its metrics and ``/server_info``.
+
+* ``/generate`` with ``return_logprob``; ``meta_info.spec_verify_ct`` (all versions) and
+  ``spec_accept_length`` = completion_tokens / spec_verify_ct; 0.5.10 adds
+  ``spec_accept_token_num``/``spec_draft_token_num``; ``spec_num_correct_drafts`` is there
+  from 0.5.12 (``managers/tokenizer_manager.py`` sets it in ``meta_info``);
+* with ``--enable-metrics`` (always added): counter ``sglang:generation_tokens_total`` and
+  gauge ``sglang:spec_accept_length``; ``sglang:spec_verify_calls_total`` only from 0.5.13,
+  so an adapter for an older version never relies on it;
+* decode log ``accept len: 2.83``;
+* ``/server_info`` ``internal_states[*].avg_spec_accept_length`` (a lifetime average, so
+  only a hint) and ``version``.
+
+The NaN switch differs by version too (:func:`sparkbuild.engines.versions.sglang_nan_switch`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import requests
+from packaging.version import Version
+
+from sparkbuild.engines import versions
+from sparkbuild.engines.adapters.base import (
+    Acceptance,
+    Counters,
+    EngineAdapter,
+    Generation,
+    optional_float,
+    parse_or_fail,
+    whole_number,
+)
+
+
+class SglangAdapter(EngineAdapter):
+    name = "sglang"
+    default_port = 30000
+    default_launcher = ("python3", "-m", "sglang.launch_server")
+    ready_line = re.compile(r"The server is fired up and ready to roll")
+    nan_line = re.compile(r"NaN detected|NaN in the logits|Detected errors during sampling", re.I)
+    error_line = re.compile(
+        r"hit an exception|Traceback \(most recent call last\)|\bERROR\b|CUDA error"
+    )
+    accept_line = re.compile(r"\baccept len:\s*([0-9.]+)")
+
+    VERIFY_CALLS = "sglang:spec_verify_calls_total"
+    GENERATED = "sglang:generation_tokens_total"
+    ACCEPT_GAUGE = "sglang:spec_accept_length"
+
+    def nan_switch(self) -> versions.NanSwitch:
+        return versions.sglang_nan_switch(self.version)
+
+    @classmethod
+    def preflight_signals(cls, version: Version | str | None) -> list[dict[str, str]]:
+        """Every metric and response field this adapter relies on for SGLang ``version``."""
+        parsed = versions.parse_version(str(version)) if version is not None else None
+        fields = ("completion_tokens", "spec_verify_ct", "spec_accept_length")
+        signals = [
+            {"name": f, "kind": "field", "used_for": "acceptance per request"} for f in fields
+        ]
+        if versions.sglang_has_verify_counter(parsed):
+            signals += [
+                {"name": cls.VERIFY_CALLS, "kind": "metric",
+                 "used_for": "acceptance from counters"},
+                {"name": cls.GENERATED, "kind": "metric",
+                 "used_for": "acceptance from counters"},
+            ]  # fmt: skip
+        return signals
+
+    def ignored_variables(self, env: Mapping[str, str]) -> list[str]:
+        if self.version is None:
+            return []
+        return versions.sglang_ignored_variables(self.version, env)
+
+    def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
+        extra = [] if "--enable-metrics" in args else ["--enable-metrics"]
+        return ["--model-path", model, "--host", host, "--port", str(port), *extra, *args]
+
+    def generate(
+        self,
+        session: requests.Session,
+        base_url: str,
+        prompt: str,
+        max_tokens: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Generation:
+        body = {
+            "text": prompt,
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **(extra or {})},
+            "return_logprob": True,
+        }
+        url = base_url + "/generate"
+        payload, seconds = self._post(session, url, body)
+        return parse_or_fail(
+            f"POST {url}", lambda: self.generation_from_response(prompt, payload, seconds)
+        )
+
+    @staticmethod
+    def generation_from_response(
+        prompt: str, payload: Mapping[str, Any], seconds: float = 0.0
+    ) -> Generation:
+        """A /generate response (any version from 0.5.10 on) as a Generation."""
+        meta = payload.get("meta_info") or {}
+        finish = meta.get("finish_reason")
+        reason = finish.get("type") if isinstance(finish, Mapping) else finish
+        entries = meta.get("output_token_logprobs") or []
+        verify = meta.get("spec_verify_ct")
+        length = meta.get("spec_accept_length")
+        return Generation(
+            prompt=prompt,
+            text=str(payload.get("text") or ""),
+            finish_reason=reason,
+            completion_tokens=whole_number(meta.get("completion_tokens"), "completion_tokens"),
+            tokens=tuple(str(e[1]) for e in entries if len(e) > 1),
+            logprobs=tuple(optional_float(e[0]) for e in entries if e),
+            seconds=seconds,
+            spec_verify_ct=whole_number(verify, "spec_verify_ct") if verify is not None else None,
+            spec_accept_length=optional_float(length) if length is not None else None,
+            raw=payload,
+        )
+
+    def acceptance_from_generations(self, generations: Sequence[Generation]) -> Acceptance | None:
+        """Σ completion_tokens / Σ spec_verify_ct over the requests that report speculation.
+
+        Falls back to completion_tokens / spec_accept_length for a response that has the
+        length but not the verify count.
+        """
+        tokens = steps = 0.0
+        for generation in generations:
+            if generation.spec_verify_ct:
+                steps += generation.spec_verify_ct
+                tokens += generation.completion_tokens
+            elif generation.spec_accept_length:
+                steps += generation.completion_tokens / generation.spec_accept_length
+                tokens += generation.completion_tokens
+        if steps <= 0:
+            return None
+        return Acceptance(True, tokens / steps, "per-request fields", steps, tokens)
+
+    def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
+        if not after.available:
+            return Acceptance(
+                False,
+                None,
+                "counters",
+                detail=after.problem or "/metrics not readable (start with --enable-metrics)",
+            )
+        if not versions.sglang_has_verify_counter(self.version):
+            return Acceptance(
+                False,
+                None,
+                "counters",
+                detail=f"SGLang {self.version} has no {self.VERIFY_CALLS} (first in "
+                f"{versions.SGLANG_VERIFY_COUNTER_SINCE}); per-request fields only",
+            )
+        verify = after.delta(before, self.VERIFY_CALLS)
+        generated = after.delta(before, self.GENERATED)
+        if verify is None or generated is None or verify <= 0:
+            return Acceptance(
+                False, None, "counters", detail="no speculative verify steps during the requests"
+            )
+        return Acceptance(True, generated / verify, "counters", verify, generated)
+
+    @staticmethod
+    def server_info_accept_length(server_info: Mapping[str, Any]) -> float | None:
+        """``internal_states[*].avg_spec_accept_length`` (lifetime average; mean over DP ranks)."""
+        states = server_info.get("internal_states") or []
+        if not isinstance(states, list):
+            return None
+        found = [
+            optional_float(state.get("avg_spec_accept_length"))
+            for state in states
+            if isinstance(state, Mapping)
+        ]
+        values = [v for v in found if v is not None and math.isfinite(v)]
+        return sum(values) / len(values) if values else None
+
+    def fetch_server_info(
+        self, session: requests.Session, base_url: str
+    ) -> Mapping[str, Any] | None:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = session.get(base_url + path, timeout=10)
+            except requests.RequestException:
+                return None
+            if response.status_code == 200:
+                try:
+                    data = response.json()
+                except ValueError:  # a hint only: a garbled one is no hint
+                    return None
+                return data if isinstance(data, dict) else None
+        return None

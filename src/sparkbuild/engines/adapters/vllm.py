@@ -1,0 +1,132 @@
+"""vLLM: launch flags, the OpenAI completions API, and its Prometheus counters.
+
+* ``/v1/completions`` with ``logprobs`` (the model name comes from ``/v1/models``);
+* counters ``vllm:spec_decode_num_drafts_total`` and
+  ``vllm:spec_decode_num_accepted_tokens_total`` (mean acceptance length =
+  1 + Δaccepted / Δdrafts); ``vllm:corrupted_requests_total`` with
+  ``VLLM_COMPUTE_NANS_IN_LOGITS=1``;
+* log ``SpecDecoding metrics: Mean acceptance length: 2.31``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import requests
+from packaging.version import Version
+
+from sparkbuild.engines import versions
+from sparkbuild.engines.adapters.base import (
+    Acceptance,
+    Counters,
+    EngineAdapter,
+    Generation,
+    first_model,
+    optional_float,
+    parse_or_fail,
+    whole_number,
+)
+from sparkbuild.errors import EngineHTTPError
+
+
+class VllmAdapter(EngineAdapter):
+    name = "vllm"
+    default_port = 8000
+    default_launcher = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+    ready_line = re.compile(r"Starting vLLM (API |)server on|Application startup complete")
+    nan_line = re.compile(r"\bNaNs? (?:detected|found|in (?:the )?(?:logits|logprobs))", re.I)
+    error_line = re.compile(
+        r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError"
+    )
+    accept_line = re.compile(r"Mean acceptance length:\s*([0-9.]+)")
+
+    DRAFTS = "vllm:spec_decode_num_drafts_total"
+    DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+    ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+    CORRUPTED = "vllm:corrupted_requests_total"
+
+    def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
+        super().__init__(request_timeout_s, version)
+        self._served_model: str | None = None
+
+    def nan_switch(self) -> versions.NanSwitch:
+        return versions.VLLM_NAN_SWITCH
+
+    def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
+        return ["--model", model, "--host", host, "--port", str(port), *args]
+
+    def served_model(self, session: requests.Session, base_url: str) -> str:
+        """The name requests must use (``--served-model-name`` or the model path)."""
+        if self._served_model is None:
+            try:
+                response = session.get(base_url + "/v1/models", timeout=10)
+                response.raise_for_status()
+                self._served_model = str(first_model(response.json())["id"])
+            except requests.RequestException as exc:
+                raise EngineHTTPError(f"GET {base_url}/v1/models", None, str(exc)) from exc
+            except ValueError as exc:  # not JSON, or JSON of the wrong shape
+                raise EngineHTTPError(
+                    f"GET {base_url}/v1/models", 200, f"malformed response: {exc}"
+                ) from exc
+        return self._served_model
+
+    def generate(
+        self,
+        session: requests.Session,
+        base_url: str,
+        prompt: str,
+        max_tokens: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Generation:
+        body: dict[str, Any] = {
+            "model": self.served_model(session, base_url),
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "logprobs": 1,
+            **(extra or {}),
+        }
+        url = base_url + "/v1/completions"
+        payload, seconds = self._post(session, url, body)
+        return parse_or_fail(
+            f"POST {url}", lambda: self.generation_from_response(prompt, payload, seconds)
+        )
+
+    @staticmethod
+    def generation_from_response(
+        prompt: str, payload: Mapping[str, Any], seconds: float = 0.0
+    ) -> Generation:
+        """A /v1/completions response as a Generation; TypeError/ValueError on a wrong shape."""
+        choice = (payload.get("choices") or [{}])[0]
+        logprobs = choice.get("logprobs") or {}
+        usage = payload.get("usage") or {}
+        return Generation(
+            prompt=prompt,
+            text=str(choice.get("text") or ""),
+            finish_reason=choice.get("finish_reason"),
+            completion_tokens=whole_number(usage.get("completion_tokens"), "completion_tokens"),
+            tokens=tuple(str(t) for t in logprobs.get("tokens") or ()),
+            logprobs=tuple(optional_float(v) for v in logprobs.get("token_logprobs") or ()),
+            seconds=seconds,
+            raw=payload,
+        )
+
+    def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
+        drafts = after.delta(before, self.DRAFTS)
+        accepted = after.delta(before, self.ACCEPTED)
+        if not after.available:
+            return Acceptance(
+                False, None, "counters", detail=after.problem or "/metrics not readable"
+            )
+        if drafts is None or accepted is None:
+            return Acceptance(False, None, "counters", detail="no spec_decode counters on /metrics")
+        if drafts <= 0:
+            return Acceptance(
+                False, None, "counters", detail="no drafts proposed during the requests"
+            )
+        return Acceptance(True, 1.0 + accepted / drafts, "counters", drafts, accepted)
+
+    def nan_count_from_delta(self, before: Counters, after: Counters) -> float | None:
+        return after.delta(before, self.CORRUPTED)

@@ -1,0 +1,252 @@
+"""Nothing imports from a later stage: CONTRIBUTING's own tables, checked against the code.
+
+The stage order is the order of the rows in CONTRIBUTING's stage table; code beside the flow
+sits where its second table says. Every module of the package is read with ``ast`` (imports
+inside functions and ``TYPE_CHECKING`` blocks count too), and each import of another
+sparkbuild module must go to the same stage or an earlier one.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+PACKAGE = ROOT / "src" / "sparkbuild"
+# Shipped files, not modules of the package: scripts run inside images and engine venvs.
+NOT_MODULES = ("data/",)
+STAGE_TABLE = "| stage | package |"
+BESIDE_TABLE = "| code | sits at |"
+OPEN = "open"  # any stage may import it; its own imports are checked at its stage row
+
+
+@dataclass(frozen=True)
+class Layers:
+    """Where each listed path of the package (``spec.py``, ``source/``) sits."""
+
+    stages: dict[str, int]  # stage name (and ``start``, ``end``) -> rank
+    ranks: dict[str, int]  # listed path -> rank
+    open_paths: frozenset[str]  # paths any stage may import
+
+    def path_of(self, relative: str) -> str | None:
+        """The listed path a module file falls under: the file itself, else its folder."""
+        candidates = [
+            p for p in self.ranks if p == relative or (p.endswith("/") and relative.startswith(p))
+        ]
+        return max(candidates, key=len) if candidates else None
+
+    def stage(self, rank: int) -> str:
+        return next(name for name, r in self.stages.items() if r == rank)
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of each row of the markdown table whose header row starts with ``header``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _paths(cell: str) -> list[str]:
+    """The package paths a cell names: ``x.py`` files and ``x/`` folders in backticks."""
+    return re.findall(r"`([\w./]+(?:\.py|/))`", cell)
+
+
+def read_layers(contributing: Path) -> Layers:
+    """The stage order from the stage table, and the code beside it from the second table."""
+    text = contributing.read_text(encoding="utf-8")
+    rows = _table_rows(text, STAGE_TABLE)
+    stages = {"start": -1, **{row[0]: rank for rank, row in enumerate(rows)}, "end": len(rows)}
+    ranks = {path: stages[row[0]] for row in rows for path in _paths(row[1])}
+    open_paths = set()
+    for code, sits_at, *_ in _table_rows(text, BESIDE_TABLE):
+        for path in _paths(code):
+            if sits_at == OPEN:
+                assert path in ranks, f"CONTRIBUTING: open `{path}` needs a row in the stage table"
+                open_paths.add(path)
+            else:
+                assert sits_at in stages, f"CONTRIBUTING: `{path}` sits at unknown {sits_at!r}"
+                ranks[path] = stages[sits_at]
+    return Layers(stages, ranks, frozenset(open_paths))
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # sparkbuild.image.build
+    relative: str  # image/build.py
+    path: Path
+
+    @property
+    def package(self) -> str:
+        """The package a relative import starts from."""
+        is_init = self.relative.endswith("__init__.py")
+        return self.name if is_init else self.name.rpartition(".")[0]
+
+
+def modules(package: Path) -> list[Module]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith(NOT_MODULES):
+            continue
+        parts = [package.name, *Path(relative).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found.append(Module(".".join(parts), relative, path))
+    return found
+
+
+def imports(module: Module, known: set[str]) -> list[tuple[int, str, str]]:
+    """(line, the import as written, the sparkbuild module it loads) for each import."""
+    tree = ast.parse(module.path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {a.name}", a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.package.split(".")[
+                    : len(module.package.split(".")) - node.level + 1
+                ]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"  # `from pkg import module`, else a name
+                loaded = submodule if submodule in known else base
+                found.append((node.lineno, f"from {base} import {alias.name}", loaded))
+    return [(line, written, loaded) for line, written, loaded in found if loaded in known]
+
+
+def layering_problems(contributing: Path, package: Path) -> list[str]:
+    """Every import of a later stage, every module no table places, every listed path gone."""
+    layers = read_layers(contributing)
+    problems = [
+        f"CONTRIBUTING lists `{path}`, which is not in {package}"
+        for path in sorted(layers.ranks)
+        if not (package / path).exists()
+    ]
+    found = modules(package)
+    rank: dict[str, int] = {}
+    open_modules = set()
+    for module in found:
+        placed = layers.path_of(module.relative)
+        if placed is None:
+            problems.append(f"{module.relative} is in neither of CONTRIBUTING's tables")
+            continue
+        rank[module.name] = layers.ranks[placed]
+        if placed in layers.open_paths:
+            open_modules.add(module.name)
+    for module in found:
+        if module.name not in rank:
+            continue
+        for line, written, target in imports(module, set(rank)):
+            if target in open_modules or rank[target] <= rank[module.name]:
+                continue
+            problems.append(
+                f"{module.relative}:{line}: `{written}`: {layers.stage(rank[module.name])} "
+                f"imports from {layers.stage(rank[target])}, a later stage"
+            )
+    return problems
+
+
+def test_no_module_imports_from_a_later_stage() -> None:
+    assert layering_problems(CONTRIBUTING, PACKAGE) == []
+
+
+def test_the_stage_order_is_contributings() -> None:
+    layers = read_layers(CONTRIBUTING)
+    flow = ["spec.py", "source/", "requirements.py", "image/", "preflight/", "smoke/"]
+    ranks = [layers.ranks[path] for path in [*flow, "lockfile.py", "publish/"]]
+    assert ranks == list(range(len(ranks)))
+    assert layers.ranks["registry/"] == layers.ranks["image/"]
+    assert layers.ranks["engines/"] == layers.ranks["preflight/"]
+    assert layers.ranks["errors.py"] < layers.ranks["spec.py"]
+    assert layers.ranks["cli/"] > layers.ranks["publish/"]
+    assert layers.open_paths == {"lockfile.py"}
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of CONTRIBUTING.md and of the package, to put probes into."""
+    shutil.copy(CONTRIBUTING, tmp_path / "CONTRIBUTING.md")
+    shutil.copytree(PACKAGE, tmp_path / "sparkbuild", ignore=shutil.ignore_patterns("*.pyc"))
+    return tmp_path / "CONTRIBUTING.md", tmp_path / "sparkbuild"
+
+
+@pytest.mark.parametrize(
+    ("where", "probe", "named"),
+    [
+        # what image/base_config.py did before registry/ left publish/
+        (
+            "image/base_config.py",
+            "from sparkbuild.publish import credentials",
+            "image imports from publish",
+        ),
+        ("source/probe.py", "import sparkbuild.image.build", "source imports from image"),
+        (
+            "spec.py",
+            "def probe() -> None:\n    from sparkbuild.source import prepare",
+            "spec imports from source",
+        ),
+        (
+            "engines/probe.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from sparkbuild.smoke.runner import SmokeResult",
+            "preflight imports from smoke",
+        ),
+        ("image/probe.py", "from ..smoke import runner", "image imports from smoke"),
+        ("errors.py", "from sparkbuild import spec", "start imports from spec"),
+        ("registry/probe.py", "from sparkbuild import cli", "image imports from end"),
+    ],
+)
+def test_a_probe_import_from_a_later_stage_fails(
+    copy: tuple[Path, Path], where: str, probe: str, named: str
+) -> None:
+    contributing, package = copy
+    target = package / where
+    before = target.read_text() if target.exists() else ""
+    target.write_text(before + "\n" + probe + "\n")
+    line = len((before + "\n" + probe).splitlines())
+    written = probe.splitlines()[-1].strip().replace("..smoke", "sparkbuild.smoke")
+    assert layering_problems(contributing, package) == [
+        f"{where}:{line}: `{written}`: {named}, a later stage"
+    ]
+
+
+def test_earlier_stages_and_the_lock_may_be_imported(copy: tuple[Path, Path]) -> None:
+    contributing, package = copy
+    (package / "publish" / "probe.py").write_text("from sparkbuild.image import build\n")
+    (package / "source" / "probe.py").write_text("from sparkbuild import lockfile\n")
+    (package / "cli" / "probe.py").write_text("from sparkbuild import bench, publish\n")
+    assert layering_problems(contributing, package) == []
+
+
+def test_an_unplaced_module_and_a_stale_row_fail(copy: tuple[Path, Path]) -> None:
+    contributing, package = copy
+    (package / "stray.py").write_text("")
+    shutil.rmtree(package / "bump")
+    assert layering_problems(contributing, package) == [
+        f"CONTRIBUTING lists `bump/`, which is not in {package}",
+        "stray.py is in neither of CONTRIBUTING's tables",
+    ]
+
+
+def test_moving_a_row_moves_the_rule(copy: tuple[Path, Path]) -> None:
+    """The rule is read from CONTRIBUTING, not written into this test: with registry/ at the
+    end of the flow, the image stage's base_config breaks it."""
+    contributing, package = copy
+    text = contributing.read_text()
+    contributing.write_text(text.replace("| `registry/` | image |", "| `registry/` | end |"))
+    problems = layering_problems(contributing, package)
+    assert any(p.startswith("image/base_config.py:") for p in problems), problems
+    assert all("imports from end, a later stage" in p for p in problems), problems

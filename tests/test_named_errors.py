@@ -1,0 +1,132 @@
+"""Errors are named: the stages below raise SparkbuildError subclasses from errors.py, each
+still rendered as one message and hint with the same exit code."""
+
+from __future__ import annotations
+
+import ast
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from sparkbuild import dockerhost, errors
+from sparkbuild.bump.write import _inside
+from sparkbuild.errors import (
+    BuildInputError,
+    BumpError,
+    DockerUnavailableError,
+    PlatformError,
+    RegistryUnreachableError,
+    SparkbuildError,
+)
+from sparkbuild.image import builder, cubins
+from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.credentials import Credentials
+from sparkbuild.registry.redact import Redactor
+from sparkbuild.settings import Settings
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sparkbuild"
+NAMED = [
+    "image/",
+    "publish/",
+    "registry/",
+    "bump/",
+    "engines/",
+    "bench/",
+    "spec.py",
+    "validate.py",
+    "settings.py",
+    "dockerhost.py",
+    "imageref.py",
+    "requirements.py",
+    "source/scope.py",
+]
+# Wraps whatever an unknown failure was, redacted: the base class is the honest name.
+GENERIC = {("registry/redact.py", "guard")}
+
+
+def _bare_raises(path: Path) -> list[tuple[int, str]]:
+    """(line, function) of each ``raise SparkbuildError(...)`` in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if not isinstance(node, ast.Raise) or not isinstance(node.exc, ast.Call):
+                continue
+            if isinstance(node.exc.func, ast.Name) and node.exc.func.id == "SparkbuildError":
+                found.append((node.lineno, function.name))
+    return found
+
+
+def test_no_bare_sparkbuild_error_in_these_stages() -> None:
+    bare = []
+    for listed in NAMED:
+        paths = (
+            sorted((PACKAGE / listed).rglob("*.py")) if listed.endswith("/") else [PACKAGE / listed]
+        )
+        for path in paths:
+            relative = path.relative_to(PACKAGE).as_posix()
+            bare += [
+                f"{relative}:{line} ({function})"
+                for line, function in _bare_raises(path)
+                if (relative, function) not in GENERIC
+            ]
+    assert bare == [], "raise a named subclass from errors.py instead"
+
+
+def test_every_named_error_is_a_sparkbuild_error_with_message_and_hint() -> None:
+    """Redactor.error rebuilds an error as type(exc)(message, hint): each class takes both."""
+    special = {errors.GitError, errors.BuildFailedError, errors.EngineHTTPError}
+    for name in dir(errors):
+        cls = getattr(errors, name)
+        if not (isinstance(cls, type) and issubclass(cls, SparkbuildError)) or cls in special:
+            continue
+        made = cls("the message naming the build", "the next command")
+        assert (made.message, made.hint, made.exit_code) == (
+            "the message naming the build",
+            "the next command",
+            errors.EXIT_USAGE if issubclass(cls, errors.UsageError) else errors.EXIT_FAILURE,
+        ), name
+        redacted = Redactor(["secret-value"]).error(cls("a secret-value here", None))
+        assert type(redacted) is cls and redacted.message == "a *** here", name
+
+
+def test_docker_and_platform_errors_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(PlatformError) as platform:
+        dockerhost.platform_arch("arm64")
+    assert platform.value.exit_code == 1 and "linux/ARCH" in platform.value.message
+    empty = tmp_path / "binfmt_misc"
+    empty.mkdir()
+    foreign = "linux/arm64" if os.uname().machine == "x86_64" else "linux/amd64"
+    with pytest.raises(DockerUnavailableError):
+        dockerhost.check_can_run(foreign, binfmt_dir=empty)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
+    with pytest.raises(DockerUnavailableError) as daemon:
+        dockerhost.client(timeout=5)
+    assert daemon.value.hint == dockerhost.SETUP_HINT
+
+
+def test_build_inputs_and_bump_writes_are_named(tmp_path: Path) -> None:
+    with pytest.raises(BuildInputError):
+        builder.check_cache_ref("ref,type=local", "--cache-to")
+    with pytest.raises(BuildInputError):
+        cubins.expected_archs("12.x")
+    with pytest.raises(BumpError) as outside:
+        _inside(Settings(project_dir=tmp_path), "../elsewhere.patch")
+    assert "outside the project" in outside.value.message
+
+
+def test_an_unreachable_registry_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("SPARKBUILD_NET_ATTEMPTS", "1")
+    client = RegistryClient(Registry.parse(f"127.0.0.1:{port}"), Credentials("test"))
+    with pytest.raises(RegistryUnreachableError) as unreachable:
+        client.manifest("x/y", "latest")
+    assert f"127.0.0.1:{port}" in unreachable.value.message
