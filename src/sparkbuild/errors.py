@@ -84,16 +84,8 @@ class RemoteError(SparkbuildError):
 
 class AnchorDriftError(SparkbuildError):
     """A source step did not find, in the upstream file, what it must change: the file has
-    moved on from the form the step was checked against."""
-
-    def __init__(self, path: str, expected: Sequence[str]) -> None:
-        self.path = path
-        self.expected = list(expected)
-        super().__init__(
-            f"anchor drift in {path}: expected " + "; expected ".join(self.expected),
-            "check the step against this release's file and narrow the step's `when` (or "
-            "adjust its expectations) in the spec; `sparkbuild prepare BUILD` shows the tree",
-        )
+    moved on from the form the step was checked against. The message names the file and
+    each expectation not met."""
 
 
 class MissingContentsError(SparkbuildError):

@@ -271,7 +271,11 @@ class _Drift:
 
     def raise_if_any(self) -> None:
         if self.problems:
-            raise AnchorDriftError(self.path, self.problems)
+            raise AnchorDriftError(
+                f"anchor drift in {self.path}: expected " + "; expected ".join(self.problems),
+                "check the step against this release's file and narrow the step's `when` (or "
+                "adjust its expectations) in the spec; `sparkbuild prepare BUILD` shows the tree",
+            )
 
 
 def _prune_gencodes(
