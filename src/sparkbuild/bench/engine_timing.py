@@ -61,6 +61,16 @@ class Histogram:
             self.count - before.count,
         )
 
+    def plus(self, other: Histogram | None) -> Histogram:
+        if other is None:
+            return self
+        more = dict(other.buckets)
+        return Histogram(
+            tuple((le, n + more.get(le, 0.0)) for le, n in self.buckets),
+            self.sum + other.sum,
+            self.count + other.count,
+        )
+
     def mean(self) -> float | None:
         return self.sum / self.count if self.count > 0 else None
 

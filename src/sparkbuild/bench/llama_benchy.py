@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -273,3 +274,193 @@ def to_markdown(report: BenchReport) -> str:
         values += [_fmt(row.get("engine_t_s_req")), row.get("burst_runs", "")]
         lines.append("| " + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
+
+
+# --- its JSON and CSV, from a sparkbuild report ------------------------------------------
+
+
+def _metric(values: Sequence[float | None], scale: float = 1.0) -> dict[str, Any] | None:
+    """llama-benchy's ``{mean, std, values}`` (numpy's std: ddof 0), or None with no value."""
+    present = [round(v * scale, 6) for v in values if v is not None]
+    if not present:
+        return None
+    mean, std = statistics.fmean(present), statistics.pstdev(present)
+    return {"mean": round(mean, 6), "std": round(std, 6), "values": present}
+
+
+def _benchmark_run(cell: CellResult, runs: Sequence[RunFigures], context: bool) -> dict[str, Any]:
+    """One llama-benchy ``BenchmarkRun``: its totals are the batch's when concurrency > 1,
+    the request's otherwise (``results.py``, ``add``). sparkbuild's runs stand where
+    llama-benchy's batches do, so per-request values are each run's mean over its requests;
+    sparkbuild measures no peaks, ttfr or est_ppt (null)."""
+    batch = cell.concurrency > 1
+    pp = _metric([r.prefill_tps_aggregate if batch else r.prefill_tps for r in runs])
+    tg = _metric([r.decode_tps_aggregate if batch else r.decode_tps_request for r in runs])
+    return {
+        "concurrency": cell.concurrency,
+        "context_size": cell.depth,
+        "prompt_size": cell.pp,
+        "response_size": cell.tg,
+        "is_context_prefill_phase": context,
+        "pp_throughput": pp,
+        "pp_req_throughput": _metric([r.prefill_tps for r in runs]) if batch else pp,
+        "tg_throughput": tg,
+        "tg_req_throughput": _metric([r.decode_tps_request for r in runs]) if batch else tg,
+        "peak_throughput": None,
+        "peak_req_throughput": None,
+        "ttfr": None,
+        "est_ppt": None,
+        "e2e_ttft": _metric([r.ttft_s for r in runs], 1000.0),
+        "throughput_over_time": None,
+        "requests_throughput_over_time": None,
+    }
+
+
+def to_json(report: BenchReport) -> dict[str, Any]:
+    """The report as llama-benchy 0.4's ``--format json`` (its ``BenchmarkReport``): each
+    cell in run order, its context load first when the sweep's prefix caching sent one."""
+    benchmarks: list[dict[str, Any]] = []
+    for cell in report.cells:
+        if cell.context_runs:
+            benchmarks.append(_benchmark_run(cell, cell.context_runs, context=True))
+        benchmarks.append(_benchmark_run(cell, cell.runs, context=False))
+    return {
+        "version": f"{report.harness.name} {report.harness.version}",
+        "timestamp": report.created,
+        "latency_mode": "none",  # no latency is measured or subtracted
+        "latency_ms": 0.0,
+        "model": report.engine.served_model or report.engine.model,
+        "prefix_caching_enabled": report.sweep.prefix_caching,
+        "max_concurrency": max(report.sweep.concurrency, default=1),
+        "benchmarks": benchmarks,
+    }
+
+
+def _test_name(run: Mapping[str, Any], kind: str, suffix: str) -> str:
+    depth = int(run["context_size"])
+    if run.get("is_context_prefill_phase"):
+        return f"ctx_{kind} @ d{depth}{suffix}"
+    size = run["prompt_size"] if kind == "pp" else run["response_size"]
+    return f"{kind}{size}{f' @ d{depth}' if depth > 0 else ''}{suffix}"
+
+
+def json_to_csv(data: Mapping[str, Any]) -> str:
+    """llama-benchy's CSV of its JSON: a pp row (prefill, TTFT) and a tg row (decode, peaks)
+    per benchmark run, `` (cN)`` when the suite's highest concurrency is above 1, and the
+    values as Python writes the floats (``results.py``, ``_generate_rows``, ``save_report``)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    multi = int(data.get("max_concurrency") or 1) > 1
+    for run in data["benchmarks"]:
+        suffix = f" (c{run['concurrency']})" if multi else ""
+        rows = []
+        if run.get("pp_throughput"):
+            pp_metrics = (run["pp_throughput"], run["pp_req_throughput"], None, None,
+                          run["ttfr"], run["est_ppt"], run["e2e_ttft"])  # fmt: skip
+            rows.append(("pp", *pp_metrics))
+        if run.get("tg_throughput") or run.get("peak_throughput"):
+            tg_metrics = (run["tg_throughput"], run["tg_req_throughput"], run["peak_throughput"],
+                          run["peak_req_throughput"], None, None, None)  # fmt: skip
+            rows.append(("tg", *tg_metrics))
+        for kind, *metrics in rows:
+            line: dict[str, Any] = {
+                "model": data["model"],
+                "test_name": _test_name(run, kind, suffix),
+            }
+            for name, metric in zip(("t_s", "t_s_req", "peak_ts", "peak_ts_req", "ttfr",
+                                     "est_ppt", "e2e_ttft"), metrics, strict=True):  # fmt: skip
+                line[f"{name}_mean"] = metric["mean"] if metric else None
+                line[f"{name}_std"] = metric["std"] if metric else None
+            writer.writerow(line)
+    return buffer.getvalue()
+
+
+# --- its CSV, read -----------------------------------------------------------------------
+
+_ROW = re.compile(r"^(?P<kind>pp|tg)(?P<size>\d+)(?: @ d(?P<depth>\d+))?(?: \(c(?P<c>\d+)\))?$")
+_CONTEXT_ROW = re.compile(r"^ctx_(pp|tg) @ d\d+(?: \(c\d+\))?$")
+
+
+def is_csv(text: str) -> bool:
+    """A llama-benchy CSV (or sparkbuild's ``--csv``, which starts with its columns)."""
+    return text.startswith(",".join(CSV_COLUMNS[:4]))
+
+
+def _csv_stat(row: Mapping[str, str], column: str, scale: float = 1.0) -> Stat:
+    text = (row.get(f"{column}_mean") or "").strip()
+    if not text:
+        return Stat()
+    return Stat(median=round(float(text) * scale, 4), n=1)  # a mean over runs: one figure
+
+
+def _csv_cell(pp: Mapping[str, str], tg: Mapping[str, str] | None, key: re.Match[str],
+              size: int) -> CellResult:  # fmt: skip
+    depth, concurrency = int(key["depth"] or 0), int(key["c"] or 1)
+    return CellResult(
+        pp=int(key["size"]), tg=size, depth=depth, concurrency=concurrency,
+        ttft_s=_csv_stat(pp, "e2e_ttft", 0.001),
+        prefill_tps=_csv_stat(pp, "t_s_req") if pp.get("t_s_req_mean") else _csv_stat(pp, "t_s"),
+        prefill_tps_aggregate=_csv_stat(pp, "t_s"),
+        decode_tps_request=Stat() if tg is None else (
+            _csv_stat(tg, "t_s_req") if tg.get("t_s_req_mean") else _csv_stat(tg, "t_s")),
+        decode_tps_aggregate=Stat() if tg is None else _csv_stat(tg, "t_s"),
+        output_tps=Stat(), accept_len=None, prompt_tokens_target=depth + int(key["size"]),
+        prompt_tokens=None, completion_tokens=None, requests=0, errors=0, runs=[],
+    )  # fmt: skip
+
+
+def csv_to_report(text: str, path: Path) -> BenchReport:
+    """A llama-benchy CSV as a (client-side only) report for ``bench compare``: each pp row
+    with the tg row after it is one cell; context-load rows are left out, as in its JSON.
+    The CSV holds means and deviations only, so each figure is one number (``n`` 1).
+    Raises ValueError on a row that does not have llama-benchy's shape."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    cells: list[CellResult] = []
+    pending: tuple[dict[str, str], re.Match[str]] | None = None
+    for number, row in enumerate(rows, start=2):
+        name = (row.get("test_name") or "").strip()
+        if _CONTEXT_ROW.match(name):
+            continue
+        match = _ROW.match(name)
+        if match is None:
+            raise ValueError(f"line {number}: test_name {name!r} is not llama-benchy's")
+        if match["kind"] == "pp":
+            if pending is not None:
+                cells.append(_csv_cell(pending[0], None, pending[1], 0))
+            pending = (row, match)
+            continue
+        same = pending is not None and (pending[1]["depth"], pending[1]["c"]) == (
+            match["depth"], match["c"])  # fmt: skip
+        if pending is None or not same:
+            raise ValueError(f"line {number}: {name!r} has no pp row before it")
+        cells.append(_csv_cell(pending[0], row, pending[1], int(match["size"])))
+        pending = None
+    if pending is not None:
+        cells.append(_csv_cell(pending[0], None, pending[1], 0))
+    if not cells:
+        raise ValueError("no benchmark rows")
+    model = rows[0].get("model") or "unknown"
+    return BenchReport(
+        created="",
+        label=f"llama-benchy CSV · {model} ({path.name})",
+        profile=None,
+        harness=HarnessInfo(
+            name="llama-benchy",
+            version="(CSV: not recorded)",
+            sparkbuild="-",
+            http_client="aiohttp",
+        ),
+        host=HostInfo(hostname="(not recorded)", platform="", machine="", cpus=None, python=""),
+        target=TargetInfo(kind="url", value="(not recorded by llama-benchy)"),
+        engine=EngineInfo(name="(not recorded)", model=model, served_model=model),
+        sweep=Sweep(
+            pp=sorted({c.pp for c in cells}),
+            tg=sorted({c.tg for c in cells} - {0}) or [1],
+            depth=sorted({c.depth for c in cells}),
+            concurrency=sorted({c.concurrency for c in cells}),
+            runs=1,
+        ),
+        complete=True,
+        cells=cells,
+    )

@@ -8,6 +8,11 @@ Every request gets ``head + body``:
   of a sweep share their first block and a prefix cache cannot serve any of them. A different
   ``seed`` changes every body and head, so neither can a repeat of the sweep.
 
+With the sweep's prefix caching (``context_prompts``), a request's prompt is its own context
+(``head + body`` of ``depth`` tokens) followed by a question of ``pp`` tokens; the context is
+sent alone first, so the engine's prefix cache serves it to the measured request, and only
+that request's own context, never another's.
+
 Lengths are measured, not estimated: with the engine's ``/tokenize`` (vLLM, SGLang) or, when
 that is missing, from ``usage.prompt_tokens`` of a one-token completion. Each final prompt is
 counted once more before it is sent; the engine's usage fields report what was really served.
@@ -102,6 +107,7 @@ class PromptFactory:
         self._gate = asyncio.Semaphore(max_parallel)
         self._pieces: list[str] = []  # single-token words, each with its leading space
         self._bodies: dict[int, str] = {}
+        self._questions: dict[tuple[int, int], str] = {}
         self.fingerprint = hashlib.sha256(f"{PROMPT_RECIPE}:{seed}".encode())
 
     async def count(self, text: str) -> int:
@@ -188,3 +194,33 @@ class PromptFactory:
         for prompt in made:
             self.fingerprint.update(prompt.text.encode())
         return list(made)
+
+    async def _question(self, depth: int, pp: int) -> str:
+        """What follows a ``depth``-token context to make ``depth + pp`` tokens (cached)."""
+        if (depth, pp) not in self._questions:
+            context = self.head(0) + await self.body(depth)
+            fitted = await self._fit(context, depth + pp, f"question:{depth}:{pp}")
+            self._questions[depth, pp] = fitted[len(context) :]
+        return self._questions[depth, pp]
+
+    async def context_prompts(
+        self, depth: int, pp: int, indices: Sequence[int]
+    ) -> list[tuple[BenchPrompt, BenchPrompt]]:
+        """Per request index: its context alone (``depth`` tokens) and that context followed
+        by a question (``depth + pp``). The context is a prefix of the whole prompt, so once
+        it was sent alone the engine's prefix cache holds it (llama-benchy's context load)."""
+        contexts = await self.prompts(depth, indices)
+        question = await self._question(depth, pp)
+
+        async def one(index: int, context: BenchPrompt) -> BenchPrompt:
+            text = context.text + question
+            counted = await self.count(text)
+            if counted != depth + pp:  # the question's first word merged with the context
+                text = await self._fit(context.text, depth + pp, f"question:{index}")
+                counted = await self.count(text)
+            return BenchPrompt(text, counted, depth + pp)
+
+        whole = await asyncio.gather(*(one(i, c) for i, c in zip(indices, contexts, strict=True)))
+        for prompt in whole:
+            self.fingerprint.update(prompt.text.encode())
+        return list(zip(contexts, whole, strict=True))

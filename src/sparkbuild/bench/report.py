@@ -161,11 +161,14 @@ def render(report: BenchReport, console: Console) -> None:
 
 
 def load_report(path: Path) -> BenchReport:
-    """A sparkbuild ``bench --json`` report, or a llama-benchy ``--format json`` one."""
+    """A sparkbuild ``bench --json`` report, or a llama-benchy ``--format json`` or CSV one."""
     from sparkbuild.bench import llama_benchy
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if llama_benchy.is_csv(text):
+            return llama_benchy.csv_to_report(text, path)
+        data = json.loads(text)
         if llama_benchy.is_llama_benchy(data):
             return llama_benchy.to_report(data, path)
         return BenchReport.model_validate(data)
@@ -174,10 +177,10 @@ def load_report(path: Path) -> BenchReport:
     except (ValueError, ValidationError) as exc:
         first = str(exc).splitlines()[0:3]
         raise UsageError(
-            f"{path} is not a sparkbuild bench report or a llama-benchy 0.4 JSON: "
+            f"{path} is not a sparkbuild bench report or a llama-benchy 0.4 JSON or CSV: "
             f"{' '.join(first)}",
             "write one with `sparkbuild bench ... --json-file FILE` "
-            "(or `llama-benchy --format json`)",
+            "(or `llama-benchy --format json` or `--format csv`)",
         ) from None
 
 
@@ -209,6 +212,7 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
         found["cells"] = f"{len(cells_a - cells_b)} only in A, {len(cells_b - cells_a)} only in B"
     note("runs per cell", a.sweep.runs, b.sweep.runs)
     note("warm-up", a.sweep.warmup, b.sweep.warmup)
+    note("prefix caching", a.sweep.prefix_caching, b.sweep.prefix_caching)
     note("host", a.host.summary, b.host.summary)
     return found
 

@@ -172,6 +172,9 @@ class CellResult(_Model):
     engine_generation_tokens: float | None = None  # the engine's own counter over the cell
     prefix_cache_hit_tokens: float | None = None
     runs: list[RunFigures]
+    # With the sweep's prefix caching, each run's context load (the context alone, sent just
+    # before the measured requests); the engine figures above leave these requests out.
+    context_runs: list[RunFigures] = []
 
     @property
     def key(self) -> CellKey:
@@ -249,16 +252,23 @@ def run_figures(
     results: Sequence[StreamResult],
     accept_len: float | None = None,
     engine: EngineDelta | None = None,
+    prefill_tokens: int | None = None,
 ) -> RunFigures:
     """One run's figures from its requests (failed requests only count as errors), checked
-    against the engine's own timing of the same requests when there is one."""
+    against the engine's own timing of the same requests when there is one.
+    ``prefill_tokens``: the tokens each request had to prefill, when the engine's prefix
+    cache held the rest of its prompt (prefill rates count only those)."""
     good = [r for r in results if r.ok and r.completion_tokens is not None]
     burst = burst_reason(good, engine)
     engine_rate = engine.decode_tps_request if engine else None
     mine = client_tpot(good)
     ratio = engine.tpot_s / mine if engine and engine.tpot_s and mine else None
     ttfts = [r.ttft for r in good if r.ttft is not None]
-    prefill = [r.prompt_tokens / r.ttft for r in good if r.prompt_tokens and r.ttft and r.ttft > 0]
+    prefill = [
+        (prefill_tokens or r.prompt_tokens) / r.ttft
+        for r in good
+        if r.prompt_tokens and r.ttft and r.ttft > 0
+    ]
     per_request: list[float] = []
     for r in good:
         span = r.decode_seconds
@@ -270,7 +280,7 @@ def run_figures(
     window = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
     wall = max(r.done for r in results) - min(r.sent for r in results) if results else 0.0
     produced = sum(r.completion_tokens or 0 for r in good)
-    prompted = sum(r.prompt_tokens or 0 for r in good)
+    prompted = sum((prefill_tokens or r.prompt_tokens or 0) for r in good if r.prompt_tokens)
     prefill_window = max(firsts) - min(r.sent for r in good) if firsts else 0.0
     trusted = burst is None  # never a client decode rate computed from a burst
     return RunFigures(

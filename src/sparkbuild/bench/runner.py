@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -27,7 +27,12 @@ import requests
 from sparkbuild import __version__
 from sparkbuild.bench import HARNESS_VERSION
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
-from sparkbuild.bench.engine_timing import TimingSnapshot, engine_delta, snapshot_timing
+from sparkbuild.bench.engine_timing import (
+    Histogram,
+    TimingSnapshot,
+    engine_delta,
+    snapshot_timing,
+)
 from sparkbuild.bench.prompts import PROMPT_RECIPE, BenchPrompt, PromptFactory
 from sparkbuild.bench.results import (
     MAX_ERROR_SAMPLES,
@@ -290,13 +295,21 @@ class Sweeper:
         self.request_index += n
         return list(range(first, first + n))
 
+    async def _prompts(
+        self, factory: PromptFactory, key: CellKey
+    ) -> tuple[list[BenchPrompt], list[BenchPrompt]]:
+        """The cell's prompts, and with prefix caching (and depth) each one's context load."""
+        indices = self._next_indices(self.plan.sweep.runs * key.concurrency)
+        if self.plan.sweep.prefix_caching and key.depth > 0:
+            pairs = await factory.context_prompts(key.depth, key.pp, indices)
+            return [whole for _, whole in pairs], [context for context, _ in pairs]
+        return await factory.prompts(key.prompt_tokens, indices), []
+
     async def cell(self, engine: _Engine, factory: PromptFactory, key: CellKey) -> CellResult:
         runs = self.plan.sweep.runs
         self.progress.phase(f"preparing {runs * key.concurrency} prompts for {key.label()}")
         try:
-            prompts = await factory.prompts(
-                key.prompt_tokens, self._next_indices(runs * key.concurrency)
-            )
+            prompts, loads = await self._prompts(factory, key)
         except (SparkbuildError, httpx.HTTPError) as exc:
             if await asyncio.to_thread(self._alive):
                 raise
@@ -304,22 +317,34 @@ class Sweeper:
                 f"the engine stopped answering while preparing the prompts of {key.label()}: {exc}",
                 self._log_hint(),
             ) from exc
-        self.all_exact = self.all_exact and all(p.exact for p in prompts)
+        self.all_exact = self.all_exact and all(p.exact for p in [*prompts, *loads])
         cell_before, cell_timing = await asyncio.to_thread(self._counters)
         before, timing = cell_before, cell_timing
+        skipped = _Skipped()  # the context loads, left out of the cell's engine figures
         figures: list[RunFigures] = []
+        context_figures: list[RunFigures] = []
         all_results: list[list[StreamResult]] = []
         samples: list[str] = []
         prefix = f"{self.adapter.name}:"
         for run in range(runs):
             self.progress.run(run, runs)
-            batch = prompts[run * key.concurrency : (run + 1) * key.concurrency]
-            bodies = [self._body(engine, p, key.tg) for p in batch]
+            batch = slice(run * key.concurrency, (run + 1) * key.concurrency)
+            if loads:
+                load_bodies = [self._body(engine, p, key.tg) for p in loads[batch]]
+                load_results = await stream_many(engine.client, load_bodies)
+                after, timing_after = await asyncio.to_thread(self._counters)
+                skipped.add(before, after, timing, timing_after)
+                context_figures.append(run_figures(load_results))
+                samples.extend(self._error_samples(load_results, samples))
+                before, timing = after, timing_after
+            bodies = [self._body(engine, p, key.tg) for p in prompts[batch]]
             results = await stream_many(engine.client, bodies)
             after, timing_after = await asyncio.to_thread(self._counters)
             accept = self.adapter.acceptance_from_delta(before, after)
             measured = engine_delta(timing, timing_after, prefix)
-            figures.append(run_figures(results, accept.accept_len, measured))
+            figures.append(
+                run_figures(results, accept.accept_len, measured, key.pp if loads else None)
+            )
             all_results.append(results)
             samples.extend(self._error_samples(results, samples))
             before, timing = after, timing_after
@@ -329,14 +354,18 @@ class Sweeper:
                     f"{next(r.error for r in results if r.error)}",
                     self._log_hint(),
                 )
-        cell = self._cell_result(key, figures, samples, cell_before, before)
-        whole = engine_delta(cell_timing, timing, prefix)
+        cell = self._cell_result(key, figures, samples, skipped.counters(cell_before), before)
+        whole = engine_delta(skipped.timing(cell_timing), timing, prefix)
+        flags = run_flags(figures)
+        if loads:
+            flags += _prefix_cache_flags(cell.prefix_cache_hit_tokens, key, cell.requests)
         return cell.model_copy(
             update={
                 **client_percentiles(all_results, figures),
                 "engine": EngineTiming.of(whole) if whole else None,
                 "burst_runs": sum(1 for f in figures if f.burst),
-                "flags": run_flags(figures),
+                "flags": flags,
+                "context_runs": context_figures,
             }
         )
 
@@ -404,6 +433,49 @@ class Sweeper:
             prefix_cache_hit_tokens=after.delta(before, hits) if hits else None,
             runs=list(runs),
         )
+
+
+class _Skipped:
+    """The engine counters and timing of the context loads, which a cell's engine figures
+    leave out: summed here and added to the cell's baseline, so the cell's deltas cover only
+    its measured requests."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, float] = {}
+        self._histograms: dict[str, Histogram] = {}
+
+    def add(
+        self, before: Counters, after: Counters, timing: TimingSnapshot, later: TimingSnapshot
+    ) -> None:
+        for name, value in after.values.items():
+            self._counts[name] = self._counts.get(name, 0.0) + value - before.values.get(name, 0.0)
+        for name, histogram in later.histograms.items():
+            grown = histogram.minus(timing.histograms.get(name))
+            self._histograms[name] = grown.plus(self._histograms.get(name))
+
+    def counters(self, baseline: Counters) -> Counters:
+        if not self._counts:
+            return baseline
+        values = {k: v + self._counts.get(k, 0.0) for k, v in baseline.values.items()}
+        return replace(baseline, values={**self._counts, **values})
+
+    def timing(self, baseline: TimingSnapshot) -> TimingSnapshot:
+        if not self._histograms:
+            return baseline
+        shifted = {k: h.plus(self._histograms.get(k)) for k, h in baseline.histograms.items()}
+        return replace(baseline, histograms={**self._histograms, **shifted})
+
+
+def _prefix_cache_flags(hits: float | None, key: CellKey, requests: int) -> list[str]:
+    """A line when the engine's prefix cache served less than half the context tokens the
+    measured requests carried (prefix caching off in the engine, or the cache too small)."""
+    expected = key.depth * requests
+    if hits is None or hits >= expected / 2:
+        return []
+    return [
+        f"prefix caching: the engine's prefix cache served {hits:.0f} of the {expected} "
+        "context tokens of the measured requests (is it on, and large enough?)"
+    ]
 
 
 def _per_request(total: int, requests: int) -> int | None:

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: The most requests one cell may open at once; beyond that a client machine, not the engine,
 #: is what gets measured.
@@ -49,6 +49,15 @@ class CellKey:
         return f"pp={self.pp} tg={self.tg} depth={self.depth} c={self.concurrency}"
 
 
+class Scheduled(BaseModel):
+    """One step of a fixed schedule: a (depth, concurrency) pair, every pp x tg inside it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    depth: int = Field(ge=0)
+    concurrency: int = Field(ge=1)
+
+
 class Sweep(BaseModel):
     """What a bench run measures; stored verbatim in the report."""
 
@@ -61,10 +70,32 @@ class Sweep(BaseModel):
     runs: int = Field(default=3, ge=1)
     seed: int = 0
     warmup: bool = True
+    name: str | None = None  # a named sweep (``bench --sweep``), e.g. spark-arena-v2
+    # Each run of a cell with depth first sends its context alone, so the measured request
+    # finds the context in the engine's prefix cache (llama-benchy --enable-prefix-caching).
+    prefix_caching: bool = False
+    # A fixed run order of (depth, concurrency) pairs (a named sweep's, e.g. heat-aware);
+    # None: the grid's own order.
+    schedule: list[Scheduled] | None = None
+
+    @model_validator(mode="after")
+    def _schedule_in_grid(self) -> Sweep:
+        if self.schedule is None:
+            return self
+        pairs = [(s.depth, s.concurrency) for s in self.schedule]
+        grid = set(itertools.product(self.depth, self.concurrency))
+        if len(set(pairs)) != len(pairs) or set(pairs) != grid:
+            raise ValueError("a schedule must list every (depth, concurrency) pair once")
+        return self
 
     def cells(self) -> Iterator[CellKey]:
-        """Cells in run order: concurrency innermost, so one configuration's curve is
-        measured back to back."""
+        """Cells in run order: the schedule's, else concurrency innermost, so one
+        configuration's curve is measured back to back."""
+        if self.schedule is not None:
+            for step in self.schedule:
+                for pp, tg in itertools.product(self.pp, self.tg):
+                    yield CellKey(pp, tg, step.depth, step.concurrency)
+            return
         for pp, tg, depth, concurrency in itertools.product(
             self.pp, self.tg, self.depth, self.concurrency
         ):
