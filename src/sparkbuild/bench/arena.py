@@ -1,0 +1,444 @@
+"""Spark Arena on its own terms: its official sweep, claims for imported recipes, and
+submissions in its layout.
+
+* ``--sweep spark-arena-v2``: the official benchmark profile, described in our own data file
+  (``data/bench/spark-arena-v2.yaml``, citing spark-arena/recipe-registry
+  ``benchmarking/spark-arena-v2.yaml``): its grid, prefix caching, runs and fixed order.
+* ``profile import ... --figure``: a claims file (``claims/``, bench/claims.py) for a
+  recipe's published figure, so a run of the imported profile is held against it.
+* ``--arena DIR``: the three files ``sparkrun arena benchmark`` uploads, in the folders it
+  uploads them to (src/sparkrun/cli/_arena.py, commit 0041b8f8fc):
+  ``recipes/recipe.yaml`` (the recipe as it ran, in sparkrun's export order),
+  ``logs/benchmark.csv`` (llama-benchy's CSV: sparkrun makes it from llama-benchy's JSON with
+  the same rows and columns, ``benchmarking/llama_benchy.py`` ``json_to_csv``) and
+  ``metadata/metadata.json`` (the keys ``BenchmarkResult.generate_metadata`` writes, in
+  ``benchmarking/base.py``: recipe, timing, cluster, benchmark, model, runtime_info). Beside
+  them, not uploaded: ``logs/benchmark.json`` (llama-benchy's JSON, which its schema
+  validates) and ``logs/sparkbuild-bench.json`` (the whole report, engine figures included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sparkbuild import __version__
+from sparkbuild.bench import llama_benchy
+from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
+from sparkbuild.bench.results import BenchReport
+from sparkbuild.bench.sweep import Scheduled, Sweep
+from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.recipes import ImportedRecipe
+from sparkbuild.errors import UsageError
+from sparkbuild.validate import redact_url, strip_userinfo
+
+NAMED_SWEEPS = ("spark-arena-v2",)
+SUBMISSION_FILES = {
+    "recipe": "recipes/recipe.yaml",
+    "csv": "logs/benchmark.csv",
+    "metadata": "metadata/metadata.json",
+    "llama_benchy_json": "logs/benchmark.json",
+    "report": "logs/sparkbuild-bench.json",
+}
+#: Environment names whose values are never written into a submission.
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL", re.I)
+
+
+# --- the official sweep ------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Source(_Strict):
+    repo: str
+    path: str
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+
+
+class _Args(_Strict):
+    depth: list[int] = Field(min_length=1)
+    pp: list[int] = Field(min_length=1)
+    tg: list[int] = Field(min_length=1)
+    concurrency: list[int] = Field(min_length=1)
+    prefix_caching: bool
+    runs: int = Field(ge=1)
+
+
+class NamedSweep(_Strict):
+    """A benchmark profile published by someone else, as sparkbuild runs it."""
+
+    name: str
+    description: str
+    framework: str
+    profile: str  # how sparkrun names it
+    source: _Source
+    args: _Args
+    schedule: list[tuple[int, int]]
+
+    def sweep(self, *, seed: int = 0, warmup: bool = True) -> Sweep:
+        return Sweep(
+            pp=self.args.pp, tg=self.args.tg, depth=self.args.depth,
+            concurrency=self.args.concurrency, runs=self.args.runs, seed=seed, warmup=warmup,
+            name=self.name, prefix_caching=self.args.prefix_caching,
+            schedule=[Scheduled(depth=d, concurrency=c) for d, c in self.schedule],
+        )  # fmt: skip
+
+    def benchmark_args(self) -> dict[str, Any]:
+        """The profile's args as sparkrun records them in ``metadata.benchmark.args``."""
+        return self.args.model_dump()
+
+
+def named_sweep(name: str) -> NamedSweep:
+    if name not in NAMED_SWEEPS:
+        raise UsageError(f"no named sweep {name!r}", f"known: {', '.join(NAMED_SWEEPS)}")
+    text = (resources.files("sparkbuild") / "data" / "bench" / f"{name}.yaml").read_text("utf-8")
+    return NamedSweep.model_validate(yaml.safe_load(text))
+
+
+_MAX_LEN_FLAGS = {"vllm": "--max-model-len", "sglang": "--context-length"}
+
+
+def profile_max_len(engine: str, args: Sequence[str]) -> int | None:
+    """The context length the profile serves with (its flag), None when the engine decides."""
+    flag = _MAX_LEN_FLAGS.get(engine)
+    found: str | None = None
+    for index, word in enumerate(args):
+        if word == flag and index + 1 < len(args):
+            found = args[index + 1]
+        elif flag and word.startswith(flag + "="):
+            found = word.split("=", 1)[1]
+    return int(found) if found is not None and found.isdigit() else None
+
+
+def refuse_unfit(sweep: Sweep, max_len: int | None, where: str) -> None:
+    """Refuse, before the engine boots, cells longer than the engine's context can hold."""
+    if max_len is None:
+        return
+    too_long = [k for k in sweep.cells() if k.prompt_tokens + k.tg > max_len]
+    if not too_long:
+        return
+    need = max(k.prompt_tokens + k.tg for k in too_long)
+    shown = ", ".join(f"depth {k.depth} c{k.concurrency}" for k in too_long[:6])
+    more = f" and {len(too_long) - 6} more" if len(too_long) > 6 else ""
+    named = f"--sweep {sweep.name}" if sweep.name else "the sweep"
+    raise UsageError(
+        f"{where} serves at most {max_len} tokens, and {len(too_long)} of the "
+        f"{sweep.cell_count} cells of {named} need more ({shown}{more}: up to depth+pp+tg "
+        f"= {need})",
+        f"serve with a context of at least {need} tokens (e.g. {_flag_hint(where)} {need})"
+        + ("" if sweep.name else ", or lower --pp/--depth/--tg"),
+    )
+
+
+def _flag_hint(where: str) -> str:
+    return "--context-length" if "sglang" in where else "--max-model-len"
+
+
+# --- claims for an imported recipe -------------------------------------------------------
+
+
+def parse_figure(text: str) -> tuple[str, Figure]:
+    """``METRIC=VALUE`` or ``METRIC=LOW-HIGH`` (a published range)."""
+    metric, sep, value = text.partition("=")
+    if not sep or metric not in METRICS:
+        raise UsageError(
+            f"--figure {text!r} is not METRIC=VALUE",
+            f"METRIC is one of {', '.join(METRICS)}; e.g. --figure decode_tps=62.2",
+        )
+    try:
+        low, dash, high = value.partition("-")
+        figure: Figure = (float(low), float(high)) if dash else float(value)
+    except ValueError:
+        raise UsageError(f"--figure {text!r}: {value!r} is not a number or LOW-HIGH") from None
+    return metric, figure
+
+
+def parse_cell(text: str) -> dict[str, int]:
+    """``pp=2048,tg=128,depth=0,c=1`` (any of them; c or concurrency)."""
+    cell: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = {"c": "concurrency"}.get(key.strip(), key.strip())
+        if not sep or key not in ("pp", "tg", "depth", "concurrency") or not value.isdigit():
+            raise UsageError(
+                f"--cell {text!r}: {part!r} is not pp=N, tg=N, depth=N or c=N",
+                "e.g. --cell pp=2048,tg=128,depth=0,c=1",
+            )
+        cell[key] = int(value)
+    return cell
+
+
+def recipe_claims(
+    imported: ImportedRecipe,
+    figures: Mapping[str, Figure],
+    *,
+    cell: Mapping[str, int],
+    source: str,
+    url: str | None,
+    date: str,
+    harness: str,
+) -> str:
+    """A claims file for the figures published with an imported recipe (validated)."""
+    profile = imported.profile
+    layout = imported.parallel or {}
+    nodes, tp, pp = layout.get("nodes", 1), layout.get("tp", 1), layout.get("pp", 1)
+    hardware = f"{nodes}x DGX Spark (GB10)" + (f", TP={tp}" if tp > 1 else "")
+    hardware += f", PP={pp}" if pp > 1 else ""
+    setup = {
+        "engine": profile["engine"],
+        "image": imported.source.container,
+        "model": profile["model"],
+        "flags": list(profile["args"]),
+        "profile": imported.name,
+        "harness": harness,
+        "hardware": hardware,
+        "note": f"Spark Arena recipe {imported.source.file} (sha256 {imported.source.sha256[:16]})",
+    }
+    claim: dict[str, Any] = {"setup": imported.name, "cell": dict(cell)}
+    claim.update({metric: list(v) if isinstance(v, tuple) else v for metric, v in figures.items()})
+    data = {
+        "source": source,
+        "url": strip_userinfo(url) if url else None,
+        "date": date,
+        "setups": {imported.name: {k: v for k, v in setup.items() if v is not None}},
+        "claims": [claim],
+    }
+    data = {k: v for k, v in data.items() if v is not None}
+    try:
+        ClaimsFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise UsageError(
+            f"the claim does not validate: {problems}", "fix --figure/--cell/--claim-date"
+        ) from None
+    header = (
+        f"# Published figures for the Spark Arena recipe {imported.source.file}, imported as\n"
+        f"# profile {imported.name} by `sparkbuild profile import`. Reproduce:\n"
+        f"#   sparkbuild bench --image IMAGE --profile {imported.name} --claims {imported.name}\n"
+    )
+    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+# --- submissions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submission:
+    directory: Path
+    files: dict[str, Path]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"directory": str(self.directory), **{k: str(v) for k, v in self.files.items()}}
+
+
+def check_submission_dir(directory: Path) -> None:
+    """Before the run: the directory is new (or empty) and its parent writable."""
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise UsageError(
+            f"--arena {directory}: exists and is not an empty directory",
+            "pass a new directory: a submission is written whole, never over another",
+        )
+    parent = directory.resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UsageError(f"--arena {directory}: {parent} is not a writable directory")
+
+
+class _RecipeDumper(yaml.SafeDumper):
+    """Multi-line strings (the command) as literal blocks, as sparkrun's export writes them."""
+
+
+def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_RecipeDumper.add_representer(str, _literal)
+
+_SERVE = {
+    "vllm": ("vllm serve {model}", "-tp {tensor_parallel}", "-pp {pipeline_parallel}"),
+    "sglang": ("python3 -m sglang.launch_server --model-path {model}", "--tp-size "
+               "{tensor_parallel}", "--pp-size {pipeline_parallel}"),
+}  # fmt: skip
+
+
+def _flag_lines(args: Sequence[str]) -> list[str]:
+    """Each flag with its values on one line, shell-quoted."""
+    lines: list[str] = []
+    for word in args:
+        if (word.startswith("-") and not re.match(r"^-\d", word)) or not lines:
+            lines.append(shlex.quote(word))
+        else:
+            lines[-1] += " " + shlex.quote(word)
+    return lines
+
+
+def _env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: "<redacted>" if _SECRET_NAME.search(k) else redact_url(v) for k, v in env.items()}
+
+
+def _layout(profile: SmokeProfile) -> dict[str, int]:
+    """tp and pp of the profile's parallel layout (1 when it has none)."""
+    layout = getattr(profile, "parallel", None)
+    return {"tp": int(getattr(layout, "tp", 1)), "pp": int(getattr(layout, "pp", 1))}
+
+
+def _container(report: BenchReport) -> tuple[str | None, bool]:
+    """The image the run used, by digest when the registry gave one: (reference, pinned)."""
+    if report.target.kind != "image":
+        return None, False
+    if report.target.repo_digests:
+        return report.target.repo_digests[0], True
+    return report.target.value, False
+
+
+def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> str:
+    """The recipe as the run used it (engine, model, flags and env of the report), in
+    sparkrun's export order; the imported recipe's provenance in ``metadata``."""
+    engine = report.engine.name if report.engine.name in _SERVE else profile.engine
+    serve, tp_flag, pp_flag = _SERVE[engine]
+    layout = _layout(profile)
+    lines = [serve, "--host {host}", "--port {port}"]
+    lines += [tp_flag] if layout["tp"] > 1 else []
+    lines += [pp_flag] if layout["pp"] > 1 else []
+    lines += _flag_lines(report.engine.args)
+    defaults: dict[str, Any] = {"port": 8000, "host": "0.0.0.0"}
+    if layout["tp"] > 1:
+        defaults["tensor_parallel"] = layout["tp"]
+    if layout["pp"] > 1:
+        defaults["pipeline_parallel"] = layout["pp"]
+    origin: dict[str, Any] = {"profile": name, "target": report.target.kind}
+    if profile.recipe is not None:
+        origin["imported_from"] = {"file": profile.recipe.file, "sha256": profile.recipe.sha256,
+                                   "container": profile.recipe.container}  # fmt: skip
+    container, _ = _container(report)
+    recipe: dict[str, Any] = {
+        "recipe_version": "2",
+        "model": report.engine.model,
+        "runtime": profile.recipe.runtime if profile.recipe else engine,
+        **({"container": container} if container else {}),
+        "metadata": {"description": profile.description or name, "sparkbuild": origin},
+        "defaults": defaults,
+        **({"env": _env(report.engine.env)} if report.engine.env else {}),
+        "command": " \\\n  ".join(lines) + "\n",
+    }
+    text = yaml.dump(recipe, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=True, width=100)
+    return redact_url(text)
+
+
+def _timing(report: BenchReport) -> dict[str, Any]:
+    """Start, end and duration of the sweep (the boot left out), from the report."""
+    try:
+        end = datetime.strptime(report.created, "%Y-%m-%dT%H:%M:%S%z")
+    except ValueError:
+        end = datetime.now().astimezone()
+    seconds = max(report.seconds - (report.boot_seconds or 0.0), 0.0)
+    start = end - timedelta(seconds=seconds)
+    return {"start": start.isoformat(), "end": end.isoformat(), "duration": round(seconds, 2)}
+
+
+def submission_metadata(
+    report: BenchReport, name: str, profile: SmokeProfile, recipe_text: str
+) -> dict[str, Any]:
+    """The keys sparkrun's ``generate_metadata`` writes, filled with what this run knows."""
+    engine = report.engine.name
+    container, pinned = _container(report)
+    layout = _layout(profile)
+    imported = profile.recipe
+    cluster: dict[str, Any] = {
+        "cluster_id": "sparkbuild-" + hashlib.sha256(
+            f"{report.label}|{report.created}".encode()).hexdigest()[:12],
+        "node_count": layout["tp"] * layout["pp"],
+    }  # fmt: skip
+    cluster.update({k: v for k, v in layout.items() if v != 1})
+    runtime_info: dict[str, Any] = {engine: report.engine.version or "unknown"}
+    if report.target.image_id:
+        runtime_info["image_id"] = report.target.image_id
+    sweep = report.sweep
+    args: dict[str, Any] = {
+        "depth": sweep.depth, "pp": sweep.pp, "tg": sweep.tg, "concurrency": sweep.concurrency,
+        "prefix_caching": sweep.prefix_caching, "runs": sweep.runs,
+    }  # fmt: skip
+    profile_name = named_sweep(sweep.name).profile if sweep.name in NAMED_SWEEPS else sweep.name
+    return {
+        "recipe": {
+            "name": imported.name if imported else name,
+            "qualified_name": imported.file if imported else f"smoke/{name}.yaml",
+            "type": "sparkrun",
+            "model": report.engine.model,
+            "hf_model": report.engine.model,
+            "raw_container": (imported.container if imported else None) or container or "",
+            "container": container or "",
+            "container_pinned": pinned,
+            "runtime": engine,
+            "runtime_full": imported.runtime if imported else engine,
+            "registry": None,
+            "registry_git": "",
+            "hash": hashlib.sha256(recipe_text.encode("utf-8")).hexdigest(),
+        },
+        "timing": _timing(report),
+        "cluster": cluster,
+        "benchmark": {
+            # Not llama-benchy: sparkbuild's own harness, writing llama-benchy's formats.
+            "framework": report.harness.name,
+            "framework_version": report.harness.version,
+            "format": "llama-benchy 0.4",
+            "profile": profile_name,
+            "args": args,
+        },
+        "model": {},
+        "runtime_info": runtime_info,
+        "sparkbuild": {"version": __version__, "profile": name, "label": report.label},
+    }
+
+
+def write_submission(
+    directory: Path, report: BenchReport, name: str, profile: SmokeProfile
+) -> Submission:
+    """The submission, written whole: into a scratch directory beside ``directory``, then
+    renamed into place (a failure leaves nothing half-written)."""
+    if not report.complete:
+        raise UsageError("an incomplete sweep is not a submission")
+    check_submission_dir(directory)
+    recipe_text = effective_recipe(report, name, profile)
+    benchy = llama_benchy.to_json(report)
+    metadata = submission_metadata(report, name, profile, recipe_text)
+    contents = {
+        "recipe": recipe_text,
+        "csv": llama_benchy.json_to_csv(benchy),
+        "metadata": json.dumps(metadata, indent=2) + "\n",
+        "llama_benchy_json": json.dumps(benchy, indent=2) + "\n",
+        "report": report.model_dump_json(indent=2) + "\n",
+    }
+    target = directory.resolve()
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        scratch.chmod(0o755)  # mkdtemp's 0700 would follow the rename
+        for key, relative in SUBMISSION_FILES.items():
+            path = scratch / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(redact_url(contents[key]).encode("utf-8"))
+        if target.exists():
+            target.rmdir()  # empty (checked above)
+        scratch.rename(target)
+    except OSError as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise UsageError(f"--arena {directory}: cannot write: {exc.strerror or exc}") from exc
+    return Submission(target, {k: target / v for k, v in SUBMISSION_FILES.items()})
