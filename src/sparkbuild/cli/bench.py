@@ -21,6 +21,14 @@ from rich.progress import Progress as RichProgress
 
 from sparkbuild import console, lockfile
 from sparkbuild.bench import report as bench_report
+from sparkbuild.bench.arena import (
+    NAMED_SWEEPS,
+    check_submission_dir,
+    named_sweep,
+    profile_max_len,
+    refuse_unfit,
+    write_submission,
+)
 from sparkbuild.bench.plot import plot_decode, require_matplotlib
 from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import (
@@ -141,6 +149,7 @@ class BenchOutputs:
     csv_path: Path | None = None
     plot_path: Path | None = None
     record_build: str | None = None
+    arena_dir: Path | None = None  # a Spark Arena submission (bench/arena.py)
 
     def write(self, report: BenchReport) -> None:
         from sparkbuild.bench import llama_benchy
@@ -205,6 +214,20 @@ class BenchOutputs:
     "--seed", type=int, default=0, show_default=True, help="Prompt seed (changes every prompt)."
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request before the sweep.")
+@click.option(
+    "--prefix-caching",
+    is_flag=True,
+    help="Send each run's context (--depth) alone first, so the measured requests find it in "
+    "the engine's prefix cache (llama-benchy's --enable-prefix-caching).",
+)
+@click.option(
+    "--sweep",
+    "sweep_name",
+    type=click.Choice(NAMED_SWEEPS),
+    help="Run a published sweep instead of --pp/--tg/--depth/--concurrency/--runs: "
+    "spark-arena-v2 is Spark Arena's official profile (depth 0-100000, pp 2048, tg 128, "
+    "concurrency 1/2/5/10, prefix caching, its fixed order).",
+)
 @click.option("--label", metavar="TEXT", help="Name of this run in tables, plots and compare.")
 @options.json()
 @options.json_file(help="Write the report as JSON to FILE.")
@@ -234,6 +257,12 @@ class BenchOutputs:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a PNG of decode tok/s against concurrency (needs sparkbuild[plot]).",
 )
+@click.option(
+    "--arena",
+    "arena_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the run as a Spark Arena submission in DIR (recipes/, logs/, metadata/).",
+)
 @options.record(help="Store a summary in images.lock under BUILD's image id (section bench).")
 @options.boot_timeout()
 @options.request_timeout(
@@ -255,6 +284,8 @@ def bench(
     runs: int,
     seed: int,
     no_warmup: bool,
+    prefix_caching: bool,
+    sweep_name: str | None,
     label: str | None,
     as_json: bool,
     json_file: str | None,
@@ -262,6 +293,7 @@ def bench(
     table_style: str,
     csv_path: Path | None,
     plot_path: Path | None,
+    arena_dir: Path | None,
     record_build: str | None,
     claims_files: tuple[str, ...],
     claims_setups: tuple[str, ...],
@@ -285,16 +317,36 @@ def bench(
         csv_path=csv_path,
         plot_path=plot_path,
         record_build=record_build,
+        arena_dir=arena_dir,
     )
     claims = claims_request(
         ctx.obj, claims_files, claims_setups, claims_json, markdown_path,
         stdout_taken=outputs.json_path == "-",
     )  # fmt: skip
-    sweep = Sweep(
-        pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
-        warmup=not no_warmup,
-    )  # fmt: skip
+    if sweep_name is not None:
+        _no_grid_with_sweep(ctx, sweep_name)
+        sweep = named_sweep(sweep_name).sweep(seed=seed, warmup=not no_warmup)
+    else:
+        sweep = Sweep(
+            pp=pp, tg=tg, depth=depth, concurrency=concurrency, runs=runs, seed=seed,
+            warmup=not no_warmup, prefix_caching=prefix_caching,
+        )  # fmt: skip
     _run(ctx.obj, launch, SweepSettings(sweep, label), outputs, claims=claims)
+
+
+def _no_grid_with_sweep(ctx: click.Context, name: str) -> None:
+    """A named sweep fixes its grid: the grid options beside it would be ignored."""
+    grid = ("pp", "tg", "depth", "concurrency", "runs")
+    given = [
+        f"--{p}"
+        for p in grid
+        if ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise UsageError(
+            f"--sweep {name} fixes the grid; {', '.join(given)} would be ignored",
+            f"drop {', '.join(given)}, or leave out --sweep",
+        )
 
 
 def _no_options_before(ctx: click.Context) -> None:
@@ -325,7 +377,7 @@ def _run(
             f"--{kind} needs --profile (engine, model and serve flags)",
             "e.g. sparkbuild bench --command '...' --profile cpu-reference",
         )
-    _check_before_boot(settings, launch, outputs)
+    _check_before_boot(settings, launch, outputs, measure.sweep)
     if launch.profile is not None:
         target, adapter, plan = _with_profile(settings, launch, launch.profile, measure)
     else:
@@ -344,11 +396,16 @@ def _run(
     if not report.complete:
         json_path = outputs.json_path
         kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
+        unwritten = "; no Spark Arena submission was written" if outputs.arena_dir else ""
         raise SweepIncompleteError(
             f"{report.error or 'the sweep stopped'}; "
-            f"{len(report.pending_cells)} cells not measured{kept}",
+            f"{len(report.pending_cells)} cells not measured{kept}{unwritten}",
             "see the engine log and re-run the missing cells",
         )
+    if outputs.arena_dir is not None and launch.profile is not None:
+        name, profile = load_profile(settings, launch.profile, model=launch.model, need_model=False)
+        submission = write_submission(outputs.arena_dir, report, name, profile)
+        console.info(f"wrote the Spark Arena submission {submission.directory}")
     if outputs.record_build:
         image_id = bench_report.record(settings.lock_file, outputs.record_build, report)
         console.info(
@@ -356,7 +413,9 @@ def _run(
         )
 
 
-def _check_before_boot(settings: Settings, launch: LaunchSettings, outputs: BenchOutputs) -> None:
+def _check_before_boot(
+    settings: Settings, launch: LaunchSettings, outputs: BenchOutputs, sweep: Sweep
+) -> None:
     """Everything that would otherwise fail after the boot and the sweep, checked first."""
     for path, option in ((outputs.json_path, "--json-file"), (outputs.markdown_path, "--markdown"),
                          (outputs.plot_path, "--plot"), (launch.log_path, "--log")):  # fmt: skip
@@ -365,6 +424,17 @@ def _check_before_boot(settings: Settings, launch: LaunchSettings, outputs: Benc
         require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
     if outputs.record_build:
         lockfile.pinned_image_id(settings.lock_file, outputs.record_build)
+    if outputs.arena_dir is not None:
+        if launch.profile is None:
+            raise UsageError(
+                "--arena needs --profile: a submission's recipe is the profile's launch",
+                "e.g. sparkbuild bench --url URL --profile NAME --arena DIR",
+            )
+        check_submission_dir(outputs.arena_dir)
+    if sweep.name is not None and launch.profile is not None:
+        name, profile = load_profile(settings, launch.profile, model=launch.model, need_model=False)
+        limit = profile_max_len(profile.engine, profile.args)
+        refuse_unfit(sweep, limit, f"profile {name} ({profile.engine})")
 
 
 def _with_profile(
