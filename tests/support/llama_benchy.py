@@ -79,3 +79,53 @@ def write_outputs(directory: Path) -> dict[str, Path]:
         capture_output=True,
     )  # fmt: skip
     return {kind: directory / f"benchy.{kind}" for kind in ("json", "csv", "md")}
+
+
+#: llama-benchy's JSON schema is its ``BenchmarkReport`` model's (its scripts/generate_schema.py
+#: writes schemas/benchmark_report_schema.json that way; for 0.4.0 the two are the same JSON).
+_SCHEMA = r"""
+import json, sys
+from llama_benchy.results import BenchmarkReport
+print(json.dumps(BenchmarkReport.model_json_schema(), indent=2))
+"""
+
+#: llama-benchy's own reading of a JSON report (its pydantic model) and its own CSV writer.
+_CSV = r"""
+import json, sys
+from llama_benchy.results import BenchmarkMetadata, BenchmarkReport, BenchmarkResults
+
+report = BenchmarkReport.model_validate(json.loads(open(sys.argv[1]).read()))
+results = BenchmarkResults()
+results.runs = list(report.benchmarks)
+results.model_name = report.model
+results.metadata = BenchmarkMetadata(**report.model_dump(exclude={"benchmarks"}))
+results.save_report(sys.argv[2], "csv", report.max_concurrency)
+"""
+
+
+def report_schema(directory: Path) -> Path:
+    """llama-benchy 0.4.0's JSON schema for its reports, written to ``directory``."""
+    done = subprocess.run(
+        [str(llama_benchy_python()), "-c", _SCHEMA], check=True, capture_output=True, text=True
+    )
+    path = directory / "benchmark_report_schema.json"
+    path.write_text(done.stdout, encoding="utf-8")
+    return path
+
+
+def csv_of(report_json: Path, out: Path) -> str:
+    """The CSV llama-benchy 0.4.0 writes for the JSON report at ``report_json``."""
+    subprocess.run(
+        [str(llama_benchy_python()), "-c", _CSV, str(report_json), str(out)], check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return out.read_text(encoding="utf-8")
+
+
+def check_schema(report_json: Path, schema: Path) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema (the test extra's) on ``report_json``; the caller reads the result."""
+    checker = Path(sys.executable).with_name("check-jsonschema")
+    return subprocess.run(
+        [str(checker), "--schemafile", str(schema), str(report_json)],
+        check=False, capture_output=True, text=True,
+    )  # fmt: skip

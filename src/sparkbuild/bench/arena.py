@@ -417,6 +417,8 @@ def write_submission(
     if not report.complete:
         raise UsageError("an incomplete sweep is not a submission")
     check_submission_dir(directory)
+    engine = report.engine.model_copy(update={"env": _env(report.engine.env)})
+    report = report.model_copy(update={"engine": engine})  # no secret leaves in a submission
     recipe_text = effective_recipe(report, name, profile)
     benchy = llama_benchy.to_json(report)
     metadata = submission_metadata(report, name, profile, recipe_text)
