@@ -31,7 +31,7 @@ from sparkbuild.bench.results import (
     cell_stats,
     run_figures,
 )
-from sparkbuild.bench.sweep import Sweep
+from sparkbuild.bench.sweep import Scheduled, Sweep
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.errors import UsageError
@@ -111,7 +111,7 @@ def test_spark_arena_v2_runs_the_official_grid_in_its_fixed_order() -> None:
 
 def test_a_schedule_must_cover_the_grid_once() -> None:
     with pytest.raises(ValueError, match="every \\(depth, concurrency\\) pair once"):
-        Sweep(depth=[0, 1], concurrency=[1], schedule=[{"depth": 0, "concurrency": 1}])
+        Sweep(depth=[0, 1], concurrency=[1], schedule=[Scheduled(depth=0, concurrency=1)])
 
 
 def _bench(run_cli: RunCli, *args: str) -> Any:
