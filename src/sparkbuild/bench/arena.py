@@ -42,7 +42,7 @@ from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport
 from sparkbuild.bench.sweep import Scheduled, Sweep
 from sparkbuild.engines.profiles import SmokeProfile
-from sparkbuild.engines.recipes import ImportedRecipe
+from sparkbuild.engines.recipes import ImportedRecipe, problems_of
 from sparkbuild.errors import UsageError
 from sparkbuild.validate import redact_url, strip_userinfo
 
@@ -223,11 +223,8 @@ def recipe_claims(
     try:
         ClaimsFile.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
         raise UsageError(
-            f"the claim does not validate: {problems}", "fix --figure/--cell/--claim-date"
+            f"the claim does not validate: {problems_of(exc)}", "fix --figure/--cell/--claim-date"
         ) from None
     header = (
         f"# Published figures for the Spark Arena recipe {imported.source.file}, imported as\n"

@@ -88,6 +88,11 @@ profile = _option(
     help="A profile in smoke/ (by name) or a profile file.",
 )
 model = _option("--model", metavar="PATH|ID", help="Serve this model instead of the profile's.")
+engine_version = _option(
+    "--engine-version",
+    metavar="VERSION",
+    help="The engine release that runs the profile (for what differs by release).",
+)
 boot_timeout = _option("--boot-timeout", type=SECONDS, metavar="SECONDS")
 request_timeout = _option("--request-timeout", type=SECONDS, metavar="SECONDS")
 log = _option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path))

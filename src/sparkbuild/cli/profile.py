@@ -68,11 +68,9 @@ def _free(path: Path, force: bool, what: str) -> None:
     help="Override a recipe default before rendering its command (as sparkrun's -o).",
 )
 @options.model(help="Serve this model instead of the recipe's (a path, an id, or '${VAR}').")
-@click.option(
-    "--engine-version",
-    metavar="VERSION",
+@options.engine_version(
     help="The engine release the profile will run (checks what differs by release, such as "
-    "--load-format).",
+    "--load-format)."
 )
 @click.option(
     "--out",

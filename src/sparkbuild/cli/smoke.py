@@ -46,11 +46,9 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     "(verified only for --image runs)."
 )
 @options.log(help="Keep the engine's full log here [default: .sparkbuild/smoke-logs/].")
-@click.option(
-    "--engine-version",
-    metavar="VERSION",
+@options.engine_version(
     help="The engine version under test (default: the image's "
-    "org.opencontainers.image.version label); picks the NaN switch that version reads.",
+    "org.opencontainers.image.version label); picks the NaN switch that version reads."
 )
 @click.pass_obj
 @options.launch_settings

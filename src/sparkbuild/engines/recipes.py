@@ -607,6 +607,11 @@ def import_recipe(
     return ImportedRecipe(profile_name, profile, tuple(notes.items), source, layout)
 
 
+def problems_of(error: ValidationError) -> str:
+    """A validation error of data made here (no file lines to name): each field and why."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
+
+
 def _validate(profile: Mapping[str, Any], layout: dict[str, Any] | None, path: Path) -> None:
     """The profile as today's profile model reads it (``parallel`` too where it knows it)."""
     data = dict(profile)
@@ -615,10 +620,7 @@ def _validate(profile: Mapping[str, Any], layout: dict[str, Any] | None, path: P
     try:
         SmokeProfile.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
         raise SpecError(
-            f"{path}: the profile made from this recipe does not validate: {problems}",
+            f"{path}: the profile made from this recipe does not validate: {problems_of(exc)}",
             "fix the recipe, or pass -o KEY=VALUE for the field named",
         ) from exc
