@@ -295,3 +295,24 @@ def test_a_csv_that_is_not_llama_benchys_is_a_usage_error(tmp_path: Path) -> Non
     expected = r"bad\.csv is not a sparkbuild bench report .* line 2: test_name 'throughput'"
     with pytest.raises(UsageError, match=expected):
         load_report(bad)
+
+
+def test_an_image_run_names_its_digest_and_the_recipe_it_was_imported_from(
+    tmp_path: Path,
+) -> None:
+    imported = import_recipe(ROOT / "tests" / "data" / "recipes" / "qwen3.6-27b-fp8-vllm.yaml")
+    profile = SmokeProfile.model_validate(imported.profile)
+    digest = "127.0.0.1:5000/sparkbuild/vllm@sha256:" + "cd" * 32
+    report = _report().model_copy(update={"target": TargetInfo(
+        kind="image", value="127.0.0.1:5000/sparkbuild/vllm:0.32-spark",
+        image_id="sha256:" + "ab" * 32, repo_digests=[digest],
+    )})  # fmt: skip
+    done = arena.write_submission(tmp_path / "sub", report, "qwen", profile)
+    recipe = yaml.safe_load(done.files["recipe"].read_text())
+    assert recipe["container"] == digest and recipe["runtime"] == "vllm-distributed"
+    origin = recipe["metadata"]["sparkbuild"]["imported_from"]
+    assert origin["sha256"] == imported.source.sha256
+    meta = json.loads(done.files["metadata"].read_text())["recipe"]
+    assert (meta["container"], meta["container_pinned"]) == (digest, True)
+    assert meta["raw_container"] == "ghcr.io/spark-arena/dgx-vllm-eugr-nightly:latest"
+    assert meta["name"] == "qwen3.6-27b-fp8-vllm" and meta["runtime_full"] == "vllm-distributed"
