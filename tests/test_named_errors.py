@@ -21,9 +21,9 @@ from sparkbuild.errors import (
     SparkbuildError,
 )
 from sparkbuild.image import builder, cubins
+from sparkbuild.redact import Redactor
 from sparkbuild.registry.client import Registry, RegistryClient
 from sparkbuild.registry.credentials import Credentials
-from sparkbuild.registry.redact import Redactor
 from sparkbuild.settings import Settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sparkbuild"

@@ -22,9 +22,9 @@ from sparkbuild.publish import (
     publish_build,
     rollback_build,
 )
+from sparkbuild.redact import Redactor
 from sparkbuild.registry import credentials as creds
 from sparkbuild.registry.client import Registry
-from sparkbuild.registry.redact import Redactor
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
