@@ -39,6 +39,7 @@ from sparkbuild.errors import (
     LockError,
     NoPinnedImageError,
 )
+from sparkbuild.redact import redact, strip_userinfo
 from sparkbuild.spec import PRFields
 
 if TYPE_CHECKING:  # the stages' results, for the constructors; the stages import this module
@@ -146,7 +147,7 @@ class SourceSection(_Section):
         build = prepared.build
         return cls(
             engine=build.engine,
-            repo=validate.strip_userinfo(build.spec_repo),  # a token never reaches the lock
+            repo=strip_userinfo(build.spec_repo),  # a token never reaches the lock
             ref=build.ref,
             commit=prepared.base_commit,
             version=str(build.version),
@@ -253,7 +254,7 @@ class SmokeRecord(_Section):
             engine=result.engine,
             engine_version=result.engine_version,
             nan_signal=result.nan_signal,
-            target=f"{result.target_kind}:{result.target}",
+            target=redact(f"{result.target_kind}:{result.target}"),
             verified=result.verified,
             image_id=result.image_id if result.verified else None,
         )
@@ -310,7 +311,7 @@ class BenchRecord(_Section):
     def from_report(cls, report: BenchReport) -> BenchRecord:
         return cls(
             created=report.created,
-            label=report.label,
+            label=redact(report.label),
             harness=report.harness.version,
             seed=report.sweep.seed,
             runs=report.sweep.runs,
@@ -547,7 +548,7 @@ def dumps(lock: LockFile) -> str:
         default_flow_style=False,
         allow_unicode=True,
     )
-    return HEADER + body
+    return HEADER + redact(body)  # every record: an address's userinfo or token never lands
 
 
 def write_atomic(path: Path, text: str) -> None:

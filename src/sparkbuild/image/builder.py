@@ -12,7 +12,6 @@ import collections
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -238,9 +237,9 @@ def run_build(client: BuildClient, request: BuildRequest, *, stream: bool) -> st
         try:
             for line in process.stdout:
                 tail.append(line.rstrip("\n"))
-                if stream:
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
+                if stream:  # build output is data: shown safe, never raw
+                    console.err_stream.write(line)
+                    console.err_stream.flush()
             returncode = process.wait()
         except BaseException:
             process.kill()

@@ -24,13 +24,14 @@ from tenacity import (
     wait_exponential,
 )
 
-from sparkbuild import imageref
+from sparkbuild import console, imageref
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
     RegistryUnreachableError,
     UsageError,
 )
+from sparkbuild.redact import redact, remember, strip_userinfo
 from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials
 from sparkbuild.settings import env_number
 
@@ -80,6 +81,15 @@ class Registry:
             if text.startswith(prefix):
                 scheme, text = prefix[:-3], text[len(prefix) :]
         first, _, rest = text.partition("/")
+        userinfo, at, first = first.rpartition("@")
+        if at:  # user:pass@host: never part of the host, the lock's key or a message
+            remember(userinfo.partition(":")[2])
+            console.warn(
+                f"--registry: the credentials in {redact(value)!r} are ignored; give them with "
+                f"{USER_ENV} and {PASSWORD_ENV}, --password-stdin or `docker login`"
+            )
+            value = strip_userinfo(value)
+            text = f"{first}/{rest}" if rest else first
         if "." in first or ":" in first or first == "localhost":
             host, namespace = first, rest
         else:  # `docker push user/x` means Docker Hub
