@@ -86,6 +86,20 @@ def build_name(name: str) -> str:
     return name
 
 
+def repo_path(path: str, what: str = "path") -> str:
+    """A directory inside a repository (``python/sglang``): relative, no ``..``, no control
+    characters (a NUL would cut it short in every git and file call)."""
+    if not isinstance(path, str) or not path.strip("/"):
+        raise ValueError(f"{what} must name a directory inside the repository")
+    if _CONTROL.search(path):
+        raise ValueError(f"{what} {path!r} holds control characters")
+    if path.startswith("/") or ".." in path.split("/") or path.startswith("-"):
+        raise ValueError(
+            f"{what} {path!r} must be a relative path inside the repository, without '..'"
+        )
+    return path
+
+
 def inside(root: Path, relative: str, what: str = "path") -> Path:
     """``root / relative`` resolved, if it stays inside ``root`` (symlinks followed)."""
     if not relative or _CONTROL.search(relative):

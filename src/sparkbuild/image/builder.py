@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Literal
 from sparkbuild import console
 from sparkbuild.errors import (
     BuildFailedError,
-    BuildInputError,
     DockerUnavailableError,
+    UsageError,
 )
 
 if TYPE_CHECKING:
@@ -170,9 +170,10 @@ _CACHE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._:/@-]*$")
 
 
 def check_cache_ref(reference: str, option: str) -> str:
-    """A cache reference goes into `type=registry,ref=...`: no commas or `=` can slip in."""
+    """A cache reference goes into `type=registry,ref=...`: no commas or `=` can slip in.
+    A bad one is a usage error (exit 2), found before any work."""
     if not _CACHE_REF.match(reference):
-        raise BuildInputError(
+        raise UsageError(
             f"{option} {reference!r} is not an image reference",
             f"for example {option} ghcr.io/my-org/sparkbuild-cache:{{build}}",
         )
