@@ -28,7 +28,9 @@ _UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
 )
 LONGEST_LINE = 4096  # characters; longer lines are cut
-SHOWN_OF_LONG_LINE = 200
+LONGEST_WORD = 1024  # a run without spaces or quotes (one argument, one name)
+SHOWN_OF_LONG = 200
+_LONG_WORD = re.compile(rf"[^\s'\"]{{{LONGEST_WORD + 1},}}")
 
 _state = {"quiet": False}
 
@@ -44,13 +46,21 @@ def _escapes(plain: str) -> list[Edit]:
     return [(m.start(), m.end(), _escape(m.group())) for m in _UNSAFE.finditer(plain)]
 
 
+def _long_words(plain: str) -> list[Edit]:
+    """A huge argument echoed in a message: its start and its length."""
+    return [
+        (m.start() + SHOWN_OF_LONG, m.end(), f"… [{m.end() - m.start()} characters]")
+        for m in _LONG_WORD.finditer(plain)
+    ]
+
+
 def _long_lines(plain: str) -> list[Edit]:
     edits = []
     start = 0
     for line in plain.split("\n"):
         if len(line) > LONGEST_LINE:
             note = f"… [{len(line)} characters]"
-            edits.append((start + SHOWN_OF_LONG_LINE, start + len(line), note))
+            edits.append((start + SHOWN_OF_LONG, start + len(line), note))
         start += len(line) + 1
     return edits
 
@@ -72,7 +82,12 @@ def _redactions(plain: str) -> list[Edit]:
     return [(head, len(plain) - tail, clean[head : len(clean) - tail])]
 
 
-_PASSES: tuple[Callable[[str], list[Edit]], ...] = (_redactions, _escapes, _long_lines)
+_PASSES: tuple[Callable[[str], list[Edit]], ...] = (
+    _redactions,
+    _escapes,
+    _long_words,
+    _long_lines,
+)
 
 
 def _apply(plain: str, edits: Iterable[Edit]) -> tuple[str, Callable[[int, bool], int]]:
