@@ -11,12 +11,15 @@ sparkbuild's own output, not the engine.
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import textwrap
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,7 +28,7 @@ from sparkbuild import console, lockfile
 from sparkbuild.redact import redact, strip_userinfo
 from tests.support.cli import CliResult, RunCli, run_cli
 from tests.support.docker_env import LocalRegistry, start_registry
-from tests.support.gitrepos import Upstream, make_patch, make_upstream
+from tests.support.gitrepos import Upstream, git, make_patch, make_upstream
 from tests.support.oci_push import Pushed, push_image, tag_manifest
 from tests.support.openai_stub import StubEngine, stub_engine
 
@@ -492,15 +495,24 @@ def test_engine_text_and_labels_are_shown_escaped(project: Project, tmp_path: Pa
     assert json.loads((tmp_path / "a.json").read_text())["label"] == label
 
 
-def test_file_and_build_names_in_errors_are_escaped(project: Project, run_cli: RunCli) -> None:
-    patch = f"patches/pkg/{ESC}[8mhidden{RLO}.patch"
+def test_file_names_are_shown_escaped(project: Project, run_cli: RunCli) -> None:
+    # a bidi override is a legal file name character: the table shows it escaped
+    bidi = f"patches/pkg/fix{RLO}hctap.patch"
+    (project.root / bidi).write_bytes((project.root / "patches/pkg/applies.patch").read_bytes())
+    project.write_spec(project.upstream.url, SPEC.replace("patches/pkg/applies.patch", bidi))
+    table = project.run("patches")
+    assert table.exit_code == 0, table.output
+    assert not _raw_controls(table.output), repr(table.output)
+    assert "fix\\u202ehctap.patch" in table.stdout
+    # an escape sequence is refused in a patch path; the error shows it escaped too
+    hidden = f"patches/pkg/{ESC}[8mhidden{RLO}.patch"
     project.write_spec(
-        project.upstream.url, SPEC.replace("patches/pkg/applies.patch", json.dumps(patch))
+        project.upstream.url, SPEC.replace("patches/pkg/applies.patch", json.dumps(hidden))
     )
-    result = project.run("patches")
-    assert result.exit_code == 2, result.output
-    assert not _raw_controls(result.output), repr(result.output)
-    assert "\\x1b[8mhidden\\u202e.patch" in result.stderr
+    refused = project.run("patches")
+    assert refused.exit_code == 2, refused.output
+    assert not _raw_controls(refused.output), repr(refused.output)
+    assert "\\x1b[8mhidden\\u202e.patch" in refused.stderr
     unknown = run_cli("--project", str(project.root), f"pat{RLO}{ESC}]0;t{chr(7)}ches")
     assert unknown.exit_code == 2  # click's own usage error, through the same escaping
     assert not _raw_controls(unknown.output), repr(unknown.output)
@@ -533,3 +545,230 @@ def test_the_console_escapes_what_any_printer_gives_it() -> None:
     assert not _raw_controls(shown), repr(shown)
     assert "a\\x1b[1mb" in shown and "c\\u202ed" in shown and "\\x9b31m" in shown
     assert "x\\x00y" in shown and "Pw1x" not in shown
+
+
+# -- bump writes only what the spec accepts --------------------------------------------------
+
+
+@pytest.fixture
+def tagged(tmp_path: Path) -> Upstream:
+    """The test upstream with two release tags no spec can hold as they are: a local version
+    and an epoch (both on v1.1.0's commit, so every item carries)."""
+    up = make_upstream(tmp_path / "tagged")
+    for tag in ("v1.3.0+spark.2", "v1!1.4.0"):
+        git(up.work, "tag", tag, "v1.1.0")
+    up.push_main()
+    return up
+
+
+def test_bump_normalises_a_local_version_into_a_valid_build_name(
+    tmp_path: Path, tagged: Upstream
+) -> None:
+    project = Project.create(tmp_path, tagged)
+    spec = project.root / "builds" / "pkg.yaml"
+    preview = project.run("bump", "sglang", "--from", "new", "--to", "v1.3.0+spark.2")
+    assert "'new-1.3.0+spark.2' is not a valid build name" in preview.stderr, preview.output
+    assert "named 'new-1.3.0-spark.2' instead" in preview.stderr
+    written = project.run("bump", "sglang", "--from", "new", "--to", "v1.3.0+spark.2", "--write")
+    assert written.exit_code == 0, written.output
+    builds = yaml.safe_load(spec.read_text())["builds"]
+    assert builds["new-1.3.0-spark.2"]["ref"] == "v1.3.0+spark.2"
+    assert builds["new-1.3.0-spark.2"]["version"] == "1.3.0+spark.2"  # the ref reads as 1.3.0
+    after = project.run("patches", "new-1.3.0-spark.2", "--json")
+    assert after.exit_code == 0, after.output  # every command still reads the spec
+    assert json.loads(after.stdout)["builds"][0]["version"] == "1.3.0+spark.2"
+
+
+def test_bump_refuses_a_tag_that_cannot_be_a_ref(tmp_path: Path, tagged: Upstream) -> None:
+    project = Project.create(tmp_path, tagged)
+    spec = project.root / "builds" / "pkg.yaml"
+    before = spec.read_text()
+    for args in ([], ["--write"], ["--json"]):
+        result = project.run("bump", "sglang", "--to", "v1!1.4.0", *args)
+        assert result.exit_code == 2, result.output
+        assert "its tag 'v1!1.4.0' cannot be a spec's ref" in result.stderr
+        assert 'version: "1!1.4.0"' in result.stderr  # the way to add it by hand
+    assert spec.read_text() == before
+    assert sorted(p.name for p in (project.root / "patches" / "pkg").iterdir()) == ["applies.patch"]
+
+
+# -- inputs refused that were accepted -------------------------------------------------------
+
+
+@pytest.mark.parametrize("number", ["true", "false", '"103"', "103.0"])
+def test_a_pr_number_must_be_an_integer(project: Project, number: str) -> None:
+    spec = project.write_spec(project.upstream.url, SPEC.replace("103", number, 1))
+    result = project.run("patches")
+    assert result.exit_code == 2, result.output
+    assert f"{spec}:6: prs[0].number" in result.stderr
+    assert "#1 " not in result.output
+
+
+@pytest.mark.parametrize("package_dir", ['"python/pkg\\0evil"', "../../outside", "/abs/pkg"])
+def test_package_dir_stays_a_plain_path_in_the_repository(
+    project: Project, package_dir: str
+) -> None:
+    spec = project.write_spec(
+        project.upstream.url, SPEC.replace("package_dir: python/pkg", f"package_dir: {package_dir}")
+    )
+    result = project.run("patches")
+    assert result.exit_code == 2, result.output
+    assert f"{spec}:4: package_dir" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "diff",
+    [
+        b"diff --git a/python/pkg/alpha.py b/python/pkg/alpha.py\n"
+        b"--- a/python/pkg/alpha.py\n+++ b/python/pkg/alpha.py\n",
+        b"diff --git a/python/pkg/alpha.py b/python/pkg/alpha.py\nindex 1111111..2222222 100644\n",
+    ],
+)
+def test_a_header_only_diff_is_invalid_not_a_conflict(project: Project, diff: bytes) -> None:
+    (project.root / "patches" / "pkg" / "applies.patch").write_bytes(b"What: cut short.\n\n" + diff)
+    result = project.run("patches", "--json")
+    assert result.exit_code == 1, result.output
+    items = {i["id"]: i for i in json.loads(result.stdout)["builds"][0]["items"]}
+    patch = items["patches/pkg/applies.patch"]
+    assert patch["status"] == "invalid", patch
+    assert "python/pkg/alpha.py has a file header but no hunk" in patch["detail"]
+
+
+def test_a_mode_change_without_hunks_is_still_a_diff(project: Project) -> None:
+    mode = (
+        b"diff --git a/python/pkg/alpha.py b/python/pkg/alpha.py\n"
+        b"old mode 100644\nnew mode 100755\n"
+    )
+    (project.root / "patches" / "pkg" / "applies.patch").write_bytes(mode)
+    result = project.run("patches", "--json")
+    items = {i["id"]: i for i in json.loads(result.stdout)["builds"][0]["items"]}
+    assert items["patches/pkg/applies.patch"]["status"] != "invalid", result.output
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("sha256", "z" * 64),
+        ("sha256", "ABCDEF" + "0" * 58),
+        ("filename", "../../../../tmp/evil.whl"),
+        ("filename", "sub/dir/pkg-1.0-py3-none-any.whl"),
+    ],
+)
+def test_a_lock_requirement_entry_is_checked_on_read(
+    project: Project, field: str, value: str
+) -> None:
+    assert project.run("lock").exit_code == 0
+    wheel = {
+        "requirement": "pkg==1.0", "name": "pkg", "version": "1.0",
+        "filename": "pkg-1.0-py3-none-any.whl", "sha256": "0" * 64, field: value,
+    }  # fmt: skip
+    data = yaml.safe_load(project.lock.read_text())
+    data["builds"]["new"]["requirements"] = [wheel]
+    project.lock.write_text(yaml.safe_dump(data))
+    result = project.run("lock", "--check")
+    assert result.exit_code in (1, 2), result.output
+    assert f"builds.new.requirements[0].{field}" in result.stderr or field in result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("version", [2, "1", None])
+def test_a_report_of_another_layout_is_not_compared(
+    project: Project, tmp_path: Path, engine: StubEngine, version: Any
+) -> None:
+    report = tmp_path / "a.json"
+    sweep = ["--pp", "16", "--tg", "2", "--concurrency", "1", "--runs", "1", "--no-warmup"]
+    ran = project.run("bench", "--url", engine.url, "--engine", "vllm", *sweep,
+                      "--json-file", str(report))  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    other = tmp_path / "other.json"
+    data = json.loads(report.read_text())
+    data["schema_version"] = version
+    other.write_text(json.dumps(data))
+    result = project.run("bench", "compare", str(report), str(other))
+    assert result.exit_code == 2, result.output
+    assert f"{other}: bench report schema_version {version!r}" in result.stderr
+    assert "not compared" in result.stderr
+
+
+# -- messages that say what happened ---------------------------------------------------------
+
+
+def test_no_daemon_is_not_called_a_missing_image(project: Project, tmp_path: Path) -> None:
+    project.env = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+    result = project.run("preflight", "new", "--image", "sparkbuild-tests/absent:1")
+    assert result.exit_code == 1, result.output
+    assert "not in the local Docker store" not in result.stderr
+    assert "Docker did not answer" in result.stderr
+    assert "setup-host.sh" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("--cache-from", "ghcr.io/a/c:x,mode=max"), ("--cache-to", "type=local,dest=/etc")],
+)
+def test_a_bad_cache_reference_is_a_usage_error(project: Project, option: str, value: str) -> None:
+    result = project.run("build", "new", option, value)
+    assert result.exit_code == 2, result.output
+    assert f"{option} '{value}' is not an image reference" in result.stderr
+
+
+class _GarbageRegistry(http.server.BaseHTTPRequestHandler):
+    """A "registry" whose token service or manifests answer with an HTML page."""
+
+    bearer = False
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, kind: str, **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        host = self.headers["Host"]
+        if self.path == "/v2/" and self.bearer and "Authorization" not in self.headers:
+            challenge = f'Bearer realm="http://{host}/token",service="stub"'
+            self._send(401, b"{}", "application/json", **{"WWW-Authenticate": challenge})
+        elif self.path == "/v2/":
+            self._send(200, b"{}", "application/json")
+        elif "/manifests/sparkbuild-access-check" in self.path:
+            self._send(404, b'{"errors": []}', "application/json")
+        else:  # the token service and every manifest: a login page
+            self._send(200, b"<html><body>Please log in</body></html>", "text/html")
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+
+@pytest.mark.parametrize("bearer", [True, False])
+def test_registry_garbage_is_named_not_parsed_aloud(
+    project: Project, tmp_path: Path, bearer: bool
+) -> None:
+    handler = type("Handler", (_GarbageRegistry,), {"bearer": bearer})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    project.env = {"DOCKER_CONFIG": str(tmp_path / "docker"), "SPARKBUILD_REGISTRY_USER": None}
+    try:
+        if bearer:  # the token service answers a login page
+            project.pin_image("sha256:" + "ab" * 32)
+            result = project.run("publish", "new", "--registry", address, "--force")
+            expected = f"token service http://{address}/token answered HTTP 200 with text/html"
+        else:  # a manifest fetched for rollback is a login page
+            digest = "sha256:" + "1" * 64
+            _publication(project, f"{address}/sparkbuild/sglang", [digest, "sha256:" + "2" * 64])
+            result = project.run("rollback", "new", "--to", digest, "--force")
+            expected = f"GET manifest sparkbuild/sglang:{digest} answered HTTP 200 with text/html"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 1, result.output
+    assert expected in result.stderr
+    assert "'<html><body>Please log in</body></html>'" in result.stderr
+    assert "JSONDecodeError" not in result.output and "Expecting value" not in result.output

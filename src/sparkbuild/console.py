@@ -18,6 +18,7 @@ from typing import IO, Any, cast
 
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
+from rich.table import Table
 from rich.text import Span, Text
 
 from sparkbuild.redact import redact
@@ -151,13 +152,6 @@ def safe_text(text: Text) -> Text:
     return text
 
 
-def shown(value: str, limit: int = 80) -> str:
-    """A user-given value as quoted inside a message: safe, and cut to ``limit`` with its
-    length when longer."""
-    text = safe(value)
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(value)} characters]"
-
-
 class SafeConsole(Console):
     """A rich Console that renders every string and Text through :func:`safe_text`."""
 
@@ -169,7 +163,18 @@ class SafeConsole(Console):
     ) -> Iterable[Segment]:
         if isinstance(renderable, Text):
             renderable = safe_text(renderable)
+        elif isinstance(renderable, Table):
+            _safe_cells(renderable)
         return super().render(renderable, options)
+
+
+def _safe_cells(table: Table) -> None:
+    """A table's Text cells made safe before it measures them, so the columns fit what is
+    shown (str cells are made safe by ``render_str``, which measuring calls too)."""
+    for column in table.columns:
+        column._cells = [safe_text(c) if isinstance(c, Text) else c for c in column._cells]
+        if isinstance(column.header, Text):
+            column.header = safe_text(column.header)
 
 
 class SafeStream:
