@@ -234,3 +234,42 @@ def test_the_ghcr_namespace_is_the_lowercased_owner(tmp_path: Path) -> None:
     cache_refs = re.findall(r"\S*sparkbuild-cache:\{build\}", text)
     assert len(cache_refs) == 2, cache_refs
     assert all("$REGISTRY/sparkbuild-cache" in ref for ref in cache_refs), cache_refs
+
+
+def _steps(workflow: dict[Any, Any]) -> list[tuple[str, dict[Any, Any]]]:
+    return [
+        (job_name, step)
+        for job_name, job in workflow["jobs"].items()
+        for step in job.get("steps") or []
+    ]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_checkout_keeps_the_job_token(path: Path) -> None:
+    checkouts = [
+        (job, step)
+        for job, step in _steps(_load(path))
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+    ]
+    assert checkouts
+    for job, step in checkouts:
+        assert (step.get("with") or {}).get("persist-credentials") is False, (
+            f"{path.name}: job {job}: actions/checkout must set persist-credentials: false"
+        )
+
+
+def test_actionlint_knows_every_self_hosted_label() -> None:
+    """actionlint refuses labels it does not know: its config lists each one the workflows
+    use beside `self-hosted` (and `nox -s lint` runs actionlint with it)."""
+    config = _load(ROOT / ".github" / "actionlint.yaml")
+    known = set(config["self-hosted-runner"]["labels"])
+    used = set()
+    for path in WORKFLOWS:
+        for job in _load(path)["jobs"].values():
+            labels = job.get("runs-on")
+            if isinstance(labels, list) and "self-hosted" in labels:
+                used |= {label for label in labels if label != "self-hosted"}
+    assert used and used <= known, f"not in .github/actionlint.yaml: {used - known}"
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert 'session.run("zizmor", "--offline", ".github/workflows")' in noxfile
+    assert 'session.run("actionlint")' in noxfile
