@@ -49,7 +49,10 @@ _SECRET_NAME = (
 )
 _QUERY_SECRET = re.compile(rf"(?i)([?&;]{_SECRET_NAME}=)([^&#\s'\"<>]+)")
 _AUTH_HEADER = re.compile(r"(?i)\b(authorization\s*[:=]\s*(?:basic|bearer)\s+)[^\s\"',}]+")
-_SCHEME_TOKEN = re.compile(r"(?i)\b((?:basic|bearer)\s+)[A-Za-z0-9._~+/=-]{16,}")
+# A credential has a digit somewhere; "basic implementation-specific" is prose.
+_SCHEME_TOKEN = re.compile(
+    r"(?i)\b((?:basic|bearer)\s+)(?=[A-Za-z._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,}"
+)
 _KEY_VALUE = re.compile(
     r"(?i)(?<![\w-])([\"']?(?:[a-z0-9]+[_-])?(?:password|passwd|secret|token|identitytoken|auth)"
     r"[\"']?\s*[:=]\s*[\"']?)(?!\*\*\*)([^\s\"',}&]+)"
