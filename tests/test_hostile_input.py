@@ -32,7 +32,7 @@ from sparkbuild.registry.credentials import Credentials
 from tests.support.cli import CliResult, run_cli
 from tests.support.docker_env import docker_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
-from tests.support.source_project import SourceProject
+from tests.support.source_project import ONE_BUILD_SPEC, SourceProject
 
 
 class Project(SourceProject):
@@ -54,19 +54,7 @@ def assert_one_screen(result: CliResult) -> None:
         assert len(result.stderr.splitlines()) < 40, result.stderr
 
 
-SPEC = """\
-    engine: sglang
-    repo: REPO
-    base_branch: main
-    package_dir: python/pkg
-    prs:
-      - {number: 103}
-    patches:
-      - {file: patches/pkg/applies.patch}
-    builds:
-      new:
-        ref: v1.1.0
-"""
+SPEC = ONE_BUILD_SPEC
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ sparkbuild's own output, not the engine.
 from __future__ import annotations
 
 import base64
+import functools
 import http.server
 import json
-import textwrap
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -31,24 +31,13 @@ from tests.support.docker_env import LocalRegistry, start_registry
 from tests.support.gitrepos import Upstream, git, make_patch, make_upstream
 from tests.support.oci_push import Pushed, push_image, tag_manifest
 from tests.support.openai_stub import StubEngine, stub_engine
+from tests.support.source_project import ONE_BUILD_SPEC, SourceProject
 
 ESC = "\x1b"
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE
 TREE = "c0ffee" + "0" * 34  # the tree a publish test's image pins (its tags are rendered from it)
 
-SPEC = """\
-    engine: sglang
-    repo: REPO
-    base_branch: main
-    package_dir: python/pkg
-    prs:
-      - {number: 103}
-    patches:
-      - {file: patches/pkg/applies.patch}
-    builds:
-      new:
-        ref: v1.1.0
-"""
+SPEC = ONE_BUILD_SPEC
 
 PROFILE = (
     "engine: vllm\nmodel: stub-model\nprompts: [prose]\n"
@@ -67,38 +56,32 @@ def engine() -> Iterator[StubEngine]:
         yield running
 
 
-@dataclass
-class Project:
-    """A project over the test upstream: a spec, a patch, a smoke profile, its own cache."""
+@functools.cache
+def _local_fix(work: Path) -> str:
+    """The project's one patch (made once per upstream: making it clones)."""
+    edit = {"python/pkg/alpha.py": ("alpha line 20\n", "alpha line 20 (ours)\n")}
+    return make_patch(work, "v1.1.0", edit, header="What: a local fix.\n")
 
-    root: Path
-    cache: Path
-    upstream: Upstream
+
+@dataclass
+class Project(SourceProject):
+    """The test upstream's one-build project, with a smoke profile; commands run without
+    --quiet (progress lines are output too) and with ``env``."""
+
     env: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
     def create(cls, tmp_path: Path, upstream: Upstream, repo: str | None = None) -> Project:
-        root = tmp_path / "project"
-        (root / "patches" / "pkg").mkdir(parents=True)
-        (root / "builds").mkdir()
-        (root / "smoke").mkdir()
-        (root / "smoke" / "vllm-stub.yaml").write_text(PROFILE)
-        (root / "patches" / "pkg" / "applies.patch").write_text(
-            make_patch(
-                upstream.work,
-                "v1.1.0",
-                {"python/pkg/alpha.py": ("alpha line 20\n", "alpha line 20 (ours)\n")},
-                header="What: a local fix.\n",
-            )
-        )
-        project = cls(root, tmp_path / "cache", upstream)
-        project.write_spec(repo or upstream.url)
+        project = super().create(tmp_path, upstream)
+        (project.root / "smoke").mkdir()
+        (project.root / "smoke" / "vllm-stub.yaml").write_text(PROFILE)
+        (project.patches / "applies.patch").write_text(_local_fix(upstream.work))
+        project.spec_with(repo)
         return project
 
-    def write_spec(self, repo: str, text: str = SPEC) -> Path:
-        path = self.root / "builds" / "pkg.yaml"
-        path.write_text(textwrap.dedent(text).replace("REPO", json.dumps(repo)))
-        return path
+    def spec_with(self, repo: str | None = None, text: str = SPEC) -> Path:
+        """The spec with ``repo`` quoted (a URL may hold ':', '?', '#')."""
+        return self.write_spec(text, json.dumps(repo or self.upstream.url))
 
     def run(self, *args: str, input: str | None = None) -> CliResult:
         return run_cli(
@@ -107,7 +90,7 @@ class Project:
         )  # fmt: skip
 
     @property
-    def lock(self) -> Path:
+    def lock_path(self) -> Path:
         return self.root / "images.lock"
 
     def pin_image(self, image_id: str, tree: str = TREE) -> None:
@@ -115,7 +98,7 @@ class Project:
         section = lockfile.ImageSection(
             mode="overlay", platform="linux/arm64", tree=tree, image_id=image_id, tags=[]
         )
-        lockfile.set_section(self.lock, "new", section)
+        lockfile.set_section(self.lock_path, "new", section)
 
 
 @pytest.fixture
@@ -225,9 +208,9 @@ def test_sweep_source_commands(tmp_path: Path, upstream: Upstream) -> None:
     assert results["sparkbuild lock"].exit_code == 0, results["sparkbuild lock"].output
     assert results["sparkbuild lock --check"].exit_code == 0
     assert results["sparkbuild " + " ".join([*repo_option, "patches"])].exit_code == 1
-    lock = yaml.safe_load(project.lock.read_text())
+    lock = yaml.safe_load(project.lock_path.read_text())
     assert lock["builds"]["new"]["source"]["repo"] == f"file://localhost{upstream.url}"
-    project.write_spec(unreachable)
+    project.spec_with(unreachable)
     broken = _sweep(project, secrets, [["patches"], ["patches", "--json"], ["lock"]])
     assert all(r.exit_code in (1, 2) for r in broken.values())
     assert (
@@ -247,20 +230,18 @@ def test_sweep_smoke_and_bench(tmp_path: Path, project: Project, engine: StubEng
     files = tmp_path / "reports"
     files.mkdir()
     sweep = ["--pp", "16", "--tg", "4", "--concurrency", "1", "--runs", "1", "--no-warmup"]
-    bench = ["bench", "--url", url, "--profile", "vllm-stub", *sweep]
+    bench = ["bench", "--url", url, *sweep]
+    profile = ["--profile", "vllm-stub"]
     commands = [
-        ["smoke", "--url", url, "--profile", "vllm-stub"],
-        ["smoke", "--url", url, "--profile", "vllm-stub", "--json"],
-        ["smoke", "--url", url, "--profile", "vllm-stub", "--json-file", str(files / "s.json"),
-         "--record", "new"],
-        ["smoke", "--url", queried, "--profile", "vllm-stub"],
-        [*bench],
-        [*bench, "--json"],
-        [*bench, "--json-file", str(files / "a.json"), "--markdown", str(files / "a.md"),
-         "--csv", str(files / "a.csv"), "--record", "new"],
-        [*bench, "--label", label, "--json-file", str(files / "b.json"),
+        ["smoke", "--url", url, *profile, "--json-file", str(files / "s.json"), "--record", "new"],
+        ["smoke", "--url", url, *profile, "--json"],
+        ["smoke", "--url", queried, *profile],
+        # no profile: the label is the URL (table, Markdown, CSV, JSON)
+        [*bench, "--engine", "vllm", "--json-file", str(files / "a.json"),
+         "--markdown", str(files / "a.md"), "--csv", str(files / "a.csv")],
+        [*bench, *profile, "--json", "--record", "new"],
+        [*bench, *profile, "--label", label, "--json-file", str(files / "b.json"),
          "--table-style", "llama-benchy", "--markdown", str(files / "b.md")],
-        ["bench", "--url", url, "--engine", "vllm", *sweep],
         ["bench", "--url", queried, "--engine", "vllm", *sweep],
         ["bench", "compare", str(files / "a.json"), str(files / "b.json")],
         ["bench", "compare", str(files / "a.json"), str(files / "b.json"), "--json"],
@@ -271,10 +252,13 @@ def test_sweep_smoke_and_bench(tmp_path: Path, project: Project, engine: StubEng
     for command, result in results.items():
         expected = 1 if queried in command else 0
         assert result.exit_code == expected, f"{command}\n{result.output}"
-    smoke = lockfile.load(project.lock).builds["new"].smoke or {}
+    smoke = lockfile.load(project.lock_path).builds["new"].smoke or {}
     (target,) = (r.target for runs in smoke.values() for r in runs.values())
     assert target == f"url:{engine.url.replace('http://', 'http://***@')}"
-    assert json.loads((files / "a.json").read_text())["target"]["value"] == target[4:]
+    masked = target.removeprefix("url:")
+    assert json.loads((files / "a.json").read_text())["label"] == masked
+    assert f"| {masked} |" in (files / "a.md").read_text() or masked in (files / "a.md").read_text()
+    assert masked in results["sparkbuild " + " ".join(commands[3])].stdout
     assert json.loads((files / "b.json").read_text())["label"].endswith("***@example.invalid/x")
     assert "https://***@example.invalid/x" in (files / "c.md").read_text()
     secrets.assert_files_clean(project.root, project.cache, files)
@@ -336,7 +320,7 @@ def test_sweep_publish_and_rollback(
         assert result.exit_code == 0, result.output
     assert next(iter(again.values())).exit_code in (0, 1)
     key = f"{registry.server.address}/sparkbuild/sglang"
-    assert list(lockfile.load(project.lock).builds["new"].publish or {}) == [key]
+    assert list(lockfile.load(project.lock_path).builds["new"].publish or {}) == [key]
     assert f"http://***@{registry.server.address}" in next(iter(first.values())).stderr
     # the wrong password, from the environment and from stdin: refused, never shown
     project.env["SPARKBUILD_REGISTRY_PASSWORD"] = secrets.named["wrong"]
@@ -371,7 +355,7 @@ def _publication(project: Project, key: str, digests: list[str]) -> None:
     def change(entry: lockfile.BuildEntry) -> None:
         entry.publish = {key: record}
 
-    lockfile.update_entry(project.lock, "new", change)
+    lockfile.update_entry(project.lock_path, "new", change)
 
 
 def test_userinfo_without_a_scheme_is_masked_and_never_a_key(project: Project) -> None:
@@ -383,7 +367,7 @@ def test_userinfo_without_a_scheme_is_masked_and_never_a_key(project: Project) -
         assert "Zx9pw-noscheme" not in result.output
         assert "***@" in result.stderr  # the warning names what was ignored, masked
         assert "was never published there" in result.stderr
-    assert "Zx9pw-noscheme" not in project.lock.read_text()
+    assert "Zx9pw-noscheme" not in project.lock_path.read_text()
 
 
 def test_query_tokens_are_masked_whatever_their_case(project: Project, engine: StubEngine) -> None:
@@ -499,14 +483,14 @@ def test_file_names_are_shown_escaped(project: Project, run_cli: RunCli) -> None
     # a bidi override is a legal file name character: the table shows it escaped
     bidi = f"patches/pkg/fix{RLO}hctap.patch"
     (project.root / bidi).write_bytes((project.root / "patches/pkg/applies.patch").read_bytes())
-    project.write_spec(project.upstream.url, SPEC.replace("patches/pkg/applies.patch", bidi))
+    project.spec_with(project.upstream.url, SPEC.replace("patches/pkg/applies.patch", bidi))
     table = project.run("patches")
     assert table.exit_code == 0, table.output
     assert not _raw_controls(table.output), repr(table.output)
     assert "fix\\u202ehctap.patch" in table.stdout
     # an escape sequence is refused in a patch path; the error shows it escaped too
     hidden = f"patches/pkg/{ESC}[8mhidden{RLO}.patch"
-    project.write_spec(
+    project.spec_with(
         project.upstream.url, SPEC.replace("patches/pkg/applies.patch", json.dumps(hidden))
     )
     refused = project.run("patches")
@@ -550,11 +534,11 @@ def test_the_console_escapes_what_any_printer_gives_it() -> None:
 # -- bump writes only what the spec accepts --------------------------------------------------
 
 
-@pytest.fixture
-def tagged(tmp_path: Path) -> Upstream:
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
     """The test upstream with two release tags no spec can hold as they are: a local version
     and an epoch (both on v1.1.0's commit, so every item carries)."""
-    up = make_upstream(tmp_path / "tagged")
+    up = make_upstream(tmp_path_factory.mktemp("tagged"))
     for tag in ("v1.3.0+spark.2", "v1!1.4.0"):
         git(up.work, "tag", tag, "v1.1.0")
     up.push_main()
@@ -597,7 +581,7 @@ def test_bump_refuses_a_tag_that_cannot_be_a_ref(tmp_path: Path, tagged: Upstrea
 
 @pytest.mark.parametrize("number", ["true", "false", '"103"', "103.0"])
 def test_a_pr_number_must_be_an_integer(project: Project, number: str) -> None:
-    spec = project.write_spec(project.upstream.url, SPEC.replace("103", number, 1))
+    spec = project.spec_with(project.upstream.url, SPEC.replace("103", number, 1))
     result = project.run("patches")
     assert result.exit_code == 2, result.output
     assert f"{spec}:6: prs[0].number" in result.stderr
@@ -608,7 +592,7 @@ def test_a_pr_number_must_be_an_integer(project: Project, number: str) -> None:
 def test_package_dir_stays_a_plain_path_in_the_repository(
     project: Project, package_dir: str
 ) -> None:
-    spec = project.write_spec(
+    spec = project.spec_with(
         project.upstream.url, SPEC.replace("package_dir: python/pkg", f"package_dir: {package_dir}")
     )
     result = project.run("patches")
@@ -662,9 +646,9 @@ def test_a_lock_requirement_entry_is_checked_on_read(
         "requirement": "pkg==1.0", "name": "pkg", "version": "1.0",
         "filename": "pkg-1.0-py3-none-any.whl", "sha256": "0" * 64, field: value,
     }  # fmt: skip
-    data = yaml.safe_load(project.lock.read_text())
+    data = yaml.safe_load(project.lock_path.read_text())
     data["builds"]["new"]["requirements"] = [wheel]
-    project.lock.write_text(yaml.safe_dump(data))
+    project.lock_path.write_text(yaml.safe_dump(data))
     result = project.run("lock", "--check")
     assert result.exit_code == 1, result.output
     assert "images.lock is damaged" in result.stderr
@@ -673,23 +657,32 @@ def test_a_lock_requirement_entry_is_checked_on_read(
     )
 
 
+@pytest.fixture(scope="module")
+def bench_report(tmp_path_factory: pytest.TempPathFactory, engine: StubEngine) -> Path:
+    """A real `bench --json-file` report of the stub engine."""
+    folder = tmp_path_factory.mktemp("report")
+    report = folder / "a.json"
+    sweep = ["--pp", "16", "--tg", "2", "--concurrency", "1", "--runs", "1", "--no-warmup"]
+    ran = run_cli("--project", str(folder), "bench", "--url", engine.url, "--engine", "vllm",
+                  *sweep, "--json-file", str(report))  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    return report
+
+
 @pytest.mark.parametrize("version", [2, "1", None])
 def test_a_report_of_another_layout_is_not_compared(
-    project: Project, tmp_path: Path, engine: StubEngine, version: Any
+    project: Project, tmp_path: Path, bench_report: Path, version: Any
 ) -> None:
-    report = tmp_path / "a.json"
-    sweep = ["--pp", "16", "--tg", "2", "--concurrency", "1", "--runs", "1", "--no-warmup"]
-    ran = project.run("bench", "--url", engine.url, "--engine", "vllm", *sweep,
-                      "--json-file", str(report))  # fmt: skip
-    assert ran.exit_code == 0, ran.output
     other = tmp_path / "other.json"
-    data = json.loads(report.read_text())
+    data = json.loads(bench_report.read_text())
     data["schema_version"] = version
     other.write_text(json.dumps(data))
-    result = project.run("bench", "compare", str(report), str(other))
+    result = project.run("bench", "compare", str(bench_report), str(other))
     assert result.exit_code == 2, result.output
     assert f"{other}: bench report schema_version {version!r}" in result.stderr
     assert "not compared" in result.stderr
+    same = project.run("bench", "compare", str(bench_report), str(bench_report))
+    assert same.exit_code == 0, same.output  # the layout this sparkbuild writes is compared
 
 
 # -- messages that say what happened ---------------------------------------------------------
