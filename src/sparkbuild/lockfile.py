@@ -57,7 +57,8 @@ Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 # Image ids go to docker, never to git or a shell; a plain token is enough.
 ImageId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._@/-]*$")]
 BuildName = Annotated[str, AfterValidator(validate.build_name)]
-WheelFile = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+!-]*\.whl$")]
+WHEEL_FILENAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.whl$"  # a name, joined to a cache folder
+WheelFile = Annotated[str, Field(pattern=WHEEL_FILENAME)]
 # A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
 Number = int | float
 _IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
@@ -186,7 +187,7 @@ class LockedWheel(_Section):
     requirement: str
     name: str
     version: str
-    filename: WheelFile  # a file name: it is joined to the download cache
+    filename: WheelFile
     sha256: Sha256
 
 
