@@ -225,12 +225,15 @@ def warn(message: str) -> None:
 
 
 @contextmanager
-def status(message: str) -> Iterator[None]:
-    """A spinner on a TTY; a single line otherwise; nothing with --quiet."""
+def status(message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on a TTY; a single line otherwise; nothing with --quiet.
+
+    Yields ``update(detail)``: on a TTY the spinner then reads "message: detail" (a fetch's
+    progress, say); otherwise details are dropped, so logs keep one line per step."""
     if interactive():
         # Text, not str: a str status is parsed as markup, and names like fix[/x] are data.
-        with err.status(Text(safe(message))):
-            yield
+        with err.status(Text(safe(message))) as spinner:
+            yield lambda detail: spinner.update(Text(safe(f"{message}: {detail}")))
     else:
         info(message)
-        yield
+        yield lambda detail: None
