@@ -184,6 +184,7 @@ def test_sweep_source_commands(tmp_path: Path, upstream: Upstream) -> None:
         f"sglang=https://bob:{secrets.named['repo']}@127.0.0.1:9/x?Token={secrets.named['query']}",
     ]
     project = Project.create(tmp_path, upstream, repo=working)
+    project.env = {"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}  # preflight: no image
     out = tmp_path / "out"
     commands = [
         ["patches"],
@@ -198,6 +199,7 @@ def test_sweep_source_commands(tmp_path: Path, upstream: Upstream) -> None:
         ["bump", "sglang", "--to", "v9.9.9"],
         ["bump", "sglang", "--to", "v9.9.9", "--json"],
         ["build", "new", "--cache-from", f"u:{secrets.named['cache_ref']}@h/c,type=local"],
+        ["preflight", "new", "--image", "sparkbuild-tests/absent:1", "--json"],
         [*repo_option, "patches"],
         [*repo_option, "patches", "--json"],
         [*repo_option, "lock"],
@@ -208,11 +210,16 @@ def test_sweep_source_commands(tmp_path: Path, upstream: Upstream) -> None:
     assert results["sparkbuild lock"].exit_code == 0, results["sparkbuild lock"].output
     assert results["sparkbuild lock --check"].exit_code == 0
     assert results["sparkbuild " + " ".join([*repo_option, "patches"])].exit_code == 1
+    preflight = results["sparkbuild preflight new --image sparkbuild-tests/absent:1 --json"]
+    assert "Docker did not answer" in preflight.stderr, preflight.output
     lock = yaml.safe_load(project.lock_path.read_text())
     assert lock["builds"]["new"]["source"]["repo"] == f"file://localhost{upstream.url}"
     project.spec_with(unreachable)
-    broken = _sweep(project, secrets, [["patches"], ["patches", "--json"], ["lock"]])
+    broken = _sweep(
+        project, secrets, [["patches"], ["patches", "--json"], ["lock"], ["preflight", "new"]]
+    )
     assert all(r.exit_code in (1, 2) for r in broken.values())
+    assert "https://***@127.0.0.1:9/org/x.git" in broken["sparkbuild preflight new"].stderr
     assert (
         "https://***@127.0.0.1:9/org/x.git?access_token=***" in broken["sparkbuild patches"].stderr
     )
