@@ -275,3 +275,44 @@ def test_actionlint_knows_every_self_hosted_label() -> None:
     noxfile = (ROOT / "noxfile.py").read_text()
     assert 'session.run("zizmor", "--offline", ".github/workflows")' in noxfile
     assert 'session.run("actionlint")' in noxfile
+
+
+def _inline_python(script: Path) -> str:
+    """The Python a workflow script runs from a ``<<'PY'`` heredoc."""
+    match = re.search(r"<<'PY'\n(.*?)\nPY\n", script.read_text(), re.DOTALL)
+    assert match, f"{script.name}: no <<'PY' heredoc"
+    return match.group(1)
+
+
+def test_smoke_and_publish_reads_the_pinned_image_and_profiles(tmp_path: Path) -> None:
+    """The Spark job's script asks the package for each build's pinned image and smoke
+    profiles: run its Python on a project whose lock the package wrote (it once imported a
+    module since renamed, and every build failed at this step)."""
+    from sparkbuild import lockfile
+
+    (tmp_path / "builds").mkdir()
+    (tmp_path / "builds" / "pkg.yaml").write_text(
+        "engine: sglang\nrepo: https://example.invalid/pkg.git\nbase_branch: main\n"
+        "package_dir: python/pkg\nbuilds:\n  pinned: {ref: v1.1.0, smoke: [one, two]}\n"
+        "  unbuilt: {ref: v1.1.0, smoke: [one]}\n"
+    )
+    image_id = "sha256:" + "ab" * 32
+    lockfile.set_section(
+        tmp_path / "images.lock", "pinned", lockfile.ImageSection(image_id=image_id)
+    )
+    code = _inline_python(ROOT / ".github" / "scripts" / "smoke-and-publish.sh")
+
+    def run(build: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-c", code, build]
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+    pinned = run("pinned")
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.stdout.split() == [image_id, "one,two"]
+    for build in ("unbuilt", "absent"):
+        refused = run(build)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert (
+            refused.stderr.startswith(f"::error::{build}: ") and "Traceback" not in refused.stderr
+        )
+    assert "sparkbuild build unbuilt" in run("unbuilt").stderr
