@@ -22,11 +22,14 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy over the package, tests and benchmarks."""
+    """ruff and mypy over the package, tests and benchmarks; zizmor (offline) and actionlint
+    over the GitHub workflows (.github/actionlint.yaml names the self-hosted runner labels)."""
     session.install("-e", ".[lint,test]", "nox")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    session.run("zizmor", "--offline", ".github/workflows")
+    session.run("actionlint")
 
 
 @nox.session

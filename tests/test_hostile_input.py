@@ -26,12 +26,13 @@ from sparkbuild.cli import main
 from sparkbuild.errors import RegistryError, SparkbuildError
 from sparkbuild.preflight.runner import ImageTarget
 from sparkbuild.preflight.where import image_id_of
+from sparkbuild.redact import redact, strip_userinfo
 from sparkbuild.registry.client import Registry, RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from tests.support.cli import CliResult, run_cli
 from tests.support.docker_env import docker_cli
 from tests.support.gitrepos import Upstream, make_patch, make_upstream
-from tests.support.source_project import SourceProject
+from tests.support.source_project import ONE_BUILD_SPEC, SourceProject
 
 
 class Project(SourceProject):
@@ -53,19 +54,7 @@ def assert_one_screen(result: CliResult) -> None:
         assert len(result.stderr.splitlines()) < 40, result.stderr
 
 
-SPEC = """\
-    engine: sglang
-    repo: REPO
-    base_branch: main
-    package_dir: python/pkg
-    prs:
-      - {number: 103}
-    patches:
-      - {file: patches/pkg/applies.patch}
-    builds:
-      new:
-        ref: v1.1.0
-"""
+SPEC = ONE_BUILD_SPEC
 
 
 @pytest.fixture(scope="module")
@@ -1041,8 +1030,8 @@ def test_record_names_are_looked_up_not_used(project: Project, name: str) -> Non
     ],
 )
 def test_redaction_forms(url: str, shown: str) -> None:
-    assert validate.redact_url(f"cannot fetch {url}: failed") == f"cannot fetch {shown}: failed"
-    assert "T0KEN" not in validate.strip_userinfo(url)
+    assert redact(f"cannot fetch {url}: failed") == f"cannot fetch {shown}: failed"
+    assert "T0KEN" not in strip_userinfo(url)
 
 
 @pytest.mark.docker

@@ -19,11 +19,12 @@ from sparkbuild.errors import (
     PlatformError,
     RegistryUnreachableError,
     SparkbuildError,
+    UsageError,
 )
 from sparkbuild.image import builder, cubins
+from sparkbuild.redact import Redactor
 from sparkbuild.registry.client import Registry, RegistryClient
 from sparkbuild.registry.credentials import Credentials
-from sparkbuild.registry.redact import Redactor
 from sparkbuild.settings import Settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sparkbuild"
@@ -112,7 +113,7 @@ def test_docker_and_platform_errors_are_named(
 
 
 def test_build_inputs_and_bump_writes_are_named(tmp_path: Path) -> None:
-    with pytest.raises(BuildInputError):
+    with pytest.raises(UsageError):  # exit 2: the option is wrong, before any work
         builder.check_cache_ref("ref,type=local", "--cache-to")
     with pytest.raises(BuildInputError):
         cubins.expected_archs("12.x")

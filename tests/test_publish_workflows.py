@@ -236,3 +236,85 @@ def test_the_ghcr_namespace_is_the_lowercased_owner(tmp_path: Path) -> None:
     cache_refs = re.findall(r"\S*sparkbuild-cache:\{build\}", text)
     assert len(cache_refs) == 2, cache_refs
     assert all("$REGISTRY/sparkbuild-cache" in ref for ref in cache_refs), cache_refs
+
+
+def _steps(workflow: dict[Any, Any]) -> list[tuple[str, dict[Any, Any]]]:
+    return [
+        (job_name, step)
+        for job_name, job in workflow["jobs"].items()
+        for step in job.get("steps") or []
+    ]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_checkout_keeps_the_job_token(path: Path) -> None:
+    checkouts = [
+        (job, step)
+        for job, step in _steps(_load(path))
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+    ]
+    assert checkouts
+    for job, step in checkouts:
+        assert (step.get("with") or {}).get("persist-credentials") is False, (
+            f"{path.name}: job {job}: actions/checkout must set persist-credentials: false"
+        )
+
+
+def test_actionlint_knows_every_self_hosted_label() -> None:
+    """actionlint refuses labels it does not know: its config lists each one the workflows
+    use beside `self-hosted` (and `nox -s lint` runs actionlint with it)."""
+    config = _load(ROOT / ".github" / "actionlint.yaml")
+    known = set(config["self-hosted-runner"]["labels"])
+    used = set()
+    for path in WORKFLOWS:
+        for job in _load(path)["jobs"].values():
+            labels = job.get("runs-on")
+            if isinstance(labels, list) and "self-hosted" in labels:
+                used |= {label for label in labels if label != "self-hosted"}
+    assert used and used <= known, f"not in .github/actionlint.yaml: {used - known}"
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert 'session.run("zizmor", "--offline", ".github/workflows")' in noxfile
+    assert 'session.run("actionlint")' in noxfile
+
+
+def _inline_python(script: Path) -> str:
+    """The Python a workflow script runs from a ``<<'PY'`` heredoc."""
+    match = re.search(r"<<'PY'\n(.*?)\nPY\n", script.read_text(), re.DOTALL)
+    assert match, f"{script.name}: no <<'PY' heredoc"
+    return match.group(1)
+
+
+def test_smoke_and_publish_reads_the_pinned_image_and_profiles(tmp_path: Path) -> None:
+    """The Spark job's script asks the package for each build's pinned image and smoke
+    profiles: run its Python on a project whose lock the package wrote (it once imported a
+    module since renamed, and every build failed at this step)."""
+    from sparkbuild import lockfile
+
+    (tmp_path / "builds").mkdir()
+    (tmp_path / "builds" / "pkg.yaml").write_text(
+        "engine: sglang\nrepo: https://example.invalid/pkg.git\nbase_branch: main\n"
+        "package_dir: python/pkg\nbuilds:\n  pinned: {ref: v1.1.0, smoke: [one, two]}\n"
+        "  unbuilt: {ref: v1.1.0, smoke: [one]}\n"
+    )
+    image_id = "sha256:" + "ab" * 32
+    lockfile.set_section(
+        tmp_path / "images.lock", "pinned", lockfile.ImageSection(image_id=image_id)
+    )
+    code = _inline_python(ROOT / ".github" / "scripts" / "smoke-and-publish.sh")
+
+    def run(build: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-c", code, build]
+        return subprocess.run(
+            cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    pinned = run("pinned")
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.stdout.split() == [image_id, "one,two"]
+    refusals = {build: run(build) for build in ("unbuilt", "absent")}
+    for build, refused in refusals.items():
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert (
+            refused.stderr.startswith(f"::error::{build}: ") and "Traceback" not in refused.stderr
+        )
+    assert "sparkbuild build unbuilt" in refusals["unbuilt"].stderr

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from packaging.version import Version
+from pydantic import ValidationError
 
 from sparkbuild import lockfile, requirements
 from sparkbuild.errors import SparkbuildError, SpecError
@@ -134,9 +135,10 @@ def test_image_layer_installs_exactly_the_pinned_files(tmp_path: Path) -> None:
     dockerfile = requirements.dockerfile_with_layer(b"FROM x\nRUN true\n").decode()
     assert dockerfile.startswith("FROM x\nRUN true\n")
     assert "--no-index --no-deps --require-hashes" in dockerfile
-    bad = lockfile.LockedWheel(
-        requirement="x", name="x", version="1", filename="../evil.whl", sha256="ab" * 32
-    )
+    fields = {"requirement": "x", "name": "x", "version": "1", "sha256": "ab" * 32}
+    with pytest.raises(ValidationError, match="filename"):  # the lock refuses it on read
+        lockfile.LockedWheel(**fields, filename="../evil.whl")
+    bad = lockfile.LockedWheel.model_construct(None, **fields, filename="../evil.whl")
     with pytest.raises(SparkbuildError, match="unsafe wheel file name"):
         requirements.write_context(tmp_path / "ctx2", [bad], [wheel])
 

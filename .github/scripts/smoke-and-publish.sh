@@ -17,16 +17,24 @@ for build in "${builds[@]}"; do
     fi
     read -r image profiles < <(python3 - "$build" <<'PY'
 import sys
-from sparkbuild import lock
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.lockfile import pinned_image_id
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds
 
 settings = Settings()
-build = load_builds(settings)[sys.argv[1]]
-image = lock.build_entry(lock.load(settings.lock_file), build.name)["image"]
-print(image["image_id"], ",".join(build.smoke_profiles))
+try:
+    build = load_builds(settings)[sys.argv[1]]
+    print(pinned_image_id(settings.lock_file, build.name), ",".join(build.smoke_profiles))
+except (SparkbuildError, KeyError) as error:
+    sys.exit(f"::error::{sys.argv[1]}: {error}")
 PY
     )
+    if [[ -z "${image:-}" ]]; then  # the lock pins no image for it (the error says why)
+        failed+=("$build (lock)")
+        echo "::endgroup::"
+        continue
+    fi
     passed=1
     # publish requires a passing preflight of this image (the one built here), recorded.
     if ! sparkbuild preflight --in-image --record "$build"; then

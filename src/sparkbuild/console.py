@@ -1,19 +1,203 @@
-"""One place that decides whether progress is shown: never with --quiet or without a TTY."""
+"""Everything sparkbuild prints goes through here: whether progress is shown (never with
+--quiet or without a TTY), and what text may reach a terminal.
+
+The consoles ``out`` and ``err`` pass every string and Text they render through
+:func:`safe`: secrets masked (:func:`sparkbuild.redact.redact`), control characters,
+escape sequences and bidi overrides shown escaped (``\\x1b``, ``\\u202e``) instead of acting
+on the terminal, and a line too long to read (a 120 KB argument) cut, with its length.
+Engine text, report labels, file and build names are data, never terminal commands.
+"""
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import IO, Any, cast
 
-from rich.console import Console
-from rich.text import Text
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
+from rich.table import Table
+from rich.text import Span, Text
 
-from sparkbuild.validate import redact_url
+from sparkbuild.redact import redact
+
+# C0 controls but tab and newline, DEL and C1 controls, and the bidi marks, embeddings,
+# overrides and isolates (the "Trojan Source" characters).
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+LONGEST_LINE = 4096  # characters; longer lines are cut
+LONGEST_WORD = 1024  # a run without spaces or quotes (one argument, one name)
+SHOWN_OF_LONG = 200
+_LONG_WORD = re.compile(rf"[^\s'\"]{{{LONGEST_WORD + 1},}}")
 
 _state = {"quiet": False}
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+
+Edit = tuple[int, int, str]  # replace [start, end) with the text
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escapes(plain: str) -> list[Edit]:
+    return [(m.start(), m.end(), _escape(m.group())) for m in _UNSAFE.finditer(plain)]
+
+
+def _long_words(plain: str) -> list[Edit]:
+    """A huge argument echoed in a message: its start and its length."""
+    return [
+        (m.start() + SHOWN_OF_LONG, m.end(), f"… [{m.end() - m.start()} characters]")
+        for m in _LONG_WORD.finditer(plain)
+    ]
+
+
+def _long_lines(plain: str) -> list[Edit]:
+    edits = []
+    start = 0
+    for line in plain.split("\n"):
+        if len(line) > LONGEST_LINE:
+            note = f"… [{len(line)} characters]"
+            edits.append((start + SHOWN_OF_LONG, start + len(line), note))
+        start += len(line) + 1
+    return edits
+
+
+def _redactions(plain: str) -> list[Edit]:
+    """Redaction as edits: the unchanged head and tail around one replaced middle."""
+    clean = redact(plain)
+    if clean == plain:
+        return []
+    head = 0
+    while head < min(len(plain), len(clean)) and plain[head] == clean[head]:
+        head += 1
+    tail = 0
+    while (
+        tail < min(len(plain), len(clean)) - head
+        and plain[len(plain) - 1 - tail] == clean[len(clean) - 1 - tail]
+    ):
+        tail += 1
+    return [(head, len(plain) - tail, clean[head : len(clean) - tail])]
+
+
+_PASSES: tuple[Callable[[str], list[Edit]], ...] = (
+    _redactions,
+    _escapes,
+    _long_words,
+    _long_lines,
+)
+
+
+def _apply(plain: str, edits: Iterable[Edit]) -> tuple[str, Callable[[int, bool], int]]:
+    """``plain`` edited, and a map from old offsets to new ones (for the Text's spans)."""
+    pieces: list[str] = []
+    marks: list[tuple[int, int, int, int]] = []  # old start, old end, new start, new end
+    position = written = 0
+    for start, end, replacement in edits:
+        pieces.append(plain[position:start])
+        written += start - position
+        pieces.append(replacement)
+        marks.append((start, end, written, written + len(replacement)))
+        written += len(replacement)
+        position = end
+    pieces.append(plain[position:])
+
+    def moved(offset: int, is_end: bool) -> int:
+        shift = 0
+        for old_start, old_end, new_start, new_end in marks:
+            if offset <= old_start:
+                break
+            if offset < old_end:  # inside an edited stretch: the span covers all of it
+                return new_end if is_end else new_start
+            shift = new_end - old_end
+        return offset + shift
+
+    return "".join(pieces), moved
+
+
+def safe(text: str) -> str:
+    """``text`` as it may reach a terminal or a log: redacted, controls escaped, cut."""
+    for edits_of in _PASSES:
+        edits = edits_of(text)
+        if edits:
+            text, _ = _apply(text, edits)
+    return text
+
+
+def safe_text(text: Text) -> Text:
+    """:func:`safe` for a rich Text, its styles kept on the characters they covered."""
+    for edits_of in _PASSES:
+        edits = edits_of(text.plain)
+        if not edits:
+            continue
+        plain, moved = _apply(text.plain, edits)
+        copy = Text(
+            plain,
+            style=text.style,
+            justify=text.justify,
+            overflow=text.overflow,
+            no_wrap=text.no_wrap,
+            end=text.end,
+            tab_size=text.tab_size,
+        )
+        copy.spans = [
+            Span(moved(span.start, False), moved(span.end, True), span.style)
+            for span in text.spans
+            if moved(span.end, True) > moved(span.start, False)
+        ]
+        text = copy
+    return text
+
+
+class SafeConsole(Console):
+    """A rich Console that renders every string and Text through :func:`safe_text`."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return safe_text(super().render_str(text, **kwargs))
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        if isinstance(renderable, Text):
+            renderable = safe_text(renderable)
+        elif isinstance(renderable, Table):
+            _safe_cells(renderable)
+        return super().render(renderable, options)
+
+
+def _safe_cells(table: Table) -> None:
+    """A table's Text cells made safe before it measures them, so the columns fit what is
+    shown (str cells are made safe by ``render_str``, which measuring calls too)."""
+    for column in table.columns:
+        column._cells = [safe_text(c) if isinstance(c, Text) else c for c in column._cells]
+        if isinstance(column.header, Text):
+            column.header = safe_text(column.header)
+
+
+class SafeStream:
+    """A text stream that writes :func:`safe` text to ``stream`` (for click's own messages
+    and streamed build output, which do not go through a rich console)."""
+
+    def __init__(self, stream: Callable[[], IO[str]]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream().write(safe(text))
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def isatty(self) -> bool:
+        return self._stream().isatty()
+
+
+err = SafeConsole(stderr=True, highlight=False, soft_wrap=True)
+out = SafeConsole(highlight=False, soft_wrap=True)
+# typed as a stream: click and the build streamer only write, flush and ask isatty
+err_stream = cast(IO[str], SafeStream(lambda: sys.stderr))
 
 
 def set_quiet(quiet: bool) -> None:
@@ -32,12 +216,12 @@ def interactive() -> bool:
 def info(message: str) -> None:
     """A one-line progress note on stderr, dropped with --quiet."""
     if not _state["quiet"]:
-        err.print(redact_url(message), markup=False)
+        err.print(message, markup=False)
 
 
 def warn(message: str) -> None:
     """Warnings are shown even with --quiet: they change what the user should believe."""
-    err.print(f"warning: {redact_url(message)}", style="yellow", markup=False)
+    err.print(f"warning: {message}", style="yellow", markup=False)
 
 
 @contextmanager
@@ -48,8 +232,8 @@ def status(message: str) -> Iterator[Callable[[str], None]]:
     progress, say); otherwise details are dropped, so logs keep one line per step."""
     if interactive():
         # Text, not str: a str status is parsed as markup, and names like fix[/x] are data.
-        with err.status(Text(redact_url(message))) as spinner:
-            yield lambda detail: spinner.update(Text(redact_url(f"{message}: {detail}")))
+        with err.status(Text(safe(message))) as spinner:
+            yield lambda detail: spinner.update(Text(safe(f"{message}: {detail}")))
     else:
         info(message)
         yield lambda detail: None

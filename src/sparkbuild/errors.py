@@ -96,12 +96,12 @@ class GitError(SparkbuildError):
     """A git command failed; ``stderr`` is git's own reason (URL credentials redacted)."""
 
     def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
-        from sparkbuild.validate import redact_url  # validate imports nothing of ours
+        from sparkbuild.redact import redact  # redact imports this module
 
         self.args_ = list(args)
         self.returncode = returncode
-        self.stderr = redact_url(stderr.strip())
-        shown = redact_url(" ".join(args))
+        self.stderr = redact(stderr.strip())
+        shown = redact(" ".join(args))
         super().__init__(f"git {shown} failed ({returncode}): {self.stderr}")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from sparkbuild.errors import UnknownPlaceholderError
+from sparkbuild import templates
 from sparkbuild.spec import Build
 
 PLACEHOLDERS = ("engine", "version", "tree_short", "build")
@@ -29,18 +29,14 @@ def placeholder_hint() -> str:
     return "placeholders: " + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
 
 
-def render(template: str, build: Build, tree: str) -> str:
-    """``template`` with ``{engine}``, ``{version}``, ``{tree_short}`` and ``{build}`` filled."""
-    values = {
-        "engine": build.engine,
-        "version": str(build.version),
-        "tree_short": tree[:12],
-        "build": build.name,
-    }
-    try:
-        return template.format(**values)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise UnknownPlaceholderError(str(exc)) from None
+def render(template: str, build: Build, tree: str | None) -> str:
+    """``template`` with ``{engine}``, ``{version}``, ``{tree_short}`` and ``{build}`` filled
+    (``tree`` None: before the tree is known, ``{tree_short}`` is refused too). Only these
+    names: UnknownPlaceholderError names any other field."""
+    values = {"engine": build.engine, "version": str(build.version), "build": build.name}
+    if tree is not None:
+        values["tree_short"] = tree[:12]
+    return templates.fill(template, values)
 
 
 def split_tag(reference: str) -> tuple[str, str]:

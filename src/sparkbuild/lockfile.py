@@ -39,6 +39,7 @@ from sparkbuild.errors import (
     LockError,
     NoPinnedImageError,
 )
+from sparkbuild.redact import redact, strip_userinfo
 from sparkbuild.spec import PRFields
 
 if TYPE_CHECKING:  # the stages' results, for the constructors; the stages import this module
@@ -56,6 +57,8 @@ Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 # Image ids go to docker, never to git or a shell; a plain token is enough.
 ImageId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._@/-]*$")]
 BuildName = Annotated[str, AfterValidator(validate.build_name)]
+WHEEL_FILENAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.whl$"  # a name, joined to a cache folder
+WheelFile = Annotated[str, Field(pattern=WHEEL_FILENAME)]
 # A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
 Number = int | float
 _IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
@@ -171,7 +174,7 @@ class SourceSection(_Section):
         steps = [LockedStep.from_result(item) for item in prepared.items if item.kind == "step"]
         return cls(
             engine=build.engine,
-            repo=validate.strip_userinfo(build.spec_repo),  # a token never reaches the lock
+            repo=strip_userinfo(build.spec_repo),  # a token never reaches the lock
             ref=build.ref,
             commit=prepared.base_commit,
             version=str(build.version),
@@ -211,8 +214,8 @@ class LockedWheel(_Section):
     requirement: str
     name: str
     version: str
-    filename: str
-    sha256: str
+    filename: WheelFile
+    sha256: Sha256
 
 
 # --- verdicts: preflight, smoke, bench, keyed by what they were run on ---------------------
@@ -280,7 +283,7 @@ class SmokeRecord(_Section):
             engine=result.engine,
             engine_version=result.engine_version,
             nan_signal=result.nan_signal,
-            target=f"{result.target_kind}:{result.target}",
+            target=redact(f"{result.target_kind}:{result.target}"),
             verified=result.verified,
             image_id=result.image_id if result.verified else None,
         )
@@ -337,7 +340,7 @@ class BenchRecord(_Section):
     def from_report(cls, report: BenchReport) -> BenchRecord:
         return cls(
             created=report.created,
-            label=report.label,
+            label=redact(report.label),
             harness=report.harness.version,
             seed=report.sweep.seed,
             runs=report.sweep.runs,
@@ -574,7 +577,7 @@ def dumps(lock: LockFile) -> str:
         default_flow_style=False,
         allow_unicode=True,
     )
-    return HEADER + body
+    return HEADER + redact(body)  # every record: an address's userinfo or token never lands
 
 
 def write_atomic(path: Path, text: str) -> None:

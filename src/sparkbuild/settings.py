@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sparkbuild import validate
 from sparkbuild.errors import UsageError
+from sparkbuild.redact import redact
 
 LOCK_FILENAME = "images.lock"
 ENGINES = ("sglang", "vllm")  # the spec's `engine:` values
@@ -49,13 +50,13 @@ def parse_repo_overrides(values: tuple[str, ...] | list[str]) -> dict[str, str]:
         engine, sep, url = value.partition("=")
         if not sep or not engine or not url:
             raise UsageError(
-                f"--repo {validate.redact_url(value)!r} is not ENGINE=URL",
+                f"--repo {redact(value)!r} is not ENGINE=URL",
                 "for example: --repo sglang=/srv/mirrors/sglang.git",
             )
         engine, url = engine.strip(), url.strip()
         if engine not in ENGINES:
             raise UsageError(
-                f"--repo {validate.redact_url(value)!r}: unknown engine {engine!r}",
+                f"--repo {redact(value)!r}: unknown engine {engine!r}",
                 f"use one of: {', '.join(ENGINES)}",
             )
         try:

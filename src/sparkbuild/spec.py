@@ -69,7 +69,7 @@ class PRFields(BaseModel):
     it applies to. The spec's :class:`PR` adds a note; the lock's ``LockedPR`` adds what the
     source stage resolved (status, head, commits, diff)."""
 
-    number: int = Field(gt=0)
+    number: int = Field(gt=0, strict=True)  # `true` is not PR #1, nor "103" PR #103
     when: str | None = None
 
     def digest_payload(self) -> list[Any]:
@@ -194,11 +194,18 @@ class BuildModel(ImageFields):
         return value
 
 
+def _package_dir(value: str) -> str:
+    """A folder of the upstream tree (``python/sglang``, a trailing ``/`` allowed): no NUL or
+    other control character, no ``..``, nothing git could read as an option."""
+    validate.tree_path(value.rstrip("/") if value != "/" else value)
+    return value
+
+
 class SpecModel(ImageFields):
     engine: Engine
     repo: RepoURL
     base_branch: GitRef = "main"
-    package_dir: str
+    package_dir: Annotated[str, AfterValidator(_package_dir)]
     prs: list[PR] = []
     patches: list[PatchModel] = []
     requirements: list[RequirementModel] = []

@@ -13,6 +13,8 @@ import math
 import re
 from pathlib import Path
 
+from sparkbuild.redact import redact
+
 ALLOWED_SCHEMES = ("https", "http", "ssh", "git", "file")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.S)
 # git's "<transport>::<address>" runs a remote helper; ext:: runs any command.
@@ -20,7 +22,6 @@ _TRANSPORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")
 # scp-like ssh: [user@]host:path (git reads "host:path" so when no slash precedes the colon).
 _SCP = re.compile(r"^(?:[A-Za-z0-9._~%+-]+@)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?!/?/)(.+)$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@]+)@")
 _BUILD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
 
@@ -34,10 +35,10 @@ def repo_url(url: str) -> str:
             "a repository URL must not start or end with spaces or hold control characters"
         )
     if url.startswith("-"):
-        raise ValueError(f"{redact_url(url)!r} starts with '-' and would be read as a git option")
+        raise ValueError(f"{redact(url)!r} starts with '-' and would be read as a git option")
     if _TRANSPORT.match(url):
         raise ValueError(
-            f"{redact_url(url)!r} uses a '<transport>::' remote helper, which can run commands; "
+            f"{redact(url)!r} uses a '<transport>::' remote helper, which can run commands; "
             f"use one of {', '.join(ALLOWED_SCHEMES)} or a local path"
         )
     scheme = _SCHEME.match(url)
@@ -50,28 +51,13 @@ def repo_url(url: str) -> str:
             )
         host = rest.split("/", 1)[0].rpartition("@")[2]
         if host.startswith("-") or any(c.isspace() for c in rest):
-            raise ValueError(f"{redact_url(url)!r} is not a valid {name}:// URL")
+            raise ValueError(f"{redact(url)!r} is not a valid {name}:// URL")
         return url
     scp = _SCP.match(url)
     if scp and scp.group(1).startswith("-"):  # ssh would read the host as an option
-        raise ValueError(f"{redact_url(url)!r}: an ssh host must not start with '-'")
+        raise ValueError(f"{redact(url)!r}: an ssh host must not start with '-'")
     # Otherwise scp-like ssh or a local path: neither can be read as an option any more.
     return url
-
-
-def _is_ssh_user(match: re.Match[str]) -> bool:
-    """``ssh://git@host``: a login name, not a secret (a token needs ``user:token@``)."""
-    return match.group(1).lower() == "ssh://" and ":" not in match.group(2)
-
-
-def redact_url(text: str) -> str:
-    """Text with the userinfo of every URL in it (``user:token@``) replaced by ``***@``."""
-    return _USERINFO.sub(lambda m: m.group(0) if _is_ssh_user(m) else m.group(1) + "***@", text)
-
-
-def strip_userinfo(url: str) -> str:
-    """The URL without ``user:token@``: what may be stored (lock, image labels)."""
-    return _USERINFO.sub(lambda m: m.group(0) if _is_ssh_user(m) else m.group(1), url)
 
 
 def git_ref(ref: str) -> str:

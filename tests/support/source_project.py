@@ -13,6 +13,21 @@ import yaml
 from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import Upstream
 
+# One build of the test upstream's v1.1.0, with a PR and a patch (``REPO``: its URL).
+ONE_BUILD_SPEC = """\
+    engine: sglang
+    repo: REPO
+    base_branch: main
+    package_dir: python/pkg
+    prs:
+      - {number: 103}
+    patches:
+      - {file: patches/pkg/applies.patch}
+    builds:
+      new:
+        ref: v1.1.0
+"""
+
 
 @dataclass
 class SourceProject:

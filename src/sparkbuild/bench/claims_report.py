@@ -25,6 +25,7 @@ from sparkbuild.bench.claims import METRICS, Figure, LoadedClaim, Setup
 from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
 from sparkbuild.errors import UsageError
+from sparkbuild.redact import write_redacted
 
 Status = Literal["compared", "not comparable", "not reproduced"]
 DIMENSIONS = (("pp", "prompt tokens"), ("tg", "generated tokens"), ("depth", "context depth"))
@@ -472,4 +473,4 @@ def write_markdown(result: ClaimsComparison, path: Path, *, append: bool) -> Non
     text = markdown(result)
     if append and path.exists():
         text = path.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text
-    path.write_text(text, encoding="utf-8")
+    write_redacted(path, text)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sparkbuild.bench.results import BenchReport
 from sparkbuild.errors import PlotError
+from sparkbuild.redact import redact
 
 
 def require_matplotlib() -> Any:
@@ -54,7 +55,7 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> None:
             ]
             name = f"pp={pp} tg={tg} depth={depth}"
             if len(reports) > 1:
-                name = f"{report.label}: {name}"
+                name = f"{redact(report.label)}: {name}"
             ticks.update(xs)
             axes.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, label=name)
             lines += 1
@@ -69,7 +70,7 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> None:
     axes.set_xlabel("concurrent requests")
     axes.set_ylabel("decode tokens/s (all streams)")
     title = reports[0].label if len(reports) == 1 else " vs ".join(r.label for r in reports)
-    axes.set_title(f"Decode throughput: {title}")
+    axes.set_title(f"Decode throughput: {redact(title)}")  # a PNG is a record too
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize="small")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import lockfile
-from sparkbuild.bench.results import BenchReport, CellResult, Stat
+from sparkbuild.bench.results import SCHEMA_VERSION, BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.errors import UsageError
 
@@ -171,6 +171,13 @@ def load_report(path: Path) -> BenchReport:
         data = json.loads(text)
         if llama_benchy.is_llama_benchy(data):
             return llama_benchy.to_report(data, path)
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(data, dict) and version != SCHEMA_VERSION:
+            raise UsageError(
+                f"{path}: bench report schema_version {version!r}; this sparkbuild reads "
+                f"schema_version {SCHEMA_VERSION} only, so it is not compared",
+                "compare reports written by the same sparkbuild release (run the bench again)",
+            )
         return BenchReport.model_validate(data)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None

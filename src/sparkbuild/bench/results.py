@@ -45,7 +45,7 @@ from sparkbuild.bench.client import StreamResult
 from sparkbuild.bench.engine_timing import AGREEMENT, EngineDelta, burst_reason, client_tpot
 from sparkbuild.bench.sweep import CellKey, Sweep
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MAX_ERROR_SAMPLES = 5
 METRICS = (
     "ttft_s",
@@ -227,7 +227,8 @@ class PromptInfo(_Model):
 
 
 class BenchReport(_Model):
-    schema_version: int = SCHEMA_VERSION
+    # Only the layout this code reads: a report of another layout is refused, not misread.
+    schema_version: Literal[1] = SCHEMA_VERSION
     created: str
     label: str
     profile: str | None

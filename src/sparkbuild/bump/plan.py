@@ -13,6 +13,7 @@ planned build is checked by running the source stage on a scratch copy of the pr
 from __future__ import annotations
 
 import difflib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -22,7 +23,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from sparkbuild import git, source
+from sparkbuild import git, source, validate
 from sparkbuild.bump import specedit
 from sparkbuild.bump.decide import BumpContext, Decision, decide
 from sparkbuild.bump.write import edit_spec, swap_version
@@ -47,6 +48,7 @@ class BumpPlan:
     notes: list[str] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)  # newer builds this bump breaks
     verified: source.PreparedSource | None = None
+    unloadable: str | None = None  # why the planned spec does not load, if it does not
 
     @property
     def ready(self) -> bool:
@@ -157,11 +159,35 @@ def release_tags(mirror: Mirror) -> dict[Version, str]:
     return tags
 
 
-def _new_name(build: Build, to: Version) -> str:
+def _new_name(build: Build, to: Version) -> tuple[str, str | None]:
+    """The new build's name, and a note when the release's version had to be normalised to
+    make one (a local version ``1.3.0+x`` or an epoch ``1!1.4`` holds characters a build
+    name may not)."""
     old = str(build.version)
-    if old in build.name:
-        return build.name.replace(old, str(to))
-    return f"{build.name}-{to}"
+    wanted = build.name.replace(old, str(to)) if old in build.name else f"{build.name}-{to}"
+    name = _NOT_IN_NAME.sub("-", wanted)
+    validate.build_name(name)  # the same rule the spec holds it to; a ValueError is a bug
+    if name == wanted:
+        return name, None
+    return name, (
+        f"build name {wanted!r} is not a valid build name (letters, digits, '.', '_', '-'); "
+        f"named {name!r} instead"
+    )
+
+
+def _spec_ref(tag: str, to: Version) -> str:
+    """``tag`` if a spec may hold it as ``ref``, else a usage error saying what to do."""
+    try:
+        return validate.git_ref(tag)
+    except ValueError as exc:
+        raise UsageError(
+            f"release {to}: its tag {tag!r} cannot be a spec's ref ({exc}); nothing was written",
+            f"add the build by hand with `ref:` set to the tag's commit (`git ls-remote REPO "
+            f'{tag}`) and `version: "{to}"`',
+        ) from None
+
+
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 # -- planning ----------------------------------------------------------------------------
@@ -188,13 +214,14 @@ def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | No
             f"{listing}",
             f"`sparkbuild releases {engine}` lists them",
         )
-    name = _new_name(old, to)
+    ref = _spec_ref(tags[to], to)
+    name, name_note = _new_name(old, to)
     if name in builds:
         raise UsageError(
             f"build {name!r} already exists in {builds[name].spec_file.name}",
             f"bump from it instead: --from {name}",
         )
-    new = _new_build(old, name, tags[to], to)
+    new = _new_build(old, name, ref, to)
     ctx = BumpContext(
         settings=settings,
         mirror=mirror,
@@ -225,6 +252,7 @@ def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | No
         spec_before=text,
         spec_after=after,
         files=ctx.files,
+        notes=[name_note] if name_note else [],
     )
     plan.verified = _verify(settings, plan)
     _note_verification(plan)
@@ -264,6 +292,7 @@ def _verify(settings: Settings, plan: BumpPlan) -> source.PreparedSource | None:
         try:
             planned = load_builds(check)
         except SparkbuildError as exc:
+            plan.unloadable = exc.message
             plan.notes.append(f"the planned spec does not load: {exc.message}")
             return None
         _check_newer_builds(settings, plan, planned, check)

@@ -18,7 +18,7 @@ from sparkbuild import source
 from sparkbuild.bump import specedit
 from sparkbuild.errors import BumpError
 from sparkbuild.settings import Settings
-from sparkbuild.spec import Build, load_builds
+from sparkbuild.spec import Build, load_builds, version_from_ref
 
 if TYPE_CHECKING:
     from sparkbuild.bump.decide import BumpContext, Decision
@@ -130,7 +130,7 @@ def edit_spec(data: Any, old: Build, ctx: BumpContext, decisions: list[Decision]
     builds = data["builds"]
     entry = specedit.copy_build(builds[old.name])
     entry["ref"] = ctx.tag
-    if "version" in entry:
+    if "version" in entry or version_from_ref(ctx.tag) != ctx.to:  # 1.3.0+x reads as 1.3.0
         entry["version"] = str(ctx.to)
     for key in ("description", "base_image"):
         if isinstance(entry.get(key), str):
@@ -178,7 +178,14 @@ def edit_spec(data: Any, old: Build, ctx: BumpContext, decisions: list[Decision]
 
 
 def write_plan(settings: Settings, plan: BumpPlan) -> None:
-    """New files first, the spec last, each by temp file and rename."""
+    """New files first, the spec last, each by temp file and rename; nothing when the
+    planned spec would not load (every command would then refuse the project)."""
+    if plan.unloadable is not None:
+        raise BumpError(
+            f"{plan.new_build}: the planned {plan.spec_file.name} would not load, so nothing "
+            f"was written: {plan.unloadable}",
+            "edit the new build by hand, or report the tag that caused it",
+        )
     targets = [(_inside(settings, path), data) for path, data in plan.files.items()]
     targets.append((plan.spec_file, plan.spec_after.encode("utf-8")))
     for path, data in targets:

@@ -51,6 +51,7 @@ from sparkbuild.errors import (
     SweepIncompleteError,
     UsageError,
 )
+from sparkbuild.redact import redact, write_redacted
 from sparkbuild.settings import Settings
 
 
@@ -163,10 +164,10 @@ class BenchOutputs:
                 if self.table_style == "llama-benchy"
                 else bench_report.markdown(report)
             )
-            self.markdown_path.write_text(text, encoding="utf-8")
+            write_redacted(self.markdown_path, text)
         if self.csv_path:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-            self.csv_path.write_text(llama_benchy.to_csv(report), encoding="utf-8")
+            write_redacted(self.csv_path, llama_benchy.to_csv(report))
         if self.plot_path and report.cells:
             plot_decode([report], self.plot_path)
 
@@ -471,7 +472,7 @@ def _at_url(
     adapter = adapter_for(launch.engine or _detect_engine(url))
     plan = BenchPlan(
         sweep=measure.sweep,
-        label=measure.label or url,
+        label=measure.label or redact(url),
         profile=None,
         model=launch.model or "(as served)",
         request_timeout_s=_request_timeout_s(launch),
@@ -557,7 +558,7 @@ def compare(
             json_path,
         )  # fmt: skip
     if markdown_path:
-        markdown_path.write_text(bench_report.markdown_compare(rows, label_a, label_b))
+        write_redacted(markdown_path, bench_report.markdown_compare(rows, label_a, label_b))
     if plot_path:
         plot_decode([a.model_copy(update={"label": label_a}),
                      b.model_copy(update={"label": label_b})], plot_path)  # fmt: skip

@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sparkbuild import __version__, console
+from sparkbuild import __version__, console, redact
 from sparkbuild.errors import EXIT_FAILURE, InternalError, SparkbuildError
 from sparkbuild.settings import Settings, default_cache_dir, parse_repo_overrides
-from sparkbuild.validate import redact_url
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
     pass
@@ -21,7 +20,15 @@ if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands tha
 
 class _Group(click.Group):
     """Loads stage commands on demand and turns SparkbuildError into a message and an exit
-    status instead of a traceback."""
+    status instead of a traceback. Click's own usage errors are shown through the console's
+    safe stream too: an argument they echo is data, never a terminal command."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.ClickException as exc:
+            exc.show(file=console.err_stream)
+            raise click.exceptions.Exit(exc.exit_code) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(self.commands) | set(COMMAND_MODULES))
@@ -41,7 +48,10 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             console.err.print("interrupted", markup=False)
             ctx.exit(130)
-        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except click.ClickException as exc:
+            exc.show(file=console.err_stream)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:  # a bug: still one screen, with the way to see the trace
             if os.environ.get("SPARKBUILD_DEBUG"):
@@ -57,13 +67,14 @@ class _Group(click.Group):
 
 
 def render_error(exc: SparkbuildError, *, build: str | None = None) -> None:
-    """The one way an error reaches the user: ``error:`` and ``hint:`` lines, credentials
-    in URLs masked, no markup interpreted. ``build`` names the build it stopped, when a
-    command goes on with the others."""
+    """The one way an error reaches the user: ``error:`` and ``hint:`` lines, no markup
+    interpreted, and (as everything the console prints) secrets masked and control
+    characters escaped. ``build`` names the build it stopped, when a command goes on with
+    the others."""
     message = exc.message if build is None else f"{build}: {exc.message}"
-    console.err.print(f"error: {redact_url(message)}", style="red", markup=False)
+    console.err.print(f"error: {message}", style="red", markup=False)
     if exc.hint:
-        console.err.print(f"hint: {redact_url(exc.hint)}", markup=False)
+        console.err.print(f"hint: {exc.hint}", markup=False)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -107,6 +118,7 @@ def main(
 ) -> None:
     """Reproducible, patched SGLang and vLLM images for NVIDIA DGX Spark."""
     console.set_quiet(quiet)
+    redact.forget_all()  # a new command: only its own secrets are remembered
     overrides = parse_repo_overrides(repos)  # a UsageError: rendered like every other error
     ctx.obj = Settings(
         project_dir=project_dir.resolve(),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from sparkbuild import console
 from sparkbuild.cli.main import render_error
 from sparkbuild.errors import BuildsFailedError, SparkbuildError, UsageError, VerdictFailedError
-from sparkbuild.validate import redact_url
+from sparkbuild.redact import redact
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
     from sparkbuild.spec import Build
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands tha
 def emit_json(payload: Any, path: str | None = None, *, option: str = "--json-file") -> None:
     """JSON for scripts: to stdout (``--json``: no path, or ``-``), else to the file ``path``
     (``option`` names where it came from, for the error)."""
-    text = redact_url(json.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
+    text = redact(json.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
     if path is None or path == "-":
         sys.stdout.write(text)
         return

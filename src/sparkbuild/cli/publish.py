@@ -20,11 +20,12 @@ from sparkbuild.publish import (
     layers,
     plan_destination,
     publish_build,
+    render_repository,
     rollback_build,
 )
+from sparkbuild.redact import Redactor
 from sparkbuild.registry import credentials as creds
 from sparkbuild.registry.client import Registry
-from sparkbuild.registry.redact import Redactor
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
@@ -209,7 +210,7 @@ def rollback_command(
     if repository is not None and registry is None:
         raise click.UsageError("--repository needs --registry")
     if repository is not None:
-        repository = repository.format(engine=build.engine, version=build.version, build=build.name)
+        repository = render_repository(repository, build)
     lock = lockfile.LockHandle.open(settings.lock_file)
     key = choose_repository(lock.entry(build.name), build, registry, repository)
     found = _credentials(key.split("/", 1)[0], username, password_stdin)

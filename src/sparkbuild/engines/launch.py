@@ -15,6 +15,7 @@ from pathlib import Path
 
 import requests
 
+from sparkbuild import templates
 from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.targets import (
@@ -26,7 +27,7 @@ from sparkbuild.engines.targets import (
     UrlTarget,
     free_port,
 )
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import UnknownPlaceholderError, UsageError
 
 
 def command_argv(
@@ -45,7 +46,13 @@ def command_argv(
     if not words:
         raise UsageError("--command is empty")
     if "{port}" in command:
-        return [w.format(port=port, host=LOOPBACK, model=model) for w in words]
+        values = {"port": str(port), "host": LOOPBACK, "model": model}
+        try:
+            return [templates.fill(word, values) for word in words]
+        except UnknownPlaceholderError as exc:
+            raise UsageError(
+                f"--command: {exc}", "its placeholders are {port}, {host} and {model}"
+            ) from None
     return [*words, *adapter.serve_args(model, LOOPBACK, port, args)]
 
 

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
+from sparkbuild.redact import redact
+
 # Engines print progress bars and colours; neither belongs in an excerpt.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -34,7 +36,7 @@ class LogBuffer:
             self._file = path.open("w", encoding="utf-8")
 
     def append(self, line: str) -> None:
-        clean = _ANSI.sub("", line.rstrip("\r\n"))
+        clean = redact(_ANSI.sub("", line.rstrip("\r\n")))
         with self._changed:
             self._lines.append(clean)
             self._total += 1

@@ -36,6 +36,7 @@ import requests
 from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
 from sparkbuild.engines.logs import LineSplitter, LogBuffer
 from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
+from sparkbuild.redact import redact
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -116,7 +117,7 @@ class UrlTarget(Target):
     def __init__(self, url: str) -> None:
         if not re.match(r"^https?://", url):
             raise UsageError(
-                f"--url {url!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000"
+                f"--url {redact(url)!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000"
             )
         self._url = url.rstrip("/")
 
@@ -126,7 +127,7 @@ class UrlTarget(Target):
 
     @property
     def description(self) -> str:
-        return self._url
+        return redact(self._url)  # what reports and the lock keep: no userinfo, no token
 
     def start(self) -> None:
         self.started_at = time.monotonic()

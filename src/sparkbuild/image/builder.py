@@ -12,7 +12,6 @@ import collections
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,8 +21,8 @@ from typing import TYPE_CHECKING, Literal
 from sparkbuild import console
 from sparkbuild.errors import (
     BuildFailedError,
-    BuildInputError,
     DockerUnavailableError,
+    UsageError,
 )
 
 if TYPE_CHECKING:
@@ -171,9 +170,10 @@ _CACHE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._:/@-]*$")
 
 
 def check_cache_ref(reference: str, option: str) -> str:
-    """A cache reference goes into `type=registry,ref=...`: no commas or `=` can slip in."""
+    """A cache reference goes into `type=registry,ref=...`: no commas or `=` can slip in.
+    A bad one is a usage error (exit 2), found before any work."""
     if not _CACHE_REF.match(reference):
-        raise BuildInputError(
+        raise UsageError(
             f"{option} {reference!r} is not an image reference",
             f"for example {option} ghcr.io/my-org/sparkbuild-cache:{{build}}",
         )
@@ -238,9 +238,9 @@ def run_build(client: BuildClient, request: BuildRequest, *, stream: bool) -> st
         try:
             for line in process.stdout:
                 tail.append(line.rstrip("\n"))
-                if stream:
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
+                if stream:  # build output is data: shown safe, never raw
+                    console.err_stream.write(line)
+                    console.err_stream.flush()
             returncode = process.wait()
         except BaseException:
             process.kill()

@@ -17,8 +17,8 @@ from typing import Any
 
 from sparkbuild import git
 from sparkbuild.errors import UsageError
+from sparkbuild.redact import strip_userinfo
 from sparkbuild.source import PreparedSource
-from sparkbuild.validate import strip_userinfo
 
 INPUTS_FORMAT = 1
 INPUTS_LABEL = "io.sparkbuild.inputs-digest"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 
+from sparkbuild import templates
 from sparkbuild.spec import Build
 
 # Memory per parallel compile job: a sm_121a CUTLASS/FlashInfer nvcc job peaks at 10-12 GiB
@@ -61,7 +62,7 @@ TREE_MOVES: dict[str, tuple[Moved, ...]] = {
 
 def default_base(build: Build) -> str | None:
     template = DEFAULT_SOURCE_BASE.get(build.engine)
-    return template.format(version=build.version) if template else None
+    return templates.fill(template, {"version": str(build.version)}) if template else None
 
 
 def source_args(build: Build) -> dict[str, str]:

@@ -12,7 +12,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sparkbuild import git
-from sparkbuild.errors import PreflightSetupError
+from sparkbuild.dockerhost import SETUP_HINT
+from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
 from sparkbuild.preflight.deps import dependency_set, wheel_requirements
 from sparkbuild.preflight.plan import UNAVAILABLE_MODULES
 from sparkbuild.preflight.report import PACKAGE_CHECKS, PROFILE_CHECKS
@@ -117,9 +118,15 @@ def image_id_of(image: str, docker: str) -> str:
         check=False,
     )
     if done.returncode != 0:
-        raise PreflightSetupError(
-            f"image {image} is not in the local Docker store",
-            "build it first (`sparkbuild build BUILD`) or pull it",
+        if "no such image" in done.stderr.lower():
+            raise PreflightSetupError(
+                f"image {image} is not in the local Docker store",
+                "build it first (`sparkbuild build BUILD`) or pull it",
+            )
+        lines = done.stderr.strip().splitlines()
+        reason = lines[0] if lines else f"`docker image inspect` exited {done.returncode}"
+        raise DockerUnavailableError(
+            f"cannot look up image {image}: Docker did not answer ({reason})", SETUP_HINT
         )
     return done.stdout.strip()
 

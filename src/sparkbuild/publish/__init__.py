@@ -14,6 +14,7 @@ from sparkbuild.publish.destination import (
     DEFAULT_REPOSITORY,
     Destination,
     plan_destination,
+    render_repository,
 )
 from sparkbuild.publish.push import PublishResult, publish_build
 from sparkbuild.publish.rollback import RollbackResult, choose_repository, rollback_build
@@ -27,5 +28,6 @@ __all__ = [
     "choose_repository",
     "plan_destination",
     "publish_build",
+    "render_repository",
     "rollback_build",
 ]

@@ -28,7 +28,12 @@ class Destination:
         return self.registry.reference(self.repository)
 
 
-def _render(template: str, build: Build, tree: str, what: str) -> str:
+def render_repository(template: str, build: Build) -> str:
+    """``--repository`` before the tree is known (rollback): no ``{tree_short}``."""
+    return _render(template, build, None, "--repository")
+
+
+def _render(template: str, build: Build, tree: str | None, what: str) -> str:
     try:
         return imageref.render(template, build, tree)
     except UnknownPlaceholderError as exc:

@@ -24,13 +24,14 @@ from tenacity import (
     wait_exponential,
 )
 
-from sparkbuild import imageref
+from sparkbuild import console, imageref
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
     RegistryUnreachableError,
     UsageError,
 )
+from sparkbuild.redact import redact, remember, strip_userinfo
 from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials
 from sparkbuild.settings import env_number
 
@@ -80,6 +81,15 @@ class Registry:
             if text.startswith(prefix):
                 scheme, text = prefix[:-3], text[len(prefix) :]
         first, _, rest = text.partition("/")
+        userinfo, at, first = first.rpartition("@")
+        if at:  # user:pass@host: never part of the host, the lock's key or a message
+            remember(userinfo.partition(":")[2])
+            console.warn(
+                f"--registry: the credentials in {redact(value)!r} are ignored; give them with "
+                f"{USER_ENV} and {PASSWORD_ENV}, --password-stdin or `docker login`"
+            )
+            value = strip_userinfo(value)
+            text = f"{first}/{rest}" if rest else first
         if "." in first or ":" in first or first == "localhost":
             host, namespace = first, rest
         else:  # `docker push user/x` means Docker Hub
@@ -142,13 +152,36 @@ def _attempts() -> int:
 
 
 def _errors_of(response: requests.Response) -> str:
-    """The registry's own error codes/messages (distribution's JSON error body)."""
+    """The registry's own error codes/messages (distribution's JSON error body), else the
+    start of whatever it sent."""
     try:
-        errors = response.json().get("errors") or []
-        parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors]
-        return "; ".join(parts) or response.reason
+        body = response.json()
     except ValueError:
-        return (response.text or response.reason or "").strip()[:200]
+        body = None
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if isinstance(errors, list) and all(isinstance(e, dict) for e in errors):
+        parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors]
+        if parts:
+            return "; ".join(parts)
+    return (response.text or response.reason or "").strip()[:200] or str(response.reason)
+
+
+def _json_object(response: requests.Response, what: str) -> dict[str, Any]:
+    """The JSON object a registry or token service must answer with; anything else is a
+    RegistryError saying what came back, not a parser's exception."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return body
+    kind = response.headers.get("Content-Type", "no content type").split(";")[0]
+    start = (response.text or "").strip()[:80]
+    shown = f"{kind} that is not a JSON object ({start!r})" if start else "an empty body"
+    raise RegistryError(
+        f"{what} answered HTTP {response.status_code} with {shown}",
+        "check that the address is a container registry (and no proxy or login page is in between)",
+    )
 
 
 def _challenge(response: requests.Response) -> tuple[str, dict[str, str]]:
@@ -302,9 +335,9 @@ class RegistryClient:
                 f"token service {realm} answered HTTP {response.status_code} "
                 f"({_errors_of(response)})"
             )
-        body = response.json()
+        body = _json_object(response, f"token service {realm}")
         token = body.get("token") or body.get("access_token")
-        if not token:
+        if not token or not isinstance(token, str):
             raise RegistryError(f"token service {realm} returned no token")
         return str(token)
 
@@ -346,7 +379,8 @@ class RegistryClient:
             )
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         if media_type not in MANIFEST_TYPES:
-            media_type = str(json.loads(response.content).get("mediaType") or media_type)
+            body = _json_object(response, f"GET manifest {repository}:{reference}")
+            media_type = str(body.get("mediaType") or media_type)
         return Manifest(response.content, media_type, digest)
 
     def manifest_digest(self, repository: str, reference: str, *, push: bool = False) -> str | None:

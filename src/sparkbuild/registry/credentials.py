@@ -17,7 +17,7 @@ import docker.auth
 import docker.errors
 
 from sparkbuild.errors import CredentialStoreError, UsageError
-from sparkbuild.registry.redact import Redactor
+from sparkbuild.redact import Redactor
 
 USER_ENV = "SPARKBUILD_REGISTRY_USER"
 PASSWORD_ENV = "SPARKBUILD_REGISTRY_PASSWORD"

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from sparkbuild import git
 from sparkbuild.errors import LockError, PatchChecksumError
+from sparkbuild.redact import redact
 from sparkbuild.source import scope
 from sparkbuild.source.items import ChangedFile, ItemResult, Status, distinct_prefixes
 from sparkbuild.source.mirror import Mirror, RemoteRefs
@@ -15,7 +16,6 @@ from sparkbuild.source.patching import ScratchIndex
 from sparkbuild.source.pins import Pins
 from sparkbuild.source.resolve import fork_point, is_ancestor, squash_merge_of
 from sparkbuild.spec import PR, Build, Patch, file_sha256
-from sparkbuild.validate import redact_url
 
 
 class Applier:
@@ -78,7 +78,7 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
         return skipped
     head = remote.pr_head(pr.number)
     if head is None:
-        return replace(item, detail=f"no refs/pull/{pr.number}/head at {redact_url(build.repo)}")
+        return replace(item, detail=f"no refs/pull/{pr.number}/head at {redact(build.repo)}")
     locked_head = pins.pr_heads.get(pr.number)
     if locked_head and locked_head != head:
         raise LockError(

@@ -35,6 +35,7 @@ from tenacity import (
 
 from sparkbuild import console, git, settings, validate
 from sparkbuild.errors import MissingContentsError, RemoteError, UsageError
+from sparkbuild.redact import redact, strip_userinfo
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 # Errors that no retry can fix: the remote answered and said no.
@@ -47,7 +48,7 @@ _FILTER_REFUSED = "filtering not recognized by server"
 
 
 def _slug(url: str) -> str:
-    public = validate.strip_userinfo(url)  # a directory name is shown everywhere
+    public = strip_userinfo(url)  # a directory name is shown everywhere
     tail = re.sub(r"[^A-Za-z0-9._-]+", "-", public.rstrip("/").rsplit("/", 1)[-1])
     tail = tail.removesuffix(".git") or "repo"
     return f"{tail}-{hashlib.sha256(url.encode()).hexdigest()[:10]}"
@@ -90,7 +91,7 @@ class Mirror:
             self.url = validate.repo_url(url)
         except ValueError as exc:
             raise UsageError(f"repository URL: {exc}") from exc
-        self.shown_url = validate.redact_url(url)  # for messages: never show credentials
+        self.shown_url = redact(url)  # for messages: never show credentials
         self.path = cache_dir / "mirrors" / f"{_slug(url)}.git"
         self.offline = offline  # fetch nothing, not even file contents on demand
 
@@ -236,12 +237,12 @@ def _network(
         last = exc.last_attempt.exception()
         detail = last.stderr if isinstance(last, git.GitError) else str(last)
         raise RemoteError(
-            f"cannot {what} {shown_url}: {validate.redact_url(_first_line(detail))}",
+            f"cannot {what} {shown_url}: {redact(_first_line(detail))}",
             f"check the URL and your network, or point the engine elsewhere with "
             f"--repo ENGINE=URL (tried {exc.last_attempt.attempt_number} times)",
         ) from exc
     except git.GitError as exc:
-        detail = validate.redact_url(exc.stderr)
+        detail = redact(exc.stderr)
         raise RemoteError(f"cannot {what} {shown_url}: {detail}") from exc
     raise AssertionError("unreachable")
 
@@ -314,7 +315,7 @@ def complete(
     if not wanted:
         return
     url = _config(git_dir, f"remote.{PROMISOR}.url")
-    shown = validate.redact_url(url)
+    shown = redact(url)
     if offline:
         raise MissingContentsError(
             f"the mirror of {shown} lacks the contents of {len(wanted)} file(s) this needs "

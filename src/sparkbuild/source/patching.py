@@ -96,6 +96,9 @@ class ScratchIndex:
             return f"not a valid diff: {reason[0] if reason else 'git apply cannot read it'}"
         if not result.stdout.strip():
             return "not a valid diff: it changes no file"
+        empty = [path for path, header, hunks in split_diff(diff) if _header_only(header, hunks)]
+        if empty:
+            return f"not a valid diff: {empty[0]} has a file header but no hunk"
         return None
 
     def files(self, diff: bytes) -> list[str]:
@@ -176,6 +179,20 @@ def _sections(diff: bytes) -> list[tuple[int, str]]:
     if git_style:
         return git_style
     return [(m.start(), _plain_path(m.group(1), m.group(2))) for m in _PLAIN_HEADER.finditer(diff)]
+
+
+# What a git file section may say instead of hunks: a mode change, a new or deleted empty
+# file, a rename or copy, a binary change.
+_WITHOUT_HUNKS = re.compile(
+    rb"^(?:new file mode|deleted file mode|old mode|new mode|rename from|copy from"
+    rb"|similarity index|Binary files|GIT binary patch)",
+    re.M,
+)
+
+
+def _header_only(header: bytes, hunks: list[bytes]) -> bool:
+    """A file section that names a file but changes nothing in it (a cut download)."""
+    return not hunks and not _WITHOUT_HUNKS.search(header)
 
 
 def split_diff(diff: bytes) -> list[tuple[str, bytes, list[bytes]]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from sparkbuild import git
 from sparkbuild.errors import LockError, UnknownRefError
+from sparkbuild.redact import redact
 from sparkbuild.source.mirror import Mirror, RemoteRefs, looks_like_sha
 from sparkbuild.source.pins import Pins
 from sparkbuild.spec import PR, Build
-from sparkbuild.validate import redact_url
 
 
 def fetch_for(mirror: Mirror, build: Build, prs: list[PR], pins: Pins) -> RemoteRefs:
@@ -39,7 +39,7 @@ def resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: Pins) -
     if pins.commit:
         if not mirror.has_commit(pins.commit):
             raise LockError(
-                f"{build.name}: locked commit {pins.commit} is not in {redact_url(build.repo)}",
+                f"{build.name}: locked commit {pins.commit} is not in {redact(build.repo)}",
                 "the upstream history was rewritten; re-resolve with `sparkbuild lock "
                 f"{build.name}`",
             )
@@ -51,9 +51,9 @@ def resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: Pins) -
         sha = mirror.rev_parse(build.ref)
     if sha is None or not mirror.has_commit(sha):
         raise UnknownRefError(
-            f"{build.name}: ref '{build.ref}' not found at {redact_url(build.repo)}",
+            f"{build.name}: ref '{build.ref}' not found at {redact(build.repo)}",
             f"check `ref:` in {build.spec_file.name}; "
-            f"`git ls-remote {redact_url(build.repo)}` lists refs",
+            f"`git ls-remote {redact(build.repo)}` lists refs",
         )
     return git.text(
         ["rev-parse", "--verify", "--end-of-options", f"{sha}^{{commit}}"], git_dir=mirror.path

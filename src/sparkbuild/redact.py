@@ -1,0 +1,179 @@
+"""The one redaction: secrets kept out of everything sparkbuild prints or records.
+
+Every printer (the consoles, JSON, Markdown, CSV, the engine log file) and every record (the
+lock's addresses and labels, bench reports) passes its text through :func:`redact`. It masks
+with ``***``:
+
+- the userinfo of an address, with or without a scheme (``https://user:token@host``,
+  ``user:token@host``; a bare login such as ``ssh://git@host`` is not a secret);
+- credentials in a query string (``?access_token=``, ``&sig=``, ``X-Amz-Signature=``, ...);
+- ``Authorization: Basic/Bearer …`` headers and ``password: …``/``token=…`` pairs, as
+  registries and daemons echo them;
+- every secret the run knows (a registry password from the environment, stdin or docker's
+  credential store, registered with :func:`remember`), in its usual encodings.
+
+Addresses kept as keys or in records (a registry host, a repository URL in the lock) have
+their userinfo removed instead (:func:`strip_userinfo`), so what is stored still works.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sparkbuild.errors import SparkbuildError
+
+MASK = "***"
+# Shorter strings would mask ordinary words; no registry accepts a password this short.
+MIN_SECRET_LENGTH = 4
+REGISTRY_PASSWORD_ENV = "SPARKBUILD_REGISTRY_PASSWORD"
+# Secrets a run may hold in its environment: masked wherever they appear, known or not.
+SECRET_ENV = (REGISTRY_PASSWORD_ENV, "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+# scheme://userinfo@ : userinfo ends at the last '@' before the path, query or fragment.
+_SCHEME_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s'\"<>]+)@")
+# user:secret@host with no scheme, where a word starts; not ``name:tag@sha256:…``.
+_BARE_USERINFO = re.compile(
+    r"(?:^|(?<=[\s'\"=(<,\[{]))[\w.%+~-]+:[^\s/'\"<>]+@(?=[\w\[])(?![a-z0-9]+:[0-9a-f]{32,})",
+    re.M,
+)
+_SECRET_NAME = (
+    r"(?:[\w.-]*[_.-])?(?:access[_-]?token|refresh[_-]?token|id[_-]?token|token|sig|signature"
+    r"|password|passwd|pwd|secret|api[_-]?key|apikey|key|auth|authorization|credentials?"
+    r"|session(?:[_-]?id)?)"
+)
+_QUERY_SECRET = re.compile(rf"(?i)([?&;]{_SECRET_NAME}=)([^&#\s'\"<>]+)")
+_AUTH_HEADER = re.compile(r"(?i)\b(authorization\s*[:=]\s*(?:basic|bearer)\s+)[^\s\"',}]+")
+# A credential has a digit somewhere; "basic implementation-specific" is prose.
+_SCHEME_TOKEN = re.compile(
+    r"(?i)\b((?:basic|bearer)\s+)(?=[A-Za-z._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,}"
+)
+_KEY_VALUE = re.compile(
+    r"(?i)(?<![\w-])([\"']?(?:[a-z0-9]+[_-])?(?:password|passwd|secret|token|identitytoken|auth)"
+    r"[\"']?\s*[:=]\s*[\"']?)(?!\*\*\*)([^\s\"',}&]+)"
+)
+
+_known: set[str] = set()
+
+
+def _variants(secret: str) -> set[str]:
+    """The secret as it may appear after quoting or encoding."""
+    forms = {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}
+    forms.add(base64.b64encode(secret.encode()).decode())
+    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+def _is_login(match: re.Match[str]) -> bool:
+    """``ssh://git@host``: a login name, not a secret (a token needs ``user:token@``)."""
+    return match.group(1).lower() == "ssh://" and ":" not in match.group(2)
+
+
+def _shapes(text: str) -> str:
+    """``text`` with everything shaped like a credential masked."""
+    text = _SCHEME_USERINFO.sub(
+        lambda m: m.group(0) if _is_login(m) else f"{m.group(1)}{MASK}@", text
+    )
+    text = _BARE_USERINFO.sub(f"{MASK}@", text)
+    text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
+    text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
+    text = _SCHEME_TOKEN.sub(lambda m: m.group(1) + MASK, text)
+    return _KEY_VALUE.sub(lambda m: m.group(1) + MASK, text)
+
+
+def _mask_forms(text: str, forms: Iterable[str]) -> str:
+    # Longest first, so a secret's base64 form is masked before a substring of it.
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, MASK)
+    return text
+
+
+def _run_secrets() -> set[str]:
+    forms = set(_known)
+    for name in SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= MIN_SECRET_LENGTH:
+            forms |= _variants(value)
+    return forms
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with every known secret (the run's, and ``secrets``) and everything shaped
+    like a credential masked. What every printer and record goes through."""
+    forms = _run_secrets()
+    for secret in secrets:
+        if secret and len(secret) >= MIN_SECRET_LENGTH:
+            forms |= _variants(secret)
+    return _shapes(_mask_forms(text, forms))
+
+
+def write_redacted(path: Path, text: str) -> None:
+    """A report file (Markdown, CSV, JSON) as every printer writes one: redacted."""
+    path.write_text(redact(text), encoding="utf-8")
+
+
+def strip_userinfo(url: str) -> str:
+    """The address without ``user:token@`` and with query secrets masked: what may be kept
+    as a key or stored (lock, image labels) and still be used."""
+    text = _SCHEME_USERINFO.sub(lambda m: m.group(0) if _is_login(m) else m.group(1), url)
+    text = _BARE_USERINFO.sub("", text)
+    return _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
+
+
+def remember(secret: str | None) -> None:
+    """Mask ``secret`` in everything this process prints or records from now on."""
+    if secret and len(secret) >= MIN_SECRET_LENGTH:
+        _known.update(_variants(secret))
+
+
+def forget_all() -> None:
+    """A new command starts with no remembered secrets (tests run many in one process)."""
+    _known.clear()
+
+
+class Redactor:
+    """:func:`redact` with a set of secrets (and ``user:secret`` base64 pairs) of its own; the
+    secrets are remembered for the rest of the run too."""
+
+    def __init__(self, secrets: Iterable[str | None] = (), usernames: Iterable[str] = ()) -> None:
+        self._forms: set[str] = set()
+        self._usernames = [u for u in usernames if u]
+        for secret in secrets:
+            self.add(secret)
+
+    def add(self, secret: str | None) -> None:
+        if not secret or len(secret) < MIN_SECRET_LENGTH:
+            return
+        remember(secret)
+        self._forms |= _variants(secret)
+        for user in self._usernames:
+            pair = f"{user}:{secret}"
+            pairs = {pair, base64.b64encode(pair.encode()).decode()}
+            self._forms |= pairs
+            _known.update(pairs)
+
+    def __call__(self, text: str) -> str:
+        return _shapes(_mask_forms(text, self._forms | _run_secrets()))
+
+    def error(self, exc: SparkbuildError) -> SparkbuildError:
+        """A copy of ``exc`` (same class) with message and hint redacted."""
+        clean = type(exc)(self(exc.message), self(exc.hint) if exc.hint else None)
+        return clean
+
+    @contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Re-raise any failure inside as a redacted SparkbuildError, its cause dropped so no
+        traceback or chained exception can carry the secret further."""
+        try:
+            yield
+        except SparkbuildError as exc:
+            raise self.error(exc) from None
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except Exception as exc:
+            detail = self(f"{type(exc).__name__}: {exc}")
+            raise SparkbuildError(f"{what} failed: {detail}") from None
