@@ -216,7 +216,7 @@ def test_the_recipe_is_what_ran_and_imports_back(submission: arena.Submission) -
     data = yaml.safe_load(path.read_text())
     assert list(data) == ["recipe_version", "model", "runtime", "metadata", "defaults", "env",
                           "command"]  # fmt: skip
-    assert data["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "<redacted>"}
+    assert data["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "***"}
     assert "hf_secret" not in "".join(p.read_text() for p in submission.files.values())
     again = import_recipe(path)
     assert again.profile["args"] == _report().engine.args

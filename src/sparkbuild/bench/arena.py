@@ -44,7 +44,7 @@ from sparkbuild.bench.sweep import Scheduled, Sweep
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipes import ImportedRecipe, problems_of
 from sparkbuild.errors import UsageError
-from sparkbuild.validate import redact_url, strip_userinfo
+from sparkbuild.redact import MASK, redact, strip_userinfo
 
 NAMED_SWEEPS = ("spark-arena-v2",)
 SUBMISSION_FILES = {
@@ -288,7 +288,7 @@ def _flag_lines(args: Sequence[str]) -> list[str]:
 
 
 def _env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: "<redacted>" if _SECRET_NAME.search(k) else redact_url(v) for k, v in env.items()}
+    return {k: MASK if _SECRET_NAME.search(k) else redact(v) for k, v in env.items()}
 
 
 def _layout(profile: SmokeProfile) -> dict[str, int]:
@@ -337,7 +337,7 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> s
         "command": " \\\n  ".join(lines) + "\n",
     }
     text = yaml.dump(recipe, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=True, width=100)
-    return redact_url(text)
+    return redact(text)
 
 
 def _timing(report: BenchReport) -> dict[str, Any]:
@@ -433,7 +433,7 @@ def write_submission(
         for key, relative in SUBMISSION_FILES.items():
             path = scratch / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(redact_url(contents[key]).encode("utf-8"))
+            path.write_bytes(redact(contents[key]).encode("utf-8"))
         if target.exists():
             target.rmdir()  # empty (checked above)
         scratch.rename(target)

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
-from sparkbuild.validate import strip_userinfo
+from sparkbuild.redact import strip_userinfo
 from sparkbuild.yamlfile import load_model
 
 Scalar = str | bool | int | float | None
