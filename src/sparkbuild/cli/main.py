@@ -131,4 +131,5 @@ COMMAND_MODULES: dict[str, str] = {
     "bump": "bump",
     "releases": "bump",
     "preflight": "preflight",
+    "report": "report",
 }
