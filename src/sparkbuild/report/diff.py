@@ -187,6 +187,16 @@ def _fields(names: Sequence[str], a: Any, b: Any) -> list[Field]:
             for n in names]  # fmt: skip
 
 
+def _published(a: lockfile.BuildEntry, b: lockfile.BuildEntry) -> list[Field]:
+    """The digest each repository's tags point at, on each side."""
+    left, right = a.publish or {}, b.publish or {}
+    return [
+        Field(f"published to {repo}", left[repo].digest if repo in left else None,
+              right[repo].digest if repo in right else None)
+        for repo in sorted({*left, *right})
+    ]  # fmt: skip
+
+
 def _verdicts(a: Side, b: Side, ca: Context, cb: Context) -> list[VerdictRow]:
     row_a = build_row(a.build, a.entry, (), ca)
     row_b = build_row(b.build, b.entry, (), cb)
@@ -238,7 +248,8 @@ def diff_entries(a: Side, b: Side, ca: Context, cb: Context) -> Diff:
                        lambda s: f"{s.step} {s.file}", lambda s: str(s.status), _step_how),
         wheels=_changes(a.entry.requirements or [], b.entry.requirements or [],
                         lambda w: w.name, lambda w: f"{w.version} ({w.filename})", _wheel_how),
-        image=_fields(IMAGE_FIELDS, a.entry.image, b.entry.image),
+        image=[*_fields(IMAGE_FIELDS, a.entry.image, b.entry.image),
+               *_published(a.entry, b.entry)],
         verdicts=_verdicts(a, b, ca, cb),
         figures=_figures(a.entry, b.entry),
     )  # fmt: skip

@@ -69,6 +69,7 @@ class LockHistory:
         return self._relative
 
     def commit_of(self, revision: str) -> str:
+        self.relative()  # not in a repository: that error, not "no such revision"
         if not _REVISION.match(revision):
             raise ReportError(
                 f"{revision!r} is not a git revision (letters, digits and ._/~^-)", LIST_HINT
