@@ -277,3 +277,24 @@ def test_git_history_is_read_not_written(made: ReportProject, tmp_path: Path) ->
     assert (git(made.root, "rev-parse", "HEAD"), git(made.root, "status", "--porcelain")) == (
         head, status,
     )  # fmt: skip
+
+
+def test_an_entry_read_from_git_alone_is_the_entry_the_whole_lock_holds(
+    made: ReportProject,
+) -> None:
+    """History is read one entry at a time where the lock is laid out as sparkbuild writes
+    it: that entry must be the whole lock's, and a look-alike outside `builds:` or a layout
+    sparkbuild never writes must not be taken for it."""
+    from sparkbuild.report.sides import parse_entry, parse_lock
+
+    text = made.lock_path.read_text(encoding="utf-8")
+    whole = parse_lock(text, "images.lock")
+    for build in whole.builds:
+        entry, names = parse_entry(text, build, "images.lock")
+        assert entry == whole.entry(build)
+        assert sorted(names) == sorted(whole.builds)
+    build = next(iter(whole.builds))
+    decoy = f"aaa:\n  {build}:\n    image: null\n"  # sorts before `builds:`, as dumps sorts
+    assert parse_entry(decoy + text, build, "images.lock")[0] == whole.entry(build)
+    gapped = text.replace(f"  {build}:\n", f"  {build}:\n\n", 1)  # blank line: read it whole
+    assert parse_entry(gapped, build, "images.lock")[0] == whole.entry(build)

@@ -47,7 +47,9 @@ class LockHistory:
     lock_path: Path
     current: lockfile.LockFile
     _relative: str | None = None
-    _locks: dict[str, lockfile.LockFile] = field(default_factory=dict)
+    _entries: dict[tuple[str, str], tuple[lockfile.BuildEntry | None, list[str]]] = field(
+        default_factory=dict
+    )
     _texts: dict[str, str] = field(default_factory=dict)
     _log: list[str] | None = None
 
@@ -90,17 +92,19 @@ class LockHistory:
             self._texts[commit] = done.stdout.decode("utf-8", errors="replace")
         return self._texts[commit]
 
-    def lock_at(self, commit: str, revision: str) -> lockfile.LockFile:
-        if commit in self._locks:
-            return self._locks[commit]
-        text = self.text_at(commit)
-        if text is None:
-            raise ReportError(
-                f"{self.relative()} does not exist at {revision} ({commit[:12]})", LIST_HINT
-            )
-        lock = parse_lock(text, f"{self.relative()} at {revision}")
-        self._locks[commit] = lock
-        return lock
+    def entry_at(
+        self, commit: str, revision: str, build: str
+    ) -> tuple[lockfile.BuildEntry | None, list[str]]:
+        """``build``'s entry in the lock at ``commit``, and the builds that lock has."""
+        if (commit, build) not in self._entries:
+            text = self.text_at(commit)
+            if text is None:
+                raise ReportError(
+                    f"{self.relative()} does not exist at {revision} ({commit[:12]})", LIST_HINT
+                )
+            where = f"{self.relative()} at {revision}"
+            self._entries[commit, build] = parse_entry(text, build, where)
+        return self._entries[commit, build]
 
     def revisions(self) -> list[str]:
         """The commits that changed the lock, newest first (at most HISTORY_LIMIT)."""
@@ -111,17 +115,72 @@ class LockHistory:
 
     def find_image(self, build: str, image_id: str) -> tuple[str, lockfile.BuildEntry] | None:
         """The newest revision whose lock pins ``image_id`` for ``build``."""
+        pinned = f"  image_id: {image_id}\n"  # as sparkbuild writes it under `image:`
         for commit in self.revisions():
             text = self.text_at(commit)
             if text is None or image_id not in text:  # most revisions: no parse needed
                 continue
+            block = _block(text, build)
+            if block is not None and pinned not in _section(block, "image"):
+                continue  # the id is there, in an older image's records: not this revision
             try:
-                entry = self.lock_at(commit, commit[:12]).entry(build)
+                entry, _ = self.entry_at(commit, commit[:12], build)
             except ReportError:
                 continue  # a revision this sparkbuild cannot read is not the one
             if entry is not None and entry.image and entry.image.image_id == image_id:
                 return commit, entry
         return None
+
+
+# A lock sparkbuild wrote is canonical YAML (lockfile.dumps): its builds are the keys two
+# spaces in under `builds:`, each entry the lines indented further.
+_BUILD_KEY = re.compile(r"^  ([A-Za-z0-9._-]+):$", re.M)
+_NEXT_KEY = re.compile(r"(?:  )?[^ \n]")
+
+
+def parse_entry(text: str, build: str, where: str) -> tuple[lockfile.BuildEntry | None, list[str]]:
+    """``build``'s entry of a lock read from git, and the lock's build names. Only that
+    entry's lines are parsed when the text is laid out as sparkbuild writes it (a lock of
+    many builds and revisions is otherwise parsed whole for each); any other layout is
+    parsed whole. Either way the entry is held to this sparkbuild's schema."""
+    body = _block(text, build)
+    if body is not None:
+        try:
+            data, _ = yamlfile.parse_yaml(body.encode("utf-8"))
+            entry = lockfile.BuildEntry.model_validate(data)
+        except (BadYAMLError, ValidationError):
+            pass  # not as sparkbuild writes it after all: read it whole, for its errors
+        else:
+            return entry, _BUILD_KEY.findall(_builds_section(text) or "")
+    lock = parse_lock(text, where)
+    return lock.entry(build), list(lock.builds)
+
+
+def _builds_section(text: str) -> str | None:
+    """The lines under the top-level ``builds:`` key (none other holds build entries; a
+    hand-added top-level key may hold look-alikes)."""
+    found = re.search(r"^builds:\n((?:(?: .*)?\n)*)", text, re.M)
+    return found.group(1) if found else None
+
+
+def _block(text: str, build: str) -> str | None:
+    """``build``'s entry, dedented, when ``text`` is laid out as sparkbuild writes it."""
+    builds = _builds_section(text)
+    if builds is None:
+        return None
+    found = re.search(rf"^  {re.escape(build)}:\n((?:    .*\n)+)", builds, re.M)
+    if found is None:
+        return None
+    rest = builds[found.end() :]
+    if rest and not _NEXT_KEY.match(rest):
+        return None
+    return "\n".join(line[4:] for line in found.group(1).split("\n"))
+
+
+def _section(block: str, name: str) -> str:
+    """One top-level section of an entry's text (a quick look, before any parse)."""
+    found = re.search(rf"^{name}:\n((?:  .*\n)*)", block, re.M)
+    return found.group(1) if found else ""
 
 
 def parse_lock(text: str, where: str) -> lockfile.LockFile:
@@ -155,9 +214,14 @@ def previous_published(entry: lockfile.BuildEntry) -> str | None:
 
 
 def _entry(lock: lockfile.LockFile, build: str, where: str) -> lockfile.BuildEntry:
-    entry = lock.entry(build)
+    return _found(lock.entry(build), list(lock.builds), build, where)
+
+
+def _found(
+    entry: lockfile.BuildEntry | None, names: list[str], build: str, where: str
+) -> lockfile.BuildEntry:
     if entry is None:
-        known = ", ".join(sorted(lock.builds)) or "none"
+        known = ", ".join(sorted(names)) or "none"
         raise ReportError(
             f"build {build!r} is not in {where} (builds there: {known})",
             "name a build of that lock, or another revision (" + LIST_HINT + ")",
@@ -180,7 +244,8 @@ def resolve(given: str, history: LockHistory) -> Side:
         return _published(given, build, int(published.group(1) or 0), history)
     commit = history.commit_of(where)
     name = f"{history.relative()} at {where}" + ("" if where == commit else f" ({commit[:12]})")
-    return Side(given, build, name, _entry(history.lock_at(commit, where), build, name), commit)
+    entry, names = history.entry_at(commit, where, build)
+    return Side(given, build, name, _found(entry, names, build, name), commit)
 
 
 def _published(given: str, build: str, back: int, history: LockHistory) -> Side:
