@@ -236,3 +236,21 @@ def test_the_ghcr_namespace_is_the_lowercased_owner(tmp_path: Path) -> None:
     cache_refs = re.findall(r"\S*sparkbuild-cache:\{build\}", text)
     assert len(cache_refs) == 2, cache_refs
     assert all("$REGISTRY/sparkbuild-cache" in ref for ref in cache_refs), cache_refs
+
+
+def test_the_report_is_built_after_publish_and_served_by_pages() -> None:
+    job = _workflow("images.yml")["jobs"]["report"]
+    assert job["needs"] == ["plan", "smoke-publish"]
+    assert "!cancelled()" in job["if"] and "has-lock == 'true'" in job["if"]
+    assert job["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert job["environment"]["name"] == "github-pages"
+    steps = job["steps"]
+    assert steps[0]["with"]["fetch-depth"] == 0, "dates and previous images come from git"
+    uses = [s.get("uses", "").split("@")[0] for s in steps]
+    lock = uses.index("actions/download-artifact")
+    assert steps[lock]["with"]["name"] == "images-lock"
+    build = next(i for i, s in enumerate(steps) if "sparkbuild report" in s.get("run", ""))
+    out = steps[build]["run"].split("--out", 1)[1].split()[0]
+    upload = uses.index("actions/upload-pages-artifact")
+    assert lock < build < upload < uses.index("actions/deploy-pages")
+    assert steps[upload]["with"]["path"] == out
