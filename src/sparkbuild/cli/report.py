@@ -44,7 +44,7 @@ from sparkbuild.settings import Settings
     show_default=True,
     help="A verdict recorded longer ago than this is shown stale.",
 )
-@options.json(help="Print what was written (pages, matched bench runs) as JSON.")
+@options.json()
 @click.pass_obj
 def report(
     settings: Settings,

@@ -66,20 +66,10 @@ class CellFigures:
 
     @classmethod
     def from_result(cls, cell: CellResult) -> CellFigures:
-        return cls(
-            pp=cell.pp,
-            tg=cell.tg,
-            depth=cell.depth,
-            concurrency=cell.concurrency,
-            ttft_s=cell.ttft_s.median,
-            prefill_tps=cell.prefill_tps.median,
-            decode_request=cell.decode_tps_request.median,
-            decode_engine=cell.decode_tps_engine.median,
-            decode_total=cell.decode_tps_aggregate.median,
-            accept_len=cell.accept_len,
-            burst_runs=cell.burst_runs,
-            errors=cell.errors,
-        )
+        """A bench run's cell, through the lock's shape of it (its medians)."""
+        figures = cls.from_lock(lockfile.BenchCell.from_result(cell))
+        assert figures is not None  # a run's cell always has its shape
+        return figures
 
 
 def _float(value: float | None) -> float | None:
