@@ -114,3 +114,9 @@ def releases(session: nox.Session) -> None:
 def preflight(session: nox.Session) -> None:
     """The engine's own boot path on the CPU: `nox -s preflight -- [BUILD...] [--profile P]`."""
     _cli(session, "preflight")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """The HTML report of images.lock: `nox -s report -- [--out DIR] [--diff A B]`."""
+    _cli(session, "report")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a Debian/Ubuntu host for sparkbuild builds and tests, idempotently:
 #   - install what is missing: docker.io, qemu-user-static, binfmt-support, docker-registry,
-#     debootstrap, apache2-utils (htpasswd);
+#     debootstrap, apache2-utils (htpasswd), chromium and chromium-driver (the report's
+#     browser test);
 #   - start a Docker daemon when none answers;
 #   - on non-arm64 hosts, enable linux/arm64 emulation (binfmt_misc + qemu-aarch64).
 # As root it does all of this; as another user it prints the exact commands to run instead.
@@ -24,6 +25,8 @@ missing_packages() {
         "docker-registry:docker-registry"
         "debootstrap:debootstrap"
         "htpasswd:apache2-utils"
+        "chromium:chromium"
+        "chromedriver:chromium-driver"
     )
     if need_emulation; then
         pairs+=("qemu-aarch64-static:qemu-user-static" "update-binfmts:binfmt-support")
@@ -154,7 +157,8 @@ if [[ "$(id -u)" != 0 ]]; then
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
     say "this script supports Debian/Ubuntu (apt-get); install the equivalents of:" \
-        "docker.io qemu-user-static binfmt-support docker-registry debootstrap apache2-utils"
+        "docker.io qemu-user-static binfmt-support docker-registry debootstrap apache2-utils" \
+        "chromium chromium-driver"
     exit 1
 fi
 install_packages

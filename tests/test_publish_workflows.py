@@ -318,3 +318,21 @@ def test_smoke_and_publish_reads_the_pinned_image_and_profiles(tmp_path: Path) -
             refused.stderr.startswith(f"::error::{build}: ") and "Traceback" not in refused.stderr
         )
     assert "sparkbuild build unbuilt" in refusals["unbuilt"].stderr
+
+
+def test_the_report_is_built_after_publish_and_served_by_pages() -> None:
+    job = _workflow("images.yml")["jobs"]["report"]
+    assert job["needs"] == ["plan", "smoke-publish"]
+    assert "!cancelled()" in job["if"] and "has-lock == 'true'" in job["if"]
+    assert job["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    assert job["environment"]["name"] == "github-pages"
+    steps = job["steps"]
+    assert steps[0]["with"]["fetch-depth"] == 0, "dates and previous images come from git"
+    uses = [s.get("uses", "").split("@")[0] for s in steps]
+    lock = uses.index("actions/download-artifact")
+    assert steps[lock]["with"]["name"] == "images-lock"
+    build = next(i for i, s in enumerate(steps) if "sparkbuild report" in s.get("run", ""))
+    out = steps[build]["run"].split("--out", 1)[1].split()[0]
+    upload = uses.index("actions/upload-pages-artifact")
+    assert lock < build < upload < uses.index("actions/deploy-pages")
+    assert steps[upload]["with"]["path"] == out

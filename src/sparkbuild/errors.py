@@ -262,6 +262,11 @@ class BumpError(SparkbuildError):
     """``sparkbuild bump`` cannot carry a change, or cannot write the files it planned."""
 
 
+class ReportError(UsageError):
+    """``sparkbuild report`` cannot do what was asked: a ``BUILD@WHERE`` that names no lock
+    or build, or an output directory that holds something other than a report."""
+
+
 class UnknownPlaceholderError(ValueError):
     """A tag or repository template names a placeholder that does not exist. Internal: the
     image and publish stages turn it into a SpecError or UsageError naming the field."""

@@ -144,4 +144,5 @@ COMMAND_MODULES: dict[str, str] = {
     "releases": "bump",
     "preflight": "preflight",
     "profile": "profile",
+    "report": "report",
 }

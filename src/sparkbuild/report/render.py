@@ -1,0 +1,61 @@
+"""The Jinja2 environment the pages are rendered with: autoescaped, every value redacted.
+
+Everything a page prints from the lock, an engine or a bench report passes through
+:func:`_finalize` (Jinja's hook for every ``{{ value }}``): secrets are masked there with the
+redaction every other output uses, then autoescaping makes the text inert, so a build label
+or an engine's version string that holds markup is shown as text. Pages carry a Content
+Security Policy that allows no script at all, as a second wall.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from sparkbuild.bench.claims import METRICS
+from sparkbuild.bench.claims_report import figure_text, measured_text, ratio_text, unpublished
+from sparkbuild.bench.report import number
+from sparkbuild.redact import redact
+from sparkbuild.report import view
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, Markup):  # a macro's output, already escaped piece by piece
+        return value
+    if value is None:
+        return ""
+    return redact(value) if isinstance(value, str) else value
+
+
+def _number(value: float | None, digits: int | None = None) -> str:
+    return number(value, digits)
+
+
+def _delta(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f}%"
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("sparkbuild", "data/report"),
+        autoescape=True,
+        finalize=_finalize,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(short=view.short, num=_number, delta=_delta)
+    env.globals.update(
+        STAGES=view.STAGES,
+        METRICS=METRICS,
+        pr_link=view.pr_link,
+        commit_link=view.commit_link,
+        web_base=view.web_base,
+        figure_text=figure_text,
+        measured_text=measured_text,
+        ratio_text=ratio_text,
+        unpublished=unpublished,
+    )
+    return env

@@ -1,0 +1,285 @@
+"""``sparkbuild report``: the static site made from images.lock and the recorded bench runs.
+
+:func:`write_site` writes ``index.html`` (every build against every stage), a page per build
+(``builds/NAME.html``), a page per build against its previous published image
+(``diff/NAME--previous.html``) and ``report.json`` (what was written, for scripts); the
+whole directory is swapped in at the end, so a failed run leaves the previous report as it
+was. :func:`write_diff` writes one page comparing two ``BUILD@WHERE`` (see
+:mod:`sparkbuild.report.sides`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+
+from sparkbuild import lockfile
+from sparkbuild.errors import ReportError
+from sparkbuild.preflight.gate import preflight_verdicts
+from sparkbuild.publish.gate import smoke_verdicts
+from sparkbuild.report import dates, diff, render, runs, sides, view
+from sparkbuild.settings import Settings
+from sparkbuild.spec import Build, load_builds
+
+GENERATOR = "sparkbuild report"
+MANIFEST = "report.json"
+PageKind = Literal["index", "build", "previous", "diff"]
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    out: Path
+    bench_runs: tuple[Path, ...] = ()
+    stale_days: float = 30.0
+    now: datetime | None = None  # the report's clock (ages of records); default: now
+
+
+@dataclass(frozen=True)
+class Page:
+    kind: PageKind
+    path: str  # relative to the report's directory
+    build: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "build": self.build}
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    out: Path
+    pages: tuple[Page, ...]
+    builds: int = 0
+    bench_runs: runs.BenchRuns = field(default_factory=runs.BenchRuns)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def index(self) -> Path | None:
+        first = next((p for p in self.pages if p.kind in ("index", "diff")), None)
+        return self.out / first.path if first else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generator": GENERATOR,
+            "out": str(self.out),
+            "builds": self.builds,
+            "pages": [page.to_json() for page in self.pages],
+            "bench_runs": {
+                "matched": [
+                    {"file": str(m.run.path), "build": m.build, "image_id": m.image_id,
+                     "recorded": m.recorded, "claims": len(m.claims.rows) if m.claims else 0}
+                    for m in self.bench_runs.matched
+                ],
+                "unmatched": [{"file": str(p), "why": why} for p, why in self.bench_runs.unmatched],
+            },
+            "notes": list(self.notes),
+        }  # fmt: skip
+
+
+def _specs(settings: Settings) -> dict[str, Build]:
+    """The builds of ``builds/`` (their smoke profiles are what publish asks for); none
+    when the project has no ``builds/`` (a report made from a lock alone)."""
+    return load_builds(settings) if settings.builds_dir.is_dir() else {}
+
+
+def _gate(settings: Settings, spec: Build | None, entry: lockfile.BuildEntry) -> Any:
+    image_id = view.current_image(entry)
+    if spec is None or not image_id:
+        return None
+    return {
+        "smoke": smoke_verdicts(entry, spec, image_id),
+        "preflight": preflight_verdicts(settings, spec, image_id, entry),
+    }
+
+
+def _load_lock(settings: Settings) -> tuple[lockfile.LockFile, str]:
+    path = settings.lock_file
+    lock = lockfile.load(path)
+    if not lock.builds:
+        raise ReportError(
+            f"{path} has no builds to report on",
+            "pin them first: sparkbuild lock (then build, preflight, smoke and publish)",
+        )
+    return lock, path.read_text(encoding="utf-8")
+
+
+def _page_name(text: str) -> str:
+    """A file name for any ``BUILD@WHERE`` (build names are already safe)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "side"
+
+
+class _Writer:
+    """Renders pages into a staging directory."""
+
+    def __init__(self, staging: Path, common: dict[str, Any]) -> None:
+        self.staging = staging
+        self.env = render.environment()
+        self.common = common
+        self.pages: list[Page] = []
+
+    def write(self, written: Page, template: str, /, **values: Any) -> None:
+        root = "../" * written.path.count("/")
+        try:
+            text = self.env.get_template(template).render(**self.common, root=root, **values)
+        except jinja2.TemplateError as exc:  # a sparkbuild bug: shown as one, not a trace
+            raise RuntimeError(f"template {template}: {exc}") from exc
+        target = self.staging / written.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        self.pages.append(written)
+
+
+def _common(
+    lock_path: Path, now: datetime, runs_read: int = 0, index: bool = True
+) -> dict[str, Any]:
+    return {
+        "has_index": index,
+        "lock_name": lock_path.name,
+        "generated": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "runs_read": runs_read,
+    }
+
+
+def check_out_dir(out: Path) -> None:
+    """The report replaces ``out`` whole: only a previous report, or nothing, may be there."""
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file", "pass a directory for the report")
+    if out.is_dir() and any(out.iterdir()) and not _is_report(out):
+        raise ReportError(
+            f"--out {out} holds files that are not a sparkbuild report; the report replaces "
+            "its directory whole",
+            "pass an empty or new directory (default: .sparkbuild/report)",
+        )
+
+
+def _is_report(out: Path) -> bool:
+    try:
+        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("generator") == GENERATOR
+
+
+def _swap_in(staging: Path, out: Path) -> None:
+    """``staging`` becomes ``out``; a previous report there goes only once it has."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+    staging.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
+    now = options.now or datetime.now(UTC)
+    out = options.out.resolve()
+    check_out_dir(out)
+    lock, text = _load_lock(settings)
+    lock_dates = dates.lock_dates(settings.lock_file, text)
+    context = view.Context(lock_dates, now, options.stale_days, settings.project_dir)
+    specs = _specs(settings)
+    run_files, skipped = runs.read_runs(options.bench_runs)
+    claims = runs.project_claims(settings) if run_files else []
+    bench_runs = runs.match_runs(lock, run_files, claims)
+    bench_runs = runs.BenchRuns(bench_runs.matched, (*bench_runs.unmatched, *skipped))
+    notes = [lock_dates.note] if lock_dates.note else []
+    history = sides.LockHistory(settings.lock_file, lock)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        writer = _Writer(staging, _common(settings.lock_file, now, len(run_files)))
+        rows, previous = [], {}
+        for name, entry in lock.builds.items():
+            spec = specs.get(name)
+            profiles = spec.smoke_profiles if spec else ()
+            row = view.build_row(name, entry, profiles, context)
+            rows.append(row)
+            page_diff = _previous_diff(name, entry, history, context, now)
+            if page_diff is not None:
+                previous[name] = f"diff/{name}--previous.html"
+                writer.write(Page("previous", previous[name], name), "diff.html", diff=page_diff)
+            page = view.build_page(name, entry, row, bench_runs, context,
+                                   _gate(settings, spec, entry))  # fmt: skip
+            writer.write(Page("build", f"builds/{name}.html", name), "build.html", page=page,
+                        previous_page=previous.get(name))  # fmt: skip
+        writer.write(Page("index", "index.html"), "index.html", rows=rows, previous=previous,
+                    runs=bench_runs, notes=notes, stale_days=f"{options.stale_days:g}")  # fmt: skip
+        pages = [writer.pages[-1], *writer.pages[:-1]]  # the index first
+        result = ReportResult(out, tuple(pages), len(rows), bench_runs, tuple(notes))
+        (staging / MANIFEST).write_text(
+            json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        _swap_in(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return result
+
+
+def _previous_diff(
+    name: str,
+    entry: lockfile.BuildEntry,
+    history: sides.LockHistory,
+    context: view.Context,
+    now: datetime,
+) -> diff.Diff | None:
+    """The build as locked now against the newest published image that is not its own."""
+    image_id = sides.previous_published(entry)
+    if image_id is None:
+        return None
+    current = sides.Side(name, name, history.lock_path.name, entry)
+    back = sides.published_images(entry).index(image_id)
+    given = f"{name}@published" + (f"~{back}" if back else "")  # as --diff names it
+    before = sides.side_for_image(given, name, image_id, history)
+    return diff.diff_entries(before, current, _plain(context, now), context)
+
+
+def _plain(context: view.Context, now: datetime) -> view.Context:
+    """The context of a lock read from git: its dates are not this file's lines."""
+    return view.Context(dates.no_dates("from git"), now, context.stale_days, None)
+
+
+def write_diff(
+    settings: Settings, given: Sequence[str], out: Path, now: datetime | None = None
+) -> ReportResult:
+    """One page: ``BUILD@A`` against ``BUILD@B``, at ``out/diff/A--B.html``."""
+    now = now or datetime.now(UTC)
+    lock, text = _load_lock(settings)
+    history = sides.LockHistory(settings.lock_file, lock)
+    a, b = (sides.resolve(g, history) for g in given)
+    here = view.Context(dates.lock_dates(settings.lock_file, text), now, 30.0, settings.project_dir)
+
+    def context(side: sides.Side) -> view.Context:
+        return _plain(here, now) if side.commit or side.note else here
+
+    result = diff.diff_entries(a, b, context(a), context(b))
+    out = out.resolve()
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file", "pass a directory for the report")
+    page = Page("diff", f"diff/{_page_name(given[0])}--{_page_name(given[1])}.html", b.build)
+    staging = Path(tempfile.mkdtemp(prefix=".diff.", dir=_existing_parent(out)))
+    try:
+        writer = _Writer(staging, _common(settings.lock_file, now, index=False))
+        writer.write(page, "diff.html", diff=result)
+        target = out / page.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / page.path, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ReportResult(out, (page,), 2)
+
+
+def _existing_parent(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
