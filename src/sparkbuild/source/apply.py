@@ -12,7 +12,7 @@ from sparkbuild.source.items import ChangedFile, ItemResult, Status, distinct_pr
 from sparkbuild.source.mirror import Mirror, RemoteRefs
 from sparkbuild.source.patching import ScratchIndex
 from sparkbuild.source.pins import Pins
-from sparkbuild.source.resolve import fork_point, is_ancestor, squash_merge_of
+from sparkbuild.source.resolve import is_ancestor, pr_range_start, squash_merge_of
 from sparkbuild.spec import PR, Build, Patch, file_sha256
 from sparkbuild.validate import redact_url
 
@@ -24,6 +24,7 @@ class Applier:
         self.mirror = mirror
         self.build = build
         self.index = ScratchIndex(mirror.path, base_commit)
+        self.base_commit = base_commit
         self.commit = base_commit
         self.tree = self.index.write_tree()
         self.conflict_commit: str | None = None
@@ -91,7 +92,7 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
         return replace(
             item, status="upstream", head=head, detail=f"squash-merged upstream as {merged_as}"
         )
-    fork = fork_point(mirror, head, build.base_branch)
+    fork, on_branch = pr_range_start(mirror, head, build.base_branch, applier.base_commit)
     commits = tuple(
         git.text(["rev-list", "--reverse", f"{fork}..{head}"], git_dir=mirror.path).split()
     )
@@ -107,6 +108,11 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
             f"`sparkbuild lock {build.name}` to pin it again",
         )
     status, detail, files = applier.settle(diff, f"PR #{pr.number} ({head[:12]})")
+    if status == "applied" and on_branch:
+        detail += (
+            f"; its head is on {build.base_branch} after the build's commit, so its "
+            f"{len(commits)} commit(s) since {fork[:12]} were applied"
+        )
     return replace(
         item,
         status=status,
