@@ -24,6 +24,7 @@ from rich.table import Table
 from sparkbuild.bench.claims import METRICS, Figure, LoadedClaim, Setup
 from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
+from sparkbuild.console import show_table
 from sparkbuild.errors import UsageError
 
 Status = Literal["compared", "not comparable", "not reproduced"]
@@ -400,7 +401,7 @@ def render(result: ClaimsComparison, console: Console) -> None:
             measured_text(row), ratio_text(row), _differs(result, row),
             style=None if row.status == "compared" else "yellow",
         )  # fmt: skip
-    console.print(table)
+    show_table(console, table)
     for line in _notes(result):
         console.print(line, markup=False, highlight=False)
 

@@ -17,6 +17,7 @@ from rich.text import Text
 from sparkbuild import lockfile
 from sparkbuild.bench.results import BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
+from sparkbuild.console import show_table
 from sparkbuild.errors import UsageError
 
 
@@ -155,7 +156,7 @@ def render(report: BenchReport, console: Console) -> None:
         table.add_row(
             *row, Text(_bursts(cell)), Text(_errors(cell)), style="red" if flagged else None
         )
-    console.print(table)
+    show_table(console, table)
     for line in _flag_lines(report)[3:]:
         console.print(line, markup=False, highlight=False, style="yellow")
 
@@ -307,7 +308,7 @@ def render_compare(
     for row in rows:
         words = [str(row[k]) for k in ("pp", "tg", "depth", "concurrency")]
         table.add_row(*words, *(_delta_text(row[c.title], c) for c in TERMINAL_COLUMNS))
-    console.print(table)
+    show_table(console, table)
 
 
 def markdown_compare(rows: Sequence[dict[str, Any]], label_a: str, label_b: str) -> str:

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from sparkbuild import console, lockfile, requirements, source
 from sparkbuild.cli import emit_json, options, render_error
+from sparkbuild.console import Breakable
 from sparkbuild.errors import (
     BuildsFailedError,
     ItemsDoNotApplyError,
@@ -58,9 +59,9 @@ def _table(results: list[source.PreparedSource]) -> Table:
             table.add_row(
                 Text(prepared.build.name),
                 Text(item.kind),
-                Text(item.id),
+                Breakable(item.id),
                 Text(item.status, style=_STATUS_STYLE[item.status]),
-                Text(item.detail),
+                Breakable(item.detail),
             )
         if not prepared.items:
             table.add_row(Text(prepared.build.name), "", "(no PRs or patches)", "", "")
@@ -102,7 +103,7 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
             }
         )
     else:
-        console.out.print(_table(results))
+        console.show_table(console.out, _table(results))
         _print_requirement_conflicts(checked)
         for name, exc in failures:
             render_error(exc, build=name)
@@ -167,7 +168,7 @@ def prepare(
 
 def _explain_conflicts(prepared: source.PreparedSource, path: Path, *, table: bool) -> None:
     if table:
-        console.out.print(_table([prepared]))
+        console.show_table(console.out, _table([prepared]))
     for item in prepared.items:
         if item.status == "conflict":
             name = source.conflict_patch_name(item)
@@ -208,7 +209,7 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
         else:
             failed.append(prepared)
     if failed:
-        console.out.print(_table(failed))
+        console.show_table(console.out, _table(failed))
         names = ", ".join(p.build.name for p in failed)
         raise ItemsDoNotApplyError(
             f"not locked (conflict, missing or invalid items): {names}; their entries are "

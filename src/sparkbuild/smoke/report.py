@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import lockfile
+from sparkbuild.console import show_table
 from sparkbuild.smoke.runner import SmokeResult
 
 _STYLE = {"pass": "green", "fail": "red", "skip": "dim"}
@@ -51,7 +52,7 @@ def render(result: SmokeResult, console: Console) -> None:
             Text(_value(check.value)),
             Text(check.detail),
         )
-    console.print(table)
+    show_table(console, table)
     version = f"{result.engine} {result.engine_version}" if result.engine_version else result.engine
     console.print(Text(f"NaN signal ({version}): {result.nan_signal or '-'}", style="dim"))
     for diagnosis in result.diagnoses:
