@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.bench.results import BenchReport
-from sparkbuild.errors import PlotError
+from sparkbuild.errors import MissingExtraError, PlotError
 
 
 def require_matplotlib() -> Any:
@@ -20,7 +20,7 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")  # files only; never a window, works without a display
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise PlotError(
+        raise MissingExtraError(
             "--plot needs matplotlib, which is not installed",
             "pip install 'sparkbuild[plot]' (or pip install matplotlib), or drop --plot",
         ) from exc

@@ -194,7 +194,8 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
             found[name] = f"{left!s} vs {right!s}"
 
     note("engine build", _build_id(a), _build_id(b))
-    note("engine arguments", " ".join(a.engine.args), " ".join(b.engine.args))
+    if a.engine.args != b.engine.args:
+        found["engine arguments"] = argument_changes(a.engine.args, b.engine.args)
     note("engine environment", a.engine.env, b.engine.env)
     note("model", a.engine.model, b.engine.model)
     note("engine", a.engine.name, b.engine.name)
@@ -212,6 +213,48 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
     note("warm-up", a.sweep.warmup, b.sweep.warmup)
     note("host", a.host.summary, b.host.summary)
     return found
+
+
+def _arg_settings(args: Sequence[str]) -> dict[str, str]:
+    """Engine arguments as settings: ``--flag value`` pairs, bare flags, and the keys of a
+    JSON object value (``--speculative-config {...}``) each on their own."""
+    settings: dict[str, str] = {}
+    words = list(args)
+    position = 0
+    while position < len(words):
+        word = words[position]
+        position += 1
+        if not word.startswith("-"):
+            settings[f"argument {position}"] = word
+            continue
+        flag, equals, value = word.partition("=")
+        if not equals:
+            takes_value = position < len(words) and not words[position].startswith("--")
+            value = words[position] if takes_value else "on"
+            position += int(takes_value)
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and parsed:
+            for key, item in parsed.items():
+                name = key if key not in settings else f"{flag}.{key}"
+                settings[name] = json.dumps(item) if not isinstance(item, str) else item
+        else:
+            settings[flag] = value
+    return settings
+
+
+def argument_changes(a: Sequence[str], b: Sequence[str]) -> str:
+    """What changed between two engine argument lists, setting by setting:
+    ``num_speculative_tokens 3 → 1``, not both full command lines."""
+    left, right = _arg_settings(a), _arg_settings(b)
+    changes = [
+        f"{name} {left.get(name, '(unset)')} → {right.get(name, '(unset)')}"
+        for name in dict.fromkeys([*left, *right])
+        if left.get(name) != right.get(name)
+    ]
+    return "; ".join(changes) or "the same settings in another order"
 
 
 def _build_id(report: BenchReport) -> str:

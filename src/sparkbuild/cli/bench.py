@@ -235,7 +235,10 @@ class BenchOutputs:
     help="Write a PNG of decode tok/s against concurrency (needs sparkbuild[plot]).",
 )
 @options.record(help="Store a summary in images.lock under BUILD's image id (section bench).")
-@options.boot_timeout()
+@options.boot_timeout(
+    help="Wait this long for the engine to be ready before the sweep "
+    "[default: the profile's expect.boot_timeout_s]."
+)
 @options.request_timeout(
     default=STREAM_TIMEOUT_S, show_default=True, help="Give up on a stream after this long."
 )

@@ -105,7 +105,8 @@ class TargetChoice:
         if len(given) != 1:
             raise UsageError(
                 "give exactly one of --image, --command, --url",
-                f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
+                f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12-sm121-TREE12 "
+                "--profile qwen3.6-27b-fp8-nextn-sglang",
             )
         if self.gpus is not None and self.image is None:
             raise UsageError("--gpus only applies to --image")

@@ -122,6 +122,7 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
         commits=commits,
         diff_sha256=digest,
         diff=diff,
+        before_commit=applier.commit if status == "conflict" else None,
     )
 
 
@@ -156,7 +157,8 @@ def settle_patch(applier: Applier, patch: Patch) -> ItemResult:
             "if the patch was changed on purpose, update `sha256:` in the spec",
         )
     status, detail, files = applier.settle(diff, f"patch {patch.file}")
-    return replace(item, status=status, detail=detail, files=files, diff=diff)
+    before = applier.commit if status == "conflict" else None
+    return replace(item, status=status, detail=detail, files=files, diff=diff, before_commit=before)
 
 
 def note_overlay_scope(build: Build, item: ItemResult) -> ItemResult:

@@ -35,6 +35,8 @@ class ItemResult:
     sha256: str | None = None
     # the diff itself, kept for conflict hand-off; not serialised
     diff: bytes = field(default=b"", repr=False, compare=False)
+    # a conflict's: the scratch commit it failed on (earlier conflicts left out); not serialised
+    before_commit: str | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
