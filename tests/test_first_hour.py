@@ -73,3 +73,52 @@ def test_the_usage_hint_names_a_profile_that_exists(run_cli: RunCli, command: st
 
 def test_the_group_help_says_global_options_may_follow_the_command() -> None:
     assert "may also follow the command" in (main.help or "")
+
+
+def test_bench_refuses_a_sweep_that_cannot_fit_before_any_boot(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """cpu-reference serves 1024 tokens; a 4096-token prompt is refused before the boot
+    (the command would fail at once: it is never started)."""
+    never = tmp_path / "never-started"
+    result = run_cli(
+        "--project", str(ROOT), "bench", "--command", f"touch {never}", "--profile",
+        "cpu-reference", "--model", str(tmp_path), "--pp", "4096", "--concurrency", "1",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "no cell fits the profile's --max-model-len 1024 tokens" in result.stderr
+    assert not never.exists()
+
+
+def test_bench_leaves_out_the_cells_that_cannot_fit_and_says_so(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "--project", str(ROOT), "bench", "--command", "false", "--profile", "cpu-reference",
+        "--model", str(tmp_path), "--pp", "512,2048", "--tg", "128", "--concurrency", "1,2",
+        "--boot-timeout", "30",
+    )  # fmt: skip
+    warning = (
+        "warning: 2 cell(s) need more than the profile's --max-model-len 1024 tokens "
+        "(depth+pp+tg) and are left out: pp=2048 tg=128 depth=0 c=1; pp=2048 tg=128 depth=0 c=2"
+    )
+    assert warning in " ".join(result.stderr.split())
+    assert result.exit_code == 1  # then `false` exits at boot: the sweep itself went ahead
+    assert "exited with status 1" in result.stderr
+
+
+def test_the_max_length_flag_is_read_in_each_form() -> None:
+    from sparkbuild.bench.sweep import Sweep, fit_to_length
+    from sparkbuild.engines.adapters import adapter_for
+
+    vllm, sglang = adapter_for("vllm"), adapter_for("sglang")
+    assert vllm.declared_max_len(["--dtype", "bf16", "--max-model-len", "1024"]) == 1024
+    assert vllm.declared_max_len(["--max-model-len=8k"]) == 8000
+    assert vllm.declared_max_len(["--max-model-len", "2K"]) == 2048
+    assert sglang.declared_max_len(["--context-length", "32768"]) == 32768
+    assert sglang.declared_max_len(["--max-model-len", "1024"]) is None
+    sweep = Sweep(pp=[512, 2048], tg=[128], concurrency=[1])
+    fitted, dropped = fit_to_length(sweep, 1024, "x")
+    assert [k.pp for k in fitted.cells()] == [512] and [k.pp for k in dropped] == [2048]
+    assert fitted.max_len == 1024 and fitted.cell_count == 1
+    assert fit_to_length(sweep, None, "x") == (sweep, [])

@@ -18,13 +18,13 @@ import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import httpx
 import requests
 
-from sparkbuild import __version__
+from sparkbuild import __version__, console
 from sparkbuild.bench import HARNESS_VERSION
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
 from sparkbuild.bench.engine_timing import TimingSnapshot, engine_delta, snapshot_timing
@@ -46,7 +46,7 @@ from sparkbuild.bench.results import (
     run_figures,
     run_flags,
 )
-from sparkbuild.bench.sweep import CellKey, Sweep
+from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warning
 from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
@@ -57,7 +57,6 @@ from sparkbuild.errors import (
     EngineGoneError,
     EngineHTTPError,
     SparkbuildError,
-    UsageError,
 )
 
 #: The engine's own count of generated tokens (all requests), per engine.
@@ -260,19 +259,15 @@ class Sweeper:
             "max_tokens": tokens,
         }
 
-    def check_fits(self, engine: _Engine) -> None:
+    def fit(self, engine: _Engine) -> None:
+        """Leave out the cells longer than the engine serves (warned); refuse when none fit.
+        The profile's own limit was applied before the boot (``fit_plan``)."""
+        whose = "the engine's max_model_len"
         limit = engine.max_model_len
-        if limit is None:
-            return
-        too_long = [k for k in self.plan.sweep.cells() if k.prompt_tokens + k.tg > limit]
-        if too_long:
-            worst = max(too_long, key=lambda k: k.prompt_tokens + k.tg)
-            raise UsageError(
-                f"{len(too_long)} cells need more than the engine's max_model_len {limit} "
-                f"tokens (e.g. {worst.label()}: depth+pp+tg = "
-                f"{worst.prompt_tokens + worst.tg})",
-                "lower --pp/--depth/--tg or serve with a larger --max-model-len",
-            )
+        fitted, dropped = fit_to_length(self.plan.sweep, limit, whose)
+        if dropped and limit is not None:
+            console.warn(left_out_warning(dropped, limit, whose))
+            self.plan = replace(self.plan, sweep=fitted)
 
     async def sweep(self, engine: _Engine, factory: PromptFactory) -> None:
         sweep = self.plan.sweep
@@ -280,8 +275,9 @@ class Sweeper:
             self.progress.phase("warm-up request")
             warm = await factory.prompts(32, [self._next_indices(1)[0]])
             await stream_many(engine.client, [self._body(engine, warm[0], WARMUP_TOKENS)])
+        total = sweep.cell_count
         for index, key in enumerate(sweep.cells()):
-            self.progress.cell(index, sweep.cell_count, key)
+            self.progress.cell(index, total, key)
             self.cells.append(await self.cell(engine, factory, key))
             self.progress.cell_done(self.cells[-1])
 
@@ -430,6 +426,18 @@ def _boot(target: Target, adapter: EngineAdapter, plan: BenchPlan, progress: Pro
     raise EngineBootError(f"the engine {why} before the benchmark could start", hint)
 
 
+def fit_plan(plan: BenchPlan, adapter: EngineAdapter) -> BenchPlan:
+    """The plan without the cells longer than the profile's own max length (its
+    ``--max-model-len``/``--context-length``): known before the boot, so a sweep that cannot
+    fit is refused in a second, not after the engine booted."""
+    whose = f"the profile's {adapter.max_len_flag}"
+    limit = adapter.declared_max_len(plan.args)
+    fitted, dropped = fit_to_length(plan.sweep, limit, whose)
+    if dropped and limit is not None:
+        console.warn(left_out_warning(dropped, limit, whose))
+    return replace(plan, sweep=fitted)
+
+
 def run_bench(
     target: Target,
     adapter: EngineAdapter,
@@ -465,7 +473,7 @@ def run_bench(
                     env=dict(plan.env),
                     max_model_len=engine.max_model_len,
                 )
-                sweeper.check_fits(engine)
+                sweeper.fit(engine)
                 progress.phase(f"calibrating prompts with the engine's tokenizer ({adapter.name})")
                 factory = PromptFactory(engine.count_tokens, sweep.seed)
                 await factory.prepare()
@@ -485,6 +493,7 @@ def run_bench(
 
         engine_info, prompt_info, report_error = asyncio.run(main())
     done = {c.key for c in sweeper.cells}
+    sweep = sweeper.plan.sweep  # less the cells longer than the engine serves
     return BenchReport(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         label=plan.label,

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sparkbuild.errors import UsageError
+
 #: The most requests one cell may open at once; beyond that a client machine, not the engine,
 #: is what gets measured.
 MAX_CONCURRENCY = 1024
@@ -61,15 +63,53 @@ class Sweep(BaseModel):
     runs: int = Field(default=3, ge=1)
     seed: int = 0
     warmup: bool = True
+    #: Cells whose depth+pp+tg exceed this were left out: longer than the engine serves.
+    max_len: int | None = None
 
-    def cells(self) -> Iterator[CellKey]:
-        """Cells in run order: concurrency innermost, so one configuration's curve is
-        measured back to back."""
+    def grid(self) -> Iterator[CellKey]:
+        """Every cell of the grid, in run order: concurrency innermost, so one
+        configuration's curve is measured back to back."""
         for pp, tg, depth, concurrency in itertools.product(
             self.pp, self.tg, self.depth, self.concurrency
         ):
             yield CellKey(pp, tg, depth, concurrency)
 
+    def cells(self) -> Iterator[CellKey]:
+        """The cells measured: the grid's, less those longer than ``max_len``."""
+        return (key for key in self.grid() if self.fits(key, self.max_len))
+
+    @staticmethod
+    def fits(key: CellKey, limit: int | None) -> bool:
+        return limit is None or key.prompt_tokens + key.tg <= limit
+
     @property
     def cell_count(self) -> int:
-        return len(self.pp) * len(self.tg) * len(self.depth) * len(self.concurrency)
+        return sum(1 for _ in self.cells())
+
+
+def fit_to_length(sweep: Sweep, limit: int | None, whose: str) -> tuple[Sweep, list[CellKey]]:
+    """``sweep`` without the cells longer than ``limit`` (``whose`` names where the limit
+    comes from), and the cells left out; a UsageError when no cell fits."""
+    if limit is None:
+        return sweep, []
+    dropped = [key for key in sweep.cells() if not Sweep.fits(key, limit)]
+    if not dropped:
+        return sweep, []
+    if len(dropped) == sweep.cell_count:
+        shortest = min(dropped, key=lambda k: k.prompt_tokens + k.tg)
+        raise UsageError(
+            f"no cell fits {whose} {limit} tokens (the shortest, {shortest.label()}, needs "
+            f"depth+pp+tg = {shortest.prompt_tokens + shortest.tg})",
+            "lower --pp/--depth/--tg, or serve with a larger max model length",
+        )
+    capped = limit if sweep.max_len is None else min(limit, sweep.max_len)
+    return sweep.model_copy(update={"max_len": capped}), dropped
+
+
+def left_out_warning(dropped: list[CellKey], limit: int, whose: str) -> str:
+    shown = "; ".join(key.label() for key in dropped[:4])
+    more = f" and {len(dropped) - 4} more" if len(dropped) > 4 else ""
+    return (
+        f"{len(dropped)} cell(s) need more than {whose} {limit} tokens (depth+pp+tg) and are "
+        f"left out: {shown}{more}"
+    )

@@ -28,6 +28,7 @@ from sparkbuild.bench.runner import (
     BenchPlan,
     SilentProgress,
     SweepSettings,
+    fit_plan,
     run_bench,
 )
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
@@ -335,7 +336,7 @@ def _run(
         target, adapter, plan = _at_url(launch, measure)
     with stop_on_signals():
         if console.interactive():
-            with CellProgress(measure.sweep.cell_count) as progress:
+            with CellProgress(plan.sweep.cell_count) as progress:
                 report = run_bench(target, adapter, plan, progress)
         else:
             report = run_bench(target, adapter, plan, SilentProgress())
@@ -379,8 +380,6 @@ def _with_profile(
         raise UsageError(f"--engine {launch.engine} contradicts profile {name} ({profile.engine})")
     adapter = adapter_for(profile.engine)
     choice = launch.choice
-    logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
-    target = make_target(choice, profile, adapter, logs, stage="bench")
     plan = BenchPlan(
         sweep=measure.sweep,
         label=measure.label or f"{name} · {choice.image or choice.kind('bench')}",
@@ -392,6 +391,9 @@ def _with_profile(
         boot_timeout_s=launch.boot_timeout_s or profile.expect.boot_timeout_s,
         request_timeout_s=_request_timeout_s(launch),
     )
+    plan = fit_plan(plan, adapter)  # before the boot: a sweep that cannot fit stops here
+    logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    target = make_target(choice, profile, adapter, logs, stage="bench")
     return target, adapter, plan
 
 

@@ -147,6 +147,17 @@ def last_float(pattern: re.Pattern[str], lines: Sequence[str]) -> float | None:
     return None
 
 
+def _token_count(text: str) -> int | None:
+    """``1024``, ``8k``, ``1M`` (the engines take k/m suffixes, powers of 1000 and 1024
+    alike are common; vLLM reads ``k`` as 1000 and ``K`` as 1024)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", text)
+    if not match:
+        return None
+    number, unit = float(match.group(1)), match.group(2)
+    scale = {"": 1, "k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}[unit]
+    return int(number * scale)
+
+
 class EngineAdapter(ABC):
     """One engine's launch flags, endpoints, counters and log formats."""
 
@@ -166,6 +177,8 @@ class EngineAdapter(ABC):
     )
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
+    #: The launch flag that caps prompt plus generated tokens per request.
+    max_len_flag: ClassVar[str]
 
     def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
         self.request_timeout_s = request_timeout_s
@@ -174,6 +187,18 @@ class EngineAdapter(ABC):
     def nan_switch(self) -> versions.NanSwitch:
         """The NaN detection this engine version reads (environment and flags to add)."""
         return versions.UNKNOWN_VERSION
+
+    def declared_max_len(self, args: Sequence[str]) -> int | None:
+        """The longest request (prompt plus generated tokens) ``args`` allow, when they set
+        it (``--max-model-len 1024``, ``--context-length=8k``); None when they do not."""
+        value: str | None = None
+        for position, word in enumerate(args):
+            flag, equals, given = word.partition("=")
+            if flag == self.max_len_flag:
+                value = (
+                    given if equals else (args[position + 1] if position + 1 < len(args) else None)
+                )
+        return _token_count(value) if value is not None else None
 
     def ignored_variables(self, env: Mapping[str, str]) -> list[str]:
         """Variables in ``env`` that this engine version is known not to read."""
