@@ -4,6 +4,7 @@ matters and names things that exist."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -122,3 +123,86 @@ def test_the_max_length_flag_is_read_in_each_form() -> None:
     assert [k.pp for k in fitted.cells()] == [512] and [k.pp for k in dropped] == [2048]
     assert fitted.max_len == 1024 and fitted.cell_count == 1
     assert fit_to_length(sweep, None, "x") == (sweep, [])
+
+
+def _in_a_terminal(*args: str, cwd: Path, seconds: float = 120) -> str:
+    """The sparkbuild console script run in a real pseudo-terminal: what a person sees."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import time
+
+    from tests.support.cli import installed_entry_point
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm"}
+    process = subprocess.Popen(
+        [installed_entry_point(), *args],
+        cwd=cwd, stdin=follower, stdout=follower, stderr=follower, env=env,
+    )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif process.poll() is not None:
+            break
+    process.wait(timeout=30)
+    os.close(leader)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))  # no colours
+
+
+# An engine that logs a line and never becomes ready: the boot wait runs to its timeout.
+SLOW_ENGINE = (
+    "python3 -c \"print('loading the tiny weights', flush=True); import time; time.sleep(60)\""
+)
+
+
+def test_in_a_terminal_the_boot_wait_shows_its_seconds_and_the_last_log_line(
+    tmp_path: Path,
+) -> None:
+    shown = _in_a_terminal(
+        "--project", str(ROOT), "smoke", "--command", SLOW_ENGINE, "--profile",
+        "cpu-reference", "--model", str(tmp_path), "--boot-timeout", "4",
+        "--log", str(tmp_path / "engine.log"), cwd=tmp_path,
+    )  # fmt: skip
+    assert "waiting for vllm to boot" in shown
+    assert "loading the tiny weights" in shown  # the engine's last line, live
+    assert re.search(r"waiting for vllm to boot[^\n\r]* · [1-4] s · loading the tiny", shown)
+    assert "smoke FAIL" in shown
+
+
+def test_quiet_silences_the_live_line(tmp_path: Path) -> None:
+    shown = _in_a_terminal(
+        "--project", str(ROOT), "smoke", "--quiet", "--command", SLOW_ENGINE, "--profile",
+        "cpu-reference", "--model", str(tmp_path), "--boot-timeout", "3",
+        "--log", str(tmp_path / "engine.log"), cwd=tmp_path,
+    )  # fmt: skip
+    assert "smoke FAIL" in shown
+    assert "waiting for vllm" not in shown and " · 1 s" not in shown
+
+
+def test_a_plot_says_which_cells_it_left_out(run_cli: RunCli, tmp_path: Path) -> None:
+    path = _report(tmp_path)
+    data = json.loads(path.read_text())
+    cell = data["cells"][1]  # c=2: every run's tokens arrived in one burst
+    cell["decode_tps_aggregate"] = {"median": None, "min": None, "max": None, "n": 0}
+    cell["burst_runs"] = len(cell["runs"])
+    bursty = path.with_name("bursty.json")
+    bursty.write_text(json.dumps(data))
+    plot = tmp_path / "decode.png"
+    result = run_cli("bench", "compare", str(path), str(bursty), "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    assert plot.stat().st_size > 0
+    warning = " ".join(result.stderr.split())
+    assert f"warning: {plot} leaves out 1 cell(s):" in warning
+    assert "pp=32 tg=16 depth=0 c=2: only burst runs (no client decode rate)" in warning

@@ -11,6 +11,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderResult
 from rich.measure import Measurement
+from rich.status import Status
 from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
@@ -69,6 +70,41 @@ def info(message: str) -> None:
 def warn(message: str) -> None:
     """Warnings are shown even with --quiet: they change what the user should believe."""
     err.print(f"warning: {redact_url(message)}", style="yellow", markup=False)
+
+
+class Activity:
+    """What a long step is doing. In a terminal one live line (a spinner) that each stage
+    and detail updates in place; without one, one plain line per stage (details, such as
+    the seconds waited, would flood a CI log); nothing with --quiet."""
+
+    def __init__(self, live: Status | None) -> None:
+        self._live = live
+        self._stage = ""
+
+    def stage(self, message: str) -> None:
+        self._stage = message
+        if self._live is not None:
+            self._live.update(Text(redact_url(message)))
+        else:
+            info(message)
+
+    def detail(self, message: str) -> None:
+        if self._live is not None:
+            self._live.update(Text(redact_url(f"{self._stage} · {message}")))
+
+
+@contextmanager
+def activity(message: str) -> Iterator[Activity]:
+    """An :class:`Activity` starting at its first stage ``message``."""
+    if interactive():
+        with err.status(Text(redact_url(message))) as live:
+            current = Activity(live)
+            current.stage(message)
+            yield current
+    else:
+        current = Activity(None)
+        current.stage(message)
+        yield current
 
 
 @contextmanager

@@ -50,7 +50,7 @@ from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warni
 from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
-from sparkbuild.engines.targets import ContainerTarget, Target, probe, wait_ready
+from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
 from sparkbuild.errors import (
     CalibrationError,
     EngineBootError,
@@ -79,6 +79,8 @@ class Progress(Protocol):
 
     def cell_done(self, result: CellResult) -> None: ...
 
+    def waiting(self, detail: str) -> None: ...
+
 
 class SilentProgress:
     def phase(self, message: str) -> None:
@@ -92,6 +94,19 @@ class SilentProgress:
 
     def cell_done(self, result: CellResult) -> None:
         return None
+
+    def waiting(self, detail: str) -> None:
+        return None
+
+
+class PlainProgress(SilentProgress):
+    """Without a terminal (a CI log): one line per stage and per cell, nothing live."""
+
+    def phase(self, message: str) -> None:
+        console.info(message)
+
+    def cell(self, index: int, total: int, key: CellKey) -> None:
+        console.info(f"cell {index + 1}/{total}: {key.label()}")
 
 
 @dataclass(frozen=True)
@@ -410,7 +425,12 @@ def _boot(target: Target, adapter: EngineAdapter, plan: BenchPlan, progress: Pro
     if not target.owns_engine:
         return 0.0
     progress.phase(f"waiting for {adapter.name} to boot (up to {plan.boot_timeout_s:g} s)")
-    readiness = wait_ready(target, adapter, plan.boot_timeout_s)
+    readiness = wait_ready(
+        target,
+        adapter,
+        plan.boot_timeout_s,
+        waiting=lambda seconds, line: progress.waiting(boot_detail(seconds, line)),
+    )
     if readiness.ready:
         return readiness.seconds
     lines = target.logs.since(0) if target.logs is not None else []

@@ -26,7 +26,7 @@ from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import (
     STREAM_TIMEOUT_S,
     BenchPlan,
-    SilentProgress,
+    PlainProgress,
     SweepSettings,
     fit_plan,
     run_bench,
@@ -80,6 +80,7 @@ class CellProgress:
         )
         self._task = self._bar.add_task("starting", total=total, remaining=total)
         self._key: CellKey | None = None
+        self._phase = ""
 
     def __enter__(self) -> CellProgress:
         self._bar.start()
@@ -94,7 +95,11 @@ class CellProgress:
         self._bar.stop()
 
     def phase(self, message: str) -> None:
+        self._phase = message
         self._bar.update(self._task, description=message)
+
+    def waiting(self, detail: str) -> None:
+        self._bar.update(self._task, description=f"{self._phase} · {detail}")
 
     def cell(self, index: int, total: int, key: CellKey) -> None:
         self._key = key
@@ -107,6 +112,12 @@ class CellProgress:
     def cell_done(self, result: CellResult) -> None:
         done = self._bar.tasks[0].completed + 1
         self._bar.update(self._task, advance=1, remaining=self.total - int(done))
+
+
+def warn_left_out(left_out: list[str], path: Path) -> None:
+    """A plot says what it could not draw (a series with only burst runs has no line)."""
+    if left_out:
+        console.warn(f"{path} leaves out {len(left_out)} cell(s): " + "; ".join(left_out))
 
 
 def _detect_engine(url: str) -> str:
@@ -160,7 +171,7 @@ class BenchOutputs:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
             self.csv_path.write_text(llama_benchy.to_csv(report), encoding="utf-8")
         if self.plot_path and report.cells:
-            plot_decode([report], self.plot_path)
+            warn_left_out(plot_decode([report], self.plot_path), self.plot_path)
 
 
 @click.group("bench", invoke_without_command=True)
@@ -339,7 +350,7 @@ def _run(
             with CellProgress(plan.sweep.cell_count) as progress:
                 report = run_bench(target, adapter, plan, progress)
         else:
-            report = run_bench(target, adapter, plan, SilentProgress())
+            report = run_bench(target, adapter, plan, PlainProgress())
     outputs.write(report)
     if outputs.json_path != "-":
         bench_report.render(report, console.out)
@@ -494,8 +505,8 @@ def compare(
     if markdown_path:
         markdown_path.write_text(bench_report.markdown_compare(rows, label_a, label_b))
     if plot_path:
-        plot_decode([a.model_copy(update={"label": label_a}),
-                     b.model_copy(update={"label": label_b})], plot_path)  # fmt: skip
+        both = [a.model_copy(update={"label": label_a}), b.model_copy(update={"label": label_b})]
+        warn_left_out(plot_decode(both, plot_path), plot_path)
     if json_path != "-":
         bench_report.render_compare(rows, label_a, label_b, console.out)
 

@@ -69,8 +69,8 @@ def smoke(
     json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
     name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
-    with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
-        result = run_smoke(target, adapter, profile, name, progress=console.info)
+    with stop_on_signals(), console.activity(f"smoke {name}: starting {target.kind}") as now:
+        result = run_smoke(target, adapter, profile, name, progress=now.stage, waiting=now.detail)
     _report(settings, result, name, outputs)
 
 

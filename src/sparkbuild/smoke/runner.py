@@ -15,7 +15,7 @@ from sparkbuild.engines.launch import LaunchSettings, settled_counters
 from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
 from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.signatures import Diagnosis, diagnose
-from sparkbuild.engines.targets import Readiness, Target, wait_ready
+from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
 from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke import checks
 
@@ -186,8 +186,11 @@ def run_smoke(
     profile_name: str,
     *,
     progress: Callable[[str], None] = lambda _message: None,
+    waiting: Callable[[str], None] = lambda _detail: None,
 ) -> SmokeResult:
-    """Run every check against ``target``; the target is started and always stopped here."""
+    """Run every check against ``target``; the target is started and always stopped here.
+    ``progress`` hears each stage (boot, each request), ``waiting`` the boot wait's live
+    detail (seconds waited, the engine's last log line)."""
     began = time.monotonic()
     expect = profile.expect
     with target:
@@ -197,7 +200,12 @@ def run_smoke(
                 f"waiting for {adapter.name} to boot (up to {expect.boot_timeout_s:g} s; "
                 f"{total_bound_s(profile, len(profile_prompts(profile))):g} s in all at most)"
             )
-            readiness = wait_ready(target, adapter, expect.boot_timeout_s)
+            readiness = wait_ready(
+                target,
+                adapter,
+                expect.boot_timeout_s,
+                waiting=lambda seconds, line: waiting(boot_detail(seconds, line)),
+            )
         if readiness is not None and not readiness.ready:
             return _boot_failure(target, adapter, profile, profile_name, readiness, began)
         run_from = target.logs.count if target.logs is not None else 0
