@@ -47,7 +47,13 @@ from sparkbuild.bench.results import (
     run_flags,
 )
 from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warning
-from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
+from sparkbuild.engines.adapters import (
+    VERSION_PATHS,
+    Counters,
+    EngineAdapter,
+    first_model,
+    reported_version,
+)
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
@@ -187,16 +193,14 @@ class _Engine:
             self.calibration = "usage"
 
     async def _version(self) -> str | None:
-        for path in ("/version", "/get_server_info", "/server_info"):
+        for path in VERSION_PATHS:
             try:
                 response = await self.client.get(path)
-                if response.status_code == 200:
-                    payload = response.json()
-                    value = payload.get("version") if isinstance(payload, dict) else None
-                    if value:
-                        return str(value)
-            except (httpx.HTTPError, ValueError, AttributeError):
+                value = reported_version(response.json()) if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
                 continue
+            if value:
+                return value
         return None
 
     async def _tokenize(self, text: str) -> int | None:

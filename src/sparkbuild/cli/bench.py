@@ -35,10 +35,11 @@ from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_li
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
 from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, first_model
-from sparkbuild.engines.launch import LaunchSettings, make_target
+from sparkbuild.engines.launch import LaunchSettings, make_target, where_to_look
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
 from sparkbuild.errors import (
+    EngineHTTPError,
     EngineUnreachableError,
     NothingToCompareError,
     SweepIncompleteError,
@@ -346,11 +347,16 @@ def _run(
     else:
         target, adapter, plan = _at_url(launch, measure)
     with stop_on_signals():
-        if console.interactive():
-            with CellProgress(plan.sweep.cell_count) as progress:
-                report = run_bench(target, adapter, plan, progress)
-        else:
-            report = run_bench(target, adapter, plan, PlainProgress())
+        try:
+            if console.interactive():
+                with CellProgress(plan.sweep.cell_count) as progress:
+                    report = run_bench(target, adapter, plan, progress)
+            else:
+                report = run_bench(target, adapter, plan, PlainProgress())
+        except EngineHTTPError as exc:  # the next place to look depends on who runs it
+            log = target.logs.path if target.logs is not None else None
+            exc.hint = where_to_look(target.kind, log)
+            raise
     outputs.write(report)
     if outputs.json_path != "-":
         bench_report.render(report, console.out)

@@ -200,3 +200,14 @@ def settled_counters(
             return current
         previous = current
     return previous
+
+
+def where_to_look(kind: str, log: str | Path | None) -> str:
+    """Where the rest of an engine failure is, for the target kind that ran it: a URL's
+    engine was started by someone else, a command's and a container's log is kept."""
+    if kind == "url":
+        return (
+            "check that the URL points at a running engine of the profile's kind, and its own log"
+        )
+    what = "the container's log" if kind == "image" else "the engine's log"
+    return f"{what} is at {log}" if log else f"see {what}"

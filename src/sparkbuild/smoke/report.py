@@ -60,7 +60,8 @@ def render(result: SmokeResult, console: Console) -> None:
             Text.assemble(("diagnosis ", "bold yellow"), f"[{diagnosis.id}] ", diagnosis.diagnosis)
         )
         console.print(Text.assemble(("remedy    ", "bold yellow"), diagnosis.remedy))
-        console.print(Text(f"  log: {diagnosis.line[:200]}", style="dim"))
+        source = {"log": "log", "http": "HTTP error", "check": "check"}[diagnosis.source]
+        console.print(Text(f"  {source}: {diagnosis.line[:200]}", style="dim"))
     log_matters = any(
         c.status == "fail" and c.name in ("boot", "errors", "nan") for c in result.checks
     )

@@ -158,6 +158,16 @@ def _token_count(text: str) -> int | None:
     return int(number * scale)
 
 
+#: Where vLLM and SGLang report their version (each answers at least one).
+VERSION_PATHS = ("/version", "/get_server_info", "/server_info")
+
+
+def reported_version(payload: Any) -> str | None:
+    """The ``version`` of a version endpoint's JSON, if it has one."""
+    value = payload.get("version") if isinstance(payload, dict) else None
+    return str(value) if value else None
+
+
 class EngineAdapter(ABC):
     """One engine's launch flags, endpoints, counters and log formats."""
 
@@ -247,6 +257,19 @@ class EngineAdapter(ABC):
     def acceptance_from_log(self, lines: Sequence[str]) -> float | None:
         """The last acceptance length the engine logged (a lifetime/windowed figure)."""
         return last_float(self.accept_line, lines)
+
+    def server_version(self, session: requests.Session, base_url: str) -> str | None:
+        """The version the running server reports (vLLM ``/version``, SGLang
+        ``/get_server_info``), or None when it reports none."""
+        for path in VERSION_PATHS:
+            try:
+                response = session.get(base_url + path, timeout=10)
+                value = reported_version(response.json()) if response.status_code == 200 else None
+            except (requests.RequestException, ValueError):
+                continue
+            if value:
+                return value
+        return None
 
     def snapshot_counters(self, session: requests.Session, base_url: str) -> Counters:
         """All Prometheus samples of the engine right now."""
