@@ -9,11 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 
-from sparkbuild.cli import main
-from tests.support.cli import RunCli
+from tests.support.cli import RunCli, every_command
 from tests.support.gitrepos import tagged_repo
 from tests.support.nox_sessions import nox_sessions
 
@@ -27,18 +25,6 @@ package_dir: python/pkg
 builds:
   tiny: {ref: v0.1.0}
 """
-
-
-def every_command() -> dict[str, click.Command]:
-    found: dict[str, click.Command] = {}
-    context = click.Context(main)
-    for name in main.list_commands(context):
-        command = main.get_command(context, name)
-        assert command is not None
-        found[name] = command
-        if isinstance(command, click.Group):
-            found |= {f"{name} {sub}": c for sub, c in command.commands.items()}
-    return found
 
 
 def test_every_command_takes_the_global_options_after_it() -> None:

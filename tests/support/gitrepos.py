@@ -109,22 +109,34 @@ class Upstream:
         git(self.work, "push", "-q", "--force", str(self.bare), "main", "--tags")
 
 
-def make_upstream(root: Path) -> Upstream:
+def _first_release(
+    root: Path, version: str, modules: tuple[str, ...], extra: Mapping[str, str] | None = None
+) -> tuple[Upstream, Path]:
+    """A work tree on ``main`` whose first commit is tagged ``v<version>``: python/pkg with
+    ``modules`` of numbered lines, and ``extra`` files. Returns the upstream (not pushed
+    yet) and python/pkg."""
     work = root / "work"
-    bare = root / "upstream.git"
     work.mkdir(parents=True)
     git(work, "init", "-q", "-b", "main")
     pkg = work / "python" / "pkg"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("__version__ = '1.0.0'\n")
-    for name in ("alpha", "beta", "gamma", "delta"):
+    (pkg / "__init__.py").write_text(f"__version__ = '{version}'\n")
+    for name in modules:
         (pkg / f"{name}.py").write_text(lines(name))
-    (work / "csrc").mkdir()
-    (work / "csrc" / "kernel.cu").write_text(lines("kernel", 10))
+    for path, text in (extra or {}).items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
     commit_all(work, "initial")
-    git(work, "tag", "v1.0.0")
-    up = Upstream(bare=bare, work=work)
-    up.tags["v1.0.0"] = git(work, "rev-parse", "HEAD")
+    git(work, "tag", f"v{version}")
+    up = Upstream(bare=root / "upstream.git", work=work)
+    up.tags[f"v{version}"] = git(work, "rev-parse", "HEAD")
+    return up, pkg
+
+
+def make_upstream(root: Path) -> Upstream:
+    kernel = {"csrc/kernel.cu": lines("kernel", 10)}
+    up, pkg = _first_release(root, "1.0.0", ("alpha", "beta", "gamma", "delta"), kernel)
+    work, bare = up.work, up.bare
 
     # PR #101: two commits on a branch, merged with a merge commit.
     git(work, "checkout", "-q", "-b", "pr101")
@@ -224,19 +236,8 @@ def make_linear_upstream(root: Path) -> Upstream:
     - PR #201's head is itself a commit of ``main``'s first-parent history, after v0.1.0;
     - PR #202 was rebased and merged: ``main`` holds the same change under new SHAs.
     """
-    work = root / "work"
-    bare = root / "upstream.git"
-    work.mkdir(parents=True)
-    git(work, "init", "-q", "-b", "main")
-    pkg = work / "python" / "pkg"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("__version__ = '0.1.0'\n")
-    for name in ("alpha", "beta"):
-        (pkg / f"{name}.py").write_text(lines(name))
-    commit_all(work, "c0")
-    git(work, "tag", "v0.1.0")
-    up = Upstream(bare=bare, work=work)
-    up.tags["v0.1.0"] = git(work, "rev-parse", "HEAD")
+    up, pkg = _first_release(root, "0.1.0", ("alpha", "beta"))
+    work, bare = up.work, up.bare
 
     replace_line(pkg / "alpha.py", "alpha line 5\n", "alpha line 5 (fixed by #201)\n")
     pr201 = commit_all(work, "Fix alpha 5")  # committed on main: a fast-forward
