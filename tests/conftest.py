@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,41 @@ def run_cli() -> cli.RunCli:
     The one way a test starts sparkbuild: in-process by default, the installed console
     script with ``process=True`` (see tests/support/cli.py for when that is the point)."""
     return cli.run_cli
+
+
+GITHUB_PROBE = "https://raw.githubusercontent.com/"
+_GITHUB_NOTE = pytest.StashKey[str]()
+
+
+def _github_unreachable() -> str | None:
+    """Why GitHub cannot be read from here (None when it answers at all)."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(GITHUB_PROBE, method="HEAD"), timeout=10)
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`github` tests need GitHub: where it is unreachable they are deselected, never skipped
+    or passed, and the summary says how many and why."""
+    github = [item for item in items if item.get_closest_marker("github")]
+    if not github:
+        return
+    reason = _github_unreachable()
+    if reason is None:
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("github")]
+    config.hook.pytest_deselected(items=github)
+    config.stash[_GITHUB_NOTE] = (
+        f"{len(github)} github test(s) deselected: {GITHUB_PROBE} is unreachable ({reason}); "
+        "they did not run"
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    note = terminalreporter.config.stash.get(_GITHUB_NOTE, None)
+    if note:
+        terminalreporter.write_sep("=", note, yellow=True)

@@ -112,6 +112,8 @@ def test_images_build_on_arm64_smoke_on_a_spark_and_publish_to_ghcr() -> None:
     assert pr["needs"] == ["plan", "smoke-publish"]
     creator = next(s for s in pr["steps"] if "create-pull-request" in s.get("uses", ""))
     assert creator["with"]["add-paths"] == "images.lock"
+    prune = jobs["kernel-prune"]  # the github-marked tests run here, where GitHub is reachable
+    assert any("pytest tests -m github" in step.get("run", "") for step in prune["steps"])
 
 
 def test_a_weekly_bump_opens_a_pull_request_with_spec_patches_and_lock() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -108,15 +108,18 @@ def activity(message: str) -> Iterator[Activity]:
 
 
 @contextmanager
-def status(message: str) -> Iterator[None]:
-    """A spinner on a TTY; a single line otherwise; nothing with --quiet."""
+def status(message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on a TTY; a single line otherwise; nothing with --quiet.
+
+    Yields ``update(detail)``: on a TTY the spinner then reads "message: detail" (a fetch's
+    progress, say); otherwise details are dropped, so logs keep one line per step."""
     if interactive():
         # Text, not str: a str status is parsed as markup, and names like fix[/x] are data.
-        with err.status(Text(redact_url(message))):
-            yield
+        with err.status(Text(redact_url(message))) as spinner:
+            yield lambda detail: spinner.update(Text(redact_url(f"{message}: {detail}")))
     else:
         info(message)
-        yield
+        yield lambda detail: None
 
 
 def keep_figures(table: Table) -> Table:

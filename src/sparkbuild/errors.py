@@ -82,6 +82,16 @@ class RemoteError(SparkbuildError):
     """A git remote could not be listed or fetched (after retries where they can help)."""
 
 
+class AnchorDriftError(SparkbuildError):
+    """A source step did not find, in the upstream file, what it must change: the file has
+    moved on from the form the step was checked against. The message names the file and
+    each expectation not met."""
+
+
+class MissingContentsError(SparkbuildError):
+    """An offline run needs file contents that a partial mirror has not fetched yet."""
+
+
 class GitError(SparkbuildError):
     """A git command failed; ``stderr`` is git's own reason (URL credentials redacted)."""
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from sparkbuild.errors import GitError
 
-__all__ = ["GitError", "git_env", "run", "text"]
+__all__ = ["GitError", "git_env", "run", "run_with_progress", "text"]
 
 # Deterministic identity for the commits sparkbuild writes into its own scratch history.
 _IDENTITY = {
@@ -60,3 +63,62 @@ def text(
 ) -> str:
     """stdout of a git command, stripped."""
     return run(args, git_dir=git_dir, cwd=cwd, env=env).stdout.decode(errors="replace").strip()
+
+
+_PROGRESS_SPLIT = re.compile(rb"[\r\n]")
+
+
+def run_with_progress(
+    args: Sequence[str],
+    *,
+    git_dir: Path | None = None,
+    input: bytes | None = None,
+    on_progress: Callable[[str], None],
+) -> subprocess.CompletedProcess[bytes]:
+    """Like :func:`run` (``check``), for a command started with ``--progress``: each progress
+    line git writes to stderr (``Receiving objects:  42% (...)``) goes to ``on_progress`` as
+    it arrives; all of stderr is still returned (and parsed on failure)."""
+    command = ["git", *(["--git-dir", str(git_dir)] if git_dir is not None else []), *args]
+    process = subprocess.Popen(
+        command,
+        env=git_env(),
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    out = bytearray()
+    # stdin and stdout are drained beside the stderr loop, so no pipe can fill and block git.
+    feeders = [threading.Thread(target=_drain, args=(process.stdout, out), daemon=True)]
+    if input is not None:
+        feeders.append(threading.Thread(target=_feed, args=(process, input), daemon=True))
+    for feeder in feeders:
+        feeder.start()
+    err = bytearray()
+    pending = b""
+    while chunk := os.read(process.stderr.fileno(), 65536):
+        err += chunk
+        *lines, pending = _PROGRESS_SPLIT.split(pending + chunk)
+        for line in lines:
+            if line.strip():
+                on_progress(line.decode(errors="replace").strip())
+    returncode = process.wait()
+    for feeder in feeders:
+        feeder.join()
+    if returncode != 0:
+        raise GitError(args, returncode, err.decode(errors="replace"))
+    return subprocess.CompletedProcess(command, returncode, bytes(out), bytes(err))
+
+
+def _drain(stream: BinaryIO, into: bytearray) -> None:
+    while chunk := stream.read(65536):
+        into += chunk
+
+
+def _feed(process: subprocess.Popen[bytes], data: bytes) -> None:
+    assert process.stdin is not None
+    try:
+        process.stdin.write(data)
+        process.stdin.close()
+    except BrokenPipeError:  # git stopped reading (it failed); its stderr says why
+        pass

@@ -131,6 +131,29 @@ class LockedPatch(_Section):
         return cls(file=item.file, when=item.when, status=item.status, sha256=item.sha256)
 
 
+class LockedStep(_Section):
+    """One source step of ``source.steps``: which edit on which file, its range and status,
+    and the version of the step's code that made it (``source.gencodes.VERSION``)."""
+
+    step: str
+    file: str
+    when: str | None = None
+    status: Written[ItemStatus] = None
+    version: int | None = None
+
+    @classmethod
+    def from_result(cls, item: ItemResult) -> LockedStep:
+        if item.kind != "step" or item.step is None or item.file is None:
+            raise TypeError(f"{item.id} is not a source step")
+        return cls(
+            step=item.step,
+            file=item.file,
+            when=item.when,
+            status=item.status,
+            version=item.step_version,
+        )
+
+
 class SourceSection(_Section):
     engine: Written[str] = None
     repo: Written[str] = None
@@ -141,10 +164,12 @@ class SourceSection(_Section):
     tree: Written[Sha] = None
     prs: list[LockedPR] = []
     patches: list[LockedPatch] = []
+    steps: list[LockedStep] = []
 
     @classmethod
     def from_prepared(cls, prepared: PreparedSource) -> SourceSection:
         build = prepared.build
+        steps = [LockedStep.from_result(item) for item in prepared.items if item.kind == "step"]
         return cls(
             engine=build.engine,
             repo=validate.strip_userinfo(build.spec_repo),  # a token never reaches the lock
@@ -157,6 +182,8 @@ class SourceSection(_Section):
             patches=[
                 LockedPatch.from_result(item) for item in prepared.items if item.kind == "patch"
             ],
+            # Only when the build has steps, so older entries keep their shape.
+            **({"steps": steps} if steps else {}),
         )
 
     def pr_heads(self) -> dict[int, str]:

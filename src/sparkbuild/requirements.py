@@ -426,3 +426,13 @@ def image_wheels(
         )
     pinned, wheels = resolve(build, settings)
     return pinned, [wheels[p.name] for p in pinned]
+
+
+def lapsed_pins(build: Build, pyproject: str | None) -> list[str]:
+    """The packages :meth:`Build.lapsed_requirements` names that the release still requires
+    (its ``python/pyproject.toml``; all of them when the tree has none to tell)."""
+    lapsed = build.lapsed_requirements()
+    if pyproject is None or not lapsed:
+        return lapsed
+    required = pins_from_pyproject(pyproject, build.image.python)
+    return [name for name in lapsed if name in required]

@@ -54,6 +54,10 @@ def _check_when(value: str | None) -> str | None:
 RepoURL = Annotated[str, AfterValidator(validate.repo_url)]
 GitRef = Annotated[str, AfterValidator(validate.git_ref)]
 BuildName = Annotated[str, AfterValidator(validate.build_name)]
+TreePath = Annotated[str, AfterValidator(validate.tree_path)]
+CMakeName = Annotated[str, AfterValidator(validate.identifier)]
+# The source steps sparkbuild knows (source/steps.py): an edit made by its shape, not a diff.
+StepName = Literal["sm121a-prune"]
 
 
 class _Strict(BaseModel):
@@ -129,6 +133,24 @@ class RequirementModel(_Strict):
     _when = field_validator("when")(_check_when)
 
 
+class StepModel(_Strict):
+    """A source step: a named edit sparkbuild makes to one upstream file, found by the shape
+    of what it changes (docs/image.md). Like a patch, it has a `when` range, one entry per
+    form of the file; unlike one, it says what it expects to find, and fails naming it."""
+
+    step: StepName
+    file: TreePath  # in the upstream tree
+    when: str | None = None
+    mode: Mode | None = None  # only for builds of this mode (None: every mode)
+    # What sm121a-prune must find and change (None: sgl-kernel's names; see source/steps.py).
+    flags_var: CMakeName | None = None
+    remove_targets: list[CMakeName] | None = None
+    remove_includes: list[CMakeName] | None = None
+    note: str | None = None
+
+    _when = field_validator("when")(_check_when)
+
+
 class ImageFields(_Strict):
     """Image-stage settings: file-level defaults, overridable per build."""
 
@@ -159,6 +181,7 @@ class BuildModel(ImageFields):
     patches: list[PatchModel] = []
     smoke: list[str] = []
     requirements: list[RequirementModel] = []
+    steps: list[StepModel] = []
 
     @field_validator("version")
     @classmethod
@@ -179,6 +202,7 @@ class SpecModel(ImageFields):
     prs: list[PR] = []
     patches: list[PatchModel] = []
     requirements: list[RequirementModel] = []
+    steps: list[StepModel] = []
     builds: dict[BuildName, BuildModel]
 
     @model_validator(mode="after")
@@ -216,6 +240,30 @@ class Requirement:
         return PEP508Requirement(self.req)
 
 
+@dataclass(frozen=True)
+class Step:
+    step: str
+    file: str  # in the upstream tree
+    when: str | None = None
+    mode: Mode | None = None  # None: every mode
+    flags_var: str | None = None
+    remove_targets: tuple[str, ...] | None = None
+    remove_includes: tuple[str, ...] | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.step}:{self.file}"
+
+    def to_data(self) -> dict[str, Any]:
+        """What the spec says, for the spec digest (unset expectations left out)."""
+        data: dict[str, Any] = {"step": self.step, "file": self.file, "when": self.when}
+        for key in ("mode", "flags_var", "remove_targets", "remove_includes"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = list(value) if isinstance(value, tuple) else value
+        return data
+
+
 DEFAULT_PYTHON = "3.12"
 
 
@@ -251,6 +299,7 @@ class Build:
     description: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     requirements: tuple[Requirement, ...] = ()
+    steps: tuple[Step, ...] = ()
 
     def in_range(self, when: str | None) -> bool:
         return when is None or SpecifierSet(when).contains(self.version, prereleases=True)
@@ -263,6 +312,26 @@ class Build:
         """The requirements for this build's mode whose `when` admits its version (build's
         own last)."""
         return tuple(r for r in self.mode_requirements() if self.in_range(r.when))
+
+    def mode_steps(self) -> tuple[Step, ...]:
+        """The source steps for this build's mode, whatever their `when` (spec order)."""
+        return tuple(s for s in self.steps if s.mode in (None, self.image.mode))
+
+    def lapsed_requirements(self) -> list[str]:
+        """Packages pinned for this build's mode explicitly (``mode: source``) at other
+        versions, whose ranges all end before this one: after a bump past the last range
+        (FlashInfer after 0.5.23), or a package the release no longer requires (the caller
+        tells them apart with the release's own requirements)."""
+        explicit = [r for r in self.mode_requirements() if r.mode is not None]
+        lapsed = []
+        for name in dict.fromkeys(r.name for r in explicit):
+            ranges = [r for r in explicit if r.name == name]
+            if any(self.in_range(r.when) for r in ranges) or any(r.when is None for r in ranges):
+                continue
+            above = [r for r in ranges if _ends_before(r.when, self.version)]
+            if len(above) == len(ranges):
+                lapsed.append(name)
+        return lapsed
 
     def spec_digest(self) -> str:
         """sha256 over everything the spec says about this build and the patch bytes.
@@ -295,8 +364,31 @@ class Build:
                 for r in self.mode_requirements()
             ]
             payload["image"]["python"] = self.image.python
+        if self.mode_steps():
+            payload["steps"] = [step.to_data() for step in self.mode_steps()]
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def lapsed_note(build: Build, name: str) -> str:
+    """What to say of a pin whose `when` ranges all end before ``build``'s version."""
+    return (
+        f"{build.name}: no {name} pin for {build.version} (every `when` of its "
+        f"`requirements:` ends before it), so this {build.image.mode} build keeps the base "
+        f'image\'s {name}; add `{{req: "{name}==X", when: ">={build.version}", mode: '
+        f"{build.image.mode}}}` with {build.version}'s own pin (its wheel METADATA)"
+    )
+
+
+def _ends_before(when: str | None, version: Version) -> bool:
+    """Whether the range ``when`` lies wholly below ``version`` (it has an upper bound that
+    ``version`` passes)."""
+    uppers = [s for s in SpecifierSet(when or "") if s.operator in ("<", "<=", "==", "~=")]
+    return (
+        bool(uppers)
+        and not SpecifierSet(when or "").contains(version, prereleases=True)
+        and all(Version(s.version.rstrip(".*")) <= version for s in uppers)
+    )
 
 
 def file_sha256(path: Path) -> str | None:
@@ -362,6 +454,20 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
             Requirement(req=r.req, when=r.when, override=r.override, mode=r.mode)
             for r in (*spec.requirements, *entry.requirements)
         )
+        steps = tuple(
+            Step(
+                step=s.step,
+                file=s.file,
+                when=s.when,
+                mode=s.mode,
+                flags_var=s.flags_var,
+                remove_targets=tuple(s.remove_targets) if s.remove_targets is not None else None,
+                remove_includes=(
+                    tuple(s.remove_includes) if s.remove_includes is not None else None
+                ),
+            )
+            for s in (*spec.steps, *entry.steps)
+        )
         builds.append(
             Build(
                 name=name,
@@ -379,6 +485,7 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
                 spec_file=path,
                 description=entry.description,
                 requirements=requirements,
+                steps=steps,
             )
         )
     return builds

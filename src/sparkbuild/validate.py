@@ -100,6 +100,35 @@ def build_name(name: str) -> str:
     return name
 
 
+def tree_path(path: str) -> str:
+    """A file's path inside the upstream tree (``sgl-kernel/CMakeLists.txt``): relative, no
+    ``..``, nothing git could read as an option or a revision (``-x``, ``a:b``)."""
+    parts = path.split("/") if isinstance(path, str) else []
+    bad = (
+        not parts
+        or _CONTROL.search(path)
+        or path.startswith(("-", "/"))
+        or any(part in ("", ".", "..") for part in parts)
+        or any(c in path for c in ":\\*?[")
+    )
+    if bad:
+        raise ValueError(
+            f"{path!r} is not a plain path inside the repository (such as "
+            "'sgl-kernel/CMakeLists.txt': relative, no '..', no ':', '*', '?' or '[')"
+        )
+    return path
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
+
+
+def identifier(name: str) -> str:
+    """A CMake target, variable or file name the source steps look for."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ValueError(f"{name!r} is not a plain CMake name (letters, digits, '_', '.', '-')")
+    return name
+
+
 def inside(root: Path, relative: str, what: str = "path") -> Path:
     """``root / relative`` resolved, if it stays inside ``root`` (symlinks followed)."""
     if not relative or _CONTROL.search(relative):

@@ -11,10 +11,14 @@ ENV SPARKBUILD_WHEELS=/opt/sparkbuild/wheels
 WORKDIR /src
 COPY . .
 # The thread count is a CMake cache variable (-D), as for sgl-kernel; jobs come from MAX_JOBS.
+# FA3 and below-sm90 off as in the sglang template (FA3 is forced on regardless here).
 RUN set -eux; \
     export CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS:-1}"; \
     python3 -m pip wheel --no-build-isolation --no-deps --no-index -w /tmp/wheels \
-        --config-settings=cmake.define.SPARK_KERNEL_COMPILE_THREADS=1 --config-settings=build-dir=/tmp/spark-kernel-build .; \
+        --config-settings=cmake.define.SGL_KERNEL_COMPILE_THREADS=1 \
+        --config-settings=cmake.define.ENABLE_BELOW_SM90=OFF \
+        --config-settings=cmake.define.SGL_KERNEL_ENABLE_FA3=OFF \
+        --config-settings=build-dir=/tmp/spark-kernel-build .; \
     mkdir -p "$SPARKBUILD_WHEELS"; \
     cp /tmp/wheels/spark_kernel-*.whl "$SPARKBUILD_WHEELS"/; \
     python3 -m pip install --no-deps --no-index --break-system-packages \

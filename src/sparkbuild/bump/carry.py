@@ -28,6 +28,7 @@ from pathlib import Path
 
 from sparkbuild import git
 from sparkbuild.errors import BumpError
+from sparkbuild.source.mirror import complete
 from sparkbuild.source.patching import ScratchIndex
 
 _TOKEN = re.compile(r"\w+|[ \t]+|\n|[^\w\s]")
@@ -57,6 +58,10 @@ def carry_forward(git_dir: Path, diff: bytes, base: str, target: str) -> Carried
     """Carry ``diff`` (applies to commit ``base``) onto commit ``target``."""
     base_tree = _tree(git_dir, base)
     target_tree = _tree(git_dir, target)
+    # The strategies read whole trees (rename detection, grep for moved code): on a partial
+    # mirror, fetch both releases' contents in two batches rather than file by file.
+    complete(git_dir, base_tree)
+    complete(git_dir, target_tree)
     with ScratchIndex(git_dir, base) as index:
         outcome = index.apply(diff)
         if not outcome.ok:

@@ -1,4 +1,4 @@
-"""What ``sparkbuild bump`` does with each PR and patch of the ``--from`` build.
+"""What ``sparkbuild bump`` does with each PR, patch and source step of the ``--from`` build.
 
 The source stage settles every item twice, on the ``--from`` release and on the new one;
 each item then gets one decision:
@@ -12,7 +12,8 @@ each item then gets one decision:
   change that moved to another file is named, and its header marked, after that file);
 - ``conflict``: it could not be carried; a report says why and how to finish by hand
   (:mod:`report`), and the new build keeps the item, so the source stage refuses it until
-  someone does.
+  someone does. A source step is not rewritten: one that drifts on the new release is a
+  ``conflict`` without a report (its anchor-drift message says what it expected).
 
 Deciding writes nothing: a variant's bytes and a report's text go into
 :attr:`BumpContext.files`, which :mod:`write` puts on disk with ``--write``.
@@ -31,10 +32,11 @@ from sparkbuild import git, source
 from sparkbuild.bump.carry import carry_forward
 from sparkbuild.bump.report import write_report
 from sparkbuild.bump.write import carried_header, moved_paths, variant_path
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import AnchorDriftError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.source.patching import ScratchIndex
+from sparkbuild.source.steps import prune
 
 Action = Literal[
     "keep", "upstream", "follow-range", "out-of-range", "regenerated", "conflict", "missing"
@@ -45,9 +47,9 @@ _MAX_TAGS_SEARCHED = 30
 
 @dataclass(frozen=True)
 class Decision:
-    """What bump does with one PR or patch of the ``--from`` build."""
+    """What bump does with one PR, patch or source step of the ``--from`` build."""
 
-    kind: Literal["pr", "patch"]
+    kind: Literal["pr", "patch", "step"]
     id: str
     scope: Literal["spec", "build"]  # a file-level item or one of the build's own
     index: int  # position in that scope's `prs` or `patches` list
@@ -131,7 +133,8 @@ def decide(ctx: BumpContext, position: int, spec_counts: dict[str, int]) -> Deci
         return decision
     if now.status == "out-of-range":
         if before.status in ("applied", "conflict"):
-            detail = f"{now.detail}: not carried to {ctx.to}{_would_apply(ctx, now)}"
+            would = _step_would_apply(ctx, now) if now.kind == "step" else _would_apply(ctx, now)
+            detail = f"{now.detail}: not carried to {ctx.to}{would}"
             return replace(decision, action="follow-range", detail=detail)
         return replace(decision, action="out-of-range")
     if now.status not in ("conflict", "upstream"):  # missing, or a status added later
@@ -141,6 +144,12 @@ def decide(ctx: BumpContext, position: int, spec_counts: dict[str, int]) -> Deci
         return _upstream(ctx, decision, detail)
     if now.status == "upstream":
         return _upstream(ctx, decision, _absorbed_detail(ctx, now))
+    if now.kind == "step":  # an edit by shape: nothing to rewrite, its expectations to check
+        detail = (
+            f"{now.detail}; a step is not rewritten: check it against {ctx.tag}'s "
+            f"{now.file}, then end its `when` before {ctx.to} or change what it expects"
+        )
+        return replace(decision, action="conflict", detail=detail)
     return _carry(ctx, decision, now)
 
 
@@ -153,6 +162,24 @@ def _would_apply(ctx: BumpContext, item: source.ItemResult) -> str:
         if index.applies(path.read_bytes()).ok:
             return " (it would still apply: widen `when` if it is still needed)"
     return f" (it no longer applies to {ctx.tag} either)"
+
+
+def _step_would_apply(ctx: BumpContext, item: source.ItemResult) -> str:
+    """Whether a source step left behind by its range would still find its anchors."""
+    step = next((s for s in ctx.to_prepared.build.steps if s.id == item.id), None)
+    if step is None:
+        return ""
+    with ScratchIndex(ctx.mirror.path, ctx.to_prepared.base_commit) as index:
+        found = index.read(step.file)
+    if found is None:
+        return f" (no {step.file} in {ctx.tag})"
+    try:
+        pruned = prune(step, found[1].decode("utf-8", errors="replace"))
+    except AnchorDriftError as exc:
+        return f" (on {ctx.tag}: {exc.message})"
+    if not pruned.changed:
+        return f" ({ctx.tag}'s {step.file} needs nothing from it)"
+    return " (it would still apply: widen `when` if it is still needed)"
 
 
 def _upstream(ctx: BumpContext, decision: Decision, detail: str) -> Decision:

@@ -29,7 +29,7 @@ from sparkbuild.bump.write import edit_spec, swap_version
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
-from sparkbuild.spec import Build, ImageConfig, load_builds
+from sparkbuild.spec import Build, ImageConfig, lapsed_note, load_builds
 
 
 @dataclass
@@ -210,6 +210,7 @@ def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | No
     spec_counts = {
         "pr": len(data.get("prs") or []),
         "patch": len(data.get("patches") or []),
+        "step": len(data.get("steps") or []),
     }
     decisions = [decide(ctx, index, spec_counts) for index in range(len(ctx.to_prepared.items))]
     after = edit_spec(data, old, ctx, decisions)
@@ -293,3 +294,7 @@ def _note_verification(plan: BumpPlan) -> None:
     for item in plan.verified.items:
         if item.status in source.FAILING:
             plan.notes.append(f"{plan.new_build}: {item.id} is {item.status}: {item.detail}")
+    pinned_before = {r.name for r in plan.from_build.active_requirements()}
+    for name in plan.verified.build.lapsed_requirements():
+        if name in pinned_before:  # pinned for --from, for nothing from --to on
+            plan.notes.append(lapsed_note(plan.verified.build, name))

@@ -135,7 +135,7 @@ def edit_spec(data: Any, old: Build, ctx: BumpContext, decisions: list[Decision]
     for key in ("description", "base_image"):
         if isinstance(entry.get(key), str):
             entry[key] = swap_version(entry[key], old.version, ctx.to)
-    list_key = {"pr": "prs", "patch": "patches"}
+    list_key = {"pr": "prs", "patch": "patches", "step": "steps"}
     # Build-level items: rebuilt from the decisions, in order.
     for kind, key in list_key.items():
         mine = [d for d in decisions if d.kind == kind and d.scope == "build"]

@@ -41,7 +41,7 @@ from sparkbuild.image import (
 )
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
-from sparkbuild.spec import Build
+from sparkbuild.spec import Build, lapsed_note
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -155,6 +155,9 @@ def _plan(
     locked: lockfile.ImageSection | None,
 ) -> _Plan:
     build = prepared.build
+    # e.g. FlashInfer after a bump past its ranges: the build would keep the base image's.
+    for name in requirements.lapsed_pins(build, requirements.tree_pyproject(prepared)):
+        console.warn(lapsed_note(build, name))
     base = _resolve_base(build, api, platform, locked)
     dockerfile = context.find_dockerfile(build, settings)
     epoch = labels.source_date_epoch(prepared)

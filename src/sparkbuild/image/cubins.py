@@ -195,8 +195,9 @@ def verify(api: DockerClient, image: Image, platform: str, arch_list: str) -> Cu
         raise CubinCheckError(
             f"the built wheels carry CUDA code that does not run on {', '.join(expected)} "
             f"(TORCH_CUDA_ARCH_LIST={arch_list}):\n  " + "\n  ".join(found),
-            "prune the kernel build's arch list (a patch with a `when` range, like "
-            "patches/sglang/sgl-kernel-sm121a-only-*.patch) or fix TORCH_CUDA_ARCH_LIST; "
-            "the image was removed and images.lock was not changed",
+            "prune the kernel build's arch list (the sm121a-prune step under `steps:` in the "
+            "spec, with a `when` range covering this release; `sparkbuild patches BUILD` shows "
+            "what it changed) or fix TORCH_CUDA_ARCH_LIST; the image was removed and "
+            "images.lock was not changed",
         )
     return code

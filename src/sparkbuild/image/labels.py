@@ -62,7 +62,12 @@ def image_labels(
         for item in prepared.items
         if item.kind == "patch"
     ]
-    return {
+    steps = [
+        {"step": item.step, "file": item.file, "status": item.status}
+        for item in prepared.items
+        if item.kind == "step"
+    ]
+    labels = {
         "org.opencontainers.image.source": strip_userinfo(build.spec_repo),
         "org.opencontainers.image.revision": prepared.base_commit,
         "org.opencontainers.image.version": str(build.version),
@@ -74,6 +79,9 @@ def image_labels(
         "io.sparkbuild.patches": _compact(patches),
         BUILD_LABEL: build.name,
     }
+    if steps:  # only then: the labels (and inputs digest) of other builds stay as they were
+        labels["io.sparkbuild.steps"] = _compact(steps)
+    return labels
 
 
 def inputs_digest(parts: Mapping[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""Applying a build's PRs and patches in spec order, each settling on exactly one status."""
+"""Applying a build's PRs and patches in spec order, each settling on exactly one status
+(source steps, after them: :mod:`sparkbuild.source.steps`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class Applier:
     def __init__(self, mirror: Mirror, build: Build, base_commit: str) -> None:
         self.mirror = mirror
         self.build = build
-        self.index = ScratchIndex(mirror.path, base_commit)
+        self.index = ScratchIndex(mirror.path, base_commit, offline=mirror.offline)
         self.base_commit = base_commit
         self.commit = base_commit
         self.tree = self.index.write_tree()
@@ -42,6 +43,11 @@ class Applier:
             git_dir=self.mirror.path,
             env=env,
         )
+
+    def record(self, label: str) -> None:
+        """Take what was written into the index as the next tree, committed as ``label``."""
+        self.tree = self.index.write_tree()
+        self._commit(f"sparkbuild: {label}")
 
     def settle(self, diff: bytes, label: str) -> tuple[Status, str, tuple[str, ...]]:
         """Apply ``diff``; return its status, a one-line detail and the files it touches."""
@@ -69,10 +75,8 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
     item = ItemResult(
         kind="pr", id=pr.id, status="missing", detail="", when=pr.when, number=pr.number
     )
-    if not build.in_range(pr.when):
-        return replace(
-            item, status="out-of-range", detail=f"when '{pr.when}' excludes {build.version}"
-        )
+    if (skipped := out_of_range(build, item)) is not None:
+        return skipped
     head = remote.pr_head(pr.number)
     if head is None:
         return replace(item, detail=f"no refs/pull/{pr.number}/head at {redact_url(build.repo)}")
@@ -93,6 +97,7 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
             item, status="upstream", head=head, detail=f"squash-merged upstream as {merged_as}"
         )
     fork, on_branch = pr_range_start(mirror, head, build.base_branch, applier.base_commit)
+    _complete_both(mirror, fork, head)
     commits = tuple(
         git.text(["rev-list", "--reverse", f"{fork}..{head}"], git_dir=mirror.path).split()
     )
@@ -126,6 +131,26 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
     )
 
 
+def out_of_range(build: Build, item: ItemResult) -> ItemResult | None:
+    """``item`` settled as out-of-range when its `when` excludes the build's version."""
+    if build.in_range(item.when):
+        return None
+    return replace(
+        item, status="out-of-range", detail=f"when '{item.when}' excludes {build.version}"
+    )
+
+
+def _complete_both(mirror: Mirror, old: str, new: str) -> None:
+    """Both sides of the files that differ between two commits, fetched before the diff."""
+    names = git.run(
+        ["diff-tree", "-r", "--no-renames", "--name-only", "-z", "--end-of-options", old, new],
+        git_dir=mirror.path,
+    ).stdout.decode(errors="replace")
+    paths = [name for name in names.split("\0") if name]
+    mirror.complete(old, paths)
+    mirror.complete(new, paths)
+
+
 def settle_patch(applier: Applier, patch: Patch) -> ItemResult:
     build = applier.build
     item = ItemResult(
@@ -137,10 +162,8 @@ def settle_patch(applier: Applier, patch: Patch) -> ItemResult:
         file=patch.file,
         sha256=file_sha256(patch.path),
     )
-    if not build.in_range(patch.when):
-        return replace(
-            item, status="out-of-range", detail=f"when '{patch.when}' excludes {build.version}"
-        )
+    if (skipped := out_of_range(build, item)) is not None:
+        return skipped
     if patch.path.is_dir():
         return replace(item, status="invalid", detail=f"{patch.file} is a directory, not a diff")
     if not patch.path.is_file():

@@ -10,6 +10,7 @@ from sparkbuild import git
 from sparkbuild.errors import CheckoutDirError
 from sparkbuild.settings import Settings
 from sparkbuild.source.items import ItemResult, PreparedSource
+from sparkbuild.source.mirror import complete
 from sparkbuild.spec import Build
 
 _MARKER = "sparkbuild-checkout"
@@ -67,6 +68,7 @@ def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Pat
     alternates = out / ".git" / "objects" / "info" / "alternates"
     alternates.write_text(str(prepared.mirror / "objects") + "\n")
     target = prepared.conflict_commit or prepared.head_commit
+    complete(prepared.mirror, target)  # the checkout reads the mirror's objects
     branch = f"sparkbuild/{prepared.build.name}"
     # checkout.workers=0: one checkout worker per core (git's parallel checkout).
     git.run(

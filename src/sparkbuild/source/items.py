@@ -1,4 +1,4 @@
-"""What the source stage produces: one result per PR or patch, and the patched tree."""
+"""What the source stage produces: one result per PR, patch or step, and the patched tree."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from sparkbuild import git
 from sparkbuild.lockfile import ItemStatus
+from sparkbuild.source.mirror import complete
 from sparkbuild.spec import Build
 
 Status = ItemStatus  # what the lock records of each item (declared with the schema)
@@ -19,7 +20,7 @@ FAILING: frozenset[str] = frozenset({"conflict", "missing", "invalid"})
 
 @dataclass(frozen=True)
 class ItemResult:
-    kind: Literal["pr", "patch"]
+    kind: Literal["pr", "patch", "step"]
     id: str
     status: Status
     detail: str
@@ -30,9 +31,12 @@ class ItemResult:
     head: str | None = None
     commits: tuple[str, ...] = ()
     diff_sha256: str | None = None
-    # patches
+    # patches (and steps: the upstream file they edit)
     file: str | None = None
     sha256: str | None = None
+    # steps
+    step: str | None = None
+    step_version: int | None = None  # of the step's code, recorded in the lock
     # the diff itself, kept for conflict hand-off; not serialised
     diff: bytes = field(default=b"", repr=False, compare=False)
     # a conflict's: the scratch commit it failed on (earlier conflicts left out); not serialised
@@ -54,6 +58,8 @@ class ItemResult:
                 commits=list(self.commits),
                 diff_sha256=self.diff_sha256,
             )
+        elif self.kind == "step":
+            data.update(step=self.step, file=self.file)
         else:
             data.update(file=self.file, sha256=self.sha256)
         return data
@@ -85,6 +91,7 @@ class PreparedSource:
         selected = list(paths) if paths is not None else []
         if paths is not None and not selected:
             return
+        complete(self.mirror, self.tree, selected or None)
         archive = git.run(
             ["archive", "--format=tar", self.tree, "--", *selected], git_dir=self.mirror
         ).stdout

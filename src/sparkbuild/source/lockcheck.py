@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from sparkbuild import console, lockfile
-from sparkbuild.errors import LockError
+from sparkbuild.errors import LockError, MissingContentsError
 from sparkbuild.settings import Settings
 from sparkbuild.source import lockproof
 from sparkbuild.source.items import FAILING
@@ -64,6 +64,13 @@ def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) ->
         prepared = prepare_source(build, settings, locked=True, offline=True, lock=lock)
     except LockError as exc:
         return [exc.message]
+    except MissingContentsError:  # a partial mirror that never needed these files yet
+        console.info(
+            f"{build.name}: commit and tree not re-derived (the local mirror lacks file "
+            f"contents it fetches on demand); `sparkbuild prepare --locked {build.name}` "
+            "fetches and proves them"
+        )
+        return []
     failing = [f"{i.id} ({i.status})" for i in prepared.items if i.status in FAILING]
     return [f"{build.name}: does not apply offline: {', '.join(failing)}"] if failing else []
 

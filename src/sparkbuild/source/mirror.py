@@ -3,6 +3,14 @@
 Only what a build needs is fetched: the base branch, tags, the build's ref and the heads of
 the PRs it cherry-picks (``refs/pull/N/head``). Network calls retry with backoff; when they
 still fail the error names the URL.
+
+A new mirror is a partial clone (``--filter=blob:none``): it holds every commit and tree,
+which is all that statuses, fork points and squash detection read, and file contents only
+for what is applied, diffed or checked out. :func:`complete` fetches those contents in one
+batch before a command needs them (git would otherwise fetch them one file at a time, and a
+failed on-demand fetch inside ``git apply`` would read as a conflict). A remote that refuses
+filters gets a full fetch, said once; a URL with credentials gets a full mirror, since a
+partial one must keep its URL for later fetches. Mirrors made before this stay full.
 """
 
 from __future__ import annotations
@@ -10,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +34,16 @@ from tenacity import (
 )
 
 from sparkbuild import console, git, settings, validate
-from sparkbuild.errors import RemoteError, UsageError
+from sparkbuild.errors import MissingContentsError, RemoteError, UsageError
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 # Errors that no retry can fix: the remote answered and said no.
 _PERMANENT = ("couldn't find remote ref", "not our ref", "invalid refspec")
+# The promisor remote of a partial mirror; the filter new mirrors fetch with.
+PROMISOR = "origin"
+BLOB_FILTER = "blob:none"
+# git's words when a server does not allow filters (it then sends everything).
+_FILTER_REFUSED = "filtering not recognized by server"
 
 
 def _slug(url: str) -> str:
@@ -71,13 +85,14 @@ class RemoteRefs:
 
 
 class Mirror:
-    def __init__(self, cache_dir: Path, url: str) -> None:
+    def __init__(self, cache_dir: Path, url: str, *, offline: bool = False) -> None:
         try:  # checked where the URL enters too; here so no caller can skip it
             self.url = validate.repo_url(url)
         except ValueError as exc:
             raise UsageError(f"repository URL: {exc}") from exc
         self.shown_url = validate.redact_url(url)  # for messages: never show credentials
         self.path = cache_dir / "mirrors" / f"{_slug(url)}.git"
+        self.offline = offline  # fetch nothing, not even file contents on demand
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -92,32 +107,35 @@ class Mirror:
             return
         tmp = self.path.with_name(self.path.name + f".init-{os.getpid()}")
         git.run(["init", "--bare", "--quiet", "--", str(tmp)])
-        # Only for humans poking at the cache: fetches pass the URL, so no secret is stored.
+        # Full mirrors fetch by URL, so this is only for humans poking at the cache and no
+        # secret is stored. A partial mirror fetches contents on demand from this URL, so it
+        # is one only when the URL carries no credentials.
         git.run(["config", "--", "remote.origin.url", self.shown_url], git_dir=tmp)
         git.run(["config", "gc.auto", "0"], git_dir=tmp)  # no gc racing a concurrent reader
+        if self.shown_url == self.url:
+            for key, value in (
+                ("core.repositoryformatversion", "1"),
+                ("extensions.partialClone", PROMISOR),
+                (f"remote.{PROMISOR}.promisor", "true"),
+                (f"remote.{PROMISOR}.partialCloneFilter", BLOB_FILTER),
+            ):
+                git.run(["config", "--", key, value], git_dir=tmp)
+        else:
+            console.info(
+                f"{self.shown_url}: the URL carries credentials, which a partial mirror would "
+                "have to store for later fetches; this mirror fetches everything instead"
+            )
         # Renamed into place last, so an interrupted init never leaves a half-made mirror.
         tmp.rename(self.path)
 
-    def _network(self, args: list[str], what: str) -> str:
-        try:
-            for attempt in _retrying():
-                with attempt:
-                    return git.text(args, git_dir=self.path)
-        except RetryError as exc:
-            last = exc.last_attempt.exception()
-            detail = last.stderr if isinstance(last, git.GitError) else str(last)
-            raise RemoteError(
-                f"cannot {what} {self.shown_url}: {validate.redact_url(_first_line(detail))}",
-                f"check the URL and your network, or point the engine elsewhere with "
-                f"--repo ENGINE=URL (tried {exc.last_attempt.attempt_number} times)",
-            ) from exc
-        except git.GitError as exc:
-            detail = validate.redact_url(exc.stderr)
-            raise RemoteError(f"cannot {what} {self.shown_url}: {detail}") from exc
-        raise AssertionError("unreachable")
+    @property
+    def partial(self) -> bool:
+        return is_partial(self.path)
 
     def ls_remote(self, patterns: list[str]) -> RemoteRefs:
-        output = self._network(["ls-remote", "--", self.url, *patterns], "list refs of")
+        output = _network(
+            self.path, ["ls-remote", "--", self.url, *patterns], "list refs of", self.shown_url
+        ).stdout.decode(errors="replace")
         refs: dict[str, str] = {}
         for line in output.splitlines():
             sha, _, name = line.partition("\t")
@@ -127,20 +145,45 @@ class Mirror:
     def fetch(self, refspecs: list[str]) -> None:
         if not refspecs:
             return
-        with console.status(f"fetching {len(refspecs)} ref(s) from {self.shown_url}"):
-            self._network(
+        # A partial mirror fetches through its promisor remote (a fetch by URL with a filter
+        # would record the URL as a remote of its own); a full one by URL, as it always has.
+        filtered = _config(self.path, f"remote.{PROMISOR}.partialCloneFilter")
+        source = PROMISOR if self.partial else self.url
+        what = f"fetching {len(refspecs)} ref(s) from {self.shown_url}"
+        if filtered:
+            what += " (commits and trees; file contents as needed)"
+        with console.status(what) as update:
+            result = _network(
+                self.path,
                 [
                     "fetch",
-                    "--quiet",
+                    *_progress_flag(),
                     "--no-write-fetch-head",
                     "--tags",
                     "--force",
+                    *([f"--filter={filtered}"] if filtered else []),
                     "--",
-                    self.url,
+                    source,
                     *refspecs,
                 ],
                 "fetch from",
+                self.shown_url,
+                on_progress=update,
             )
+        if filtered and _FILTER_REFUSED in result.stderr.decode(errors="replace"):
+            # Everything came anyway. Later fetches ask for all of it, so this is said once.
+            git.run(
+                ["config", "--unset", f"remote.{PROMISOR}.partialCloneFilter"], git_dir=self.path
+            )
+            console.info(
+                f"{self.shown_url} does not allow partial fetches (uploadpack.allowFilter): "
+                "fetched the whole history; this mirror stays full"
+            )
+
+    def complete(self, tree: str, paths: Sequence[str] | None = None) -> None:
+        """Fetch the contents ``tree`` holds at ``paths`` (all, when None) that the mirror
+        lacks, in one batch; an offline mirror refuses instead."""
+        complete(self.path, tree, paths, offline=self.offline)
 
     def local_refs(self) -> RemoteRefs:
         """The PR heads the mirror holds, in ``ls-remote`` form, for offline ``--locked`` runs
@@ -169,6 +212,129 @@ class Mirror:
             check=False,
         )
         return result.stdout.decode().strip() if result.returncode == 0 else None
+
+
+def _network(
+    git_dir: Path,
+    args: list[str],
+    what: str,
+    shown_url: str,
+    *,
+    input: bytes | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """A git command that talks to a remote: retried while the failure may pass."""
+    try:
+        for attempt in _retrying():
+            with attempt:
+                if on_progress is not None and "--progress" in args:
+                    return git.run_with_progress(
+                        args, git_dir=git_dir, input=input, on_progress=_shorten(on_progress)
+                    )
+                return git.run(args, git_dir=git_dir, input=input)
+    except RetryError as exc:
+        last = exc.last_attempt.exception()
+        detail = last.stderr if isinstance(last, git.GitError) else str(last)
+        raise RemoteError(
+            f"cannot {what} {shown_url}: {validate.redact_url(_first_line(detail))}",
+            f"check the URL and your network, or point the engine elsewhere with "
+            f"--repo ENGINE=URL (tried {exc.last_attempt.attempt_number} times)",
+        ) from exc
+    except git.GitError as exc:
+        detail = validate.redact_url(exc.stderr)
+        raise RemoteError(f"cannot {what} {shown_url}: {detail}") from exc
+    raise AssertionError("unreachable")
+
+
+def _progress_flag() -> list[str]:
+    """git's own progress meter when someone watches (shown in the spinner), else none."""
+    return ["--progress"] if console.interactive() else ["--quiet"]
+
+
+_METER = re.compile(r"^(?:remote: )?([A-Za-z ]+):\s+(\d+%.*?)(?:, done\.)?$")
+
+
+def _shorten(update: Callable[[str], None]) -> Callable[[str], None]:
+    """git's meter lines ("Receiving objects:  42% (420/1000), 12.00 MiB | 3.00 MiB/s") as
+    spinner details; other lines (ref updates, remote chatter) are not progress."""
+
+    def shown(line: str) -> None:
+        match = _METER.match(line)
+        if match:
+            update(f"{match.group(1).lower()} {match.group(2)}")
+
+    return shown
+
+
+def is_partial(git_dir: Path) -> bool:
+    """Whether the repository at ``git_dir`` is a partial clone (file contents on demand)."""
+    return bool(_config(git_dir, "extensions.partialClone"))
+
+
+def _config(git_dir: Path, key: str) -> str:
+    result = git.run(["config", "--get", "--", key], git_dir=git_dir, check=False)
+    return result.stdout.decode(errors="replace").strip() if result.returncode == 0 else ""
+
+
+def missing_objects(git_dir: Path, tree: str) -> set[str]:
+    """The objects under ``tree`` that a partial mirror has not fetched (none in a full one)."""
+    if not is_partial(git_dir):
+        return set()
+    listed = git.text(
+        ["rev-list", "--objects", "--missing=print", "--end-of-options", tree], git_dir=git_dir
+    )
+    return {line[1:] for line in listed.splitlines() if line.startswith("?")}
+
+
+def _blobs_at(git_dir: Path, tree: str, paths: Sequence[str]) -> set[str]:
+    listed = git.run(
+        ["ls-tree", "-r", "-z", "--full-tree", "--end-of-options", tree, "--", *paths],
+        git_dir=git_dir,
+    ).stdout.decode(errors="replace")
+    found = set()
+    for record in listed.split("\0"):
+        meta, _, _path = record.partition("\t")
+        fields = meta.split()
+        if len(fields) == 3 and fields[1] == "blob":
+            found.add(fields[2])
+    return found
+
+
+def complete(
+    git_dir: Path, tree: str, paths: Sequence[str] | None = None, *, offline: bool = False
+) -> None:
+    """Make the contents of ``tree`` (only at ``paths``, when given) present in a partial
+    mirror: one fetch of exactly the missing blobs from its promisor remote. A full mirror,
+    or a tree already complete, costs one ``git config`` (and one tree walk)."""
+    if paths is not None and not paths:
+        return
+    wanted = missing_objects(git_dir, f"{tree}^{{tree}}")
+    if wanted and paths is not None:
+        wanted &= _blobs_at(git_dir, tree, paths)
+    if not wanted:
+        return
+    url = _config(git_dir, f"remote.{PROMISOR}.url")
+    shown = validate.redact_url(url)
+    if offline:
+        raise MissingContentsError(
+            f"the mirror of {shown} lacks the contents of {len(wanted)} file(s) this needs "
+            "(a partial mirror fetches them when first used), and this run is offline",
+            "run it once online (`sparkbuild prepare --locked BUILD` fetches them)",
+        )
+    with console.status(f"fetching {len(wanted)} file(s) from {shown}") as update:
+        _network(
+            git_dir,
+            [
+                # What git runs itself for a missing object, for all of them in one go.
+                *("-c", "fetch.negotiationAlgorithm=noop", "fetch", *_progress_flag()),
+                *("--no-tags", "--no-write-fetch-head", "--recurse-submodules=no"),
+                *(f"--filter={BLOB_FILTER}", "--stdin", "--", PROMISOR),
+            ],
+            "fetch file contents from",
+            shown,
+            input="".join(f"{oid}\n" for oid in sorted(wanted)).encode(),
+            on_progress=update,
+        )
 
 
 def _first_line(stderr: str) -> str:

@@ -2,7 +2,8 @@
 
 A :class:`ScratchIndex` is a private git index on top of the mirror's objects: applying a
 diff with ``git apply --cached`` writes only new blobs, so a repository with thousands of
-files is patched without checking it out. Diffs apply exactly (no fuzz).
+files is patched without checking it out. Diffs apply exactly (no fuzz). On a partial mirror
+the files a diff touches are fetched first, in one batch (see :func:`mirror.complete`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sparkbuild import git
+from sparkbuild.source.mirror import complete
 
 _HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.M)
 _FILE_HEADER = re.compile(rb"^diff --git a/(\S+) b/(\S+)", re.M)
@@ -37,11 +39,16 @@ class FailedHunk:
 class ScratchIndex:
     """A temporary index seeded from a commit; discarded on exit."""
 
-    def __init__(self, git_dir: Path, commit: str) -> None:
+    def __init__(self, git_dir: Path, commit: str, *, offline: bool = False) -> None:
         self.git_dir = git_dir
+        self.commit = commit
+        self.offline = offline
         self._tmp = tempfile.TemporaryDirectory(prefix="sparkbuild-index-")
         self.env = {"GIT_INDEX_FILE": str(Path(self._tmp.name) / "index")}
         git.run(["read-tree", "--end-of-options", commit], git_dir=git_dir, env=self.env)
+        # Paths whose contents are known to be present. A path an applied diff touched was
+        # completed first, and what the apply wrote is local, so only new paths are checked.
+        self._present: set[str] = set()
 
     def __enter__(self) -> ScratchIndex:
         return self
@@ -52,6 +59,12 @@ class ScratchIndex:
         self._tmp.cleanup()
 
     def _apply(self, diff: bytes, *flags: str) -> ApplyOutcome:
+        renamed_from = [m.group(1).decode(errors="replace") for m in _FILE_HEADER.finditer(diff)]
+        touched = dict.fromkeys([*renamed_from, *self.files(diff)])
+        wanted = [path for path in touched if path not in self._present]
+        if wanted:
+            complete(self.git_dir, self.commit, wanted, offline=self.offline)
+            self._present.update(wanted)
         result = git.run(
             ["apply", "--cached", "--whitespace=nowarn", *flags, "-"],
             git_dir=self.git_dir,
@@ -102,8 +115,33 @@ class ScratchIndex:
                 paths.append(path)
         return paths
 
+    def read(self, path: str) -> tuple[str, bytes] | None:
+        """(mode, bytes) of ``path`` in the index, or None when there is no such file."""
+        listed = git.text(["ls-files", "-s", "--", path], git_dir=self.git_dir, env=self.env)
+        fields = listed.split(None, 3)
+        if len(fields) < 4 or fields[3] != path or fields[0] == "160000":
+            return None
+        if path not in self._present:
+            complete(self.git_dir, self.commit, [path], offline=self.offline)
+            self._present.add(path)
+        data = git.run(["cat-file", "blob", fields[1]], git_dir=self.git_dir).stdout
+        return fields[0], data
+
+    def write(self, path: str, mode: str, data: bytes) -> None:
+        """Put ``data`` at ``path`` in the index (a new blob in the mirror)."""
+        written = git.run(["hash-object", "-w", "--stdin"], git_dir=self.git_dir, input=data)
+        blob = written.stdout.decode().strip()
+        git.run(
+            ["update-index", "--cacheinfo", f"{mode},{blob},{path}"],
+            git_dir=self.git_dir,
+            env=self.env,
+        )
+        self._present.add(path)
+
     def write_tree(self) -> str:
-        return git.text(["write-tree"], git_dir=self.git_dir, env=self.env)
+        # --missing-ok: every entry came from a tree of the mirror (or an apply); on a partial
+        # mirror, checking each would fetch the contents of the whole tree.
+        return git.text(["write-tree", "--missing-ok"], git_dir=self.git_dir, env=self.env)
 
     def failed_hunks(self, diff: bytes) -> list[FailedHunk]:
         """Each hunk checked on its own, so a conflict names the hunks that do not fit."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sparkbuild import console, lockfile
 from sparkbuild.errors import LockError
 from sparkbuild.settings import Settings
+from sparkbuild.source.gencodes import STEP_VERSIONS
 from sparkbuild.source.items import PreparedSource, distinct_prefixes
 from sparkbuild.spec import Build, file_sha256
 
@@ -71,6 +72,7 @@ def staleness(build: Build, locked: lockfile.SourceSection | None) -> list[str]:
             )
     for file in set(locked_patches) - {p.file for p in build.patches}:
         problems.append(f"{build.name}: patch {file} was removed from the spec")
+    problems += _step_staleness(build, locked)
     locked_prs = {p.number for p in locked.prs}
     spec_prs = {pr.number for pr in build.prs}
     problems += [f"{build.name}: PR #{n} is not in the lock" for n in sorted(spec_prs - locked_prs)]
@@ -81,6 +83,23 @@ def staleness(build: Build, locked: lockfile.SourceSection | None) -> list[str]:
         problems.append(
             f"{build.name}: the spec changed since it was locked ({build.spec_file.name})"
         )
+    return problems
+
+
+def _step_staleness(build: Build, locked: lockfile.SourceSection) -> list[str]:
+    locked_steps = {f"{s.step}:{s.file}": s for s in locked.steps}
+    ids = [step.id for step in build.mode_steps()]
+    problems = [f"{build.name}: step {i} is not in the lock" for i in ids if i not in locked_steps]
+    problems += [
+        f"{build.name}: step {i} was removed from the spec" for i in locked_steps if i not in ids
+    ]
+    for step_id, entry in locked_steps.items():
+        current = STEP_VERSIONS.get(entry.step)
+        if step_id in ids and entry.version != current:
+            problems.append(
+                f"{build.name}: step {step_id} changed since it was locked (version "
+                f"{entry.version}, now {current})"
+            )
     return problems
 
 

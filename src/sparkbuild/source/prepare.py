@@ -18,6 +18,7 @@ from sparkbuild.source.items import FAILING, PreparedSource
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.source.pins import Pins, locked_heads, require_locked_source
 from sparkbuild.source.resolve import fetch_for, resolve_base
+from sparkbuild.source.steps import settle_step
 from sparkbuild.spec import Build
 
 
@@ -37,7 +38,7 @@ def prepare_source(
     if locked:
         pins = Pins.from_lock(require_locked_source(build, settings, lock))
     noted = {} if locked else locked_heads(build, settings, lock)
-    mirror = Mirror(settings.cache_dir, build.repo)
+    mirror = Mirror(settings.cache_dir, build.repo, offline=offline and locked)
     in_range = [pr for pr in build.prs if build.in_range(pr.when)]
     with mirror.locked():
         if offline and locked:
@@ -49,11 +50,14 @@ def prepare_source(
             lockproof.check_ref(mirror, build, base_commit)
     applier = Applier(mirror, build, base_commit)
     try:
+        steps = build.mode_steps()
         with console.status(
             f"{build.name}: applying {len(build.prs)} PR(s), {len(build.patches)} patch(es)"
+            + (f", {len(steps)} step(s)" if steps else "")
         ):
             items = [settle_pr(applier, pr, remote, pins) for pr in build.prs]
             items += [settle_patch(applier, patch) for patch in build.patches]
+            items += [settle_step(applier, step) for step in steps]
     finally:
         applier.close()
     if locked and not any(item.status in FAILING for item in items):

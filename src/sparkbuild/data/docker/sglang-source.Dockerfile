@@ -4,9 +4,10 @@
 # The build context is the patched upstream tree. BASE_IMAGE defaults to the upstream release
 # image of the same version (a CUDA 13 devel image with torch), pinned by digest in
 # images.lock. sparkbuild passes the version-dependent arguments (kernel directory, wheel name:
-# see sparkbuild/image/source_args.py). Arch pruning of the kernel CMake lists belongs in our
-# own patches with `when` ranges in the spec (none shipped yet: docs/image.md says why);
-# sparkbuild checks the built wheel's cubins either way and fails on any arch but sm_121a.
+# see sparkbuild/image/source_args.py). The kernel CMake's hardcoded gencode lists arrive
+# here already pruned to sm_121a, FA3/FlashMLA/sm90 targets removed, by the spec's
+# sm121a-prune source step (`steps:`, with `when` ranges; docs/image.md); sparkbuild checks
+# the built wheel's cubins either way and fails on any arch but sm_121a.
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 # The build needs root (system site-packages, apt, /opt); the image ends as the base's own
