@@ -22,26 +22,12 @@ import yaml
 from click.testing import CliRunner
 
 from sparkbuild import lockfile
-from sparkbuild.cli import main, options
+from sparkbuild.cli import options
 from sparkbuild.engines.launch import LaunchSettings, TargetChoice
-from tests.support.cli import CliResult, RunCli
+from tests.support.cli import CliResult, RunCli, every_command
 from tests.support.gitrepos import tagged_repo
 
 CLI = Path(__file__).resolve().parents[1] / "src" / "sparkbuild" / "cli"
-
-
-def _commands() -> dict[str, click.Command]:
-    """Every command and subcommand by its path, e.g. ``bench compare``."""
-    found: dict[str, click.Command] = {}
-    context = click.Context(main)
-    for name in main.list_commands(context):
-        command = main.get_command(context, name)
-        assert command is not None
-        found[name] = command
-        if isinstance(command, click.Group):
-            for sub, subcommand in command.commands.items():
-                found[f"{name} {sub}"] = subcommand
-    return found
 
 
 def _option(command: click.Command, flag: str) -> click.Option | None:
@@ -51,7 +37,7 @@ def _option(command: click.Command, flag: str) -> click.Option | None:
 def test_json_is_one_flag_for_stdout_everywhere() -> None:
     takes_json = {
         path: option
-        for path, command in _commands().items()
+        for path, command in every_command().items()
         if (option := _option(command, "--json")) is not None
     }
     assert set(takes_json) >= {"build", "patches", "prepare", "publish", "rollback", "bump"}
@@ -59,12 +45,12 @@ def test_json_is_one_flag_for_stdout_everywhere() -> None:
     for path, option in takes_json.items():
         assert option.is_flag and option.name == "as_json", path
         assert option.help == "Machine-readable output on stdout.", path
-    with_file = {path for path, c in _commands().items() if _option(c, "--json-file")}
+    with_file = {path for path, c in every_command().items() if _option(c, "--json-file")}
     assert with_file == {"smoke", "bench", "bench compare", "preflight"}
 
 
 def test_record_takes_a_build_and_locked_is_a_flag_everywhere() -> None:
-    commands = _commands()
+    commands = every_command()
     for path in ("smoke", "bench", "preflight"):
         record = _option(commands[path], "--record")
         assert record is not None and not record.is_flag and record.metavar == "BUILD", path

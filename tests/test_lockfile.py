@@ -3,6 +3,8 @@ handle that writes each build's entry once, on real files."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -351,3 +353,26 @@ def test_one_pinned_image_for_recording_and_publishing(tmp_path: Path) -> None:
     assert no_tree.value.hint is not None and "--record b1" in no_tree.value.hint
     entry.image = lockfile.ImageSection(image_id=IMAGE, tree=COMMIT)
     assert lockfile.pinned_image(entry, "b1", path, "publish").tree == COMMIT
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+from sparkbuild import lockfile
+path, name = Path(sys.argv[1]), sys.argv[2]
+for i in range(8):
+    lockfile.set_section(path, f"{name}-{i}", lockfile.ImageSection(image_id=sys.argv[3]))
+"""
+
+
+def test_concurrent_writers_keep_every_entry_and_leave_no_lock_file(tmp_path: Path) -> None:
+    """Four processes record into one lock at once: every entry lands (the writers take
+    turns), and the project gets no ``images.lock.lock`` to ignore in git."""
+    path = tmp_path / "images.lock"
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), f"w{n}", IMAGE])
+        for n in range(4)
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0, 0, 0]
+    assert set(lockfile.load(path).builds) == {f"w{n}-{i}" for n in range(4) for i in range(8)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images.lock"]

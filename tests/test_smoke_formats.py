@@ -17,8 +17,8 @@ import yaml
 
 from sparkbuild.engines.adapters import Counters, SglangAdapter, VllmAdapter, parse_prometheus
 from sparkbuild.engines.profiles import Expectations, load_profile
-from sparkbuild.engines.signatures import diagnose, load_signatures
-from sparkbuild.errors import SpecError
+from sparkbuild.engines.signatures import Evidence, diagnose, load_signatures
+from sparkbuild.errors import EngineHTTPError, SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import checks
 from sparkbuild.spec import load_builds
@@ -195,6 +195,38 @@ def test_signature_remedies_name_patch_or_flag() -> None:
         assert (repo / path).exists(), f"signature remedy names a missing patch: {path}"
     assert diagnose(["TypeError: unsupported operand type(s) for *: 'NoneType' and 'NoneType'"],
                     "vllm") == []  # fmt: skip
+
+
+def test_a_signature_matches_http_errors_and_failed_checks_not_only_log_lines(
+    tmp_path: Path,
+) -> None:
+    """vLLM logs nothing about NaN logits: the evidence is an HTTP 400 or the nan check."""
+    body = "POST /v1/completions: HTTP 400: Out of range float values are not JSON compliant"
+    (by_http,) = diagnose(["INFO serving"], "vllm", evidence=Evidence(http=[body]))
+    assert (by_http.id, by_http.source, by_http.line) == ("nan-logits", "http", body)
+    nan = {"nan": "engine NaN counter rose by 4"}
+    (by_check,) = diagnose([], "vllm", evidence=Evidence(checks=nan))
+    assert (by_check.id, by_check.source) == ("nan-logits", "check")
+    assert diagnose([], "vllm", evidence=Evidence(checks={"output": "NaN counter rose"})) == []
+    bare = tmp_path / "signatures.yaml"
+    bare.write_text("signatures:\n  - {id: no-evidence, diagnosis: d, remedy: r}\n")
+    with pytest.raises(SpecError, match="pattern"):
+        load_signatures(bare)
+
+
+def test_nan_responses_are_one_failed_check() -> None:
+    nan = EngineHTTPError(
+        "POST /v1/completions", 400, "Out of range float values are not JSON compliant"
+    )
+    other = EngineHTTPError("POST /v1/completions", 500, "boom")
+    expect = Expectations()
+    assert checks.check_output([], [], [], expect, 2, 2).status == "skip"
+    assert checks.check_output([], [], [], expect, 2, 1).status == "fail"
+    only_nan = checks.check_errors([nan, nan], [], 0, [nan, nan])
+    assert only_nan.status == "pass" and "2 NaN response(s) judged by nan" in only_nan.detail
+    mixed = checks.check_errors([nan, other], [], 0, [nan])
+    assert mixed.status == "fail" and "HTTP 500" in mixed.detail
+    assert "hint" not in mixed.detail and "points at a running engine" not in mixed.detail
 
 
 def _project(tmp_path: Path, profile: str) -> Settings:

@@ -101,6 +101,20 @@ def test_nan_weights_fail_the_nan_check(project: Path, launcher: str, nan_model:
     assert nan["status"] == "fail", run.explain()
     # vLLM cannot serialize the NaN logprobs (HTTP 400) and counts corrupted requests.
     assert "NaN" in nan["detail"], nan
+    # One cause, one failed check and one diagnosis with its remedy: vLLM logs nothing
+    # about NaN, so the signature matched the evidence (the counter, the HTTP 400).
+    failed = [c["name"] for c in run.result["checks"] if c["status"] == "fail"]
+    assert failed == ["nan"], run.explain()
+    assert run.check("output")["status"] == "skip" and run.check("errors")["status"] == "pass"
+    (diagnosis,) = run.result["diagnoses"]
+    assert diagnosis["id"] == "nan-logits" and diagnosis["source"] in ("http", "check")
+    assert "checkpoint" in diagnosis["remedy"]
+    assert "remedy" in run.stdout and "points at a running engine" not in run.output
+    assert "the engine's log is at" in run.stderr  # a --command run's hint, not a URL's
+    assert run.result["engine_version"] == "0.32.0"  # as the server reports it
+    # The engine logged one access line per request; the excerpt leaves them out.
+    assert 'HTTP/1.1" 400' in Path(run.result["log_file"]).read_text()
+    assert not any('HTTP/1.1" ' in line for line in run.result["log_excerpt"])
 
 
 def test_bad_flag_fails_boot_with_log_excerpt(project: Path, launcher: str, model: Path) -> None:

@@ -200,6 +200,26 @@ def test_prepare_on_conflict_leaves_the_tree_and_the_next_command(
     assert three_way.returncode != 0 and "conflict" in three_way.stderr.lower()
 
 
+def test_a_second_conflict_names_the_tree_before_it(project: Project, tmp_path: Path) -> None:
+    out = tmp_path / "tree"
+    result = project.run("prepare", "head", "--out", str(out))
+    assert result.exit_code == 1
+    # The checkout stops before the first conflict (#105); applies.patch comes after it.
+    assert "(ours)" not in (out / "python/pkg/alpha.py").read_text()
+    assert f"#105 does not apply. The tree before it is at {out};" in result.stderr
+    branch = "sparkbuild-before/delta-1"
+    shown = f"cd {out} && git checkout --quiet {branch} && git apply --3way .git/sparkbuild/"
+    assert shown + "delta-1.patch" in result.stderr
+    assert "alpha line 20 (ours)" in git(out, "show", f"{branch}:python/pkg/alpha.py")
+    assert "sparkbuild prepare" not in result.stderr  # the hint names no command just run
+    git(out, "checkout", "--quiet", branch)
+    three_way = subprocess.run(
+        ["git", "apply", "--3way", ".git/sparkbuild/delta-1.patch"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert three_way.returncode != 0 and "python/pkg/delta.py" in three_way.stderr
+
+
 def test_prepare_refuses_a_foreign_directory(project: Project, tmp_path: Path) -> None:
     out = tmp_path / "mine"
     out.mkdir()

@@ -250,7 +250,12 @@ class EngineBootError(SparkbuildError):
 
 
 class PlotError(SparkbuildError):
-    """``--plot`` cannot draw: matplotlib is missing, or no cell has a figure to plot."""
+    """``--plot`` cannot draw: no cell has a figure to plot."""
+
+
+class MissingExtraError(UsageError):
+    """An option needs an optional extra that is not installed (``--plot``: matplotlib):
+    a usage error, exit 2, raised before any work starts."""
 
 
 class RequirementError(SparkbuildError):

@@ -18,17 +18,18 @@ which every lock sparkbuild writes has. A lock read and written again is byte-id
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import yaml
-from filelock import FileLock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sparkbuild import validate, yamlfile
@@ -600,8 +601,18 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def file_lock(path: Path) -> FileLock:
-    return FileLock(str(path) + ".lock")
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Writers of ``path`` one at a time, across processes: an exclusive flock on the
+    directory that holds it. Not a ``path.lock`` file beside it, which every project would
+    have to ignore in git; not the lock file itself, which is replaced by rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 Change = Callable[[BuildEntry], None]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import click
 from click.testing import CliRunner
 
 from sparkbuild.cli import main
@@ -115,3 +116,16 @@ def _working_directory(cwd: Path | None) -> Iterator[None]:
         yield
     finally:
         os.chdir(before)
+
+
+def every_command() -> dict[str, click.Command]:
+    """Every command and subcommand of the command line by its path, e.g. ``bench compare``."""
+    found: dict[str, click.Command] = {}
+    context = click.Context(main)
+    for name in main.list_commands(context):
+        command = main.get_command(context, name)
+        assert command is not None
+        found[name] = command
+        if isinstance(command, click.Group):
+            found |= {f"{name} {sub}": c for sub, c in command.commands.items()}
+    return found

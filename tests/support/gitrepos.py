@@ -109,22 +109,34 @@ class Upstream:
         git(self.work, "push", "-q", "--force", str(self.bare), "main", "--tags")
 
 
-def make_upstream(root: Path) -> Upstream:
+def _first_release(
+    root: Path, version: str, modules: tuple[str, ...], extra: Mapping[str, str] | None = None
+) -> tuple[Upstream, Path]:
+    """A work tree on ``main`` whose first commit is tagged ``v<version>``: python/pkg with
+    ``modules`` of numbered lines, and ``extra`` files. Returns the upstream (not pushed
+    yet) and python/pkg."""
     work = root / "work"
-    bare = root / "upstream.git"
     work.mkdir(parents=True)
     git(work, "init", "-q", "-b", "main")
     pkg = work / "python" / "pkg"
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("__version__ = '1.0.0'\n")
-    for name in ("alpha", "beta", "gamma", "delta"):
+    (pkg / "__init__.py").write_text(f"__version__ = '{version}'\n")
+    for name in modules:
         (pkg / f"{name}.py").write_text(lines(name))
-    (work / "csrc").mkdir()
-    (work / "csrc" / "kernel.cu").write_text(lines("kernel", 10))
+    for path, text in (extra or {}).items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
     commit_all(work, "initial")
-    git(work, "tag", "v1.0.0")
-    up = Upstream(bare=bare, work=work)
-    up.tags["v1.0.0"] = git(work, "rev-parse", "HEAD")
+    git(work, "tag", f"v{version}")
+    up = Upstream(bare=root / "upstream.git", work=work)
+    up.tags[f"v{version}"] = git(work, "rev-parse", "HEAD")
+    return up, pkg
+
+
+def make_upstream(root: Path) -> Upstream:
+    kernel = {"csrc/kernel.cu": lines("kernel", 10)}
+    up, pkg = _first_release(root, "1.0.0", ("alpha", "beta", "gamma", "delta"), kernel)
+    work, bare = up.work, up.bare
 
     # PR #101: two commits on a branch, merged with a merge commit.
     git(work, "checkout", "-q", "-b", "pr101")
@@ -213,3 +225,44 @@ def _edit(target: Path, edit: Edit) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(edit)
+
+
+def make_linear_upstream(root: Path) -> Upstream:
+    """An upstream whose PRs land without a merge commit of their own::
+
+        v0.1.0 ── PR #201 (fast-forwarded) ── v0.2.0 ── unrelated ── #202 rebased ── v0.3.0
+                                                 └── PR #202 (two commits, its own SHAs)
+
+    - PR #201's head is itself a commit of ``main``'s first-parent history, after v0.1.0;
+    - PR #202 was rebased and merged: ``main`` holds the same change under new SHAs.
+    """
+    up, pkg = _first_release(root, "0.1.0", ("alpha", "beta"))
+    work, bare = up.work, up.bare
+
+    replace_line(pkg / "alpha.py", "alpha line 5\n", "alpha line 5 (fixed by #201)\n")
+    pr201 = commit_all(work, "Fix alpha 5")  # committed on main: a fast-forward
+    replace_line(pkg / "__init__.py", "0.1.0", "0.2.0")
+    commit_all(work, "release 0.2.0")
+    git(work, "tag", "v0.2.0")
+    up.tags["v0.2.0"] = git(work, "rev-parse", "HEAD")
+
+    git(work, "checkout", "-q", "-b", "pr202")
+    replace_line(pkg / "beta.py", "beta line 3\n", "beta line 3 (fixed by #202)\n")
+    commit_all(work, "Fix beta 3")
+    replace_line(pkg / "beta.py", "beta line 4\n", "beta line 4 (fixed by #202)\n")
+    pr202 = commit_all(work, "Fix beta 4")
+    git(work, "checkout", "-q", "main")
+    replace_line(pkg / "alpha.py", "alpha line 20\n", "alpha line 20 (main)\n")
+    commit_all(work, "main: unrelated")
+    later = {"GIT_COMMITTER_DATE": "2026-02-01T00:00:00Z"}  # rebase-and-merge: new SHAs
+    git(work, "cherry-pick", f"{pr202}~1", pr202, env=later)
+    replace_line(pkg / "__init__.py", "0.2.0", "0.3.0")
+    commit_all(work, "release 0.3.0")
+    git(work, "tag", "v0.3.0")
+    up.tags["v0.3.0"] = git(work, "rev-parse", "HEAD")
+
+    git(root, "init", "-q", "--bare", str(bare))
+    up.push_main()
+    up.set_pr(201, pr201)
+    up.set_pr(202, pr202)
+    return up

@@ -39,6 +39,10 @@ class SmokeRun:
         )
         return next(c for c in self.result["checks"] if c["name"] == name)
 
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
     def explain(self) -> str:
         shown = json.dumps(self.result, indent=1)[:4000] if self.result else self.stdout[-3000:]
         return f"rc={self.returncode}\n{shown}\nstderr:\n{self.stderr[-2000:]}"

@@ -15,21 +15,27 @@ machine (CI) builds it inside the test run:
 Creation happens under a file lock and ends by writing a marker file, so concurrent test
 processes wait for each other and an interrupted creation is redone, never reused.
 
-``python tests/support/vllm_cpu.py`` prepares both and prints shell assignments
-(``VLLM_CPU_PYTHON=...``, ``SPARKBUILD_CPU_MODEL=...``) for running the CPU reference
-profile by hand or from CI.
+``python tests/support/vllm_cpu.py`` (from a clone, in a venv with sparkbuild's test extra)
+prepares both and prints ``export`` lines (``VLLM_CPU_PYTHON``, ``SPARKBUILD_CPU_MODEL``,
+``SPARKBUILD_CPU_NAN_MODEL``) for running the CPU reference profile by hand or from CI:
+``eval "$(python tests/support/vllm_cpu.py)"``. Progress goes to stderr.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # run by path: make `tests` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.support.cache import build_once, shared_test_cache
 
 __all__ = [
     "VLLM_CPU_VERSION",
+    "exports",
     "shared_test_cache",
     "tiny_llama",
     "vllm_cpu_python",
@@ -137,7 +143,16 @@ def vllm_server_command(cache_dir: Path | None = None) -> str:
     return f"{vllm_cpu_python(cache_dir)} -m vllm.entrypoints.openai.api_server"
 
 
+def exports() -> str:
+    """The shell lines that point sparkbuild's cpu-reference profile at the CPU engine."""
+    print(f"vLLM CPU {VLLM_CPU_VERSION} and tiny models in {shared_test_cache()}", file=sys.stderr)
+    values = {
+        "VLLM_CPU_PYTHON": vllm_cpu_python(),
+        "SPARKBUILD_CPU_MODEL": tiny_llama(),
+        "SPARKBUILD_CPU_NAN_MODEL": tiny_llama(nan=True),
+    }
+    return "".join(f"export {name}={shlex.quote(str(value))}\n" for name, value in values.items())
+
+
 if __name__ == "__main__":
-    print(f"VLLM_CPU_PYTHON={vllm_cpu_python()}")
-    print(f"SPARKBUILD_CPU_MODEL={tiny_llama()}")
-    print(f"SPARKBUILD_CPU_NAN_MODEL={tiny_llama(nan=True)}")
+    print(exports(), end="")

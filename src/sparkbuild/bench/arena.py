@@ -111,22 +111,7 @@ def named_sweep(name: str) -> NamedSweep:
     return NamedSweep.model_validate(yaml.safe_load(text))
 
 
-_MAX_LEN_FLAGS = {"vllm": "--max-model-len", "sglang": "--context-length"}
-
-
-def profile_max_len(engine: str, args: Sequence[str]) -> int | None:
-    """The context length the profile serves with (its flag), None when the engine decides."""
-    flag = _MAX_LEN_FLAGS.get(engine)
-    found: str | None = None
-    for index, word in enumerate(args):
-        if word == flag and index + 1 < len(args):
-            found = args[index + 1]
-        elif flag and word.startswith(flag + "="):
-            found = word.split("=", 1)[1]
-    return int(found) if found is not None and found.isdigit() else None
-
-
-def refuse_unfit(sweep: Sweep, max_len: int | None, where: str) -> None:
+def refuse_unfit(sweep: Sweep, max_len: int | None, where: str, flag: str) -> None:
     """Refuse, before the engine boots, cells longer than the engine's context can hold."""
     if max_len is None:
         return
@@ -141,13 +126,9 @@ def refuse_unfit(sweep: Sweep, max_len: int | None, where: str) -> None:
         f"{where} serves at most {max_len} tokens, and {len(too_long)} of the "
         f"{sweep.cell_count} cells of {named} need more ({shown}{more}: up to depth+pp+tg "
         f"= {need})",
-        f"serve with a context of at least {need} tokens (e.g. {_flag_hint(where)} {need})"
+        f"serve with a context of at least {need} tokens (e.g. {flag} {need})"
         + ("" if sweep.name else ", or lower --pp/--depth/--tg"),
     )
-
-
-def _flag_hint(where: str) -> str:
-    return "--context-length" if "sglang" in where else "--max-model-len"
 
 
 # --- claims for an imported recipe -------------------------------------------------------

@@ -24,6 +24,7 @@ from rich.table import Table
 from sparkbuild.bench.claims import METRICS, Figure, LoadedClaim, Setup
 from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
+from sparkbuild.console import show_table
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import write_redacted
 
@@ -390,20 +391,26 @@ def _differs(result: ClaimsComparison, row: ClaimRow) -> str:
 
 def render(result: ClaimsComparison, console: Console) -> None:
     console.print("[bold]claims[/bold] against " + _run_line(result.report), highlight=False)
+    rows = _tabled(result)
+    if rows:
+        show_table(console, _claims_table(result, rows))
+    for line in _notes(result):
+        console.print(line, markup=False, highlight=False)
+
+
+def _claims_table(result: ClaimsComparison, rows: Sequence[ClaimRow]) -> Table:
     table = Table(header_style="bold", pad_edge=False)
     for title, justify in (("claim", "left"), ("figure", "left"), ("claimed", "right"),
                            ("measured (median, min-max)", "right"), ("ratio", "right"),
                            ("differs", "left")):  # fmt: skip
         table.add_column(title, justify=justify)  # type: ignore[arg-type]
-    for row in _tabled(result):
+    for row in rows:
         table.add_row(
             f"{row.claim.id}", METRICS[row.metric], figure_text(row.claimed, row.metric),
             measured_text(row), ratio_text(row), _differs(result, row),
             style=None if row.status == "compared" else "yellow",
         )  # fmt: skip
-    console.print(table)
-    for line in _notes(result):
-        console.print(line, markup=False, highlight=False)
+    return table
 
 
 def _tabled(result: ClaimsComparison) -> list[ClaimRow]:

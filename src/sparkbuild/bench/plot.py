@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.bench.results import BenchReport
-from sparkbuild.errors import PlotError
+from sparkbuild.bench.results import BenchReport, CellResult
+from sparkbuild.errors import MissingExtraError, PlotError
 from sparkbuild.redact import redact
 
 
@@ -21,19 +21,30 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")  # files only; never a window, works without a display
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise PlotError(
+        raise MissingExtraError(
             "--plot needs matplotlib, which is not installed",
             "pip install 'sparkbuild[plot]' (or pip install matplotlib), or drop --plot",
         ) from exc
     return plt
 
 
-def plot_decode(reports: Sequence[BenchReport], path: Path) -> None:
-    """Lines of median decode tok/s (min-max as error bars) per (report, pp, tg, depth)."""
+def _why_left_out(cell: CellResult) -> str:
+    if cell.runs and cell.burst_runs == len(cell.runs):
+        return "only burst runs (no client decode rate)"
+    if cell.errors:
+        return "failed requests"
+    return "no decode rate"
+
+
+def plot_decode(reports: Sequence[BenchReport], path: Path) -> list[str]:
+    """Lines of median decode tok/s (min-max as error bars) per (report, pp, tg, depth).
+    Returns what the plot leaves out (cells with no decode rate, and why), which the figure
+    also notes under its axes."""
     plt = require_matplotlib()
     figure, axes = plt.subplots(figsize=(8, 5), dpi=120)
     lines = 0
     ticks: set[int] = set()
+    left_out: list[str] = []
     for report in reports:
         configs = sorted({(c.pp, c.tg, c.depth) for c in report.cells})
         for pp, tg, depth in configs:
@@ -42,6 +53,12 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> None:
                 key=lambda c: c.concurrency,
             )
             points = [(c, c.decode_tps_aggregate) for c in cells]
+            prefix = f"{report.label}: " if len(reports) > 1 else ""
+            left_out += [
+                f"{prefix}{c.key.label()}: {_why_left_out(c)}"
+                for c, s in points
+                if s.median is None
+            ]
             points = [(c, s) for c, s in points if s.median is not None]
             if not points:
                 continue
@@ -73,7 +90,13 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> None:
     axes.set_title(f"Decode throughput: {redact(title)}")  # a PNG is a record too
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize="small")
+    if left_out:
+        shown = "; ".join(left_out[:3]) + (
+            f" and {len(left_out) - 3} more" if len(left_out) > 3 else ""
+        )
+        figure.text(0.01, 0.01, f"left out: {shown}", fontsize="x-small", wrap=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(path, format="png")
     plt.close(figure)
+    return left_out

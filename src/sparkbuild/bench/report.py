@@ -17,6 +17,7 @@ from rich.text import Text
 from sparkbuild import lockfile
 from sparkbuild.bench.results import SCHEMA_VERSION, BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
+from sparkbuild.console import show_table
 from sparkbuild.errors import UsageError
 
 
@@ -155,7 +156,7 @@ def render(report: BenchReport, console: Console) -> None:
         table.add_row(
             *row, Text(_bursts(cell)), Text(_errors(cell)), style="red" if flagged else None
         )
-    console.print(table)
+    show_table(console, table)
     for line in _flag_lines(report)[3:]:
         console.print(line, markup=False, highlight=False, style="yellow")
 
@@ -203,7 +204,8 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
             found[name] = f"{left!s} vs {right!s}"
 
     note("engine build", _build_id(a), _build_id(b))
-    note("engine arguments", " ".join(a.engine.args), " ".join(b.engine.args))
+    if a.engine.args != b.engine.args:
+        found["engine arguments"] = argument_changes(a.engine.args, b.engine.args)
     note("engine environment", a.engine.env, b.engine.env)
     note("model", a.engine.model, b.engine.model)
     note("engine", a.engine.name, b.engine.name)
@@ -222,6 +224,48 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
     note("prefix caching", a.sweep.prefix_caching, b.sweep.prefix_caching)
     note("host", a.host.summary, b.host.summary)
     return found
+
+
+def _arg_settings(args: Sequence[str]) -> dict[str, str]:
+    """Engine arguments as settings: ``--flag value`` pairs, bare flags, and the keys of a
+    JSON object value (``--speculative-config {...}``) each on their own."""
+    settings: dict[str, str] = {}
+    words = list(args)
+    position = 0
+    while position < len(words):
+        word = words[position]
+        position += 1
+        if not word.startswith("-"):
+            settings[f"argument {position}"] = word
+            continue
+        flag, equals, value = word.partition("=")
+        if not equals:
+            takes_value = position < len(words) and not words[position].startswith("--")
+            value = words[position] if takes_value else "on"
+            position += int(takes_value)
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and parsed:
+            for key, item in parsed.items():
+                name = key if key not in settings else f"{flag}.{key}"
+                settings[name] = json.dumps(item) if not isinstance(item, str) else item
+        else:
+            settings[flag] = value
+    return settings
+
+
+def argument_changes(a: Sequence[str], b: Sequence[str]) -> str:
+    """What changed between two engine argument lists, setting by setting:
+    ``num_speculative_tokens 3 → 1``, not both full command lines."""
+    left, right = _arg_settings(a), _arg_settings(b)
+    changes = [
+        f"{name} {left.get(name, '(unset)')} → {right.get(name, '(unset)')}"
+        for name in dict.fromkeys([*left, *right])
+        if left.get(name) != right.get(name)
+    ]
+    return "; ".join(changes) or "the same settings in another order"
 
 
 def _build_id(report: BenchReport) -> str:
@@ -318,7 +362,7 @@ def render_compare(
     for row in rows:
         words = [str(row[k]) for k in ("pp", "tg", "depth", "concurrency")]
         table.add_row(*words, *(_delta_text(row[c.title], c) for c in TERMINAL_COLUMNS))
-    console.print(table)
+    show_table(console, table)
 
 
 def markdown_compare(rows: Sequence[dict[str, Any]], label_a: str, label_b: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 import httpx
 import requests
 
-from sparkbuild import __version__
+from sparkbuild import __version__, console
 from sparkbuild.bench import HARNESS_VERSION
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
 from sparkbuild.bench.engine_timing import (
@@ -51,18 +51,23 @@ from sparkbuild.bench.results import (
     run_figures,
     run_flags,
 )
-from sparkbuild.bench.sweep import CellKey, Sweep
-from sparkbuild.engines.adapters import Counters, EngineAdapter, first_model
+from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warning
+from sparkbuild.engines.adapters import (
+    VERSION_PATHS,
+    Counters,
+    EngineAdapter,
+    first_model,
+    reported_version,
+)
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
-from sparkbuild.engines.targets import ContainerTarget, Target, probe, wait_ready
+from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
 from sparkbuild.errors import (
     CalibrationError,
     EngineBootError,
     EngineGoneError,
     EngineHTTPError,
     SparkbuildError,
-    UsageError,
 )
 
 #: The engine's own count of generated tokens (all requests), per engine.
@@ -85,6 +90,8 @@ class Progress(Protocol):
 
     def cell_done(self, result: CellResult) -> None: ...
 
+    def waiting(self, detail: str) -> None: ...
+
 
 class SilentProgress:
     def phase(self, message: str) -> None:
@@ -98,6 +105,19 @@ class SilentProgress:
 
     def cell_done(self, result: CellResult) -> None:
         return None
+
+    def waiting(self, detail: str) -> None:
+        return None
+
+
+class PlainProgress(SilentProgress):
+    """Without a terminal (a CI log): one line per stage and per cell, nothing live."""
+
+    def phase(self, message: str) -> None:
+        console.info(message)
+
+    def cell(self, index: int, total: int, key: CellKey) -> None:
+        console.info(f"cell {index + 1}/{total}: {key.label()}")
 
 
 @dataclass(frozen=True)
@@ -178,16 +198,14 @@ class _Engine:
             self.calibration = "usage"
 
     async def _version(self) -> str | None:
-        for path in ("/version", "/get_server_info", "/server_info"):
+        for path in VERSION_PATHS:
             try:
                 response = await self.client.get(path)
-                if response.status_code == 200:
-                    payload = response.json()
-                    value = payload.get("version") if isinstance(payload, dict) else None
-                    if value:
-                        return str(value)
-            except (httpx.HTTPError, ValueError, AttributeError):
+                value = reported_version(response.json()) if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
                 continue
+            if value:
+                return value
         return None
 
     async def _tokenize(self, text: str) -> int | None:
@@ -265,19 +283,15 @@ class Sweeper:
             "max_tokens": tokens,
         }
 
-    def check_fits(self, engine: _Engine) -> None:
+    def fit(self, engine: _Engine) -> None:
+        """Leave out the cells longer than the engine serves (warned); refuse when none fit.
+        The profile's own limit was applied before the boot (``fit_plan``)."""
+        whose = "the engine's max_model_len"
         limit = engine.max_model_len
-        if limit is None:
-            return
-        too_long = [k for k in self.plan.sweep.cells() if k.prompt_tokens + k.tg > limit]
-        if too_long:
-            worst = max(too_long, key=lambda k: k.prompt_tokens + k.tg)
-            raise UsageError(
-                f"{len(too_long)} cells need more than the engine's max_model_len {limit} "
-                f"tokens (e.g. {worst.label()}: depth+pp+tg = "
-                f"{worst.prompt_tokens + worst.tg})",
-                "lower --pp/--depth/--tg or serve with a larger --max-model-len",
-            )
+        fitted, dropped = fit_to_length(self.plan.sweep, limit, whose)
+        if dropped and limit is not None:
+            console.warn(left_out_warning(dropped, limit, whose))
+            self.plan = replace(self.plan, sweep=fitted)
 
     async def sweep(self, engine: _Engine, factory: PromptFactory) -> None:
         sweep = self.plan.sweep
@@ -285,8 +299,9 @@ class Sweeper:
             self.progress.phase("warm-up request")
             warm = await factory.prompts(32, [self._next_indices(1)[0]])
             await stream_many(engine.client, [self._body(engine, warm[0], WARMUP_TOKENS)])
+        total = sweep.cell_count
         for index, key in enumerate(sweep.cells()):
-            self.progress.cell(index, sweep.cell_count, key)
+            self.progress.cell(index, total, key)
             self.cells.append(await self.cell(engine, factory, key))
             self.progress.cell_done(self.cells[-1])
 
@@ -486,7 +501,12 @@ def _boot(target: Target, adapter: EngineAdapter, plan: BenchPlan, progress: Pro
     if not target.owns_engine:
         return 0.0
     progress.phase(f"waiting for {adapter.name} to boot (up to {plan.boot_timeout_s:g} s)")
-    readiness = wait_ready(target, adapter, plan.boot_timeout_s)
+    readiness = wait_ready(
+        target,
+        adapter,
+        plan.boot_timeout_s,
+        waiting=lambda seconds, line: progress.waiting(boot_detail(seconds, line)),
+    )
     if readiness.ready:
         return readiness.seconds
     lines = target.logs.since(0) if target.logs is not None else []
@@ -500,6 +520,18 @@ def _boot(target: Target, adapter: EngineAdapter, plan: BenchPlan, progress: Pro
     if hint is None and lines:
         hint = f"last engine log line: {lines[-1][:200]}"
     raise EngineBootError(f"the engine {why} before the benchmark could start", hint)
+
+
+def fit_plan(plan: BenchPlan, adapter: EngineAdapter) -> BenchPlan:
+    """The plan without the cells longer than the profile's own max length (its
+    ``--max-model-len``/``--context-length``): known before the boot, so a sweep that cannot
+    fit is refused in a second, not after the engine booted."""
+    whose = f"the profile's {adapter.max_len_flag}"
+    limit = adapter.declared_max_len(plan.args)
+    fitted, dropped = fit_to_length(plan.sweep, limit, whose)
+    if dropped and limit is not None:
+        console.warn(left_out_warning(dropped, limit, whose))
+    return replace(plan, sweep=fitted)
 
 
 def run_bench(
@@ -537,7 +569,7 @@ def run_bench(
                     env=dict(plan.env),
                     max_model_len=engine.max_model_len,
                 )
-                sweeper.check_fits(engine)
+                sweeper.fit(engine)
                 progress.phase(f"calibrating prompts with the engine's tokenizer ({adapter.name})")
                 factory = PromptFactory(engine.count_tokens, sweep.seed)
                 await factory.prepare()
@@ -557,6 +589,7 @@ def run_bench(
 
         engine_info, prompt_info, report_error = asyncio.run(main())
     done = {c.key for c in sweeper.cells}
+    sweep = sweeper.plan.sweep  # less the cells longer than the engine serves
     return BenchReport(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         label=plan.label,

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sparkbuild.errors import UsageError
+
 #: The most requests one cell may open at once; beyond that a client machine, not the engine,
 #: is what gets measured.
 MAX_CONCURRENCY = 1024
@@ -70,6 +72,8 @@ class Sweep(BaseModel):
     runs: int = Field(default=3, ge=1)
     seed: int = 0
     warmup: bool = True
+    #: Cells whose depth+pp+tg exceed this were left out: longer than the engine serves.
+    max_len: int | None = None
     name: str | None = None  # a named sweep (``bench --sweep``), e.g. spark-arena-v2
     # Each run of a cell with depth first sends its context alone, so the measured request
     # finds the context in the engine's prefix cache (llama-benchy --enable-prefix-caching).
@@ -88,9 +92,9 @@ class Sweep(BaseModel):
             raise ValueError("a schedule must list every (depth, concurrency) pair once")
         return self
 
-    def cells(self) -> Iterator[CellKey]:
-        """Cells in run order: the schedule's, else concurrency innermost, so one
-        configuration's curve is measured back to back."""
+    def grid(self) -> Iterator[CellKey]:
+        """Every cell of the grid, in run order: the schedule's, else concurrency innermost,
+        so one configuration's curve is measured back to back."""
         if self.schedule is not None:
             for step in self.schedule:
                 for pp, tg in itertools.product(self.pp, self.tg):
@@ -101,6 +105,42 @@ class Sweep(BaseModel):
         ):
             yield CellKey(pp, tg, depth, concurrency)
 
+    def cells(self) -> Iterator[CellKey]:
+        """The cells measured: the grid's, less those longer than ``max_len``."""
+        return (key for key in self.grid() if self.fits(key, self.max_len))
+
+    @staticmethod
+    def fits(key: CellKey, limit: int | None) -> bool:
+        return limit is None or key.prompt_tokens + key.tg <= limit
+
     @property
     def cell_count(self) -> int:
-        return len(self.pp) * len(self.tg) * len(self.depth) * len(self.concurrency)
+        return sum(1 for _ in self.cells())
+
+
+def fit_to_length(sweep: Sweep, limit: int | None, whose: str) -> tuple[Sweep, list[CellKey]]:
+    """``sweep`` without the cells longer than ``limit`` (``whose`` names where the limit
+    comes from), and the cells left out; a UsageError when no cell fits."""
+    if limit is None:
+        return sweep, []
+    dropped = [key for key in sweep.cells() if not Sweep.fits(key, limit)]
+    if not dropped:
+        return sweep, []
+    if len(dropped) == sweep.cell_count:
+        shortest = min(dropped, key=lambda k: k.prompt_tokens + k.tg)
+        raise UsageError(
+            f"no cell fits {whose} {limit} tokens (the shortest, {shortest.label()}, needs "
+            f"depth+pp+tg = {shortest.prompt_tokens + shortest.tg})",
+            "lower --pp/--depth/--tg, or serve with a larger max model length",
+        )
+    capped = limit if sweep.max_len is None else min(limit, sweep.max_len)
+    return sweep.model_copy(update={"max_len": capped}), dropped
+
+
+def left_out_warning(dropped: list[CellKey], limit: int, whose: str) -> str:
+    shown = "; ".join(key.label() for key in dropped[:4])
+    more = f" and {len(dropped) - 4} more" if len(dropped) > 4 else ""
+    return (
+        f"{len(dropped)} cell(s) need more than {whose} {limit} tokens (depth+pp+tg) and are "
+        f"left out: {shown}{more}"
+    )

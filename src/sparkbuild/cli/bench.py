@@ -25,7 +25,6 @@ from sparkbuild.bench.arena import (
     NAMED_SWEEPS,
     check_submission_dir,
     named_sweep,
-    profile_max_len,
     refuse_unfit,
     write_submission,
 )
@@ -34,18 +33,20 @@ from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import (
     STREAM_TIMEOUT_S,
     BenchPlan,
-    SilentProgress,
+    PlainProgress,
     SweepSettings,
+    fit_plan,
     run_bench,
 )
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
 from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, first_model
-from sparkbuild.engines.launch import LaunchSettings, make_target
+from sparkbuild.engines.launch import LaunchSettings, make_target, where_to_look
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
 from sparkbuild.errors import (
+    EngineHTTPError,
     EngineUnreachableError,
     NothingToCompareError,
     SweepIncompleteError,
@@ -88,6 +89,7 @@ class CellProgress:
         )
         self._task = self._bar.add_task("starting", total=total, remaining=total)
         self._key: CellKey | None = None
+        self._phase = ""
 
     def __enter__(self) -> CellProgress:
         self._bar.start()
@@ -102,7 +104,11 @@ class CellProgress:
         self._bar.stop()
 
     def phase(self, message: str) -> None:
+        self._phase = message
         self._bar.update(self._task, description=message)
+
+    def waiting(self, detail: str) -> None:
+        self._bar.update(self._task, description=f"{self._phase} · {detail}")
 
     def cell(self, index: int, total: int, key: CellKey) -> None:
         self._key = key
@@ -115,6 +121,12 @@ class CellProgress:
     def cell_done(self, result: CellResult) -> None:
         done = self._bar.tasks[0].completed + 1
         self._bar.update(self._task, advance=1, remaining=self.total - int(done))
+
+
+def warn_left_out(left_out: list[str], path: Path) -> None:
+    """A plot says what it could not draw (a series with only burst runs has no line)."""
+    if left_out:
+        console.warn(f"{path} leaves out {len(left_out)} cell(s): " + "; ".join(left_out))
 
 
 def _detect_engine(url: str) -> str:
@@ -169,7 +181,7 @@ class BenchOutputs:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
             write_redacted(self.csv_path, llama_benchy.to_csv(report))
         if self.plot_path and report.cells:
-            plot_decode([report], self.plot_path)
+            warn_left_out(plot_decode([report], self.plot_path), self.plot_path)
 
 
 @click.group("bench", invoke_without_command=True)
@@ -265,7 +277,10 @@ class BenchOutputs:
     help="Write the run as a Spark Arena submission in DIR (recipes/, logs/, metadata/).",
 )
 @options.record(help="Store a summary in images.lock under BUILD's image id (section bench).")
-@options.boot_timeout()
+@options.boot_timeout(
+    help="Wait this long for the engine to be ready before the sweep "
+    "[default: the profile's expect.boot_timeout_s]."
+)
 @options.request_timeout(
     default=STREAM_TIMEOUT_S, show_default=True, help="Give up on a stream after this long."
 )
@@ -384,11 +399,16 @@ def _run(
     else:
         target, adapter, plan = _at_url(launch, measure)
     with stop_on_signals():
-        if console.interactive():
-            with CellProgress(measure.sweep.cell_count) as progress:
-                report = run_bench(target, adapter, plan, progress)
-        else:
-            report = run_bench(target, adapter, plan, SilentProgress())
+        try:
+            if console.interactive():
+                with CellProgress(plan.sweep.cell_count) as progress:
+                    report = run_bench(target, adapter, plan, progress)
+            else:
+                report = run_bench(target, adapter, plan, PlainProgress())
+        except EngineHTTPError as exc:  # the next place to look depends on who runs it
+            log = target.logs.path if target.logs is not None else None
+            exc.hint = where_to_look(target.kind, log)
+            raise
     outputs.write(report)
     if outputs.json_path != "-":
         bench_report.render(report, console.out)
@@ -434,8 +454,9 @@ def _check_before_boot(
         check_submission_dir(outputs.arena_dir)
     if sweep.name is not None and launch.profile is not None:
         name, profile = load_profile(settings, launch.profile, model=launch.model, need_model=False)
-        limit = profile_max_len(profile.engine, profile.args)
-        refuse_unfit(sweep, limit, f"profile {name} ({profile.engine})")
+        adapter = adapter_for(profile.engine)
+        limit = adapter.declared_max_len(profile.args)
+        refuse_unfit(sweep, limit, f"profile {name} ({profile.engine})", adapter.max_len_flag)
 
 
 def _with_profile(
@@ -447,8 +468,6 @@ def _with_profile(
         raise UsageError(f"--engine {launch.engine} contradicts profile {name} ({profile.engine})")
     adapter = adapter_for(profile.engine)
     choice = launch.choice
-    logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
-    target = make_target(choice, profile, adapter, logs, stage="bench")
     plan = BenchPlan(
         sweep=measure.sweep,
         label=measure.label or f"{name} · {choice.image or choice.kind('bench')}",
@@ -460,6 +479,9 @@ def _with_profile(
         boot_timeout_s=launch.boot_timeout_s or profile.expect.boot_timeout_s,
         request_timeout_s=_request_timeout_s(launch),
     )
+    plan = fit_plan(plan, adapter)  # before the boot: a sweep that cannot fit stops here
+    logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    target = make_target(choice, profile, adapter, logs, stage="bench")
     return target, adapter, plan
 
 
@@ -560,8 +582,8 @@ def compare(
     if markdown_path:
         write_redacted(markdown_path, bench_report.markdown_compare(rows, label_a, label_b))
     if plot_path:
-        plot_decode([a.model_copy(update={"label": label_a}),
-                     b.model_copy(update={"label": label_b})], plot_path)  # fmt: skip
+        both = [a.model_copy(update={"label": label_a}), b.model_copy(update={"label": label_b})]
+        warn_left_out(plot_decode(both, plot_path), plot_path)
     if json_path != "-":
         bench_report.render_compare(rows, label_a, label_b, console.out)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from sparkbuild import console, lockfile, source
 from sparkbuild.bump.plan import BumpPlan, pick_from, plan_bump, release_tags
 from sparkbuild.bump.write import fresh_builds, write_plan
 from sparkbuild.cli import emit_json, options
+from sparkbuild.console import Breakable
 from sparkbuild.errors import BumpNotReadyError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
@@ -36,12 +38,13 @@ def _table(plan: BumpPlan) -> Table:
         if d.report_file:
             detail += f" -> report {d.report_file}"
         style = _STYLE[d.action]
-        table.add_row(d.id, d.status_from, d.status_to, f"[{style}]{d.action}[/]", detail)
+        action = Text(d.action, style=style)
+        table.add_row(Breakable(d.id), d.status_from, d.status_to, action, Breakable(detail))
     return table
 
 
 def _show(plan: BumpPlan, write: bool) -> None:
-    console.out.print(_table(plan))
+    console.show_table(console.out, _table(plan))
     if not write:
         console.out.print(plan.spec_diff(), markup=False, end="")
         for path, data in plan.files.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,9 @@ class _Group(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
             module = importlib.import_module(f"sparkbuild.cli.{COMMAND_MODULES[cmd_name]}")
-            self.commands.update({c.name or "": c for c in module.COMMANDS})
+            for command in module.COMMANDS:
+                accept_global_options(command)
+                self.commands[command.name or ""] = command
         return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -116,7 +119,10 @@ def main(
     repos: tuple[str, ...],
     quiet: bool,
 ) -> None:
-    """Reproducible, patched SGLang and vLLM images for NVIDIA DGX Spark."""
+    """Reproducible, patched SGLang and vLLM images for NVIDIA DGX Spark.
+
+    The options below may also follow the command (`sparkbuild smoke --quiet ...`).
+    """
     console.set_quiet(quiet)
     redact.forget_all()  # a new command: only its own secrets are remembered
     overrides = parse_repo_overrides(repos)  # a UsageError: rendered like every other error
@@ -127,6 +133,58 @@ def main(
         repo_overrides=overrides,
         quiet=quiet,
     )
+
+
+def _late_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """A global option given after the command (``sparkbuild smoke --quiet``, or a nox
+    session's ``-- --project D``): it changes this run's Settings as if given before it."""
+    if value in (None, False, ()):
+        return
+    root = ctx.find_root()
+    settings: Settings = root.obj
+    name = param.name
+    if name == "quiet":
+        console.set_quiet(True)
+        settings = replace(settings, quiet=True)
+    elif name == "project_dir":
+        settings = replace(settings, project_dir=Path(value).resolve())
+    elif name == "cache_dir":
+        settings = replace(settings, cache_dir=Path(value).expanduser().resolve())
+    elif name == "lock_file":
+        settings = replace(settings, lock_path=Path(value).resolve())
+    elif name == "repos":
+        overrides = settings.repo_overrides | parse_repo_overrides(value)
+        settings = replace(settings, repo_overrides=overrides)
+    context: click.Context | None = ctx
+    while context is not None:  # each context copied the object when it was made
+        context.obj = settings
+        context = context.parent
+
+
+def accept_global_options(command: click.Command) -> None:
+    """Give ``command`` (and a group's subcommands) the group's options, hidden from its
+    --help: the group's own --help says they may come after the command too."""
+    taken = {opt for param in command.params for opt in param.opts}
+    for option in main.params:
+        if (
+            isinstance(option, click.Option)
+            and option.name != "version"
+            and not (taken & set(option.opts))
+        ):
+            late = click.Option(
+                option.opts,
+                is_flag=option.is_flag,
+                multiple=option.multiple,
+                type=option.type,
+                expose_value=False,
+                hidden=True,
+                callback=_late_global,
+            )
+            late.name = option.name
+            command.params.append(late)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            accept_global_options(sub)
 
 
 # Command name -> module under sparkbuild.cli. A module is imported only when one of its

@@ -12,7 +12,7 @@ from packaging.version import Version
 from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
-from sparkbuild.engines.launch import LaunchSettings, make_target
+from sparkbuild.engines.launch import LaunchSettings, make_target, where_to_look
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.engines.targets import Target, image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
@@ -67,8 +67,8 @@ def smoke(
     json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
     name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
-    with stop_on_signals(), console.status(f"smoke {name}: starting {target.kind}") as _:
-        result = run_smoke(target, adapter, profile, name, progress=console.info)
+    with stop_on_signals(), console.activity(f"smoke {name}: starting {target.kind}") as now:
+        result = run_smoke(target, adapter, profile, name, progress=now.stage, waiting=now.detail)
     _report(settings, result, name, outputs)
 
 
@@ -126,10 +126,14 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
         report.render(result, console.out)
     if result.verdict != "pass":
         failed = [c.name for c in result.checks if c.status == "fail"]
+        first = (
+            "the diagnosis above names the remedy"
+            if result.diagnoses
+            else "the checks above say what was wrong"
+        )
         raise VerdictFailedError(
             f"smoke {name}: {result.verdict}" + (f" ({', '.join(failed)})" if failed else ""),
-            "the checks above say what was wrong"
-            + (f"; the engine log is at {result.log_file}" if result.log_file else ""),
+            f"{first}; {where_to_look(result.target_kind, result.log_file)}",
         )
 
 

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from sparkbuild import console, lockfile, requirements, source
 from sparkbuild.cli import emit_json, options, render_error
+from sparkbuild.console import Breakable
 from sparkbuild.errors import (
     BuildsFailedError,
     ItemsDoNotApplyError,
@@ -58,16 +59,18 @@ def _table(results: list[source.PreparedSource]) -> Table:
             table.add_row(
                 Text(prepared.build.name),
                 Text(item.kind),
-                Text(item.id),
+                Breakable(item.id),
                 Text(item.status, style=_STATUS_STYLE[item.status]),
-                Text(item.detail),
+                Breakable(item.detail),
             )
         if not prepared.items:
             table.add_row(Text(prepared.build.name), "", "(no PRs or patches)", "", "")
     return table
 
 
-def _failed_items(results: list[source.PreparedSource]) -> ItemsDoNotApplyError:
+def _failed_items(
+    results: list[source.PreparedSource], checked_out: Path | None = None
+) -> ItemsDoNotApplyError:
     bad = [
         f"{p.build.name} {item.id} ({item.status})"
         for p in results
@@ -75,9 +78,16 @@ def _failed_items(results: list[source.PreparedSource]) -> ItemsDoNotApplyError:
         if item.status in source.FAILING
     ]
     shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    hint = (
+        f"the lines above show each conflict in {checked_out}; fix the patch or the PR's "
+        "`when:`, then run this again"
+        if checked_out is not None
+        else "see the detail column; `sparkbuild prepare BUILD` checks out the tree before a "
+        "conflict"
+    )
     return ItemsDoNotApplyError(
         f"{len(bad)} item(s) do not apply: {shown}",
-        "see the detail column; `sparkbuild prepare BUILD` checks out the tree before a conflict",
+        hint,
     )
 
 
@@ -102,7 +112,7 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
             }
         )
     else:
-        console.out.print(_table(results))
+        console.show_table(console.out, _table(results))
         _print_requirement_conflicts(checked)
         for name, exc in failures:
             render_error(exc, build=name)
@@ -162,18 +172,28 @@ def prepare(
         console.info(f"{prepared.build.name}: patched tree at {path}")
     if not prepared.ok:
         _explain_conflicts(prepared, path, table=not as_json)  # stdout stays JSON with --json
-        raise _failed_items([prepared])
+        raise _failed_items([prepared], checked_out=path)
 
 
 def _explain_conflicts(prepared: source.PreparedSource, path: Path, *, table: bool) -> None:
     if table:
-        console.out.print(_table([prepared]))
+        console.show_table(console.out, _table([prepared]))
     for item in prepared.items:
         if item.status == "conflict":
             name = source.conflict_patch_name(item)
+            apply = f"git apply --3way .git/sparkbuild/{name}"
+            if item.before_commit in (None, prepared.conflict_commit):
+                where = f"The tree before it is at {path}"
+                show = f"cd {path} && {apply}"
+            else:  # a later conflict: the checkout stops at the first
+                branch = source.before_branch(item)
+                where = (
+                    f"The tree before it (the items since the first conflict applied, the "
+                    f"earlier conflicts left out) is branch {branch} in {path}"
+                )
+                show = f"cd {path} && git checkout --quiet {branch} && {apply}"
             console.err.print(
-                f"{item.id} does not apply. The tree before it is at {path}; to see the "
-                f"conflict:\n  cd {path} && git apply --3way .git/sparkbuild/{name}",
+                f"{item.id} does not apply. {where}; to see the conflict:\n  {show}",
                 markup=False,
             )
         elif item.status == "missing":
@@ -208,7 +228,7 @@ def lock_command(settings: Settings, builds: tuple[str, ...], check: bool) -> No
         else:
             failed.append(prepared)
     if failed:
-        console.out.print(_table(failed))
+        console.show_table(console.out, _table(failed))
         names = ", ".join(p.build.name for p in failed)
         raise ItemsDoNotApplyError(
             f"not locked (conflict, missing or invalid items): {names}; their entries are "

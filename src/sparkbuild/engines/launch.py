@@ -112,7 +112,8 @@ class TargetChoice:
         if len(given) != 1:
             raise UsageError(
                 "give exactly one of --image, --command, --url",
-                f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12 --profile qwen3-mtp",
+                f"e.g. sparkbuild {command} --image sparkbuild/sglang:0.5.12-sm121-TREE12 "
+                "--profile qwen3.6-27b-fp8-nextn-sglang",
             )
         if self.gpus is not None and self.image is None:
             raise UsageError("--gpus only applies to --image")
@@ -206,3 +207,14 @@ def settled_counters(
             return current
         previous = current
     return previous
+
+
+def where_to_look(kind: str, log: str | Path | None) -> str:
+    """Where the rest of an engine failure is, for the target kind that ran it: a URL's
+    engine was started by someone else, a command's and a container's log is kept."""
+    if kind == "url":
+        return (
+            "check that the URL points at a running engine of the profile's kind, and its own log"
+        )
+    what = "the container's log" if kind == "image" else "the engine's log"
+    return f"{what} is at {log}" if log else f"see {what}"

@@ -16,6 +16,16 @@ from sparkbuild.redact import redact
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+# An HTTP server's access-log line (uvicorn, as vLLM and SGLang log each request):
+# `INFO:     127.0.0.1:53824 - "POST /v1/completions HTTP/1.1" 200 OK`.
+ACCESS_LINE = re.compile(r'"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) \S+ HTTP/[\d.]+" \d{3}\b')
+
+
+def engine_lines(lines: Iterable[str]) -> list[str]:
+    """``lines`` without the access-log lines: what the engine itself said."""
+    return [line for line in lines if not ACCESS_LINE.search(line)]
+
+
 class LogBuffer:
     """Thread-safe log lines with a monotonically increasing index.
 

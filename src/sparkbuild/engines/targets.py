@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import requests
 
 from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
-from sparkbuild.engines.logs import LineSplitter, LogBuffer
+from sparkbuild.engines.logs import LineSplitter, LogBuffer, engine_lines
 from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
 from sparkbuild.redact import redact
 
@@ -497,6 +497,11 @@ def probe(session: requests.Session, url: str, timeout: float = 2.0) -> int | No
         return None
 
 
+def boot_detail(seconds: float, line: str) -> str:
+    """The live line of a boot wait: seconds waited and what the engine said last."""
+    return f"{seconds:.0f} s" + (f" · {line[:120]}" if line else "")
+
+
 def wait_ready(
     target: Target,
     adapter: EngineAdapter,
@@ -504,12 +509,14 @@ def wait_ready(
     *,
     poll_s: float = 0.5,
     line_grace_s: float = 10.0,
+    waiting: Callable[[float, str], None] | None = None,
 ) -> Readiness:
     """Wait until the readiness endpoint answers 200 and the engine printed its ready line.
 
     Stops early when the engine exits. If the endpoint is up but the ready line does not
     appear within ``line_grace_s`` (an engine version that words it differently), the engine
-    counts as ready with ``ready_line_seen=False``.
+    counts as ready with ``ready_line_seen=False``. ``waiting`` is told, at each poll, the
+    seconds waited so far and the engine's last log line (for a live progress line).
     """
     started = target.started_at if target.started_at is not None else time.monotonic()
     deadline = started + timeout_s
@@ -534,6 +541,9 @@ def wait_ready(
             health_since = None
         if time.monotonic() >= deadline:
             return Readiness("timeout", time.monotonic() - started)
+        if waiting is not None:
+            last = engine_lines(target.logs.tail(20)) if target.logs is not None else []
+            waiting(time.monotonic() - started, last[-1].strip() if last else "")
         time.sleep(poll_s)
 
 

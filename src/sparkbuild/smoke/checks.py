@@ -79,7 +79,7 @@ def check_nan(
         problems.append(f"{bad} of {total} logprobs are NaN, null or infinite")
     if nan_responses:
         problems.append(
-            f"{len(nan_responses)} response(s) held NaN/inf logprobs: {nan_responses[0]}"
+            f"{len(nan_responses)} response(s) held NaN/inf logprobs: {nan_responses[0].message}"
         )
     if engine_nan_count:
         problems.append(f"engine NaN counter rose by {engine_nan_count:g}")
@@ -106,8 +106,12 @@ def check_output(
     exempt: Sequence[bool],
     expect: Expectations,
     request_errors: int,
+    nan_responses: int = 0,
 ) -> CheckResult:
     if not generations:
+        if request_errors and request_errors == nan_responses:  # one cause, judged by nan
+            detail = "no completion to judge: every response held NaN (see nan)"
+            return CheckResult("output", "skip", detail, value=0)
         detail = "no completion returned" if request_errors else "no requests were served"
         return CheckResult("output", "fail", detail, value=0)
     problems: list[str] = []
@@ -159,14 +163,22 @@ def _worst_repetition(
 
 
 def check_errors(
-    http_errors: Sequence[EngineHTTPError], error_lines: Sequence[str], max_error_lines: int
+    http_errors: Sequence[EngineHTTPError],
+    error_lines: Sequence[str],
+    max_error_lines: int,
+    nan_responses: Sequence[EngineHTTPError] = (),
 ) -> CheckResult:
-    value = {"http": len(http_errors), "log": len(error_lines)}
+    """HTTP errors and engine error lines; responses that failed because they held NaN are
+    the nan check's (one cause, one failed check)."""
+    others = [e for e in http_errors if e not in nan_responses]
+    value = {"http": len(others), "log": len(error_lines)}
     problems = []
-    if http_errors:
-        problems.append(f"{len(http_errors)} failed request(s): {http_errors[0]}")
+    if others:
+        problems.append(f"{len(others)} failed request(s): {others[0].message}")
     if len(error_lines) > max_error_lines:
         problems.append(f"{len(error_lines)} engine error line(s): {error_lines[0].strip()}")
     if problems:
         return CheckResult("errors", "fail", "; ".join(problems), value=value)
-    return CheckResult("errors", "pass", "no HTTP errors or engine error lines", value=value)
+    counted = f" ({len(nan_responses)} NaN response(s) judged by nan)" if nan_responses else ""
+    detail = f"no HTTP errors or engine error lines{counted}"
+    return CheckResult("errors", "pass", detail, value=value)

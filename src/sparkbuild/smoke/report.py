@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import lockfile
+from sparkbuild.console import show_table
 from sparkbuild.smoke.runner import SmokeResult
 
 _STYLE = {"pass": "green", "fail": "red", "skip": "dim"}
@@ -51,7 +52,7 @@ def render(result: SmokeResult, console: Console) -> None:
             Text(_value(check.value)),
             Text(check.detail),
         )
-    console.print(table)
+    show_table(console, table)
     version = f"{result.engine} {result.engine_version}" if result.engine_version else result.engine
     console.print(Text(f"NaN signal ({version}): {result.nan_signal or '-'}", style="dim"))
     for diagnosis in result.diagnoses:
@@ -59,7 +60,8 @@ def render(result: SmokeResult, console: Console) -> None:
             Text.assemble(("diagnosis ", "bold yellow"), f"[{diagnosis.id}] ", diagnosis.diagnosis)
         )
         console.print(Text.assemble(("remedy    ", "bold yellow"), diagnosis.remedy))
-        console.print(Text(f"  log: {diagnosis.line[:200]}", style="dim"))
+        source = {"log": "log", "http": "HTTP error", "check": "check"}[diagnosis.source]
+        console.print(Text(f"  {source}: {diagnosis.line[:200]}", style="dim"))
     log_matters = any(
         c.status == "fail" and c.name in ("boot", "errors", "nan") for c in result.checks
     )

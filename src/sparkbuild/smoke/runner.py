@@ -12,10 +12,11 @@ import requests
 from sparkbuild.checks import CheckResult, Verdict
 from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
 from sparkbuild.engines.launch import LaunchSettings, settled_counters
+from sparkbuild.engines.logs import engine_lines
 from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
 from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
-from sparkbuild.engines.signatures import Diagnosis, diagnose
-from sparkbuild.engines.targets import Readiness, Target, wait_ready
+from sparkbuild.engines.signatures import Diagnosis, Evidence, diagnose
+from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
 from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke import checks
 
@@ -63,7 +64,13 @@ class SmokeResult:
             "seconds": round(self.seconds, 2),
             "checks": [_check_json(c) for c in self.checks],
             "diagnoses": [
-                {"id": d.id, "diagnosis": d.diagnosis, "remedy": d.remedy, "line": d.line}
+                {
+                    "id": d.id,
+                    "diagnosis": d.diagnosis,
+                    "remedy": d.remedy,
+                    "line": d.line,
+                    "source": d.source,
+                }
                 for d in self.diagnoses
             ],
             "log_excerpt": self.log_excerpt,
@@ -110,6 +117,7 @@ class _Served:
     errors: list[EngineHTTPError]
     acceptance: Acceptance | None
     nan_count: float | None
+    engine_version: str | None = None  # as the server reports it
 
 
 def serve_prompts(
@@ -121,7 +129,7 @@ def serve_prompts(
 ) -> _Served:
     session = requests.Session()
     before = adapter.snapshot_counters(session, base_url)
-    served = _Served([], [], [], [], None, None)
+    served = _Served([], [], [], [], None, None, adapter.server_version(session, base_url))
     for prompt in prompts:
         progress(f"request {prompt.name}")
         try:
@@ -186,8 +194,11 @@ def run_smoke(
     profile_name: str,
     *,
     progress: Callable[[str], None] = lambda _message: None,
+    waiting: Callable[[str], None] = lambda _detail: None,
 ) -> SmokeResult:
-    """Run every check against ``target``; the target is started and always stopped here."""
+    """Run every check against ``target``; the target is started and always stopped here.
+    ``progress`` hears each stage (boot, each request), ``waiting`` the boot wait's live
+    detail (seconds waited, the engine's last log line)."""
     began = time.monotonic()
     expect = profile.expect
     with target:
@@ -197,7 +208,12 @@ def run_smoke(
                 f"waiting for {adapter.name} to boot (up to {expect.boot_timeout_s:g} s; "
                 f"{total_bound_s(profile, len(profile_prompts(profile))):g} s in all at most)"
             )
-            readiness = wait_ready(target, adapter, expect.boot_timeout_s)
+            readiness = wait_ready(
+                target,
+                adapter,
+                expect.boot_timeout_s,
+                waiting=lambda seconds, line: waiting(boot_detail(seconds, line)),
+            )
         if readiness is not None and not readiness.ready:
             return _boot_failure(target, adapter, profile, profile_name, readiness, began)
         run_from = target.logs.count if target.logs is not None else 0
@@ -210,22 +226,23 @@ def run_smoke(
     run_lines = target.logs.since(run_from)[: run_to - run_from] if target.logs is not None else []
     nan_lines = [line for line in run_lines if adapter.nan_line.search(line)]
     error_lines = [line for line in run_lines if adapter.error_line.search(line)]
+    nan_responses = [e for e in served.errors if adapter.nan_response.search(e.body)]
     if exited is not None:
         error_lines.append(f"engine exited with status {exited} during the requests")
     engine_nans = served.nan_count if expect.nan_counter else None
     results = [
         checks.check_boot(readiness, expect.boot_timeout_s, [], []),
         checks.check_accept_len(served.acceptance, expect),
-        checks.check_nan(
-            served.generations,
-            engine_nans,
-            nan_lines,
-            [e for e in served.errors if adapter.nan_response.search(e.body)],
-        ),
+        checks.check_nan(served.generations, engine_nans, nan_lines, nan_responses),
         checks.check_output(
-            served.generations, served.names, served.exempt, expect, len(served.errors)
+            served.generations,
+            served.names,
+            served.exempt,
+            expect,
+            len(served.errors),
+            len(nan_responses),
         ),
-        checks.check_errors(served.errors, error_lines, expect.max_error_lines),
+        checks.check_errors(served.errors, error_lines, expect.max_error_lines, nan_responses),
     ]
     verdict: Verdict = "fail" if any(r.status == "fail" for r in results) else "pass"
     interesting = [*nan_lines, *error_lines] if verdict == "fail" else []
@@ -239,15 +256,26 @@ def run_smoke(
         boot_seconds=round(readiness.seconds, 2) if readiness else None,
         accept_len=_accept_value(served.acceptance),
         checks=results,
-        diagnoses=diagnose(all_lines, adapter.name) if verdict == "fail" else [],
+        diagnoses=_diagnoses(all_lines, adapter, served, results) if verdict == "fail" else [],
         log_excerpt=_excerpt(interesting, run_lines),
         log_file=_log_file(target),
         image_id=getattr(target, "image_id", None),
         seconds=time.monotonic() - began,
         generations=served.generations,
-        engine_version=str(adapter.version) if adapter.version else None,
+        engine_version=str(adapter.version) if adapter.version else served.engine_version,
         nan_signal=nan_signal(profile, adapter, target.owns_engine),
     )
+
+
+def _diagnoses(
+    lines: Sequence[str], adapter: EngineAdapter, served: _Served, results: Sequence[CheckResult]
+) -> list[Diagnosis]:
+    """Known failures found in the log, the HTTP errors and the failed checks."""
+    evidence = Evidence(
+        http=[e.message for e in served.errors],
+        checks={r.name: r.detail for r in results if r.status == "fail"},
+    )
+    return diagnose(lines, adapter.name, evidence=evidence)
 
 
 def _accept_value(acceptance: Acceptance | None) -> float | None:
@@ -257,7 +285,9 @@ def _accept_value(acceptance: Acceptance | None) -> float | None:
 
 
 def _excerpt(interesting: Sequence[str], lines: Sequence[str]) -> list[str]:
-    tail = list(lines[-EXCERPT_LINES:])
+    """The lines worth showing, then the log's tail; HTTP access lines (one per request)
+    say nothing about a failure and would push out what does."""
+    tail = engine_lines(lines)[-EXCERPT_LINES:]
     picked = [line for line in interesting[:10] if line not in tail]
     return [*picked, *tail][-EXCERPT_LINES:]
 

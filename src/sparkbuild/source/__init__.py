@@ -14,7 +14,12 @@ A PR's change is its own commits, from where it left the base branch to its head
 unrelated commits between the build's tag and the PR's base.
 """
 
-from sparkbuild.source.checkout import checkout, conflict_patch_name, default_checkout_dir
+from sparkbuild.source.checkout import (
+    before_branch,
+    checkout,
+    conflict_patch_name,
+    default_checkout_dir,
+)
 from sparkbuild.source.items import FAILING, ChangedFile, ItemResult, PreparedSource, Status
 from sparkbuild.source.pins import record, require_locked_source, staleness
 from sparkbuild.source.prepare import prepare_source
@@ -25,6 +30,7 @@ __all__ = [
     "ItemResult",
     "PreparedSource",
     "Status",
+    "before_branch",
     "checkout",
     "conflict_patch_name",
     "default_checkout_dir",

@@ -14,7 +14,7 @@ from sparkbuild.source.items import ChangedFile, ItemResult, Status, distinct_pr
 from sparkbuild.source.mirror import Mirror, RemoteRefs
 from sparkbuild.source.patching import ScratchIndex
 from sparkbuild.source.pins import Pins
-from sparkbuild.source.resolve import fork_point, is_ancestor, squash_merge_of
+from sparkbuild.source.resolve import is_ancestor, pr_range_start, squash_merge_of
 from sparkbuild.spec import PR, Build, Patch, file_sha256
 
 
@@ -25,6 +25,7 @@ class Applier:
         self.mirror = mirror
         self.build = build
         self.index = ScratchIndex(mirror.path, base_commit, offline=mirror.offline)
+        self.base_commit = base_commit
         self.commit = base_commit
         self.tree = self.index.write_tree()
         self.conflict_commit: str | None = None
@@ -95,7 +96,7 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
         return replace(
             item, status="upstream", head=head, detail=f"squash-merged upstream as {merged_as}"
         )
-    fork = fork_point(mirror, head, build.base_branch)
+    fork, on_branch = pr_range_start(mirror, head, build.base_branch, applier.base_commit)
     _complete_both(mirror, fork, head)
     commits = tuple(
         git.text(["rev-list", "--reverse", f"{fork}..{head}"], git_dir=mirror.path).split()
@@ -112,6 +113,11 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
             f"`sparkbuild lock {build.name}` to pin it again",
         )
     status, detail, files = applier.settle(diff, f"PR #{pr.number} ({head[:12]})")
+    if status == "applied" and on_branch:
+        detail += (
+            f"; its head is on {build.base_branch} after the build's commit, so its "
+            f"{len(commits)} commit(s) since {fork[:12]} were applied"
+        )
     return replace(
         item,
         status=status,
@@ -121,6 +127,7 @@ def settle_pr(applier: Applier, pr: PR, remote: RemoteRefs, pins: Pins) -> ItemR
         commits=commits,
         diff_sha256=digest,
         diff=diff,
+        before_commit=applier.commit if status == "conflict" else None,
     )
 
 
@@ -173,7 +180,8 @@ def settle_patch(applier: Applier, patch: Patch) -> ItemResult:
             "if the patch was changed on purpose, update `sha256:` in the spec",
         )
     status, detail, files = applier.settle(diff, f"patch {patch.file}")
-    return replace(item, status=status, detail=detail, files=files, diff=diff)
+    before = applier.commit if status == "conflict" else None
+    return replace(item, status=status, detail=detail, files=files, diff=diff, before_commit=before)
 
 
 def note_overlay_scope(build: Build, item: ItemResult) -> ItemResult:

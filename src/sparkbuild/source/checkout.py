@@ -83,10 +83,24 @@ def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Pat
 def _save_conflicts(prepared: PreparedSource, out: Path) -> None:
     folder = out / ".git" / "sparkbuild"
     shutil.rmtree(folder, ignore_errors=True)
+    for ref in git.text(["for-each-ref", "--format=%(refname)", BEFORE_REFS], cwd=out).split():
+        git.run(["update-ref", "-d", ref], cwd=out)
     for item in prepared.items:
         if item.status == "conflict":
             folder.mkdir(parents=True, exist_ok=True)
             (folder / conflict_patch_name(item)).write_bytes(item.diff)
+            if item.before_commit and item.before_commit != prepared.conflict_commit:
+                git.run(["update-ref", before_branch(item, full=True), item.before_commit], cwd=out)
+
+
+BEFORE_REFS = "refs/heads/sparkbuild-before/"
+
+
+def before_branch(item: ItemResult, *, full: bool = False) -> str:
+    """The branch of the tree a later conflict failed on: the items between the first
+    conflict and it applied, the earlier conflicts left out."""
+    name = f"sparkbuild-before/{Path(conflict_patch_name(item)).stem}"
+    return f"refs/heads/{name}" if full else name
 
 
 def conflict_patch_name(item: ItemResult) -> str:

@@ -39,6 +39,8 @@ class ItemResult:
     step_version: int | None = None  # of the step's code, recorded in the lock
     # the diff itself, kept for conflict hand-off; not serialised
     diff: bytes = field(default=b"", repr=False, compare=False)
+    # a conflict's: the scratch commit it failed on (earlier conflicts left out); not serialised
+    before_commit: str | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -78,6 +78,20 @@ def fork_point(mirror: Mirror, head: str, base_branch: str) -> str:
     return parent.stdout.decode().strip()
 
 
+def pr_range_start(
+    mirror: Mirror, head: str, base_branch: str, build_commit: str
+) -> tuple[str, bool]:
+    """Where the PR's own change starts for a build at ``build_commit``, and whether its head
+    sits on the base branch's first-parent history (fast-forwarded or pushed onto it). Such a
+    head has no fork of its own there: its range starts where it meets the build's commit,
+    so a build older than the head gets the change instead of an empty diff."""
+    fork = fork_point(mirror, head, base_branch)
+    if fork != head:
+        return fork, False
+    meet = git.text(["merge-base", "--end-of-options", head, build_commit], git_dir=mirror.path)
+    return meet, True
+
+
 def squash_merge_of(mirror: Mirror, number: int, base: str) -> str | None:
     """GitHub titles a squash merge "... (#N)"; the newest such commit in the base that is
     not a revert means the PR is in, even where later commits changed the same lines."""

@@ -147,6 +147,27 @@ def last_float(pattern: re.Pattern[str], lines: Sequence[str]) -> float | None:
     return None
 
 
+def _token_count(text: str) -> int | None:
+    """``1024``, ``8k``, ``1M`` (the engines take k/m suffixes, powers of 1000 and 1024
+    alike are common; vLLM reads ``k`` as 1000 and ``K`` as 1024)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", text)
+    if not match:
+        return None
+    number, unit = float(match.group(1)), match.group(2)
+    scale = {"": 1, "k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}[unit]
+    return int(number * scale)
+
+
+#: Where vLLM and SGLang report their version (each answers at least one).
+VERSION_PATHS = ("/version", "/get_server_info", "/server_info")
+
+
+def reported_version(payload: Any) -> str | None:
+    """The ``version`` of a version endpoint's JSON, if it has one."""
+    value = payload.get("version") if isinstance(payload, dict) else None
+    return str(value) if value else None
+
+
 class EngineAdapter(ABC):
     """One engine's launch flags, endpoints, counters and log formats."""
 
@@ -166,6 +187,8 @@ class EngineAdapter(ABC):
     )
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
+    #: The launch flag that caps prompt plus generated tokens per request.
+    max_len_flag: ClassVar[str]
 
     def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
         self.request_timeout_s = request_timeout_s
@@ -174,6 +197,18 @@ class EngineAdapter(ABC):
     def nan_switch(self) -> versions.NanSwitch:
         """The NaN detection this engine version reads (environment and flags to add)."""
         return versions.UNKNOWN_VERSION
+
+    def declared_max_len(self, args: Sequence[str]) -> int | None:
+        """The longest request (prompt plus generated tokens) ``args`` allow, when they set
+        it (``--max-model-len 1024``, ``--context-length=8k``); None when they do not."""
+        value: str | None = None
+        for position, word in enumerate(args):
+            flag, equals, given = word.partition("=")
+            if flag == self.max_len_flag:
+                value = (
+                    given if equals else (args[position + 1] if position + 1 < len(args) else None)
+                )
+        return _token_count(value) if value is not None else None
 
     def ignored_variables(self, env: Mapping[str, str]) -> list[str]:
         """Variables in ``env`` that this engine version is known not to read."""
@@ -222,6 +257,19 @@ class EngineAdapter(ABC):
     def acceptance_from_log(self, lines: Sequence[str]) -> float | None:
         """The last acceptance length the engine logged (a lifetime/windowed figure)."""
         return last_float(self.accept_line, lines)
+
+    def server_version(self, session: requests.Session, base_url: str) -> str | None:
+        """The version the running server reports (vLLM ``/version``, SGLang
+        ``/get_server_info``), or None when it reports none."""
+        for path in VERSION_PATHS:
+            try:
+                response = session.get(base_url + path, timeout=10)
+                value = reported_version(response.json()) if response.status_code == 200 else None
+            except (requests.RequestException, ValueError):
+                continue
+            if value:
+                return value
+        return None
 
     def snapshot_counters(self, session: requests.Session, base_url: str) -> Counters:
         """All Prometheus samples of the engine right now."""

@@ -46,6 +46,7 @@ class SglangAdapter(EngineAdapter):
         r"hit an exception|Traceback \(most recent call last\)|\bERROR\b|CUDA error"
     )
     accept_line = re.compile(r"\baccept len:\s*([0-9.]+)")
+    max_len_flag = "--context-length"
 
     VERIFY_CALLS = "sglang:spec_verify_calls_total"
     GENERATED = "sglang:generation_tokens_total"

@@ -41,6 +41,7 @@ class VllmAdapter(EngineAdapter):
         r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError"
     )
     accept_line = re.compile(r"Mean acceptance length:\s*([0-9.]+)")
+    max_len_flag = "--max-model-len"
 
     DRAFTS = "vllm:spec_decode_num_drafts_total"
     DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

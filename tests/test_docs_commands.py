@@ -1,0 +1,403 @@
+"""Every command in README.md, CONTRIBUTING.md and docs/ is run or checked, so a doc that
+drifts fails CI.
+
+The commands are read from the fenced ``bash``/``sh``/``shell``/``console`` blocks. Each
+one matches exactly one rule below (a command no rule knows fails the test: a new documented
+command needs a decision here):
+
+- README's quick start runs once, as written, in a clone-like directory with a fresh
+  sparkbuild cache (it boots the CPU engine twice: smoke, then bench);
+- ``bench compare`` and the claims commands of docs/bench.md run on the quick start's report;
+- the source commands (docs/source.md) and ``releases`` run on local upstream repositories;
+- everything else needs a DGX Spark, GitHub, Docker or a registry. It is skipped with its
+  reason, after the checks that need none of those: the command and every option exist, the
+  profile, claims file and build it names exist, and a nox session it names exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from sparkbuild.cli import main
+from sparkbuild.settings import Settings
+from tests.support.cli import CliResult, run_cli
+from tests.support.gitrepos import git, make_upstream, tagged_repo
+from tests.support.nox_sessions import nox_sessions
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHELL_FENCES = {"bash", "sh", "shell", "console"}
+QUICK_START = "## Quick start without a GPU"
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    doc: str
+    line: int
+    text: str
+    quick_start: bool
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def _commands_in(path: Path) -> Iterator[DocCommand]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    fence: str | None = None
+    section = ""
+    pending: list[str] = []
+    start = 0
+    for number, line in enumerate(lines, 1):
+        if fence is None:
+            if line.startswith("#"):
+                section = line.strip()
+            if line.startswith("```"):
+                fence = line[3:].strip()
+            continue
+        if line.startswith("```"):
+            fence = None
+            continue
+        if fence not in SHELL_FENCES:
+            continue
+        text = line
+        if fence == "console" and not pending:
+            if not line.startswith("$ "):
+                continue  # the output shown under a command
+            text = line[2:]
+        if not pending:
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            start = number
+        words = re.sub(r"\s+#\s.*$", "", text.rstrip())  # a trailing comment
+        pending.append(words.removesuffix("\\").strip())
+        if not text.rstrip().endswith("\\"):
+            doc = str(path.relative_to(ROOT))
+            yield DocCommand(doc, start, " ".join(pending), section == QUICK_START)
+            pending = []
+
+
+def documented_commands() -> list[DocCommand]:
+    return [command for doc in DOCS for command in _commands_in(doc)]
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str
+    kind: str  # quick-start | bench-report | source | releases | check
+    reason: str = ""
+
+
+SPARK = "needs a DGX Spark (GPU) and its image"
+GITHUB_DOCKER = "builds linux/arm64 images: needs the upstream repository (GitHub) and Docker"
+REGISTRY = "needs a registry and its credentials"
+SUITE = "runs the test suite itself (CI runs it from a clean clone)"
+VENV = "makes a venv and installs into it: this test runs in the venv it was installed in"
+
+# First match wins; a documented command no rule matches fails the test.
+RULES = [
+    Rule(r"^eval \"\$\(python tests/support/vllm_cpu\.py\)\"$", "quick-start"),
+    Rule(r"^export ENGINE=", "quick-start"),
+    Rule(r"^sparkbuild (smoke|bench) --command \"\$ENGINE\"", "quick-start"),
+    Rule(r"^sparkbuild bench compare benchmarks/cpu-reference\.json my-run\.json", "quick-start"),
+    Rule(r"^sparkbuild bench compare my-run\.json --claims", "quick-start"),
+    Rule(r"^python3 -m venv|^\.venv/bin/pip install|pip install -e", "check", VENV),
+    Rule(r"^bash scripts/setup-host\.sh", "check", "sets up the host as root (apt, docker)"),
+    Rule(r"pre-commit install", "check", "installs git hooks into the clone"),
+    Rule(r"^nox -s tests|^\.venv/bin/pytest ", "check", SUITE),
+    Rule(r"^nox -s build-sglang", "check", GITHUB_DOCKER),
+    Rule(r"^nox -s bench -- --url", "check", "needs an engine serving at the URL"),
+    Rule(r"^nox -s bump", "check", "needs SGLang's sources at the new release (GitHub)"),
+    Rule(r"^nox -s preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
+    Rule(r"^(docker|spark\$|kubectl) ", "check", "needs docker buildx with a Spark or cluster"),
+    Rule(r"^export SPARKBUILD_REGISTRY|SPARKBUILD_REGISTRY_USER=", "check", REGISTRY),
+    Rule(r"^sparkbuild (publish|rollback) ", "check", REGISTRY),
+    Rule(r"^sparkbuild (smoke|bench) --image ", "check", SPARK),
+    Rule(r"^sparkbuild bench --url ", "check", "needs an engine serving at the URL"),
+    Rule(
+        r"^sparkbuild (smoke|bench) --command ",
+        "check",
+        "boots the CPU engine: README's quick start runs this command once",
+    ),
+    Rule(r"^eval \"\$\(python tests/support/vllm_cpu\.py\)\"", "check", "as README's quick start"),
+    Rule(r"^sparkbuild (--quiet )?build", "check", GITHUB_DOCKER),
+    Rule(r"^sparkbuild bump ", "check", "needs SGLang's sources at the new release (GitHub)"),
+    Rule(r"^sparkbuild preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
+    Rule(r"^sparkbuild bench compare ", "bench-report"),
+    Rule(r"^sparkbuild (--repo \S+ )?(patches|prepare|lock)\b", "source"),
+    Rule(r"^sparkbuild releases ", "releases"),
+]
+
+
+def rule_for(command: DocCommand) -> Rule:
+    for rule in RULES:
+        if re.search(rule.pattern, command.text):
+            if rule.kind == "quick-start" and not command.quick_start:
+                continue
+            return rule
+    raise AssertionError(
+        f"{command.id}: `{command.text}` matches no rule in tests/test_docs_commands.py: "
+        "say how it is run or why it cannot run here"
+    )
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_docs_have_the_commands_this_test_expects() -> None:
+    kinds = [rule_for(c).kind for c in COMMANDS]
+    assert kinds.count("quick-start") == 6, [c.text for c in COMMANDS if c.quick_start]
+    assert kinds.count("source") >= 4 and kinds.count("bench-report") >= 3
+    assert kinds.count("releases") >= 1
+    readme = [c.text for c in COMMANDS if c.doc == "README.md"]
+    assert readme[:2] == ["nox -s build-sglang", "nox -s tests"]  # the guide's first two
+
+
+# --- checks that need nothing but this clone ------------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    """The command's words without placeholders' brackets, alternatives or comments."""
+    text = re.sub(r"<[^>]*>", "PLACEHOLDER", text)
+    words = shlex.split(text, comments=True)
+    cleaned = [w.strip("[]") for w in words]
+    return [w for w in cleaned if w and w != "|" and not w.endswith("...")]
+
+
+def _build_names() -> set[str]:
+    names: set[str] = set()
+    for spec in (ROOT / "builds").glob("*.yaml"):
+        names |= set(yaml.safe_load(spec.read_text())["builds"])
+    return names
+
+
+def _exists(kind: str, name: str) -> bool:
+    if name == "PLACEHOLDER" or "$" in name:
+        return True
+    folder = {"profile": "smoke", "claims": "claims"}[kind]
+    return (ROOT / name).is_file() or (ROOT / folder / f"{name}.yaml").is_file()
+
+
+def check_sparkbuild_words(words: list[str]) -> None:
+    """The words parse as the command line would, and what they name exists."""
+    context = main.make_context("sparkbuild", list(words))
+    context.obj = Settings()
+    args = [*context._protected_args, *context.args]
+    command: click.Command = main
+    while isinstance(command, click.Group) and args:
+        found = command.get_command(context, args[0])
+        if found is None:
+            break
+        command, args = found, args[1:]
+        context = command.make_context(command.name, list(args), parent=context)
+        args = [*getattr(context, "_protected_args", []), *context.args]
+    params = context.params
+    builds = _build_names()
+    if params.get("profile_name"):
+        assert _exists("profile", params["profile_name"]), params["profile_name"]
+    for claims in params.get("claims_files") or ():
+        assert _exists("claims", claims), claims
+    named = [params.get("record_build"), params.get("build"), *(params.get("builds") or ())]
+    for build in named:
+        if build and build not in ("BUILD", "PLACEHOLDER"):
+            assert build in builds, f"no build {build!r} in builds/"
+
+
+def check_words(command: DocCommand) -> None:
+    words = _words(command.text)
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        words = words[1:]  # VAR=value before the command
+    if words[:2] == ["nox", "-s"]:
+        assert words[2] in set(nox_sessions()), f"no nox session {words[2]!r}"
+        if words[2] != "tests" and "--" in words:
+            session = words[2].removeprefix("build-")
+            verb = session if session in ("smoke", "bench", "bump", "preflight") else None
+            if verb and "PLACEHOLDER" not in words and "..." not in command.text:
+                check_sparkbuild_words([verb, *words[words.index("--") + 1 :]])
+    elif words[:1] == ["sparkbuild"]:
+        check_sparkbuild_words(words[1:])
+    elif words[:1] == [".venv/bin/pytest"]:
+        for word in words[1:]:
+            if word.startswith("tests/"):
+                assert (ROOT / word).exists(), word
+
+
+# --- the quick start, once ------------------------------------------------------------------
+
+
+@dataclass
+class QuickStart:
+    workdir: Path
+    outputs: dict[int, tuple[str, str]]
+    exit_code: int
+
+
+def _clone_like(tmp: Path) -> Path:
+    """A directory that looks like a fresh clone: the project's files, no outputs."""
+    work = tmp / "clone"
+    work.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name.startswith(".") or entry.name.endswith(".egg-info"):
+            continue
+        (work / entry.name).symlink_to(entry)
+    return work
+
+
+@pytest.fixture(scope="module")
+def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
+    tmp = tmp_path_factory.mktemp("quick-start")
+    work = _clone_like(tmp)
+    run = [c for c in COMMANDS if c.quick_start and rule_for(c).kind == "quick-start"]
+    script = ["set -eu -o pipefail"]
+    for number, command in enumerate(run):
+        script += [f"echo '@@@ {number}'", f"echo '@@@ {number}' >&2", command.text]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKBUILD_", "VLLM_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # this venv
+    env["SPARKBUILD_CACHE_DIR"] = str(tmp / "cache")  # a new user's empty cache
+    if "SPARKBUILD_TEST_CACHE" in os.environ:
+        env["SPARKBUILD_TEST_CACHE"] = os.environ["SPARKBUILD_TEST_CACHE"]
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=1500, check=False,
+    )  # fmt: skip
+    out = re.split(r"^@@@ (\d+)\n", done.stdout, flags=re.M)
+    err = re.split(r"^@@@ (\d+)\n", done.stderr, flags=re.M)
+    outputs = {int(n): (o, e) for n, o, e in zip(out[1::2], out[2::2], err[2::2], strict=False)}
+    return QuickStart(work, {run[n].line: v for n, v in outputs.items()}, done.returncode)
+
+
+def _quick_start_command(quick_start: QuickStart, command: DocCommand) -> None:
+    assert command.line in quick_start.outputs, (
+        f"the quick start stopped before `{command.text}` (exit {quick_start.exit_code}):\n"
+        + "\n".join(f"{o}\n{e}" for o, e in quick_start.outputs.values())[-4000:]
+    )
+    stdout, stderr = quick_start.outputs[command.line]
+    later = [line for line in quick_start.outputs if line > command.line]
+    assert later or quick_start.exit_code == 0, f"exit {quick_start.exit_code}: {stderr[-3000:]}"
+    text = command.text
+    if text.startswith("eval"):
+        assert Path(os.environ.get("SPARKBUILD_TEST_CACHE", Path.home())).exists()
+    elif text.startswith("sparkbuild smoke"):
+        assert "smoke PASS" in stdout, stdout + stderr
+    elif text.startswith("sparkbuild bench --command"):
+        report = json.loads((quick_start.workdir / "my-run.json").read_text())
+        assert report["complete"] and len(report["cells"]) == 2
+        # Without a terminal (here, a pipe) every figure is whole: the medians in the table
+        # are the report's, digit for digit.
+        assert "…" not in stdout
+        for cell in report["cells"]:
+            assert f"{cell['prefill_tps']['median']:.0f}" in stdout
+        assert "waiting for vllm to boot" in stderr  # one plain line per stage, no TTY
+    elif "--claims" in text:
+        assert "claims against" in stdout and "S2 pp=512 tg=128 depth=0 c=1" in stdout
+    elif text.startswith("sparkbuild bench compare"):
+        assert "A → B" in stdout and "…" not in stdout
+
+
+# --- the source commands on a local upstream --------------------------------------------------
+
+
+SOURCE_SPEC = """\
+engine: sglang
+repo: REPO
+base_branch: main
+package_dir: python/pkg
+prs: [{number: 101}, {number: 102}, {number: 103}]
+builds:
+  old: {ref: v1.0.0}
+"""
+
+
+@pytest.fixture(scope="module")
+def source_project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("doc-source")
+    upstream = make_upstream(tmp / "upstream")
+    project = tmp / "project"
+    (project / "builds").mkdir(parents=True)
+    (project / "builds" / "pkg.yaml").write_text(SOURCE_SPEC.replace("REPO", upstream.url))
+    env = {"SPARKBUILD_CACHE_DIR": str(tmp / "cache")}
+    return project, {"env": json.dumps(env), "upstream": upstream.url, "tmp": str(tmp)}
+
+
+def _source_words(text: str, upstream: str, tmp: str) -> list[str]:
+    text = text.replace("[BUILD...]", "old").replace("BUILD", "old")
+    text = text.replace("[--out DIR]", f"--out {tmp}/tree").replace("/srv/sglang.git", upstream)
+    return _words(text)[1:]
+
+
+# --- one test per documented command ---------------------------------------------------------
+
+
+def _param(command: DocCommand) -> Any:
+    """The quick start and the commands on its report boot the CPU engine: marked so."""
+    boots = rule_for(command).kind in ("quick-start", "bench-report")
+    return pytest.param(command, id=command.id, marks=[pytest.mark.engine] if boots else [])
+
+
+@pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
+def test_documented_command(command: DocCommand, request: pytest.FixtureRequest) -> None:
+    rule = rule_for(command)
+    if rule.kind == "check":
+        check_words(command)
+        pytest.skip(f"{command.id} `{command.text[:60]}`: {rule.reason}")
+    if rule.kind == "quick-start":
+        _quick_start_command(request.getfixturevalue("quick_start"), command)
+    elif rule.kind == "bench-report":
+        quick_start: QuickStart = request.getfixturevalue("quick_start")
+        result = _bench_report_command(quick_start, command)
+        assert result.exit_code == 0, result.output
+    elif rule.kind == "source":
+        project, facts = request.getfixturevalue("source_project")
+        words = _source_words(command.text, facts["upstream"], facts["tmp"])
+        if words[:2] == ["lock", "--check"]:
+            run_cli("lock", cwd=project, env=json.loads(facts["env"]))
+        result = run_cli(*words, cwd=project, env=json.loads(facts["env"]))
+        assert result.exit_code == 0, result.output
+    elif rule.kind == "releases":
+        result = _releases_command(command, request.getfixturevalue("tmp_path"))
+        assert result.exit_code == 0, result.output
+        assert "v0.5.24" in result.stdout
+
+
+def _bench_report_command(quick_start: QuickStart, command: DocCommand) -> CliResult:
+    run = str(quick_start.workdir / "my-run.json")
+    reference = str(ROOT / "benchmarks" / "cpu-reference.json")
+    files = {"run.json": run, "before.json": reference, "after.json": run}
+    words = [files.get(w, w) for w in _words(command.text)[1:]]
+    return run_cli("--project", str(ROOT), *words, cwd=quick_start.workdir)
+
+
+def _releases_command(command: DocCommand, tmp: Path) -> CliResult:
+    upstream = tmp / "sglang"
+    upstream.mkdir()
+    (upstream / "README").write_text("releases\n")
+    tagged_repo(upstream, "v0.5.22", "release")
+    for tag in ("v0.5.23", "v0.5.24"):
+        git(upstream, "tag", tag)
+    words = _words(command.text)[1:]
+    settings = ["--project", str(ROOT), "--cache-dir", str(tmp / "cache")]
+    return run_cli(*settings, "--repo", f"sglang={upstream}", *words)
+
+
+def test_every_skipped_command_names_its_reason() -> None:
+    reasons: dict[str, list[str]] = {}
+    for command in COMMANDS:
+        rule = rule_for(command)
+        if rule.kind == "check":
+            assert rule.reason
+            reasons.setdefault(rule.reason, []).append(command.id)
+    assert reasons  # listed in the report by pytest -rs as well
+    print("\n".join(f"{reason}: {', '.join(ids)}" for reason, ids in reasons.items()))
