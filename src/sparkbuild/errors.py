@@ -82,6 +82,10 @@ class RemoteError(SparkbuildError):
     """A git remote could not be listed or fetched (after retries where they can help)."""
 
 
+class GitNotFoundError(SparkbuildError):
+    """No ``git`` can be run (not on PATH, not executable), or it answers with garbage."""
+
+
 class GitError(SparkbuildError):
     """A git command failed; ``stderr`` is git's own reason (URL credentials redacted)."""
 
@@ -225,6 +229,15 @@ class NothingToCompareError(SparkbuildError):
 
 class BumpNotReadyError(SparkbuildError):
     """``bump`` could not carry every item to the new release; conflict reports say why."""
+
+
+class OutputError(SparkbuildError):
+    """An output file or directory could not be written (a full or read-only disk)."""
+
+
+class FileSystemError(SparkbuildError):
+    """A file or directory sparkbuild needs could not be read or written: a read-only or
+    full disk, a directory where a file belongs, a file where a directory belongs."""
 
 
 class InternalError(SparkbuildError):

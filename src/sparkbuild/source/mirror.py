@@ -16,15 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
-from tenacity import (
-    RetryError,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import RetryError, Retrying, retry_if_exception
 
-from sparkbuild import console, git, settings, validate
+from sparkbuild import console, git, retries, validate
 from sparkbuild.errors import RemoteError, UsageError
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -44,14 +38,7 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 def _retrying() -> Retrying:
-    attempts = int(settings.env_number("SPARKBUILD_NET_ATTEMPTS", "4", int))
-    scale = settings.env_number("SPARKBUILD_NET_BACKOFF", "1", float)
-    return Retrying(
-        stop=stop_after_attempt(max(attempts, 1)),
-        wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
-        retry=retry_if_exception(_is_transient),
-        reraise=False,
-    )
+    return retries.retrying(retry_if_exception(_is_transient), default_attempts=4)
 
 
 @dataclass(frozen=True)
