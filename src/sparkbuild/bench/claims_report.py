@@ -21,10 +21,11 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
+from sparkbuild import files
 from sparkbuild.bench.claims import METRICS, Figure, LoadedClaim, Setup
 from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import OutputError, UsageError
 
 Status = Literal["compared", "not comparable", "not reproduced"]
 DIMENSIONS = (("pp", "prompt tokens"), ("tg", "generated tokens"), ("depth", "context depth"))
@@ -468,8 +469,11 @@ def markdown(result: ClaimsComparison) -> str:
 
 
 def write_markdown(result: ClaimsComparison, path: Path, *, append: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = markdown(result)
     if append and path.exists():
-        text = path.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text
-    path.write_text(text, encoding="utf-8")
+        try:
+            text = files.read_text(path).rstrip("\n") + "\n\n" + text
+        except (OSError, UnicodeDecodeError) as exc:
+            why = files.reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
+            raise OutputError(f"--markdown {path}: cannot append to it: {why}") from exc
+    files.write_output(path, text, "--markdown")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import lockfile
+from sparkbuild import files, jsontext, lockfile
 from sparkbuild.bench.results import BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.errors import UsageError
@@ -165,13 +164,15 @@ def load_report(path: Path) -> BenchReport:
     from sparkbuild.bench import llama_benchy
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsontext.loads(files.read_bytes(path))  # no NaN or Infinity figures
         if llama_benchy.is_llama_benchy(data):
             return llama_benchy.to_report(data, path)
         return BenchReport.model_validate(data)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except (ValueError, ValidationError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {files.reason(exc)}") from None
+    except (ValueError, ValidationError, RecursionError) as exc:
         first = str(exc).splitlines()[0:3]
         raise UsageError(
             f"{path} is not a sparkbuild bench report or a llama-benchy 0.4 JSON: "
@@ -267,10 +268,14 @@ def delta_percent(a: float | None, b: float | None) -> float | None:
 def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
     """Cells present in both, each with A, B and Δ% per column (medians)."""
     rows: list[dict[str, Any]] = []
-    keys: list[CellKey] = [c.key for c in a.cells if b.cell(c.key) is not None]
-    for key in keys:
-        left, right = a.cell(key), b.cell(key)
-        assert left is not None and right is not None
+    firsts: tuple[dict[CellKey, CellResult], dict[CellKey, CellResult]] = ({}, {})
+    for report, first in zip((a, b), firsts, strict=True):  # one look-up per cell: linear
+        for cell in report.cells:
+            first.setdefault(cell.key, cell)
+    for key in (cell.key for cell in a.cells):
+        left, right = firsts[0][key], firsts[1].get(key)
+        if right is None:
+            continue
         row: dict[str, Any] = {
             "pp": key.pp,
             "tg": key.tg,

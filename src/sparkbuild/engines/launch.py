@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
+from sparkbuild import net
 from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.targets import (
@@ -187,7 +186,7 @@ def make_target(
 
 
 def settled_counters(
-    adapter: EngineAdapter, session: requests.Session, base_url: str, limit_s: float = 5.0
+    adapter: EngineAdapter, session: net.Session, base_url: str, limit_s: float = 5.0
 ) -> Counters:
     """Counters once two reads agree: engines publish the last step's stats a moment late."""
     previous = adapter.snapshot_counters(session, base_url)

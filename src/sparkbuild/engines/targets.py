@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import requests
 
+from sparkbuild import net
 from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
 from sparkbuild.engines.logs import LineSplitter, LogBuffer
 from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
@@ -488,10 +489,14 @@ class Readiness:
         return self.outcome == "ready"
 
 
-def probe(session: requests.Session, url: str, timeout: float = 2.0) -> int | None:
-    """The HTTP status of a GET, or None when nothing answers."""
+#: A health endpoint answers a few bytes; anything this large is not one.
+_PROBE_BODY_LIMIT = 64 * 1024
+
+
+def probe(session: net.Session, url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status of a GET, or None when nothing answers (within ``timeout``, all of it)."""
     try:
-        return session.get(url, timeout=timeout).status_code
+        return session.get(url, timeout=timeout, max_body=_PROBE_BODY_LIMIT).status_code
     except requests.RequestException:
         return None
 
@@ -513,7 +518,7 @@ def wait_ready(
     started = target.started_at if target.started_at is not None else time.monotonic()
     deadline = started + timeout_s
     health_since: float | None = None
-    session = requests.Session()
+    session = adapter.session()
     url = target.base_url + adapter.health_path
     line_seen, scanned = target.logs is None, 0
     while True:

@@ -6,6 +6,7 @@ cibuildwheel keeps one module per platform); ``known`` maps an engine's name to 
 """
 
 from sparkbuild.engines.adapters.base import (
+    MAX_TOKENS,
     Acceptance,
     Counters,
     EngineAdapter,
@@ -13,6 +14,7 @@ from sparkbuild.engines.adapters.base import (
     first_model,
     non_finite,
     parse_prometheus,
+    whole_number,
 )
 from sparkbuild.engines.adapters.known import ADAPTERS, adapter_for
 from sparkbuild.engines.adapters.sglang import SglangAdapter
@@ -20,6 +22,7 @@ from sparkbuild.engines.adapters.vllm import VllmAdapter
 
 __all__ = [
     "ADAPTERS",
+    "MAX_TOKENS",
     "Acceptance",
     "Counters",
     "EngineAdapter",
@@ -30,4 +33,5 @@ __all__ = [
     "first_model",
     "non_finite",
     "parse_prometheus",
+    "whole_number",
 ]
