@@ -23,6 +23,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -31,7 +32,7 @@ import yaml
 from filelock import FileLock
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import validate, yamlfile
+from sparkbuild import fileio, validate, yamlfile
 from sparkbuild.checks import Status, Verdict
 from sparkbuild.errors import (
     BadYAMLError,
@@ -415,11 +416,11 @@ def _repair_hint(path: Path) -> str:
 def _read(path: Path) -> tuple[Any, Any]:
     """The parsed YAML and its node tree; (None, None) when the file does not exist yet."""
     try:
-        raw = path.read_bytes()
+        raw = fileio.read_bytes(path)  # a FIFO, a device or a huge file is refused, not read
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        raise LockError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise LockError(f"{path}: cannot read: {fileio.reason(exc)}", _repair_hint(path)) from exc
     try:
         return yamlfile.parse_yaml(raw)
     except BadYAMLError as exc:
@@ -551,7 +552,15 @@ def dumps(lock: LockFile) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, fsync, then rename over it: readers never see half a file."""
+    """Write beside the target, fsync, then rename over it: readers never see half a file.
+    A full or read-only disk is a LockError, and leaves the file as it was."""
+    try:
+        _write_atomic(path, text)
+    except OSError as exc:
+        raise _unwritable(path, f"cannot write {path}", exc) from exc
+
+
+def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:  # mkstemp makes 0600 files; the lock is a shared, committed file
         mode = stat.S_IMODE(path.stat().st_mode)
@@ -572,6 +581,29 @@ def write_atomic(path: Path, text: str) -> None:
 
 def file_lock(path: Path) -> FileLock:
     return FileLock(str(path) + ".lock")
+
+
+def _unwritable(path: Path, what: str, exc: OSError) -> LockError:
+    return LockError(
+        f"{what}: {fileio.reason(exc)}; {path.name} is unchanged",
+        f"free space on the disk that holds {path.parent}, or make it writable (and "
+        f"{path.name}.lock a file sparkbuild can create), then run the command again",
+    )
+
+
+@contextmanager
+def _writer(path: Path) -> Iterator[None]:
+    """The file lock over ``path`` (one writer at a time); a lock that cannot be taken (a
+    read-only disk, a directory in its place) is a LockError, not a traceback."""
+    lock = file_lock(path)
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise _unwritable(path, f"cannot take the writer lock {lock.lock_file}", exc) from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 Change = Callable[[BuildEntry], None]
@@ -622,7 +654,7 @@ class LockHandle:
         queued, self._changes = self._changes, {}  # tried once: a failure drops them
         if not queued:
             return self.lock
-        with file_lock(self.path):
+        with _writer(self.path):
             current = self.lock if _stamp(self.path) == self._stamp else load(self.path)
             changed = current.model_copy(deep=True)
             for build, changes in queued.items():

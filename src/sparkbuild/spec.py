@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from sparkbuild import validate
+from sparkbuild import fileio, validate
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.yamlfile import load_model
@@ -301,8 +301,8 @@ class Build:
 
 def file_sha256(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:  # missing, a directory, unreadable: the source stage says which
+        return hashlib.sha256(fileio.read_bytes(path)).hexdigest()
+    except OSError:  # missing, a directory, a FIFO, unreadable: the source stage says which
         return None
 
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sparkbuild import fileio
 from sparkbuild.errors import BadYAMLError, SpecError
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -93,13 +94,15 @@ def parse_yaml(raw: bytes) -> tuple[Any, yaml.Node | None]:
 def read_yaml(path: Path) -> tuple[Any, dict[Location, int]]:
     """Parsed data and the line of every key and list item."""
     try:
-        raw = path.read_bytes()
+        raw = fileio.read_bytes(path)  # a FIFO, a device or a huge file is refused, not read
     except FileNotFoundError as exc:
         raise SpecError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:
         raise SpecError(f"{path}: is a directory, not a YAML file", "rename or remove it") from exc
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise SpecError(
+            f"{path}: cannot read: {fileio.reason(exc)}", "point it at a YAML file"
+        ) from exc
     try:
         data, node = parse_yaml(raw)
     except BadYAMLError as exc:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
-from sparkbuild import files
+from sparkbuild import fileio
 from sparkbuild.bench.claims import METRICS, Figure, LoadedClaim, Setup
 from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
@@ -472,8 +472,8 @@ def write_markdown(result: ClaimsComparison, path: Path, *, append: bool) -> Non
     text = markdown(result)
     if append and path.exists():
         try:
-            text = files.read_text(path).rstrip("\n") + "\n\n" + text
+            text = fileio.read_text(path).rstrip("\n") + "\n\n" + text
         except (OSError, UnicodeDecodeError) as exc:
-            why = files.reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
+            why = fileio.reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
             raise OutputError(f"--markdown {path}: cannot append to it: {why}") from exc
-    files.write_output(path, text, "--markdown")
+    fileio.write_output(path, text, "--markdown")

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import files, jsontext, lockfile
+from sparkbuild import fileio, jsontext, lockfile
 from sparkbuild.bench.results import BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.errors import UsageError
@@ -164,14 +164,14 @@ def load_report(path: Path) -> BenchReport:
     from sparkbuild.bench import llama_benchy
 
     try:
-        data = jsontext.loads(files.read_bytes(path))  # no NaN or Infinity figures
+        data = jsontext.loads(fileio.read_bytes(path))  # no NaN or Infinity figures
         if llama_benchy.is_llama_benchy(data):
             return llama_benchy.to_report(data, path)
         return BenchReport.model_validate(data)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {files.reason(exc)}") from None
+        raise UsageError(f"{path}: cannot read: {fileio.reason(exc)}") from None
     except (ValueError, ValidationError, RecursionError) as exc:
         first = str(exc).splitlines()[0:3]
         raise UsageError(

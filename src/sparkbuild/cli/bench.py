@@ -49,7 +49,7 @@ from sparkbuild.errors import (
     SweepIncompleteError,
     UsageError,
 )
-from sparkbuild.files import write_output
+from sparkbuild.fileio import write_output
 from sparkbuild.settings import Settings
 
 

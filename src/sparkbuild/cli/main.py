@@ -3,15 +3,26 @@ and the one path by which an error reaches the user."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from sparkbuild import __version__, console
-from sparkbuild.errors import EXIT_FAILURE, InternalError, SparkbuildError
+from sparkbuild.errors import (
+    EXIT_FAILURE,
+    FileSystemError,
+    InternalError,
+    SparkbuildError,
+    UsageError,
+)
 from sparkbuild.settings import Settings, default_cache_dir, parse_repo_overrides
 from sparkbuild.validate import redact_url
 
@@ -34,7 +45,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with _interrupted_by_signals():
+                return super().invoke(ctx)
         except SparkbuildError as exc:
             render_error(exc)
             ctx.exit(exc.exit_code)
@@ -43,6 +55,12 @@ class _Group(click.Group):
             ctx.exit(130)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except OSError as exc:  # the disk, not sparkbuild: one screen naming the file
+            if os.environ.get("SPARKBUILD_DEBUG"):
+                raise
+            error = file_system_error(exc)
+            render_error(error)
+            ctx.exit(error.exit_code)
         except Exception as exc:  # a bug: still one screen, with the way to see the trace
             if os.environ.get("SPARKBUILD_DEBUG"):
                 raise
@@ -54,6 +72,35 @@ class _Group(click.Group):
                 )
             )
             ctx.exit(EXIT_FAILURE)
+
+
+@contextlib.contextmanager
+def _interrupted_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP unwind like Ctrl-C, so every command cleans up (half-made mirrors,
+    temporary files, engines) when it is stopped, not only when it fails."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (an embedding caller's thread)
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def file_system_error(exc: OSError) -> FileSystemError:
+    """What a failed file operation means to the user: the file, why, and what to check."""
+    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name)
+    return FileSystemError(
+        f"{where or 'a file operation'}: {exc.strerror or exc}",
+        "check that the disk has space and is writable, and that files and directories are "
+        "where sparkbuild expects them (--project, --cache-dir, --lock-file)",
+    )
 
 
 def render_error(exc: SparkbuildError, *, build: str | None = None) -> None:
@@ -108,9 +155,15 @@ def main(
     """Reproducible, patched SGLang and vLLM images for NVIDIA DGX Spark."""
     console.set_quiet(quiet)
     overrides = parse_repo_overrides(repos)  # a UsageError: rendered like every other error
+    cache = (cache_dir or default_cache_dir()).expanduser().resolve()
+    if cache.exists() and not cache.is_dir():
+        raise UsageError(
+            f"the cache directory {cache} is a file",
+            "move the file away, or pass another --cache-dir (or SPARKBUILD_CACHE_DIR)",
+        )
     ctx.obj = Settings(
         project_dir=project_dir.resolve(),
-        cache_dir=(cache_dir or default_cache_dir()).expanduser().resolve(),
+        cache_dir=cache,
         lock_path=lock_file.resolve() if lock_file else None,
         repo_overrides=overrides,
         quiet=quiet,

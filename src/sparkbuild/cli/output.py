@@ -59,6 +59,28 @@ def check_writable(path: str | Path | None, option: str) -> None:
         raise UsageError(f"{option} {target}: {problem}", f"pass a writable path to {option}")
 
 
+def check_directory(path: str | Path | None, option: str) -> None:
+    """Fail before the work when the directory ``path`` cannot be made or written: it is a
+    file, or its nearest existing parent is not a writable directory."""
+    if path is None:
+        return
+    target = Path(path).absolute()
+    problem = None
+    try:
+        if target.exists() and not target.is_dir():
+            problem = "is a file, not a directory"
+        else:
+            existing = next(p for p in (target, *target.parents) if p.exists())
+            if not existing.is_dir():
+                problem = f"{existing} is a file, not a directory"
+            elif not os.access(existing, os.W_OK | os.X_OK):
+                problem = f"directory {existing} is not writable"
+    except OSError as exc:  # a name too long, a symlink loop
+        problem = exc.strerror or str(exc)
+    if problem:
+        raise UsageError(f"{option} {path}: {problem}", f"pass a writable directory to {option}")
+
+
 class _Reportable(Protocol):
     def to_json(self) -> dict[str, Any]: ...
 
@@ -95,6 +117,7 @@ def run_per_build(
     file), and the command fails at the end naming the failed builds. ``record`` then
     stores each result; with ``verdicts``, results that did not pass fail the command too.
     """
+    check_writable(json_path, "--json-file")  # before the first build runs, not after the last
     done: list[tuple[str, Result]] = []
     failures: list[tuple[str, SparkbuildError]] = []
     for build in builds:

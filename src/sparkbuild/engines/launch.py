@@ -35,7 +35,8 @@ def command_argv(
 
     ``command`` is the launcher (``python -m vllm.entrypoints.openai.api_server``); model,
     host, port and the profile's flags are appended. A command that contains ``{port}`` is
-    taken as complete and only has ``{port}``, ``{host}`` and ``{model}`` filled in.
+    taken as complete and only has ``{port}``, ``{host}`` and ``{model}`` filled in (by plain
+    replacement: any other brace, ``{}`` or ``{0}``, is the command's own text).
     """
     try:
         words = shlex.split(command)
@@ -44,8 +45,15 @@ def command_argv(
     if not words:
         raise UsageError("--command is empty")
     if "{port}" in command:
-        return [w.format(port=port, host=LOOPBACK, model=model) for w in words]
+        fields = {"{port}": str(port), "{host}": LOOPBACK, "{model}": model}
+        return [_fill(word, fields) for word in words]
     return [*words, *adapter.serve_args(model, LOOPBACK, port, args)]
+
+
+def _fill(word: str, fields: dict[str, str]) -> str:
+    for placeholder, value in fields.items():
+        word = word.replace(placeholder, value)
+    return word
 
 
 def container_mounts(profile: SmokeProfile) -> tuple[list[Mount], str, dict[str, str]]:

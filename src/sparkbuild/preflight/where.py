@@ -176,9 +176,18 @@ def choose_targets(
 
 def _python_digest(python: Path) -> str:
     """A given interpreter's dependency set: the digest of its `pip freeze`."""
-    done = subprocess.run(
-        [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            [str(python), "-m", "pip", "freeze", "--all"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:  # not there, not executable, not a program
+        raise PreflightSetupError(
+            f"--python {python}: cannot run it ({exc.strerror or exc})",
+            "pass a venv's bin/python, e.g. --python .venv/bin/python",
+        ) from exc
     if done.returncode != 0:
         raise PreflightSetupError(f"{python} is not a Python with pip", "pass a venv's bin/python")
     lines = sorted(line for line in done.stdout.splitlines() if line.strip())

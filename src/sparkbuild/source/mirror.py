@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from sparkbuild import console, git, retries, validate
 from sparkbuild.errors import RemoteError, UsageError
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_INIT = ".init-"  # a mirror being made: NAME.git.init-PID, renamed to NAME.git when done
 # Errors that no retry can fix: the remote answered and said no.
 _PERMANENT = ("couldn't find remote ref", "not our ref", "invalid refspec")
 
@@ -77,13 +79,26 @@ class Mirror:
     def _ensure(self) -> None:
         if (self.path / "HEAD").exists():
             return
-        tmp = self.path.with_name(self.path.name + f".init-{os.getpid()}")
-        git.run(["init", "--bare", "--quiet", "--", str(tmp)])
-        # Only for humans poking at the cache: fetches pass the URL, so no secret is stored.
-        git.run(["config", "--", "remote.origin.url", self.shown_url], git_dir=tmp)
-        git.run(["config", "gc.auto", "0"], git_dir=tmp)  # no gc racing a concurrent reader
-        # Renamed into place last, so an interrupted init never leaves a half-made mirror.
-        tmp.rename(self.path)
+        self._remove_abandoned_inits()
+        tmp = self.path.with_name(self.path.name + f"{_INIT}{os.getpid()}")
+        try:
+            git.run(["init", "--bare", "--quiet", "--", str(tmp)])
+            # Only for humans poking at the cache: fetches pass the URL, so no secret is stored.
+            git.run(["config", "--", "remote.origin.url", self.shown_url], git_dir=tmp)
+            git.run(["config", "gc.auto", "0"], git_dir=tmp)  # no gc racing a concurrent reader
+            # Renamed into place last, so an interrupted init never leaves a half-made mirror.
+            tmp.rename(self.path)
+        except BaseException:  # Ctrl-C and SIGTERM too (the CLI turns it into an interrupt)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _remove_abandoned_inits(self) -> None:
+        """Half-made mirrors of processes that were killed outright (SIGKILL, a power cut);
+        called under the mirror's lock, so no live process is still making one."""
+        for leftover in self.path.parent.glob(f"{self.path.name}{_INIT}*"):
+            pid = leftover.name.rpartition(_INIT)[2]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
 
     def _network(self, args: list[str], what: str) -> str:
         try:
@@ -156,6 +171,16 @@ class Mirror:
             check=False,
         )
         return result.stdout.decode().strip() if result.returncode == 0 else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _first_line(stderr: str) -> str:

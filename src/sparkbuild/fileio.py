@@ -56,7 +56,7 @@ def read_bytes(path: Path, *, limit: int = READ_LIMIT) -> bytes:
         fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO does not wait for a writer
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a symlink loop, not a file", str(path)) from None
+            raise OSError(errno.ELOOP, "is a symlink loop, not a file", str(path)) from None
         raise
     try:
         info = os.fstat(fd)
