@@ -57,6 +57,16 @@ Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 # Image ids go to docker, never to git or a shell; a plain token is enough.
 ImageId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._@/-]*$")]
 BuildName = Annotated[str, AfterValidator(validate.build_name)]
+# Publish records are references a rollback sends to a registry: a tag, a digest, a repository
+# (HOST[:PORT]/path, the distribution grammar), never a path such as `../../victim/manifests`.
+Tag = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+Repository = Annotated[
+    str,
+    Field(
+        pattern=rf"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?/{_COMPONENT}(?:/{_COMPONENT})*$"
+    ),
+]
 # A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
 Number = int | float
 _IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
@@ -327,9 +337,9 @@ class BenchRecord(_Section):
 class Publication(_Section):
     """One digest in a repository's ``history``."""
 
-    digest: str | None = None
-    image_id: str | None = None
-    tag: str | None = None
+    digest: Digest | None = None
+    image_id: ImageId | None = None
+    tag: Tag | None = None
     verified: bool | None = None
     # profile -> the verdict publish counted: pass, fail, missing or "unverified pass (TARGET)"
     smoke: dict[str, str] = {}
@@ -339,11 +349,11 @@ class Publication(_Section):
 class PublishRecord(_Section):
     """``publish.<repository>``: what the repository's tags point at now, and before."""
 
-    tag: str | None = None
-    digest: str | None = None
-    image_id: str | None = None
+    tag: Tag | None = None
+    digest: Digest | None = None
+    image_id: ImageId | None = None
     verified: bool | None = None
-    aliases: list[str] = []
+    aliases: list[Tag] = []
     history: list[Publication] = []
 
     @classmethod
@@ -373,7 +383,7 @@ class BuildEntry(_Section):
     preflight: dict[str, PreflightRun] | None = None
     smoke: dict[str, dict[str, SmokeRecord]] | None = None
     bench: dict[str, dict[str, BenchRecord]] | None = None
-    publish: dict[str, PublishRecord] | None = None
+    publish: dict[Repository, PublishRecord] | None = None
 
 
 # A section a command replaces whole (the keyed verdict sections are changed record by record).

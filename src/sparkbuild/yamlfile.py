@@ -174,6 +174,8 @@ def describe_error(
         allowed = f" (known: {', '.join(sorted(known))})" if known and not close else ""
         return f"{where}: unknown field '{field}'{hint}{allowed}"
     message = str(error["msg"]).removeprefix("Value error, ")  # our validators say why
+    if error["type"] == "string_pattern_mismatch":  # say what is there, not only the rule
+        message = f"{str(error['input'])[:80]!r} is not allowed here ({message})"
     return f"{where}: {field}: {message}"
 
 
