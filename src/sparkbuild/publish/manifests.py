@@ -69,16 +69,18 @@ def platform_manifests(manifest: Manifest, platform: str) -> list[str]:
 def holds_image(
     client: RegistryClient, repository: str, manifest: Manifest, image_id: str, platform: str
 ) -> bool:
-    """Whether ``manifest`` (in ``repository``) is, or contains for ``platform``, ``image_id``."""
+    """Whether ``manifest`` (in ``repository``) is, or contains for ``platform``, ``image_id``.
+
+    An index's child is fetched even when its listed digest is the image id: the client
+    refuses a child whose bytes do not hash to that digest, so what is accepted is what the
+    registry really serves."""
     if image_id in (manifest.digest, manifest.config_digest):
         return True
     if not is_index(manifest):
         return False
     for digest in platform_manifests(manifest, platform):
-        if digest == image_id:
-            return True
         child = client.manifest(repository, digest, push=True)
-        if child is not None and child.config_digest == image_id:
+        if child is not None and image_id in (child.digest, child.config_digest):
             return True
     return False
 
