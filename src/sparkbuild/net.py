@@ -187,7 +187,9 @@ class BodyReader:
         elif name == "deflate":
             self._inflate = zlib.decompressobj()
         else:
-            raise ValueError(f"{what}: unsupported Content-Encoding {encoding!r}")
+            raise ValueError(
+                f"the answer to {what} has an unsupported Content-Encoding {encoding!r}"
+            )
 
     def feed(self, data: bytes) -> bytes:
         if self._inflate is None:
@@ -196,10 +198,12 @@ class BodyReader:
             try:
                 out = self._inflate.decompress(data, self.limit - self.total + 1)
             except zlib.error as exc:
-                raise ValueError(f"{self.what}: a corrupt compressed body ({exc})") from None
+                raise ValueError(
+                    f"the answer to {self.what} is corrupt compressed data ({exc})"
+                ) from None
         self.total += len(out)
         if self.total > self.limit:
-            raise ValueError(f"{self.what}: the answer is larger than {_size(self.limit)}")
+            raise ValueError(f"the answer to {self.what} is larger than {_size(self.limit)}")
         return out
 
 
@@ -306,7 +310,9 @@ class Session:
             if not same_host(url, target):  # content by digest: the bytes are hashed anyway
                 kwargs = _without_credentials(kwargs)
             url = target
-        raise requests.TooManyRedirects(f"{method} {url}: more than {MAX_REDIRECTS} redirects")
+        raise requests.TooManyRedirects(
+            f"{method} {url} was redirected more than {MAX_REDIRECTS} times"
+        )
 
     @staticmethod
     def _redirect(
@@ -319,14 +325,14 @@ class Session:
         target = urljoin(url, location)
         response.close()
         if redirects == "none":
-            raise RedirectRefused(f"{method} {url}: redirected to {target}; not followed")
+            raise RedirectRefused(f"{method} {url} was redirected to {target}; not followed")
         if redirects == "same-host" and not same_host(url, target):
             raise RedirectRefused(
-                f"{method} {url}: redirected to another host ({target}); sparkbuild follows "
+                f"{method} {url} was redirected to another host ({target}); sparkbuild follows "
                 "redirects only to the same host"
             )
         if redirects == "content" and urlsplit(target).scheme not in ("http", "https"):
-            raise RedirectRefused(f"{method} {url}: redirected to {target}")
+            raise RedirectRefused(f"{method} {url} was redirected to {target}")
         return target
 
     @staticmethod
@@ -340,7 +346,7 @@ class Session:
             declared = 0
         try:
             if declared > limit:
-                raise ValueError(f"{what}: the answer is larger than {_size(limit)}")
+                raise ValueError(f"the answer to {what} is larger than {_size(limit)}")
             reader = BodyReader(response.headers.get("Content-Encoding"), limit, what)
             chunks = [
                 reader.feed(chunk) for chunk in response.raw.stream(64 * 1024, decode_content=False)
@@ -352,7 +358,7 @@ class Session:
             response.close()
             if watchdog.fired:
                 raise _late(method, url, watchdog.seconds) from None
-            raise requests.ConnectionError(f"{what}: {exc}") from None
+            raise requests.ConnectionError(f"{what} failed: {exc}") from None
         if watchdog.fired:  # the socket was shut: what came may be cut short
             raise _late(method, url, watchdog.seconds)
         # requests' own cache of the body: .content, .text and .json() read it from here.
@@ -361,7 +367,7 @@ class Session:
 
 
 def _late(method: str, url: str, seconds: float) -> DeadlineExceeded:
-    return DeadlineExceeded(f"{method} {url}: no complete answer within {seconds:g} s")
+    return DeadlineExceeded(f"no complete answer to {method} {url} within {seconds:g} s")
 
 
 def _without_credentials(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -379,7 +385,7 @@ async def deadline(seconds: float, what: str) -> AsyncIterator[None]:
         async with asyncio.timeout(seconds):
             yield
     except TimeoutError:
-        raise httpx.ReadTimeout(f"{what}: no complete answer within {seconds:g} s") from None
+        raise httpx.ReadTimeout(f"no complete answer to {what} within {seconds:g} s") from None
 
 
 class ResponseTooLarge(httpx.DecodingError):
@@ -427,7 +433,9 @@ async def lines(response: httpx.Response, what: str) -> AsyncIterator[str]:
         pending += reader.feed(chunk)
         *complete, pending = pending.split(b"\n")
         if len(pending) > STREAM_LINE_LIMIT:
-            raise ValueError(f"{what}: a stream line longer than {_size(STREAM_LINE_LIMIT)}")
+            raise ValueError(
+                f"a line of the answer to {what} is longer than {_size(STREAM_LINE_LIMIT)}"
+            )
         for line in complete:
             yield line.rstrip(b"\r").decode("utf-8", errors="replace")
     if pending:

@@ -44,16 +44,20 @@ def assert_one_screen(result: CliResult) -> None:
         assert len(result.stderr.splitlines()) < 40, result.stderr
 
 
-def hostile_project(tmp_path: Path, upstream: Upstream) -> Project:
-    """A project in ``tmp_path`` building ``new`` (v1.1.0 + PR #103 + a local patch)."""
-    proj = Project.create(tmp_path, upstream)
-    (proj.patches / "applies.patch").write_text(
-        make_patch(
-            upstream.work,
-            "v1.1.0",
-            {"python/pkg/alpha.py": ("alpha line 20\n", "alpha line 20 (ours)\n")},
-            header="What: a local fix.\n",
-        )
+def local_patch(upstream: Upstream) -> str:
+    """The project's own patch: one line of ``alpha.py`` as v1.1.0 has it."""
+    return make_patch(
+        upstream.work,
+        "v1.1.0",
+        {"python/pkg/alpha.py": ("alpha line 20\n", "alpha line 20 (ours)\n")},
+        header="What: a local fix.\n",
     )
+
+
+def hostile_project(tmp_path: Path, upstream: Upstream, patch: str | None = None) -> Project:
+    """A project in ``tmp_path`` building ``new`` (v1.1.0 + PR #103 + a local patch);
+    ``patch`` is :func:`local_patch`'s text when the caller made it once already."""
+    proj = Project.create(tmp_path, upstream)
+    (proj.patches / "applies.patch").write_text(patch or local_patch(upstream))
     proj.write_spec(SPEC)
     return proj

@@ -123,7 +123,8 @@ def parse_counters(text: str) -> Counters:
         counting = family.type in _MONOTONIC_TYPES
         for sample in family.samples:
             value = float(sample.value)
-            if counting and sample.name.endswith(_MONOTONIC_SUFFIXES):
+            untyped_total = family.type == "unknown" and sample.name.endswith("_total")
+            if (counting and sample.name.endswith(_MONOTONIC_SUFFIXES)) or untyped_total:
                 if not math.isfinite(value) or value < 0:
                     raise ValueError(f"counter {sample.name} is {value:g}")
                 monotonic.add(sample.name)
