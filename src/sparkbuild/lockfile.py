@@ -54,6 +54,7 @@ HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit 
 Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]  # SHA-1 or SHA-256
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+WHEEL_FILENAME = r"^[A-Za-z0-9_.+-]+\.whl$"  # one file name: no '/', so never '../'
 # Image ids go to docker, never to git or a shell; a plain token is enough.
 ImageId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._@/-]*$")]
 BuildName = Annotated[str, AfterValidator(validate.build_name)]
@@ -195,8 +196,8 @@ class LockedWheel(_Section):
     requirement: str
     name: str
     version: str
-    filename: str
-    sha256: str
+    filename: Annotated[str, Field(pattern=WHEEL_FILENAME)]  # a name in the wheel cache
+    sha256: Sha256
 
 
 # --- verdicts: preflight, smoke, bench, keyed by what they were run on ---------------------

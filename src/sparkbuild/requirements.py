@@ -302,7 +302,7 @@ def locked_pins(entry: lockfile.BuildEntry | None) -> list[lockfile.LockedWheel]
     return list(entry.requirements)
 
 
-_SAFE_FILENAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
+_SAFE_FILENAME = re.compile(lockfile.WHEEL_FILENAME)
 
 
 def write_context(dest: Path, pins: list[lockfile.LockedWheel], wheels: list[Path]) -> None:

@@ -65,7 +65,7 @@ class PRFields(BaseModel):
     it applies to. The spec's :class:`PR` adds a note; the lock's ``LockedPR`` adds what the
     source stage resolved (status, head, commits, diff)."""
 
-    number: int = Field(gt=0)
+    number: int = Field(gt=0, strict=True)  # `number: true` is not PR #1
     when: str | None = None
 
     def digest_payload(self) -> list[Any]:
@@ -175,7 +175,7 @@ class SpecModel(ImageFields):
     engine: Engine
     repo: RepoURL
     base_branch: GitRef = "main"
-    package_dir: str
+    package_dir: Annotated[str, AfterValidator(validate.package_dir)]
     prs: list[PR] = []
     patches: list[PatchModel] = []
     requirements: list[RequirementModel] = []

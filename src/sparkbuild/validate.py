@@ -120,6 +120,18 @@ def inside(root: Path, relative: str, what: str = "path") -> Path:
     return path
 
 
+def package_dir(value: str) -> str:
+    """A directory inside the engine's checkout (``package_dir:``): relative, no ``..``, no
+    control characters, since it becomes a path in the checkout and in the image."""
+    parts = value.strip("/").split("/")
+    if _CONTROL.search(value) or not value.strip("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(
+            f"{value!r} is not a directory inside the checkout; write a relative path such as "
+            "'python/sglang', without '..' or control characters"
+        )
+    return value
+
+
 def finite(value: float, what: str = "value") -> float:
     if not math.isfinite(value):
         raise ValueError(f"{what} must be a finite number, not {value}")
