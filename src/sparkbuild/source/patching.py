@@ -77,12 +77,20 @@ class ScratchIndex:
         for "nothing to apply"."""
         if not diff.strip():
             return "the file is empty, not a diff"
-        result = git.run(["apply", "--numstat", "-"], git_dir=self.git_dir, input=diff, check=False)
+        result = git.run(
+            ["apply", "--numstat", "--summary", "-"], git_dir=self.git_dir, input=diff, check=False
+        )
         if result.returncode != 0:
             reason = result.stderr.decode(errors="replace").strip().splitlines()
             return f"not a valid diff: {reason[0] if reason else 'git apply cannot read it'}"
-        if not result.stdout.strip():
+        lines = result.stdout.decode(errors="replace").splitlines()
+        if not lines:
             return "not a valid diff: it changes no file"
+        # numstat lines are "added<TAB>deleted<TAB>path"; --summary adds indented lines for a
+        # mode change, a new, deleted or renamed file. File headers with no hunk and none of
+        # those change nothing: git would call applying them a conflict.
+        if all(line.startswith("0\t0\t") for line in lines):
+            return "not a valid diff: file headers without any hunk or mode change"
         return None
 
     def files(self, diff: bytes) -> list[str]:
