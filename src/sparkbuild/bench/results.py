@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,7 +45,7 @@ from sparkbuild.bench.client import StreamResult
 from sparkbuild.bench.engine_timing import AGREEMENT, EngineDelta, burst_reason, client_tpot
 from sparkbuild.bench.sweep import CellKey, Sweep
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 MAX_ERROR_SAMPLES = 5
 METRICS = (
     "ttft_s",
@@ -224,7 +224,7 @@ class PromptInfo(_Model):
 
 
 class BenchReport(_Model):
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[1] = SCHEMA_VERSION  # another version's report is not read as this
     created: str
     label: str
     profile: str | None
