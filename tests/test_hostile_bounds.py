@@ -35,6 +35,7 @@ from tests.support.docker_env import LocalRegistry, start_registry
 from tests.support.gitrepos import Upstream, make_upstream
 from tests.support.hostile_http import HostileServer, Reply, Request, sse
 from tests.support.hostile_project import (
+    SPEC,
     Project,
     assert_one_screen,
     hostile_project,
@@ -831,6 +832,88 @@ def test_claims_refuse_figures_that_are_not_finite(project: Project, tmp_path: P
         result = project.run("bench", "compare", str(report), "--claims", str(claims))
         assert result.exit_code == 2
         assert "decode_tps" in said(result) and "finite" in said(result)
+
+
+# --- inputs that are not what their field means ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        ("{number: 103}", "{number: true}", "prs[0].number"),
+        ("{number: 103}", "{number: '103'}", "prs[0].number"),
+        ("package_dir: python/pkg", 'package_dir: "python/\\0pkg"', "package_dir"),
+        ("package_dir: python/pkg", "package_dir: python/../../etc", "package_dir"),
+    ],
+)
+def test_spec_values_of_the_wrong_kind_are_refused(
+    project: Project, old: str, new: str, named: str
+) -> None:
+    project.write_spec(SPEC.replace(old, new))
+
+    result = project.run("patches")
+
+    assert result.exit_code == 2
+    assert "pkg.yaml" in said(result) and named in said(result)
+
+
+def test_a_patch_of_headers_alone_is_invalid_not_a_conflict(project: Project) -> None:
+    (project.patches / "applies.patch").write_text(
+        "What: nothing.\n\ndiff --git a/python/pkg/alpha.py b/python/pkg/alpha.py\n"
+        "--- a/python/pkg/alpha.py\n+++ b/python/pkg/alpha.py\n"
+    )
+
+    result = project.run("patches", "--json")
+
+    assert result.exit_code == 1
+    (item,) = [i for i in json.loads(result.stdout)["builds"][0]["items"] if i["kind"] == "patch"]
+    assert item["status"] == "invalid", item
+    assert "without any hunk" in item["detail"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("sha256", "z" * 64), ("filename", "../../escape-1.0-py3-none-any.whl")],
+)
+def test_a_locked_wheel_that_is_not_a_file_and_a_hash_is_refused(
+    project: Project, field: str, value: str
+) -> None:
+    assert project.run("lock").exit_code == 0
+    data = project.lock
+    wheel = {
+        "requirement": "escape==1.0",
+        "name": "escape",
+        "version": "1.0",
+        "filename": "escape-1.0-py3-none-any.whl",
+        "sha256": "a" * 64,
+        field: value,
+    }
+    data["builds"]["new"]["requirements"] = [wheel]
+    (project.root / "images.lock").write_text(yaml.safe_dump(data))
+    before = (project.root / "images.lock").read_bytes()
+
+    result = project.run("lock", "--check")
+
+    assert result.exit_code == 1, result.output
+    assert "images.lock is damaged" in said(result) and field in said(result)
+    assert (project.root / "images.lock").read_bytes() == before
+
+
+def test_a_report_of_another_schema_version_is_not_compared(
+    project: Project, bench_engine: HostileServer, tmp_path: Path
+) -> None:
+    ours = tmp_path / "ours.json"
+    result, _ = bench(project, bench_engine, "--json-file", str(ours))
+    assert result.exit_code == 0, result.output
+    assert project.run("bench", "compare", str(ours), str(ours)).exit_code == 0
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({**json.loads(ours.read_text()), "schema_version": 2}))
+
+    result = project.run("bench", "compare", str(ours), str(future))
+
+    assert result.exit_code == 2
+    assert "future.json is not a sparkbuild bench report" in said(result)
+    assert "schema_version" in said(result)
 
 
 # --- signals: a stopped prepare leaves no half-made mirror -----------------------------------
