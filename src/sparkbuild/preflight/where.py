@@ -12,7 +12,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sparkbuild import git
-from sparkbuild.errors import PreflightSetupError
+from sparkbuild.dockerhost import SETUP_HINT
+from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
 from sparkbuild.preflight.deps import dependency_set, wheel_requirements
 from sparkbuild.preflight.plan import UNAVAILABLE_MODULES
 from sparkbuild.preflight.report import PACKAGE_CHECKS, PROFILE_CHECKS
@@ -110,12 +111,25 @@ def unavailable_modules(venv: LocalVenv | None) -> dict[str, str]:
 
 
 def image_id_of(image: str, docker: str) -> str:
-    done = subprocess.run(
-        [docker, "image", "inspect", "--format", "{{.Id}}", "--", image],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [docker, "image", "inspect", "--format", "{{.Id}}", "--", image],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DockerUnavailableError(f"cannot run {docker}: {exc}", SETUP_HINT) from None
+    if done.returncode != 0 and "no such" not in done.stderr.lower():
+        # Not an answer about the image: no daemon, no permission on its socket, ...
+        said = done.stderr.strip().splitlines()
+        raise DockerUnavailableError(
+            f"{docker} cannot tell whether image {image} is in the local Docker store: "
+            f"{said[0] if said else f'exit status {done.returncode}'}",
+            SETUP_HINT,
+        )
     if done.returncode != 0:
         raise PreflightSetupError(
             f"image {image} is not in the local Docker store",
