@@ -916,6 +916,39 @@ def test_a_report_of_another_schema_version_is_not_compared(
     assert "schema_version" in said(result)
 
 
+@pytest.mark.parametrize("option", ["--cache-from", "--cache-to"])
+def test_a_bad_cache_reference_is_a_usage_error_before_any_work(
+    project: Project, option: str
+) -> None:
+    result = project.run("build", "new", option, "reg.example/cache:{build},mode=max")
+
+    assert result.exit_code == 2, result.output
+    assert f"{option} 'reg.example/cache:new,mode=max' is not an image reference" in said(result)
+    assert not (project.cache / "mirrors").exists()
+
+
+@pytest.mark.parametrize(
+    ("docker_host", "named"),
+    [("unix:///nonexistent/docker.sock", "Cannot connect to the Docker daemon"),
+     ("tcp://127.0.0.1:9", "Cannot connect to the Docker daemon")],
+)  # fmt: skip
+def test_no_daemon_is_not_called_a_missing_image(
+    project: Project, docker_host: str, named: str
+) -> None:
+    result = run_cli(
+        "--project", str(project.root), "--cache-dir", str(project.cache),
+        "preflight", "new", "--image", "sparkbuild/any:tag",
+        env={"DOCKER_HOST": docker_host},
+    )  # fmt: skip
+
+    assert_one_screen(result)
+    assert result.exit_code == 1, result.output
+    assert "cannot tell whether image sparkbuild/any:tag is in the local Docker store" in said(
+        result
+    )
+    assert named in said(result) and "not in the local Docker store" not in said(result)
+
+
 # --- signals: a stopped prepare leaves no half-made mirror -----------------------------------
 
 
