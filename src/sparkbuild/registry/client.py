@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import requests
 from tenacity import RetryError, Retrying, retry_if_exception_type
 
-from sparkbuild import imageref, net, retries
+from sparkbuild import imageref, jsontext, net, retries
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
@@ -163,14 +163,33 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """``body`` as a JSON object, or None for anything else (garbage, a list, NaN)."""
+    try:
+        data = jsontext.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _shown(body: bytes) -> str:
+    """A few bytes of what a registry sent, printable, for an error message."""
+    text = body[:80].decode(errors="replace")
+    return repr("".join(c if c.isprintable() else "?" for c in text))
+
+
 def _errors_of(response: requests.Response) -> str:
     """The registry's own error codes/messages (distribution's JSON error body)."""
-    try:
-        errors = response.json().get("errors") or []
-        parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors]
-        return "; ".join(parts) or response.reason
-    except ValueError:
-        return (response.text or response.reason or "").strip()[:200]
+    errors = (_json_object(response.content) or {}).get("errors")
+    if isinstance(errors, list):
+        parts = [
+            f"{e.get('code', '?')}: {e.get('message', '')}".strip()
+            for e in errors
+            if isinstance(e, dict)
+        ]
+        if parts:
+            return "; ".join(parts)
+    return _shown(response.content) if response.content.strip() else str(response.reason)
 
 
 def _challenge(response: requests.Response) -> tuple[str, dict[str, str]]:
@@ -337,10 +356,11 @@ class RegistryClient:
                 f"token service {realm} answered HTTP {response.status_code} "
                 f"({_errors_of(response)})"
             )
-        body = response.json()
-        token = body.get("token") or body.get("access_token")
-        if not token:
-            raise RegistryError(f"token service {realm} returned no token")
+        body = _json_object(response.content)
+        token = body and (body.get("token") or body.get("access_token"))
+        if not token or not isinstance(token, str):
+            got = "no token" if body else f"not a JSON object: {_shown(response.content)}"
+            raise RegistryError(f"token service {realm} returned {got}")
         return str(token)
 
     # --- API -----------------------------------------------------------------------------
@@ -392,8 +412,16 @@ class RegistryClient:
                 "the registry or a proxy in between altered the manifest; do not publish "
                 "through it",
             )
+        body = _json_object(response.content)
+        if body is None:
+            raise RegistryError(
+                f"registry {self.registry.host} served manifest {repository}:{reference} as "
+                f"{len(response.content)} bytes that are not a JSON object: "
+                f"{_shown(response.content)}",
+                "check the --registry address: it may not be a container registry",
+            )
         if media_type not in MANIFEST_TYPES:
-            media_type = str(json.loads(response.content).get("mediaType") or media_type)
+            media_type = str(body.get("mediaType") or media_type)
         return Manifest(response.content, media_type, digest)
 
     def manifest_digest(self, repository: str, reference: str, *, push: bool = False) -> str | None:
