@@ -496,6 +496,39 @@ def test_a_slowloris_registry_ends_at_its_deadline(project: Project, slow: str) 
 
 
 @pytest.mark.parametrize(
+    ("where", "body", "named"),
+    [
+        ("token service", b"<html><h1>Sign in</h1>\x1b[31m", "returned not a JSON object: '<html>"),
+        ("manifest", b'["not", "distribution\'s errors"]', "HTTP 400"),
+    ],
+)
+def test_registry_garbage_is_named_not_a_python_exception(
+    project: Project, where: str, body: bytes, named: str
+) -> None:
+    with HostileServer() as registry:
+        if where == "token service":
+            challenge = f'Bearer realm="{registry.url}/token",service="test"'
+            registry.route("/v2/", Reply(401, headers={"WWW-Authenticate": challenge}))
+            registry.route("/token", Reply(body=body, content_type="text/html"))
+        else:
+            registry.route("/v2/", Reply(body=b"{}"))
+            for reference in (DIGEST_A, DIGEST_B, "0.5.12-sm121"):
+                registry.route(
+                    f"/v2/sparkbuild/sglang/manifests/{reference}", Reply(400, body=body)
+                )
+        _published(project, f"{registry.address}/sparkbuild/sglang", [DIGEST_A, DIGEST_B],
+                   ["0.5.12-sm121"])  # fmt: skip
+        before = (project.root / "images.lock").read_bytes()
+
+        result = rollback(project)
+
+    assert result.exit_code == 1, result.output
+    assert named in said(result), result.stderr
+    assert "\x1b" not in result.stderr and "Expecting value" not in result.stderr
+    assert (project.root / "images.lock").read_bytes() == before
+
+
+@pytest.mark.parametrize(
     ("variable", "value"),
     [("SPARKBUILD_NET_ATTEMPTS", "1000000000"), ("SPARKBUILD_NET_BACKOFF", "1e6")],
 )
