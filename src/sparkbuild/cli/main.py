@@ -3,19 +3,14 @@ and the one path by which an error reaches the user."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from sparkbuild import __version__, console
+from sparkbuild import __version__, console, interrupts
 from sparkbuild.errors import (
     EXIT_FAILURE,
     FileSystemError,
@@ -45,7 +40,7 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with _interrupted_by_signals():
+            with interrupts.signals_interrupt():
                 return super().invoke(ctx)
         except SparkbuildError as exc:
             render_error(exc)
@@ -72,25 +67,6 @@ class _Group(click.Group):
                 )
             )
             ctx.exit(EXIT_FAILURE)
-
-
-@contextlib.contextmanager
-def _interrupted_by_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP unwind like Ctrl-C, so every command cleans up (half-made mirrors,
-    temporary files, engines) when it is stopped, not only when it fails."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers (an embedding caller's thread)
-        return
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def file_system_error(exc: OSError) -> FileSystemError:

@@ -25,15 +25,15 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import requests
 
-from sparkbuild import net
+from sparkbuild import interrupts, net
 from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
 from sparkbuild.engines.logs import LineSplitter, LogBuffer
 from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
@@ -541,16 +541,5 @@ def wait_ready(
         time.sleep(poll_s)
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+#: SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed.
+stop_on_signals = interrupts.signals_interrupt
