@@ -28,7 +28,8 @@ import pytest
 import requests
 import yaml
 
-from sparkbuild.registry.client import MANIFEST_TYPES
+from sparkbuild.publish import manifests
+from sparkbuild.registry.client import MANIFEST_TYPES, Manifest
 from sparkbuild.source.mirror import Mirror
 from tests.support.cli import CliResult, installed_entry_point, run_cli
 from tests.support.docker_env import LocalRegistry, start_registry
@@ -1150,3 +1151,22 @@ def test_rollback_refuses_bytes_that_are_not_the_recorded_digest(
     assert f"hash to {other.digest}" in said(result)
     assert registry.manifest_digest(repository, ALIAS) == new.digest  # the alias did not move
     assert lock.read_bytes() == before  # nothing recorded, `verified` least of all
+
+
+# --- an index is registry data: any shape is read without an exception ----------------------
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        {"manifests": [{"digest": DIGEST_A, "annotations": ["x"], "platform": "linux/arm64"}]},
+        {"manifests": 5},
+        {"manifests": [{"digest": 7, "platform": {"os": "linux", "architecture": "arm64"}}]},
+    ],
+)
+def test_an_index_of_any_shape_offers_no_child_and_no_exception(index: dict[str, Any]) -> None:
+    kind = "application/vnd.oci.image.index.v1+json"
+    manifest = Manifest(json.dumps(index).encode(), kind, DIGEST_B)
+
+    assert manifests.platform_manifests(manifest, "linux/arm64") == []
+    assert manifests.describe(manifest).startswith("an index of ")
