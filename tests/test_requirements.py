@@ -134,9 +134,11 @@ def test_image_layer_installs_exactly_the_pinned_files(tmp_path: Path) -> None:
     dockerfile = requirements.dockerfile_with_layer(b"FROM x\nRUN true\n").decode()
     assert dockerfile.startswith("FROM x\nRUN true\n")
     assert "--no-index --no-deps --require-hashes" in dockerfile
-    bad = lockfile.LockedWheel(
-        requirement="x", name="x", version="1", filename="../evil.whl", sha256="ab" * 32
-    )
+    fields = {"requirement": "x", "name": "x", "version": "1", "filename": "../evil.whl",
+              "sha256": "ab" * 32}  # fmt: skip
+    with pytest.raises(ValueError, match="filename"):  # the lock's schema refuses it on read
+        lockfile.LockedWheel(**fields)
+    bad = lockfile.LockedWheel.model_construct(None, **fields)  # and the writer, were one to slip by
     with pytest.raises(SparkbuildError, match="unsafe wheel file name"):
         requirements.write_context(tmp_path / "ctx2", [bad], [wheel])
 
