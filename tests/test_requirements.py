@@ -138,7 +138,7 @@ def test_image_layer_installs_exactly_the_pinned_files(tmp_path: Path) -> None:
               "sha256": "ab" * 32}  # fmt: skip
     with pytest.raises(ValueError, match="filename"):  # the lock's schema refuses it on read
         lockfile.LockedWheel(**fields)
-    bad = lockfile.LockedWheel.model_construct(None, **fields)  # and the writer, were one to slip by
+    bad = lockfile.LockedWheel.model_construct(None, **fields)  # the writer refuses it too
     with pytest.raises(SparkbuildError, match="unsafe wheel file name"):
         requirements.write_context(tmp_path / "ctx2", [bad], [wheel])
 
