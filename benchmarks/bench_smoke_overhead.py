@@ -30,6 +30,7 @@ from tests.support.vllm_cpu import tiny_llama, vllm_server_command  # noqa: E402
 
 from sparkbuild.engines import VllmAdapter, free_port  # noqa: E402
 from sparkbuild.engines.profiles import load_profile  # noqa: E402
+from sparkbuild.net import Session  # noqa: E402
 from sparkbuild.settings import Settings  # noqa: E402
 from sparkbuild.smoke.runner import profile_prompts  # noqa: E402
 
@@ -48,7 +49,7 @@ def bare_run(launcher: str, model: str) -> tuple[float, float]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    session = requests.Session()
+    session = Session(deadline_s=600)
     base = f"http://127.0.0.1:{port}"
     try:
         while True:

@@ -136,6 +136,16 @@ RULES = [
     Rule(r"^sparkbuild (--quiet )?build", "check", GITHUB_DOCKER),
     Rule(r"^sparkbuild bump ", "check", "needs SGLang's sources at the new release (GitHub)"),
     Rule(r"^sparkbuild preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
+    Rule(
+        r"^(sparkbuild|nox -s) report\b",
+        "check",
+        "needs a project whose lock has records; tests/test_report.py builds one and runs it",
+    ),
+    Rule(
+        r"^sparkbuild profile import ",
+        "check",
+        "writes into the project's smoke/; tests/test_recipe_import.py runs it on these recipes",
+    ),
     Rule(r"^sparkbuild bench compare ", "bench-report"),
     Rule(r"^sparkbuild (--repo \S+ )?(patches|prepare|lock)\b", "source"),
     Rule(r"^sparkbuild releases ", "releases"),

@@ -29,32 +29,10 @@ from sparkbuild.preflight.where import image_id_of
 from sparkbuild.redact import redact, strip_userinfo
 from sparkbuild.registry.client import Registry, RegistryClient
 from sparkbuild.registry.credentials import Credentials
-from tests.support.cli import CliResult, run_cli
+from tests.support.cli import run_cli
 from tests.support.docker_env import docker_cli
-from tests.support.gitrepos import Upstream, make_patch, make_upstream
-from tests.support.source_project import ONE_BUILD_SPEC, SourceProject
-
-
-class Project(SourceProject):
-    def run(self, *args: str, input: str | None = None) -> CliResult:
-        result = super().run(*args, input=input)
-        assert_one_screen(result)
-        return result
-
-
-def assert_one_screen(result: CliResult) -> None:
-    """No traceback; a failure exits 1 or 2 with an ``error:`` line on stderr."""
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"traceback: {result.exception!r}\n{result.output}")
-    assert "Traceback" not in result.output
-    assert "internal error" not in result.output, result.output
-    if result.exit_code != 0:
-        assert result.exit_code in (1, 2), result.output
-        assert result.stderr.strip(), "a failure must say why on stderr"
-        assert len(result.stderr.splitlines()) < 40, result.stderr
-
-
-SPEC = ONE_BUILD_SPEC
+from tests.support.gitrepos import Upstream, make_upstream
+from tests.support.hostile_project import SPEC, Project, assert_one_screen, hostile_project
 
 
 @pytest.fixture(scope="module")
@@ -64,17 +42,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
 
 @pytest.fixture
 def project(tmp_path: Path, upstream: Upstream) -> Project:
-    proj = Project.create(tmp_path, upstream)
-    (proj.patches / "applies.patch").write_text(
-        make_patch(
-            upstream.work,
-            "v1.1.0",
-            {"python/pkg/alpha.py": ("alpha line 20\n", "alpha line 20 (ours)\n")},
-            header="What: a local fix.\n",
-        )
-    )
-    proj.write_spec(SPEC)
-    return proj
+    return hostile_project(tmp_path, upstream)
 
 
 # -- critical: nothing a URL or ref says is ever executed -------------------------------

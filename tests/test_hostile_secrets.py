@@ -444,9 +444,6 @@ def test_publish_templates_expand_named_fields_only(
     [
         (["rollback", "new", "--registry", "127.0.0.1:9", "--repository", "{engine[0]}"],
          "{engine[0]}"),
-        (["smoke", "--profile", "vllm-stub", "--command", "serve --port {port} {model.real}"],
-         "{model.real}"),
-        (["bench", "--profile", "vllm-stub", "--command", "serve {port} {}"], "{}"),
     ],
 )  # fmt: skip
 def test_every_template_is_refused_naming_the_field(
@@ -761,16 +758,18 @@ def test_registry_garbage_is_named_not_parsed_aloud(
         if bearer:  # the token service answers a login page
             project.pin_image("sha256:" + "ab" * 32)
             result = project.run("publish", "new", "--registry", address, "--force")
-            expected = f"token service http://{address}/token answered HTTP 200 with text/html"
+            expected = f"token service http://{address}/token returned not a JSON object"
         else:  # a manifest fetched for rollback is a login page
             digest = "sha256:" + "1" * 64
             _publication(project, f"{address}/sparkbuild/sglang", [digest, "sha256:" + "2" * 64])
             result = project.run("rollback", "new", "--to", digest, "--force")
-            expected = f"GET manifest sparkbuild/sglang:{digest} answered HTTP 200 with text/html"
+            # the page is not the manifest the digest names: refused before it is parsed
+            expected = f"served sparkbuild/sglang@{digest}"
     finally:
         server.shutdown()
         server.server_close()
     assert result.exit_code == 1, result.output
     assert expected in result.stderr
-    assert "'<html><body>Please log in</body></html>'" in result.stderr
+    if bearer:
+        assert "'<html><body>Please log in</body></html>'" in result.stderr
     assert "JSONDecodeError" not in result.output and "Expecting value" not in result.output

@@ -92,6 +92,10 @@ class MissingContentsError(SparkbuildError):
     """An offline run needs file contents that a partial mirror has not fetched yet."""
 
 
+class GitNotFoundError(SparkbuildError):
+    """No ``git`` can be run (not on PATH, not executable), or it answers with garbage."""
+
+
 class GitError(SparkbuildError):
     """A git command failed; ``stderr`` is git's own reason (URL credentials redacted)."""
 
@@ -235,6 +239,15 @@ class NothingToCompareError(SparkbuildError):
 
 class BumpNotReadyError(SparkbuildError):
     """``bump`` could not carry every item to the new release; conflict reports say why."""
+
+
+class OutputError(SparkbuildError):
+    """An output file or directory could not be written (a full or read-only disk)."""
+
+
+class FileSystemError(SparkbuildError):
+    """A file or directory sparkbuild needs could not be read or written: a read-only or
+    full disk, a directory where a file belongs, a file where a directory belongs."""
 
 
 class InternalError(SparkbuildError):

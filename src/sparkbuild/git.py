@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from sparkbuild.errors import GitError
+from sparkbuild.errors import GitError, GitNotFoundError
 
-__all__ = ["GitError", "git_env", "run", "run_with_progress", "text"]
+__all__ = ["GitError", "GitNotFoundError", "git_env", "run", "run_with_progress", "text"]
 
 # Deterministic identity for the commits sparkbuild writes into its own scratch history.
 _IDENTITY = {
@@ -33,6 +35,35 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_NO_GIT_HINT = "install git (e.g. `apt-get install git`) and make sure `git --version` works"
+_VERSION = re.compile(r"^git version \d+\.\d+")
+
+
+def _checked_git() -> str:
+    """The git on PATH, once it has said it is git: a missing one, or a program named git
+    that prints something else, is a GitNotFoundError, not a mystery three calls later."""
+    found = shutil.which("git")
+    if found is None:
+        raise GitNotFoundError("git is not on PATH", _NO_GIT_HINT)
+    return _identified(found)
+
+
+@functools.cache
+def _identified(path: str) -> str:
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GitNotFoundError(f"cannot run {path}: {exc}", _NO_GIT_HINT) from exc
+    said = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0 or not _VERSION.match(said):
+        shown = " ".join(said.split())[:80] or "nothing"
+        raise GitNotFoundError(
+            f"{path} is not git: `git --version` printed {shown!r}",
+            f"put a real git first on PATH; {_NO_GIT_HINT}",
+        )
+    return path
+
+
 def run(
     args: Sequence[str],
     *,
@@ -42,13 +73,16 @@ def run(
     input: bytes | None = None,
     check: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
-    command = ["git"]
+    command = [_checked_git()]
     if git_dir is not None:
         command += ["--git-dir", str(git_dir)]
     command += list(args)
-    result = subprocess.run(
-        command, cwd=cwd, env=git_env(env), input=input, capture_output=True, check=False
-    )
+    try:
+        result = subprocess.run(
+            command, cwd=cwd, env=git_env(env), input=input, capture_output=True, check=False
+        )
+    except OSError as exc:  # removed or made unrunnable since it was identified
+        raise GitNotFoundError(f"cannot run git: {exc.strerror or exc}", _NO_GIT_HINT) from exc
     if check and result.returncode != 0:
         raise GitError(args, result.returncode, result.stderr.decode(errors="replace"))
     return result

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import validate, yamlfile
+from sparkbuild import fileio, validate, yamlfile
 from sparkbuild.checks import Status, Verdict
 from sparkbuild.errors import (
     BadYAMLError,
@@ -55,11 +55,22 @@ HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit 
 Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]  # SHA-1 or SHA-256
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+WHEEL_FILENAME = r"^[A-Za-z0-9_.+-]+\.whl$"  # one file name: no '/', so never '../'
 # Image ids go to docker, never to git or a shell; a plain token is enough.
 ImageId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._@/-]*$")]
 BuildName = Annotated[str, AfterValidator(validate.build_name)]
 WHEEL_FILENAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.whl$"  # a name, joined to a cache folder
 WheelFile = Annotated[str, Field(pattern=WHEEL_FILENAME)]
+# Publish records are references a rollback sends to a registry: a tag, a digest, a repository
+# (HOST[:PORT]/path, the distribution grammar), never a path such as `../../victim/manifests`.
+Tag = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+Repository = Annotated[
+    str,
+    Field(
+        pattern=rf"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?/{_COMPONENT}(?:/{_COMPONENT})*$"
+    ),
+]
 # A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
 Number = int | float
 _IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
@@ -357,9 +368,9 @@ class BenchRecord(_Section):
 class Publication(_Section):
     """One digest in a repository's ``history``."""
 
-    digest: str | None = None
-    image_id: str | None = None
-    tag: str | None = None
+    digest: Digest | None = None
+    image_id: ImageId | None = None
+    tag: Tag | None = None
     verified: bool | None = None
     # profile -> the verdict publish counted: pass, fail, missing or "unverified pass (TARGET)"
     smoke: dict[str, str] = {}
@@ -369,11 +380,11 @@ class Publication(_Section):
 class PublishRecord(_Section):
     """``publish.<repository>``: what the repository's tags point at now, and before."""
 
-    tag: str | None = None
-    digest: str | None = None
-    image_id: str | None = None
+    tag: Tag | None = None
+    digest: Digest | None = None
+    image_id: ImageId | None = None
     verified: bool | None = None
-    aliases: list[str] = []
+    aliases: list[Tag] = []
     history: list[Publication] = []
 
     @classmethod
@@ -403,7 +414,7 @@ class BuildEntry(_Section):
     preflight: dict[str, PreflightRun] | None = None
     smoke: dict[str, dict[str, SmokeRecord]] | None = None
     bench: dict[str, dict[str, BenchRecord]] | None = None
-    publish: dict[str, PublishRecord] | None = None
+    publish: dict[Repository, PublishRecord] | None = None
 
 
 # A section a command replaces whole (the keyed verdict sections are changed record by record).
@@ -446,11 +457,11 @@ def _repair_hint(path: Path) -> str:
 def _read(path: Path) -> tuple[Any, Any]:
     """The parsed YAML and its node tree; (None, None) when the file does not exist yet."""
     try:
-        raw = path.read_bytes()
+        raw = fileio.read_bytes(path)  # a FIFO, a device or a huge file is refused, not read
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        raise LockError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise LockError(f"{path}: cannot read: {fileio.reason(exc)}", _repair_hint(path)) from exc
     try:
         return yamlfile.parse_yaml(raw)
     except BadYAMLError as exc:
@@ -582,7 +593,15 @@ def dumps(lock: LockFile) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, fsync, then rename over it: readers never see half a file."""
+    """Write beside the target, fsync, then rename over it: readers never see half a file.
+    A full or read-only disk is a LockError, and leaves the file as it was."""
+    try:
+        _write_atomic(path, text)
+    except OSError as exc:
+        raise _unwritable(path, f"cannot write {path}", exc) from exc
+
+
+def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:  # mkstemp makes 0600 files; the lock is a shared, committed file
         mode = stat.S_IMODE(path.stat().st_mode)
@@ -613,6 +632,29 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+def _unwritable(path: Path, what: str, exc: OSError) -> LockError:
+    return LockError(
+        f"{what}: {fileio.reason(exc)}; {path.name} is unchanged",
+        f"free space on the disk that holds {path.parent}, or make it writable, then run the "
+        "command again",
+    )
+
+
+@contextmanager
+def _writer(path: Path) -> Iterator[None]:
+    """The file lock over ``path`` (one writer at a time); a lock that cannot be taken (a
+    missing or unreadable directory, a file in its place) is a LockError, not a traceback."""
+    lock = file_lock(path)
+    try:
+        lock.__enter__()
+    except OSError as exc:
+        raise _unwritable(path, f"cannot take the writer lock on {path.parent}", exc) from exc
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
 
 
 Change = Callable[[BuildEntry], None]
@@ -663,7 +705,7 @@ class LockHandle:
         queued, self._changes = self._changes, {}  # tried once: a failure drops them
         if not queued:
             return self.lock
-        with file_lock(self.path):
+        with _writer(self.path):
             current = self.lock if _stamp(self.path) == self._stamp else load(self.path)
             changed = current.model_copy(deep=True)
             for build, changes in queued.items():

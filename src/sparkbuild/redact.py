@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sparkbuild import fileio
 from sparkbuild.errors import SparkbuildError
 
 MASK = "***"
@@ -111,9 +112,10 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     return _shapes(_mask_forms(text, forms))
 
 
-def write_redacted(path: Path, text: str) -> None:
-    """A report file (Markdown, CSV, JSON) as every printer writes one: redacted."""
-    path.write_text(redact(text), encoding="utf-8")
+def write_redacted(path: Path, text: str, option: str) -> None:
+    """A report file (Markdown, CSV, JSON) as every printer writes one: redacted; a full or
+    read-only disk is an error naming ``option`` and the file."""
+    fileio.write_output(path, redact(text), option)
 
 
 def strip_userinfo(url: str) -> str:

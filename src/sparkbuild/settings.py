@@ -69,8 +69,11 @@ def parse_repo_overrides(values: tuple[str, ...] | list[str]) -> dict[str, str]:
     return overrides
 
 
-def env_number(name: str, default: str, kind: type[int] | type[float]) -> float:
-    """A numeric setting from the environment; a bad one is a usage error naming it."""
+def env_number(
+    name: str, default: str, kind: type[int] | type[float], maximum: float | None = None
+) -> float:
+    """A numeric setting from the environment; a bad one (not a number, negative, more than
+    ``maximum``) is a usage error naming it."""
     raw = os.environ.get(name, default)
     try:
         value = kind(raw)
@@ -82,4 +85,16 @@ def env_number(name: str, default: str, kind: type[int] | type[float]) -> float:
         ) from exc
     if value < 0:
         raise UsageError(f"{name}={raw!r} must not be negative", f"e.g. {name}={default}")
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{name}={raw!r} is more than {maximum:g}", f"e.g. {name}={default}")
+    return value
+
+
+def env_seconds(name: str, default: float, maximum: float = 3600.0) -> float:
+    """A positive number of seconds from the environment, at most ``maximum``."""
+    value = float(env_number(name, str(default), float, maximum))
+    if value <= 0:
+        raise UsageError(
+            f"{name}={value:g} must be more than 0 seconds", f"e.g. {name}={default:g}"
+        )
     return value

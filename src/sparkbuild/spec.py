@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from sparkbuild import validate
+from sparkbuild import fileio, validate
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.yamlfile import load_model
@@ -194,18 +194,11 @@ class BuildModel(ImageFields):
         return value
 
 
-def _package_dir(value: str) -> str:
-    """A folder of the upstream tree (``python/sglang``, a trailing ``/`` allowed): no NUL or
-    other control character, no ``..``, nothing git could read as an option."""
-    validate.tree_path(value.rstrip("/") if value != "/" else value)
-    return value
-
-
 class SpecModel(ImageFields):
     engine: Engine
     repo: RepoURL
     base_branch: GitRef = "main"
-    package_dir: Annotated[str, AfterValidator(_package_dir)]
+    package_dir: Annotated[str, AfterValidator(validate.package_dir)]
     prs: list[PR] = []
     patches: list[PatchModel] = []
     requirements: list[RequirementModel] = []
@@ -400,8 +393,8 @@ def _ends_before(when: str | None, version: Version) -> bool:
 
 def file_sha256(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:  # missing, a directory, unreadable: the source stage says which
+        return hashlib.sha256(fileio.read_bytes(path)).hexdigest()
+    except OSError:  # missing, a directory, a FIFO, unreadable: the source stage says which
         return None
 
 

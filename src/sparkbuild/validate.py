@@ -24,6 +24,7 @@ _SCP = re.compile(r"^(?:[A-Za-z0-9._~%+-]+@)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _BUILD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
+MAX_BUILD_NAME = 128
 
 
 def repo_url(url: str) -> str:
@@ -83,6 +84,11 @@ def build_name(name: str) -> str:
             f"{name!r} is not a valid build name: use letters, digits, '.', '_' and '-', "
             "starting with a letter or digit"
         )
+    if len(name) > MAX_BUILD_NAME:  # it names files, directories, tags and containers
+        raise ValueError(
+            f"the build name {name[:40]}... is {len(name)} characters long; use at most "
+            f"{MAX_BUILD_NAME}"
+        )
     return name
 
 
@@ -120,10 +126,21 @@ def inside(root: Path, relative: str, what: str = "path") -> Path:
     if not relative or _CONTROL.search(relative):
         raise ValueError(f"{what} {relative!r} is empty or holds control characters")
     base = root.resolve()
-    path = (base / relative).resolve()
+    try:
+        path = (base / relative).resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError for a loop
+        raise ValueError(f"{what} {relative!r} cannot be resolved: {exc}") from None
     if Path(relative).is_absolute() or not path.is_relative_to(base):
         raise ValueError(f"{what} {relative!r} is outside the project ({base})")
     return path
+
+
+def package_dir(value: str) -> str:
+    """A folder of the upstream tree (``python/sglang``, a trailing ``/`` allowed): relative, no
+    ``..``, no control character, nothing git could read as an option, since it becomes a path
+    in the checkout and in the image."""
+    tree_path(value.rstrip("/") if value != "/" else value)
+    return value
 
 
 def finite(value: float, what: str = "value") -> float:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sparkbuild import fileio
 from sparkbuild.errors import BadYAMLError, SpecError
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -137,13 +138,15 @@ def parse_yaml(raw: bytes) -> tuple[Any, yaml.Node | None]:
 def read_yaml(path: Path) -> tuple[Any, dict[Location, int]]:
     """Parsed data and the line of every key and list item."""
     try:
-        raw = path.read_bytes()
+        raw = fileio.read_bytes(path)  # a FIFO, a device or a huge file is refused, not read
     except FileNotFoundError as exc:
         raise SpecError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:
         raise SpecError(f"{path}: is a directory, not a YAML file", "rename or remove it") from exc
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise SpecError(
+            f"{path}: cannot read: {fileio.reason(exc)}", "point it at a YAML file"
+        ) from exc
     try:
         data, node = parse_yaml(raw)
     except BadYAMLError as exc:
@@ -215,6 +218,8 @@ def describe_error(
         allowed = f" (known: {', '.join(sorted(known))})" if known and not close else ""
         return f"{where}: unknown field '{field}'{hint}{allowed}"
     message = str(error["msg"]).removeprefix("Value error, ")  # our validators say why
+    if error["type"] == "string_pattern_mismatch":  # say what is there, not only the rule
+        message = f"{str(error['input'])[:80]!r} is not allowed here ({message})"
     return f"{where}: {field}: {message}"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -88,7 +88,9 @@ class Cell(_Strict):
         return " ".join(f"{name}={'?' if value is None else value}" for name, value in parts)
 
 
-Figure = float | tuple[float, float]  # a number, or a published range [low, high]
+# A number, or a published range [low, high]; never NaN or infinite (`.nan` in YAML).
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+Figure = FiniteFloat | tuple[FiniteFloat, FiniteFloat]
 
 
 class Claim(_Strict):

@@ -21,12 +21,13 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
+from sparkbuild import fileio
 from sparkbuild.bench.claims import METRICS, Figure, LoadedClaim, Setup
 from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
 from sparkbuild.console import show_table
-from sparkbuild.errors import UsageError
-from sparkbuild.redact import write_redacted
+from sparkbuild.errors import OutputError, UsageError
+from sparkbuild.redact import redact
 
 Status = Literal["compared", "not comparable", "not reproduced"]
 DIMENSIONS = (("pp", "prompt tokens"), ("tg", "generated tokens"), ("depth", "context depth"))
@@ -476,8 +477,11 @@ def markdown(result: ClaimsComparison) -> str:
 
 
 def write_markdown(result: ClaimsComparison, path: Path, *, append: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = markdown(result)
     if append and path.exists():
-        text = path.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + text
-    write_redacted(path, text)
+        try:
+            text = fileio.read_text(path).rstrip("\n") + "\n\n" + text
+        except (OSError, UnicodeDecodeError) as exc:
+            why = fileio.reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
+            raise OutputError(f"--markdown {path}: cannot append to it: {why}") from exc
+    fileio.write_output(path, redact(text), "--markdown")

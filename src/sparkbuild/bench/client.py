@@ -9,13 +9,18 @@ from the streamed text: a chunk can carry several tokens (speculative decoding) 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from sparkbuild import jsontext, net
+from sparkbuild.engines.adapters import whole_number
+
+#: Chunks with text a stream may send beyond one per requested token (role and final chunks).
+_SPARE_CHUNKS = 64
 
 
 @dataclass(frozen=True)
@@ -78,14 +83,22 @@ class StreamResult:
 
 
 def make_client(base_url: str, connections: int, timeout_s: float) -> httpx.AsyncClient:
-    """A client with room for ``connections`` streams at once and no read deadline per chunk
-    tighter than ``timeout_s``."""
+    """A client with room for ``connections`` streams at once; ``timeout_s`` bounds each
+    exchange whole (:func:`deadline_of`), not only each read. Redirects are not followed, and
+    streams come uncompressed (a compressing proxy would batch the chunks being timed)."""
     return httpx.AsyncClient(
         base_url=base_url,
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        timeout=httpx.Timeout(timeout_s, connect=30.0),
+        timeout=httpx.Timeout(timeout_s, connect=min(30.0, timeout_s)),
         trust_env=False,  # the engine is on loopback or a URL given explicitly; no proxy
+        follow_redirects=False,
+        headers={"Accept-Encoding": "identity"},
     )
+
+
+def deadline_of(client: httpx.AsyncClient) -> float:
+    """The whole-exchange deadline of ``client``'s requests (``--request-timeout``)."""
+    return float(client.timeout.read or 1800.0)
 
 
 class _StreamError(Exception):
@@ -93,90 +106,125 @@ class _StreamError(Exception):
 
 
 def _usage_int(usage: Mapping[str, Any], key: str) -> int | None:
+    """A token count of the engine's ``usage``; a negative, huge or non-finite one is a
+    malformed chunk (ValueError)."""
     value = usage.get(key)
-    return int(value) if isinstance(value, int | float) else None
+    return None if value is None else whole_number(value, f"usage.{key}")
 
 
 def _why(exc: Exception, client: httpx.AsyncClient) -> str:
     """A reason for httpx errors whose text is empty (timeouts mostly)."""
     if isinstance(exc, httpx.TimeoutException):
-        return f"no answer within {client.timeout.read or 0:g} s (--request-timeout)"
+        return f"no answer within {deadline_of(client):g} s (--request-timeout)"
     return "the connection failed"
+
+
+@dataclass
+class _Chunks:
+    """What a stream has delivered so far, chunk by chunk."""
+
+    most: int  # chunks with text a stream may send for the tokens it was asked for
+    what: str
+    first: float | None = None
+    last: float | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    finish: str | None = None
+    first_tokens: int = 1
+    times: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+    def take(self, data: str) -> None:
+        """One ``data:`` payload (not ``[DONE]``); ValueError and friends when malformed."""
+        chunk = jsontext.loads(data)
+        if "error" in chunk and not chunk.get("choices"):
+            raise _StreamError(f"engine error in stream: {str(chunk['error'])[:300]}")
+        if chunk.get("choices"):
+            if len(self.times) >= self.most:
+                raise _StreamError(f"{self.what}: more than {self.most} chunks with text")
+            self.last = time.monotonic()
+            running = _usage_int(chunk.get("usage") or {}, "completion_tokens") or 0
+            self.times.append(self.last)
+            self.counts.append(running)
+            if self.first is None:
+                self.first = self.last
+                self.first_tokens = running or 1
+            self.finish = chunk["choices"][0].get("finish_reason") or self.finish
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+
+    def failed(self, sent: float, error: str, *, transport: bool = False) -> StreamResult:
+        return StreamResult(
+            sent, self.first, self.last, time.monotonic(), None, None, self.finish, error,
+            transport_error=transport,
+        )  # fmt: skip
+
+    def result(self, sent: float) -> StreamResult:
+        done = time.monotonic()
+        try:
+            prompt_tokens = _usage_int(self.usage, "prompt_tokens")
+            completion_tokens = _usage_int(self.usage, "completion_tokens")
+        except (ValueError, AttributeError) as exc:
+            return self.failed(sent, f"malformed usage from {self.what}: {exc}")
+        error = None
+        if completion_tokens is None:
+            error = "the stream ended without usage (engine too old for stream_options?)"
+        elif self.first is None:
+            error = "the stream ended without a token"
+        return StreamResult(
+            sent,
+            self.first,
+            self.last,
+            done,
+            prompt_tokens,
+            completion_tokens,
+            self.finish,
+            error,
+            first_chunk_tokens=self.first_tokens,
+            chunk_times=tuple(self.times),
+            chunk_tokens=tuple(self.counts),
+        )
 
 
 async def stream_completion(
     client: httpx.AsyncClient, body: Mapping[str, Any], path: str = "/v1/completions"
 ) -> StreamResult:
-    """POST one streaming completion and time it; never raises for engine or network faults."""
+    """POST one streaming completion and time it; never raises for engine or network faults.
+
+    The whole stream ends within the request timeout, its lines are bounded, and it may not
+    send more chunks with text than tokens were asked for (plus a few)."""
     # continuous_usage_stats: usage on every chunk, so a first chunk carrying several tokens
     # (a frontend that batches its output) is not mistaken for one token.
     options = {"include_usage": True, "continuous_usage_stats": True}
     payload = {**body, "stream": True, "stream_options": options}
+    what = f"POST {path}"
+    chunks = _Chunks(2 * int(body.get("max_tokens") or 0) + _SPARE_CHUNKS, what)
     sent = time.monotonic()
-    first = last = None
-    usage: Mapping[str, Any] = {}
-    finish: str | None = None
-    first_tokens = 1
-    times: list[float] = []
-    counts: list[int] = []
     try:
-        async with client.stream("POST", path, json=payload) as response:
+        async with (
+            net.deadline(deadline_of(client), what),
+            client.stream("POST", path, json=payload) as response,
+        ):
             if response.status_code != 200:
-                text = (await response.aread()).decode("utf-8", errors="replace")
+                text = await net.first_text(response)
                 raise _StreamError(f"HTTP {response.status_code}: {text[:300]}")
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
+            async for line in net.lines(response, what):
+                data = line[5:].strip() if line.startswith("data:") else None
                 if data == "[DONE]":
                     break
-                chunk = json.loads(data)
-                if "error" in chunk and not chunk.get("choices"):
-                    raise _StreamError(f"engine error in stream: {str(chunk['error'])[:300]}")
-                if chunk.get("choices"):
-                    last = time.monotonic()
-                    running = _usage_int(chunk.get("usage") or {}, "completion_tokens") or 0
-                    times.append(last)
-                    counts.append(running)
-                    if first is None:
-                        first = last
-                        first_tokens = running or 1
-                    finish = chunk["choices"][0].get("finish_reason") or finish
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
+                if data is not None:
+                    chunks.take(data)
     except _StreamError as exc:
-        return StreamResult(sent, first, last, time.monotonic(), None, None, finish, str(exc))
+        return chunks.failed(sent, str(exc))
     except (httpx.TransportError, httpx.StreamError) as exc:
-        reason = str(exc) or _why(exc, client)
-        message = f"{type(exc).__name__}: {reason}"
-        return StreamResult(
-            sent, first, last, time.monotonic(), None, None, finish, message, transport_error=True
-        )
+        timed_out = isinstance(exc, httpx.TimeoutException)  # a read, or the whole deadline
+        reason = _why(exc, client) if timed_out or not str(exc) else str(exc)
+        return chunks.failed(sent, f"{type(exc).__name__}: {reason}", transport=True)
     except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
         # a data line that is not JSON, or JSON of the wrong shape
-        message = f"malformed stream chunk from POST {path}: {type(exc).__name__}: {exc}"
-        return StreamResult(sent, first, last, time.monotonic(), None, None, finish, message)
-    done = time.monotonic()
-    prompt_tokens = _usage_int(usage, "prompt_tokens")
-    completion_tokens = _usage_int(usage, "completion_tokens")
-    error = None
-    if completion_tokens is None:
-        error = "the stream ended without usage (engine too old for stream_options?)"
-    elif first is None:
-        error = "the stream ended without a token"
-    return StreamResult(
-        sent,
-        first,
-        last,
-        done,
-        prompt_tokens,
-        completion_tokens,
-        finish,
-        error,
-        first_chunk_tokens=first_tokens,
-        chunk_times=tuple(times),
-        chunk_tokens=tuple(counts),
-    )
+        return chunks.failed(
+            sent, f"malformed stream chunk from {what}: {type(exc).__name__}: {exc}"
+        )
+    return chunks.result(sent)
 
 
 async def stream_many(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkbuild import net
 from sparkbuild.bench.client import StreamResult
 
 TPOT = "request_time_per_output_token_seconds"
@@ -51,15 +52,20 @@ class Histogram:
     sum: float
     count: float
 
-    def minus(self, before: Histogram | None) -> Histogram:
+    def minus(self, before: Histogram | None) -> Histogram | None:
+        """The observations since ``before``; None when that cannot be (a count went down:
+        the engine restarted, or its histogram is not telling the truth)."""
         if before is None:
             return self
         earlier = dict(before.buckets)
-        return Histogram(
+        delta = Histogram(
             tuple((le, n - earlier.get(le, 0.0)) for le, n in self.buckets),
             self.sum - before.sum,
             self.count - before.count,
         )
+        if delta.count < 0 or delta.sum < 0 or any(n < 0 for _, n in delta.buckets):
+            return None
+        return delta
 
     def plus(self, other: Histogram | None) -> Histogram:
         if other is None:
@@ -97,6 +103,8 @@ def parse_histograms(text: str, prefix: str) -> dict[str, Histogram]:
         if not family.name.startswith(prefix) or short not in HISTOGRAMS:
             continue
         for sample in family.samples:
+            if not math.isfinite(float(sample.value)) or float(sample.value) < 0:
+                raise ValueError(f"{sample.name} is {float(sample.value):g}")
             if sample.name.endswith("_bucket"):
                 le = float(sample.labels["le"])
                 per = buckets.setdefault(short, {})
@@ -117,7 +125,7 @@ class TimingSnapshot:
     available: bool = True
 
 
-def snapshot_timing(session: requests.Session, base_url: str, prefix: str) -> TimingSnapshot:
+def snapshot_timing(session: net.Session, base_url: str, prefix: str) -> TimingSnapshot:
     """The engine's timing histograms now (unavailable when /metrics cannot be read)."""
     try:
         response = session.get(base_url + "/metrics", timeout=10)
@@ -151,8 +159,9 @@ def engine_delta(before: TimingSnapshot, after: TimingSnapshot, prefix: str) -> 
     if not (before.available and after.available):
         return None
     deltas = {
-        name: histogram.minus(before.histograms.get(name))
+        name: delta
         for name, histogram in after.histograms.items()
+        if (delta := histogram.minus(before.histograms.get(name))) is not None
     }
     tpot, itl = deltas.get(TPOT), deltas.get(ITL)
     chosen, name = (tpot, TPOT) if tpot is not None and tpot.count > 0 else (itl, ITL)

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import lockfile
+from sparkbuild import fileio, jsontext, lockfile
 from sparkbuild.bench.results import SCHEMA_VERSION, BenchReport, CellResult, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.console import show_table
@@ -166,10 +166,10 @@ def load_report(path: Path) -> BenchReport:
     from sparkbuild.bench import llama_benchy
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = fileio.read_bytes(path).decode("utf-8")
         if llama_benchy.is_csv(text):
             return llama_benchy.csv_to_report(text, path)
-        data = json.loads(text)
+        data = jsontext.loads(text)  # no NaN or Infinity figures
         if llama_benchy.is_llama_benchy(data):
             return llama_benchy.to_report(data, path)
         version = data.get("schema_version") if isinstance(data, dict) else None
@@ -182,7 +182,9 @@ def load_report(path: Path) -> BenchReport:
         return BenchReport.model_validate(data)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except (ValueError, ValidationError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {fileio.reason(exc)}") from None
+    except (ValueError, ValidationError, RecursionError) as exc:
         first = str(exc).splitlines()[0:3]
         raise UsageError(
             f"{path} is not a sparkbuild bench report or a llama-benchy 0.4 JSON or CSV: "
@@ -322,10 +324,14 @@ def delta_percent(a: float | None, b: float | None) -> float | None:
 def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
     """Cells present in both, each with A, B and Δ% per column (medians)."""
     rows: list[dict[str, Any]] = []
-    keys: list[CellKey] = [c.key for c in a.cells if b.cell(c.key) is not None]
-    for key in keys:
-        left, right = a.cell(key), b.cell(key)
-        assert left is not None and right is not None
+    firsts: tuple[dict[CellKey, CellResult], dict[CellKey, CellResult]] = ({}, {})
+    for report, first in zip((a, b), firsts, strict=True):  # one look-up per cell: linear
+        for cell in report.cells:
+            first.setdefault(cell.key, cell)
+    for key in (cell.key for cell in a.cells):
+        left, right = firsts[0][key], firsts[1].get(key)
+        if right is None:
+            continue
         row: dict[str, Any] = {
             "pp": key.pp,
             "tg": key.tg,

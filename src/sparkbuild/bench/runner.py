@@ -22,11 +22,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import httpx
-import requests
 
-from sparkbuild import __version__, console
+from sparkbuild import __version__, console, jsontext, net
 from sparkbuild.bench import HARNESS_VERSION
-from sparkbuild.bench.client import StreamResult, make_client, stream_many
+from sparkbuild.bench.client import StreamResult, deadline_of, make_client, stream_many
 from sparkbuild.bench.engine_timing import (
     Histogram,
     TimingSnapshot,
@@ -58,6 +57,7 @@ from sparkbuild.engines.adapters import (
     EngineAdapter,
     first_model,
     reported_version,
+    whole_number,
 )
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.signatures import diagnose
@@ -79,6 +79,8 @@ PREFIX_HIT_COUNTER = {"vllm": "vllm:prefix_cache_hits_total"}
 WARMUP_TOKENS = 8
 #: How long one stream may take before the client gives up on it (``--request-timeout``).
 STREAM_TIMEOUT_S = 1800.0
+#: The longest context an engine may say it serves (``max_model_len``).
+MAX_MODEL_LEN = 1 << 31
 
 
 class Progress(Protocol):
@@ -178,20 +180,32 @@ class _Engine:
         self.version: str | None = None
         self.calibration: Literal["tokenize", "usage"] = "tokenize"
 
+    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One exchange with the engine, whole within the request timeout, its body capped."""
+        return await net.fetch(
+            self.client, method, path, deadline_s=deadline_of(self.client), **kwargs
+        )
+
+    def _where(self, method: str, path: str) -> str:
+        return f"{method} {self.client.base_url.join(path)}"
+
     async def discover(self) -> None:
+        where = self._where("GET", "/v1/models")
         try:
-            response = await self.client.get("/v1/models")
+            response = await self._call("GET", "/v1/models")
             response.raise_for_status()
-            first = first_model(response.json())
+            first = first_model(jsontext.loads(response.content))
         except httpx.HTTPError as exc:
-            raise EngineHTTPError(f"GET {self.client.base_url}/v1/models", None, str(exc)) from exc
+            raise EngineHTTPError(where, None, str(exc)) from exc
         except ValueError as exc:  # not JSON, or JSON of the wrong shape
-            raise EngineHTTPError(
-                f"GET {self.client.base_url}/v1/models", 200, f"malformed response: {exc}"
-            ) from exc
+            raise EngineHTTPError(where, 200, f"malformed response: {exc}") from exc
         self.served_model = str(first["id"])
         length = first.get("max_model_len")
-        self.max_model_len = int(length) if isinstance(length, int) else None
+        if length is not None:
+            try:
+                self.max_model_len = whole_number(length, "max_model_len", MAX_MODEL_LEN) or None
+            except ValueError as exc:
+                raise EngineHTTPError(where, 200, f"malformed response: {exc}") from exc
         self.version = await self._version()
         probe_count = await self._tokenize("Note:")
         if probe_count is None:
@@ -200,8 +214,9 @@ class _Engine:
     async def _version(self) -> str | None:
         for path in VERSION_PATHS:
             try:
-                response = await self.client.get(path)
-                value = reported_version(response.json()) if response.status_code == 200 else None
+                response = await self._call("GET", path)
+                ok = response.status_code == 200
+                value = reported_version(jsontext.loads(response.content)) if ok else None
             except (httpx.HTTPError, ValueError):
                 continue
             if value:
@@ -209,22 +224,29 @@ class _Engine:
         return None
 
     async def _tokenize(self, text: str) -> int | None:
+        """The engine's token count of ``text``; None when it has no usable /tokenize, an
+        error when it answers with a count that cannot be (negative, huge)."""
         try:
-            response = await self.client.post(
-                "/tokenize", json={"model": self.served_model, "prompt": text}
+            response = await self._call(
+                "POST", "/tokenize", json={"model": self.served_model, "prompt": text}
             )
         except httpx.HTTPError:
             return None
         if response.status_code != 200:
             return None
         try:
-            data = response.json()
+            data = jsontext.loads(response.content)
         except ValueError:
             return None
         if not isinstance(data, dict):
             return None
-        if isinstance(data.get("count"), int):
-            return int(data["count"])
+        try:
+            if "count" in data and not isinstance(data["count"], bool | str):
+                return whole_number(data["count"], "count")
+        except ValueError as exc:
+            raise EngineHTTPError(
+                self._where("POST", "/tokenize"), 200, f"malformed response: {exc}"
+            ) from exc
         tokens = data.get("tokens") or data.get("input_ids")
         return len(tokens) if isinstance(tokens, list) else None
 
@@ -236,9 +258,10 @@ class _Engine:
             raise CalibrationError("the engine's /tokenize stopped answering while calibrating")
         body = {"model": self.served_model, "prompt": text or " ", "max_tokens": 1}
         try:
-            response = await self.client.post("/v1/completions", json=body)
+            response = await self._call("POST", "/v1/completions", json=body)
             response.raise_for_status()
-            return int(response.json()["usage"]["prompt_tokens"])
+            usage = jsontext.loads(response.content)["usage"]
+            return whole_number(usage["prompt_tokens"], "usage.prompt_tokens")
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise CalibrationError(f"cannot count prompt tokens through usage: {exc}") from exc
 
@@ -257,7 +280,7 @@ class Sweeper:
         self.adapter = adapter
         self.plan = plan
         self.progress = progress
-        self.session = requests.Session()
+        self.session = net.Session(deadline_s=plan.request_timeout_s)
         self.cells: list[CellResult] = []
         self.request_index = 0
         self.all_exact = True
@@ -340,6 +363,7 @@ class Sweeper:
         context_figures: list[RunFigures] = []
         all_results: list[list[StreamResult]] = []
         samples: list[str] = []
+        impossible: list[str] = []
         prefix = f"{self.adapter.name}:"
         for run in range(runs):
             self.progress.run(run, runs)
@@ -356,6 +380,11 @@ class Sweeper:
             results = await stream_many(engine.client, bodies)
             after, timing_after = await asyncio.to_thread(self._counters)
             accept = self.adapter.acceptance_from_delta(before, after)
+            if accept.impossible:
+                impossible.append(
+                    f"run {run + 1}: the engine's counters cannot be true "
+                    f"({accept.impossible}); accept len not reported"
+                )
             measured = engine_delta(timing, timing_after, prefix)
             figures.append(
                 run_figures(results, accept.accept_len, measured, key.pp if loads else None)
@@ -379,7 +408,7 @@ class Sweeper:
                 **client_percentiles(all_results, figures),
                 "engine": EngineTiming.of(whole) if whole else None,
                 "burst_runs": sum(1 for f in figures if f.burst),
-                "flags": flags,
+                "flags": [*flags, *impossible],
                 "context_runs": context_figures,
             }
         )
@@ -466,7 +495,8 @@ class _Skipped:
             self._counts[name] = self._counts.get(name, 0.0) + value - before.values.get(name, 0.0)
         for name, histogram in later.histograms.items():
             grown = histogram.minus(timing.histograms.get(name))
-            self._histograms[name] = grown.plus(self._histograms.get(name))
+            if grown is not None:  # a count that went down is flagged where the cell is read
+                self._histograms[name] = grown.plus(self._histograms.get(name))
 
     def counters(self, baseline: Counters) -> Counters:
         if not self._counts:

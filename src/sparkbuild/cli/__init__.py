@@ -2,10 +2,11 @@
 in ``options``, shared output helpers in ``output``, one module per stage's commands."""
 
 from sparkbuild.cli.main import COMMAND_MODULES, main, render_error
-from sparkbuild.cli.output import check_writable, emit_json, run_per_build
+from sparkbuild.cli.output import check_directory, check_writable, emit_json, run_per_build
 
 __all__ = [
     "COMMAND_MODULES",
+    "check_directory",
     "check_writable",
     "emit_json",
     "main",

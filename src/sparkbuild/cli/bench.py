@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
-from sparkbuild import console, lockfile
+from sparkbuild import console, jsontext, lockfile, net
 from sparkbuild.bench import report as bench_report
 from sparkbuild.bench.arena import (
     NAMED_SWEEPS,
@@ -41,7 +41,13 @@ from sparkbuild.bench.runner import (
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
-from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, first_model
+from sparkbuild.engines.adapters import (
+    ADAPTERS,
+    MAX_TOKENS,
+    EngineAdapter,
+    adapter_for,
+    first_model,
+)
 from sparkbuild.engines.launch import LaunchSettings, make_target, where_to_look
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
@@ -129,11 +135,11 @@ def warn_left_out(left_out: list[str], path: Path) -> None:
         console.warn(f"{path} leaves out {len(left_out)} cell(s): " + "; ".join(left_out))
 
 
-def _detect_engine(url: str) -> str:
+def _detect_engine(url: str, timeout_s: float) -> str:
     """vLLM and SGLang both name themselves in ``/v1/models`` ``owned_by``."""
     try:
-        response = requests.get(url.rstrip("/") + "/v1/models", timeout=10)
-        owner = str(first_model(response.json()).get("owned_by", ""))
+        response = net.Session(deadline_s=min(10.0, timeout_s)).get(url.rstrip("/") + "/v1/models")
+        owner = str(first_model(jsontext.loads(response.content)).get("owned_by", ""))
     except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as exc:
         raise EngineUnreachableError(
             f"cannot reach {url}/v1/models to find out which engine serves it: {exc}",
@@ -170,18 +176,30 @@ class BenchOutputs:
         if self.json_path:
             emit_json(report.model_dump(mode="json"), self.json_path)
         if self.markdown_path:
-            self.markdown_path.parent.mkdir(parents=True, exist_ok=True)
             text = (
                 llama_benchy.to_markdown(report)
                 if self.table_style == "llama-benchy"
                 else bench_report.markdown(report)
             )
-            write_redacted(self.markdown_path, text)
+            write_redacted(self.markdown_path, text, "--markdown")
         if self.csv_path:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-            write_redacted(self.csv_path, llama_benchy.to_csv(report))
+            write_redacted(self.csv_path, llama_benchy.to_csv(report), "--csv")
         if self.plot_path and report.cells:
             warn_left_out(plot_decode([report], self.plot_path), self.plot_path)
+
+    def check(self, claims: ClaimsRequest | None) -> None:
+        """Every output path, before the engine boots: a sweep's hour is not lost to a typo."""
+        paths: list[tuple[str | Path | None, str]] = [
+            (self.json_path, "--json-file"),
+            (self.markdown_path, "--markdown"),
+            (self.csv_path, "--csv"),
+            (self.plot_path, "--plot"),
+        ]
+        if claims is not None:
+            paths.append((claims.json_path, claims.json_option))
+        for path, option in paths:
+            check_writable(path, option)
 
 
 @click.group("bench", invoke_without_command=True)
@@ -200,14 +218,22 @@ class BenchOutputs:
 )
 @options.gpus(help="docker --gpus value for --image.")
 @click.option(
-    "--pp", callback=int_list(1), default="512,2048", show_default=True, help="Prompt tokens."
+    "--pp",
+    callback=int_list(1, MAX_TOKENS),
+    default="512,2048",
+    show_default=True,
+    help="Prompt tokens.",
 )
 @click.option(
-    "--tg", callback=int_list(1), default="128", show_default=True, help="Generated tokens."
+    "--tg",
+    callback=int_list(1, MAX_TOKENS),
+    default="128",
+    show_default=True,
+    help="Generated tokens.",
 )
 @click.option(
     "--depth",
-    callback=int_list(0),
+    callback=int_list(0, MAX_TOKENS),
     default="0",
     show_default=True,
     help="Context tokens in front of the prompt.",
@@ -393,7 +419,7 @@ def _run(
             f"--{kind} needs --profile (engine, model and serve flags)",
             "e.g. sparkbuild bench --command '...' --profile cpu-reference",
         )
-    _check_before_boot(settings, launch, outputs, measure.sweep)
+    _check_before_boot(settings, launch, measure.sweep, outputs, claims)
     if launch.profile is not None:
         target, adapter, plan = _with_profile(settings, launch, launch.profile, measure)
     else:
@@ -435,12 +461,22 @@ def _run(
 
 
 def _check_before_boot(
-    settings: Settings, launch: LaunchSettings, outputs: BenchOutputs, sweep: Sweep
+    settings: Settings,
+    launch: LaunchSettings,
+    sweep: Sweep,
+    outputs: BenchOutputs,
+    claims: ClaimsRequest | None,
 ) -> None:
     """Everything that would otherwise fail after the boot and the sweep, checked first."""
-    for path, option in ((outputs.json_path, "--json-file"), (outputs.markdown_path, "--markdown"),
-                         (outputs.plot_path, "--plot"), (launch.log_path, "--log")):  # fmt: skip
-        check_writable(path, option)
+    outputs.check(claims)
+    check_writable(launch.log_path, "--log")
+    longest = max(sweep.cells(), key=lambda k: k.prompt_tokens + k.tg)
+    if longest.prompt_tokens + longest.tg > MAX_TOKENS:
+        raise UsageError(
+            f"{longest.label()} needs {longest.prompt_tokens + longest.tg} tokens "
+            f"(depth+pp+tg), more than any engine serves ({MAX_TOKENS})",
+            "lower --pp/--depth/--tg",
+        )
     if outputs.plot_path is not None:
         require_matplotlib()  # a missing matplotlib fails now, not after an hour of benchmarking
     if outputs.record_build:
@@ -491,7 +527,7 @@ def _at_url(
     """An engine someone else started: no profile, the engine asked from the server."""
     url = launch.choice.url
     assert url is not None
-    adapter = adapter_for(launch.engine or _detect_engine(url))
+    adapter = adapter_for(launch.engine or _detect_engine(url, _request_timeout_s(launch)))
     plan = BenchPlan(
         sweep=measure.sweep,
         label=measure.label or redact(url),
@@ -548,6 +584,9 @@ def compare(
     `bench compare RUN.json --claims FILE` holds one run against published figures instead.
     """
     json_path = options.json_destination(as_json, json_file)
+    for path, option in ((json_path, "--json-file"), (markdown_path, "--markdown"),
+                         (plot_path, "--plot")):  # fmt: skip
+        check_writable(path, option)
     claims = claims_request(
         settings, claims_files, claims_setups, json_path, markdown_path, json_option="--json-file"
     )
@@ -580,7 +619,9 @@ def compare(
             json_path,
         )  # fmt: skip
     if markdown_path:
-        write_redacted(markdown_path, bench_report.markdown_compare(rows, label_a, label_b))
+        write_redacted(
+            markdown_path, bench_report.markdown_compare(rows, label_a, label_b), "--markdown"
+        )
     if plot_path:
         both = [a.model_copy(update={"label": label_a}), b.model_copy(update={"label": label_b})]
         warn_left_out(plot_decode(both, plot_path), plot_path)

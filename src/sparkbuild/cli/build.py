@@ -6,8 +6,9 @@ import click
 
 from sparkbuild import lockfile, source
 from sparkbuild.cli import options, run_per_build
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import BuildInputError, UsageError
 from sparkbuild.image import BuildOptions, ImageJob, ImageResult, build_image
+from sparkbuild.image.builder import cache_refs
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 
@@ -89,6 +90,11 @@ def build_command(
 ) -> None:
     """Build the images of BUILDS (default: all), or report them up to date."""
     selected = _selected(settings, builds, engine)
+    for build in selected:  # a bad cache reference is the command line's fault: exit 2, no work
+        try:
+            cache_refs(cache_from, cache_to, build.name)
+        except BuildInputError as exc:
+            raise UsageError(exc.message, exc.hint) from None
     build_options = BuildOptions(
         locked=locked,
         platform=platform,

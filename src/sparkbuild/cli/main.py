@@ -11,8 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sparkbuild import __version__, console, redact
-from sparkbuild.errors import EXIT_FAILURE, InternalError, SparkbuildError
+from sparkbuild import __version__, console, interrupts, redact
+from sparkbuild.errors import (
+    EXIT_FAILURE,
+    FileSystemError,
+    InternalError,
+    SparkbuildError,
+    UsageError,
+)
 from sparkbuild.settings import Settings, default_cache_dir, parse_repo_overrides
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
@@ -44,7 +50,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with interrupts.signals_interrupt():
+                return super().invoke(ctx)
         except SparkbuildError as exc:
             render_error(exc)
             ctx.exit(exc.exit_code)
@@ -56,6 +63,12 @@ class _Group(click.Group):
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except OSError as exc:  # the disk, not sparkbuild: one screen naming the file
+            if os.environ.get("SPARKBUILD_DEBUG"):
+                raise
+            error = file_system_error(exc)
+            render_error(error)
+            ctx.exit(error.exit_code)
         except Exception as exc:  # a bug: still one screen, with the way to see the trace
             if os.environ.get("SPARKBUILD_DEBUG"):
                 raise
@@ -67,6 +80,16 @@ class _Group(click.Group):
                 )
             )
             ctx.exit(EXIT_FAILURE)
+
+
+def file_system_error(exc: OSError) -> FileSystemError:
+    """What a failed file operation means to the user: the file, why, and what to check."""
+    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name)
+    return FileSystemError(
+        f"{where or 'a file operation'}: {exc.strerror or exc}",
+        "check that the disk has space and is writable, and that files and directories are "
+        "where sparkbuild expects them (--project, --cache-dir, --lock-file)",
+    )
 
 
 def render_error(exc: SparkbuildError, *, build: str | None = None) -> None:
@@ -126,9 +149,15 @@ def main(
     console.set_quiet(quiet)
     redact.forget_all()  # a new command: only its own secrets are remembered
     overrides = parse_repo_overrides(repos)  # a UsageError: rendered like every other error
+    cache = (cache_dir or default_cache_dir()).expanduser().resolve()
+    if cache.exists() and not cache.is_dir():
+        raise UsageError(
+            f"the cache directory {cache} is a file",
+            "move the file away, or pass another --cache-dir (or SPARKBUILD_CACHE_DIR)",
+        )
     ctx.obj = Settings(
         project_dir=project_dir.resolve(),
-        cache_dir=(cache_dir or default_cache_dir()).expanduser().resolve(),
+        cache_dir=cache,
         lock_path=lock_file.resolve() if lock_file else None,
         repo_overrides=overrides,
         quiet=quiet,

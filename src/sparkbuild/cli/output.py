@@ -3,7 +3,6 @@ running one action per build with a summary."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from sparkbuild import console
+from sparkbuild import console, jsontext
 from sparkbuild.cli.main import render_error
 from sparkbuild.errors import BuildsFailedError, SparkbuildError, UsageError, VerdictFailedError
 from sparkbuild.redact import redact
@@ -23,7 +22,8 @@ if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands tha
 def emit_json(payload: Any, path: str | None = None, *, option: str = "--json-file") -> None:
     """JSON for scripts: to stdout (``--json``: no path, or ``-``), else to the file ``path``
     (``option`` names where it came from, for the error)."""
-    text = redact(json.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
+    # jsontext: a non-finite figure is written as null, never as NaN or Infinity (not JSON)
+    text = redact(jsontext.dumps(payload, indent=2, sort_keys=True, default=str)) + "\n"
     if path is None or path == "-":
         sys.stdout.write(text)
         return
@@ -42,18 +42,43 @@ def check_writable(path: str | Path | None, option: str) -> None:
         return
     target = Path(path)
     problem = None
-    if target.is_dir():
-        problem = "is a directory"
-    elif target.exists() and not os.access(target, os.W_OK):
-        problem = "is not writable"
-    elif not target.exists():
-        parent = target.parent if str(target.parent) else Path(".")
-        if not parent.is_dir():
-            problem = f"directory {parent} does not exist"
-        elif not os.access(parent, os.W_OK):
-            problem = f"directory {parent} is not writable"
+    try:
+        if target.is_dir():
+            problem = "is a directory"
+        elif target.exists() and not os.access(target, os.W_OK):
+            problem = "is not writable"
+        elif not target.exists():
+            parent = target.parent if str(target.parent) else Path(".")
+            if not parent.is_dir():
+                problem = f"directory {parent} does not exist"
+            elif not os.access(parent, os.W_OK):
+                problem = f"directory {parent} is not writable"
+    except OSError as exc:  # a name too long, a symlink loop
+        problem = exc.strerror or str(exc)
     if problem:
         raise UsageError(f"{option} {target}: {problem}", f"pass a writable path to {option}")
+
+
+def check_directory(path: str | Path | None, option: str) -> None:
+    """Fail before the work when the directory ``path`` cannot be made or written: it is a
+    file, or its nearest existing parent is not a writable directory."""
+    if path is None:
+        return
+    target = Path(path).absolute()
+    problem = None
+    try:
+        if target.exists() and not target.is_dir():
+            problem = "is a file, not a directory"
+        else:
+            existing = next(p for p in (target, *target.parents) if p.exists())
+            if not existing.is_dir():
+                problem = f"{existing} is a file, not a directory"
+            elif not os.access(existing, os.W_OK | os.X_OK):
+                problem = f"directory {existing} is not writable"
+    except OSError as exc:  # a name too long, a symlink loop
+        problem = exc.strerror or str(exc)
+    if problem:
+        raise UsageError(f"{option} {path}: {problem}", f"pass a writable directory to {option}")
 
 
 class _Reportable(Protocol):
@@ -92,6 +117,7 @@ def run_per_build(
     file), and the command fails at the end naming the failed builds. ``record`` then
     stores each result; with ``verdicts``, results that did not pass fail the command too.
     """
+    check_writable(json_path, "--json-file")  # before the first build runs, not after the last
     done: list[tuple[str, Result]] = []
     failures: list[tuple[str, SparkbuildError]] = []
     for build in builds:

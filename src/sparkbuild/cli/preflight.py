@@ -87,7 +87,7 @@ def _selected(settings: Settings, names: tuple[str, ...], recorded: tuple[str, .
 @click.option(
     "--python",
     "python",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
     help="Run under this interpreter (e.g. a vLLM CPU venv's bin/python) instead of a cached venv.",
 )

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import console, lockfile, requirements, source
-from sparkbuild.cli import emit_json, options, render_error
+from sparkbuild.cli import check_directory, emit_json, options, render_error
 from sparkbuild.console import Breakable
 from sparkbuild.errors import (
     BuildsFailedError,
@@ -162,6 +162,7 @@ def prepare(
     settings: Settings, build: str, out: str | None, force: bool, locked: bool, as_json: bool
 ) -> None:
     """Check out BUILD's patched tree and print its tree hash."""
+    check_directory(out, "--out")  # before the fetch and the patching, not after
     (prepared,), _ = _prepare_all(settings, (build,), locked)
     target = Path(out) if out else source.default_checkout_dir(settings, prepared.build)
     path = source.checkout(prepared, target, force=force)

@@ -13,9 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
-from sparkbuild import templates
+from sparkbuild import net
 from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.targets import (
@@ -27,7 +25,7 @@ from sparkbuild.engines.targets import (
     UrlTarget,
     free_port,
 )
-from sparkbuild.errors import UnknownPlaceholderError, UsageError
+from sparkbuild.errors import UsageError
 
 
 def command_argv(
@@ -37,7 +35,8 @@ def command_argv(
 
     ``command`` is the launcher (``python -m vllm.entrypoints.openai.api_server``); model,
     host, port and the profile's flags are appended. A command that contains ``{port}`` is
-    taken as complete and only has ``{port}``, ``{host}`` and ``{model}`` filled in.
+    taken as complete and only has ``{port}``, ``{host}`` and ``{model}`` filled in (by plain
+    replacement: any other brace, ``{}`` or ``{0}``, is the command's own text).
     """
     try:
         words = shlex.split(command)
@@ -46,14 +45,17 @@ def command_argv(
     if not words:
         raise UsageError("--command is empty")
     if "{port}" in command:
-        values = {"port": str(port), "host": LOOPBACK, "model": model}
-        try:
-            return [templates.fill(word, values) for word in words]
-        except UnknownPlaceholderError as exc:
-            raise UsageError(
-                f"--command: {exc}", "its placeholders are {port}, {host} and {model}"
-            ) from None
+        # Plain replacement of our three fields: any other braces are the command's own (a
+        # JSON --speculative-config, a shell's ${VAR}), and nothing is formatted over objects.
+        fields = {"{port}": str(port), "{host}": LOOPBACK, "{model}": model}
+        return [_fill(word, fields) for word in words]
     return [*words, *adapter.serve_args(model, LOOPBACK, port, args)]
+
+
+def _fill(word: str, fields: dict[str, str]) -> str:
+    for placeholder, value in fields.items():
+        word = word.replace(placeholder, value)
+    return word
 
 
 def container_mounts(profile: SmokeProfile) -> tuple[list[Mount], str, dict[str, str]]:
@@ -195,7 +197,7 @@ def make_target(
 
 
 def settled_counters(
-    adapter: EngineAdapter, session: requests.Session, base_url: str, limit_s: float = 5.0
+    adapter: EngineAdapter, session: net.Session, base_url: str, limit_s: float = 5.0
 ) -> Counters:
     """Counters once two reads agree: engines publish the last step's stats a moment late."""
     previous = adapter.snapshot_counters(session, base_url)

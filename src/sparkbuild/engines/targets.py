@@ -25,14 +25,15 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import requests
 
+from sparkbuild import interrupts, net
 from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
 from sparkbuild.engines.logs import LineSplitter, LogBuffer, engine_lines
 from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
@@ -489,10 +490,14 @@ class Readiness:
         return self.outcome == "ready"
 
 
-def probe(session: requests.Session, url: str, timeout: float = 2.0) -> int | None:
-    """The HTTP status of a GET, or None when nothing answers."""
+#: A health endpoint answers a few bytes; anything this large is not one.
+_PROBE_BODY_LIMIT = 64 * 1024
+
+
+def probe(session: net.Session, url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status of a GET, or None when nothing answers (within ``timeout``, all of it)."""
     try:
-        return session.get(url, timeout=timeout).status_code
+        return session.get(url, timeout=timeout, max_body=_PROBE_BODY_LIMIT).status_code
     except requests.RequestException:
         return None
 
@@ -521,7 +526,7 @@ def wait_ready(
     started = target.started_at if target.started_at is not None else time.monotonic()
     deadline = started + timeout_s
     health_since: float | None = None
-    session = requests.Session()
+    session = adapter.session()
     url = target.base_url + adapter.health_path
     line_seen, scanned = target.logs is None, 0
     while True:
@@ -547,16 +552,5 @@ def wait_ready(
         time.sleep(poll_s)
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+#: SIGTERM/SIGHUP unwind like Ctrl-C, so the engine is stopped and its container removed.
+stop_on_signals = interrupts.signals_interrupt

@@ -111,12 +111,25 @@ def unavailable_modules(venv: LocalVenv | None) -> dict[str, str]:
 
 
 def image_id_of(image: str, docker: str) -> str:
-    done = subprocess.run(
-        [docker, "image", "inspect", "--format", "{{.Id}}", "--", image],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [docker, "image", "inspect", "--format", "{{.Id}}", "--", image],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DockerUnavailableError(f"cannot run {docker}: {exc}", SETUP_HINT) from None
+    if done.returncode != 0 and "no such" not in done.stderr.lower():
+        # Not an answer about the image: no daemon, no permission on its socket, ...
+        said = done.stderr.strip().splitlines()
+        raise DockerUnavailableError(
+            f"Docker did not answer: {docker} cannot tell whether image {image} is in the "
+            f"local Docker store ({said[0] if said else f'exit status {done.returncode}'})",
+            SETUP_HINT,
+        )
     if done.returncode != 0:
         if "no such image" in done.stderr.lower():
             raise PreflightSetupError(
@@ -183,9 +196,18 @@ def choose_targets(
 
 def _python_digest(python: Path) -> str:
     """A given interpreter's dependency set: the digest of its `pip freeze`."""
-    done = subprocess.run(
-        [str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False
-    )
+    try:
+        done = subprocess.run(
+            [str(python), "-m", "pip", "freeze", "--all"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError as exc:  # not there, not executable, not a program
+        raise PreflightSetupError(
+            f"--python {python}: cannot run it ({exc.strerror or exc})",
+            "pass a venv's bin/python, e.g. --python .venv/bin/python",
+        ) from exc
     if done.returncode != 0:
         raise PreflightSetupError(f"{python} is not a Python with pip", "pass a venv's bin/python")
     lines = sorted(line for line in done.stdout.splitlines() if line.strip())

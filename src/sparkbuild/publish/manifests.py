@@ -33,13 +33,23 @@ def _body(manifest: Manifest) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def is_index(manifest: Manifest) -> bool:
     return manifest.media_type in INDEX_TYPES or "manifests" in _body(manifest)
 
 
+def _object(descriptor: dict[str, Any], key: str) -> dict[str, Any]:
+    """``descriptor[key]`` if it is a JSON object, else empty (an index is registry data)."""
+    value = descriptor.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _is_attestation(descriptor: dict[str, Any]) -> bool:
-    annotations = descriptor.get("annotations") or {}
-    platform = descriptor.get("platform") or {}
+    annotations = _object(descriptor, "annotations")
+    platform = _object(descriptor, "platform")
     return annotations.get(_REFERENCE_TYPE) == "attestation-manifest" or (
         platform.get("os") == "unknown" and platform.get("architecture") == "unknown"
     )
@@ -48,7 +58,7 @@ def _is_attestation(descriptor: dict[str, Any]) -> bool:
 def _matches_platform(descriptor: dict[str, Any], platform: str) -> bool:
     os_name, _, rest = platform.partition("/")
     architecture, _, variant = rest.partition("/")
-    offered = descriptor.get("platform") or {}
+    offered = _object(descriptor, "platform")
     if offered.get("os") != os_name or offered.get("architecture") != architecture:
         return False
     return not variant or offered.get("variant") in (None, variant)
@@ -58,9 +68,9 @@ def platform_manifests(manifest: Manifest, platform: str) -> list[str]:
     """Digests of an index's image manifests for ``platform`` (attestations left out)."""
     return [
         str(child["digest"])
-        for child in _body(manifest).get("manifests") or []
+        for child in _list(_body(manifest).get("manifests"))
         if isinstance(child, dict)
-        and child.get("digest")
+        and isinstance(child.get("digest"), str)
         and not _is_attestation(child)
         and _matches_platform(child, platform)
     ]
@@ -69,16 +79,18 @@ def platform_manifests(manifest: Manifest, platform: str) -> list[str]:
 def holds_image(
     client: RegistryClient, repository: str, manifest: Manifest, image_id: str, platform: str
 ) -> bool:
-    """Whether ``manifest`` (in ``repository``) is, or contains for ``platform``, ``image_id``."""
+    """Whether ``manifest`` (in ``repository``) is, or contains for ``platform``, ``image_id``.
+
+    An index's child is fetched even when its listed digest is the image id: the client
+    refuses a child whose bytes do not hash to that digest, so what is accepted is what the
+    registry really serves."""
     if image_id in (manifest.digest, manifest.config_digest):
         return True
     if not is_index(manifest):
         return False
     for digest in platform_manifests(manifest, platform):
-        if digest == image_id:
-            return True
         child = client.manifest(repository, digest, push=True)
-        if child is not None and child.config_digest == image_id:
+        if child is not None and image_id in (child.digest, child.config_digest):
             return True
     return False
 
@@ -86,7 +98,7 @@ def holds_image(
 def describe(manifest: Manifest) -> str:
     """What a manifest holds, for messages: an image config or an index of N manifests."""
     if is_index(manifest):
-        return f"an index of {len(_body(manifest).get('manifests') or [])} manifest(s)"
+        return f"an index of {len(_list(_body(manifest).get('manifests')))} manifest(s)"
     return f"image {(manifest.config_digest or 'unknown')[:19]}"
 
 

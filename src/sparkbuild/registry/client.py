@@ -16,15 +16,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import requests
-from tenacity import (
-    RetryError,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import RetryError, Retrying, retry_if_exception_type
 
-from sparkbuild import console, imageref
+from sparkbuild import console, imageref, jsontext, net, retries
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
@@ -33,7 +27,7 @@ from sparkbuild.errors import (
 )
 from sparkbuild.redact import redact, remember, strip_userinfo
 from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials
-from sparkbuild.settings import env_number
+from sparkbuild.settings import env_seconds
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -42,8 +36,14 @@ MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 _DOCKER_HUB_API = "registry-1.docker.io"
-_TIMEOUT = 60
+#: The whole of one exchange with the registry or its token service (each attempt).
+TIMEOUT_ENV = "SPARKBUILD_NET_TIMEOUT"
+_TIMEOUT_S = 60.0
+#: distribution's own limit for a manifest; an image config is far smaller than a blob cap.
+MANIFEST_LIMIT = 4 * net.MIB
+BLOB_LIMIT = 16 * net.MIB
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 class _TransientError(Exception):
@@ -147,41 +147,59 @@ class Manifest:
         return str(digest) if digest else None
 
 
-def _attempts() -> int:
-    return max(int(env_number("SPARKBUILD_NET_ATTEMPTS", "5", int)), 1)
+def checked_reference(repository: str, reference: str) -> str:
+    """``reference`` if it is a tag or a sha256 digest: what may go into a manifest URL (a
+    digest or alias read from a lock or an index is data, never a path)."""
+    if DIGEST.match(reference) or imageref.TAG.match(reference):
+        return reference
+    raise RegistryError(
+        f"{reference!r} is neither a tag nor a sha256 digest (in {repository})",
+        "a tag is letters, digits, '_', '.', '-'; a digest is sha256: and 64 hex digits",
+    )
+
+
+def checked_repository(repository: str) -> str:
+    """``repository`` if each path component is one the distribution grammar allows (no
+    ``..``, no empty part): it goes into URLs."""
+    if all(imageref.COMPONENT.match(part) for part in repository.split("/")):
+        return repository
+    raise RegistryError(
+        f"{repository!r} is not a repository path",
+        "repository names are lowercase letters, digits, '.', '_', '-', separated by '/'",
+    )
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """``body`` as a JSON object, or None for anything else (garbage, a list, NaN)."""
+    try:
+        data = jsontext.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _shown(body: bytes) -> str:
+    """A few bytes of what a registry sent, printable, for an error message."""
+    text = body[:80].decode(errors="replace")
+    return repr("".join(c if c.isprintable() else "?" for c in text))
 
 
 def _errors_of(response: requests.Response) -> str:
-    """The registry's own error codes/messages (distribution's JSON error body), else the
-    start of whatever it sent."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    errors = body.get("errors") if isinstance(body, dict) else None
-    if isinstance(errors, list) and all(isinstance(e, dict) for e in errors):
-        parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors]
+    """The registry's own error codes/messages (distribution's JSON error body)."""
+    errors = (_json_object(response.content) or {}).get("errors")
+    if isinstance(errors, list):
+        parts = [
+            f"{e.get('code', '?')}: {e.get('message', '')}".strip()
+            for e in errors
+            if isinstance(e, dict)
+        ]
         if parts:
             return "; ".join(parts)
-    return (response.text or response.reason or "").strip()[:200] or str(response.reason)
-
-
-def _json_object(response: requests.Response, what: str) -> dict[str, Any]:
-    """The JSON object a registry or token service must answer with; anything else is a
-    RegistryError saying what came back, not a parser's exception."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        return body
-    kind = response.headers.get("Content-Type", "no content type").split(";")[0]
-    start = (response.text or "").strip()[:80]
-    shown = f"{kind} that is not a JSON object ({start!r})" if start else "an empty body"
-    raise RegistryError(
-        f"{what} answered HTTP {response.status_code} with {shown}",
-        "check that the address is a container registry (and no proxy or login page is in between)",
-    )
+    return _shown(response.content) if response.content.strip() else str(response.reason)
 
 
 def _challenge(response: requests.Response) -> tuple[str, dict[str, str]]:
@@ -194,7 +212,9 @@ class RegistryClient:
     def __init__(self, registry: Registry, credentials: Credentials) -> None:
         self.registry = registry
         self.credentials = credentials
-        self._session = requests.Session()
+        self._session = net.Session(
+            deadline_s=env_seconds(TIMEOUT_ENV, _TIMEOUT_S), max_body=MANIFEST_LIMIT
+        )
         self._session.headers["User-Agent"] = "sparkbuild"
         self._basic = False
         self._tokens: dict[str, str] = {}
@@ -202,23 +222,26 @@ class RegistryClient:
     # --- transport -----------------------------------------------------------------------
 
     def _retrying(self) -> Retrying:
-        scale = env_number("SPARKBUILD_NET_BACKOFF", "1", float)
-        return Retrying(
-            stop=stop_after_attempt(_attempts()),
-            wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
-            retry=retry_if_exception_type(_TransientError),
-            reraise=False,
-        )
+        return retries.retrying(retry_if_exception_type(_TransientError), default_attempts=5)
 
     def _raw(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        """One HTTP exchange, retried while the registry is unreachable or overloaded."""
+        """One HTTP exchange (bounded: see :mod:`sparkbuild.net`), retried while the registry
+        is unreachable or overloaded."""
         try:
             for attempt in self._retrying():
                 with attempt:
                     try:
-                        response = self._session.request(method, url, timeout=_TIMEOUT, **kwargs)
+                        response = self._session.request(method, url, **kwargs)
+                    except net.DeadlineExceeded as exc:
+                        raise _TransientError(str(exc)) from None
                     except (requests.ConnectionError, requests.Timeout) as exc:
                         raise _TransientError(type(exc).__name__) from None
+                    except requests.RequestException as exc:  # too large, a foreign redirect
+                        raise RegistryError(
+                            f"registry {self.registry.host}: {exc}",
+                            "check the --registry address; do not publish through a server "
+                            "that answers this way",
+                        ) from None
                     if response.status_code >= 500 or response.status_code == 429:
                         raise _TransientError(f"HTTP {response.status_code} {response.reason}")
                     return response
@@ -246,7 +269,11 @@ class RegistryClient:
         push: bool = False,
         headers: dict[str, str] | None = None,
         data: bytes | None = None,
+        max_body: int = MANIFEST_LIMIT,
+        redirects: net.Redirects = "same-host",
     ) -> requests.Response:
+        if repository is not None:
+            checked_repository(repository)
         url = f"{self.registry.api_base}/v2/{path}"
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}" if repository else ""
         for attempt in range(2):
@@ -256,6 +283,8 @@ class RegistryClient:
                 headers={**(headers or {}), **self._auth_headers(scope)},
                 data=data,
                 auth=self._basic_auth(),
+                max_body=max_body,
+                redirects=redirects,
             )
             if response.status_code != 401:
                 return self._check_denied(response, repository, push)
@@ -322,10 +351,12 @@ class RegistryClient:
         creds = self.credentials
         if creds.identity_token:
             form = {**query, "grant_type": "refresh_token", "refresh_token": creds.identity_token}
-            response = self._raw("POST", realm, data={**form, "client_id": "sparkbuild"})
+            response = self._raw(
+                "POST", realm, data={**form, "client_id": "sparkbuild"}, redirects="none"
+            )
         else:
             auth = (creds.username, creds.password) if creds.username and creds.password else None
-            response = self._raw("GET", realm, params=query, auth=auth)
+            response = self._raw("GET", realm, params=query, auth=auth, redirects="none")
         if response.status_code in (401, 403):
             if creds.anonymous:
                 self._need_credentials()
@@ -335,10 +366,11 @@ class RegistryClient:
                 f"token service {realm} answered HTTP {response.status_code} "
                 f"({_errors_of(response)})"
             )
-        body = _json_object(response, f"token service {realm}")
-        token = body.get("token") or body.get("access_token")
+        body = _json_object(response.content)
+        token = body and (body.get("token") or body.get("access_token"))
         if not token or not isinstance(token, str):
-            raise RegistryError(f"token service {realm} returned no token")
+            got = "no token" if body else f"not a JSON object: {_shown(response.content)}"
+            raise RegistryError(f"token service {realm} returned {got}")
         return str(token)
 
     # --- API -----------------------------------------------------------------------------
@@ -357,7 +389,11 @@ class RegistryClient:
             self.manifest_digest(repository, "sparkbuild-access-check", push=push)
 
     def manifest(self, repository: str, reference: str, *, push: bool = False) -> Manifest | None:
-        """The manifest ``repository:reference`` (tag or digest), or None when absent."""
+        """The manifest ``repository:reference`` (tag or digest), or None when absent.
+
+        Fetched by digest, its bytes must hash to that digest (else a RegistryError naming
+        the registry, the digest and what came back): what is used is what was asked for."""
+        reference = checked_reference(repository, reference)
         response = self._request(
             "GET",
             f"{repository}/manifests/{reference}",
@@ -368,7 +404,16 @@ class RegistryClient:
         if response.status_code == 404:
             return None
         self._expect_ok(response, f"GET manifest {repository}:{reference}")
-        digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
+        digest = sha256_digest(response.content)
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        if DIGEST.match(reference) and digest != reference:
+            raise RegistryError(
+                f"registry {self.registry.host} served {repository}@{reference} with other "
+                f"bytes: {len(response.content)} bytes ({media_type or 'no media type'}) that "
+                f"hash to {digest}",
+                "the registry or a proxy in between altered the manifest; nothing was used or "
+                "recorded; do not publish through it",
+            )
         served = response.headers.get("Docker-Content-Digest")
         if served and served != digest:
             raise RegistryError(
@@ -377,14 +422,21 @@ class RegistryClient:
                 "the registry or a proxy in between altered the manifest; do not publish "
                 "through it",
             )
-        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        body = _json_object(response.content)
+        if body is None:
+            raise RegistryError(
+                f"registry {self.registry.host} served manifest {repository}:{reference} as "
+                f"{len(response.content)} bytes that are not a JSON object: "
+                f"{_shown(response.content)}",
+                "check the --registry address: it may not be a container registry",
+            )
         if media_type not in MANIFEST_TYPES:
-            body = _json_object(response, f"GET manifest {repository}:{reference}")
             media_type = str(body.get("mediaType") or media_type)
         return Manifest(response.content, media_type, digest)
 
     def manifest_digest(self, repository: str, reference: str, *, push: bool = False) -> str | None:
         """The digest ``repository:reference`` resolves to now, or None when absent."""
+        reference = checked_reference(repository, reference)
         response = self._request(
             "HEAD",
             f"{repository}/manifests/{reference}",
@@ -403,6 +455,11 @@ class RegistryClient:
 
     def put_manifest(self, repository: str, tag: str, manifest: Manifest) -> str:
         """Point ``repository:tag`` at ``manifest`` (same bytes, so the same digest)."""
+        if not imageref.TAG.match(tag):
+            raise RegistryError(
+                f"{tag!r} is not a tag (in {repository})",
+                "a tag is letters, digits, '_', '.', '-', at most 128 characters",
+            )
         response = self._request(
             "PUT",
             f"{repository}/manifests/{tag}",
@@ -430,13 +487,25 @@ class RegistryClient:
 
 
 def get_blob(client: RegistryClient, repository: str, digest: str) -> bytes:
-    """A small blob (an image config) by digest, checked against its digest."""
-    response = client._request("GET", f"{repository}/blobs/{digest}", repository=repository)
+    """A small blob (an image config) by digest, checked against its digest.
+
+    Registries hand blobs out from storage on other hosts (S3, a CDN): a redirect there is
+    followed, without credentials, since the bytes are hashed anyway."""
+    if not DIGEST.match(digest):
+        checked_reference(repository, digest)
+    response = client._request(
+        "GET",
+        f"{repository}/blobs/{digest}",
+        repository=repository,
+        max_body=BLOB_LIMIT,
+        redirects="content",
+    )
     client._expect_ok(response, f"GET blob {repository}@{digest}")
-    got = "sha256:" + hashlib.sha256(response.content).hexdigest()
+    got = sha256_digest(response.content)
     if got != digest:
         raise RegistryError(
-            f"registry served blob {repository}@{digest} with bytes hashing to {got}",
+            f"registry {client.registry.host} served blob {repository}@{digest} with other "
+            f"bytes: {len(response.content)} bytes that hash to {got}",
             "the registry or a proxy in between altered it; do not build from it",
         )
     return response.content

@@ -43,6 +43,8 @@ def check_accept_len(acceptance: Acceptance | None, expect: Expectations) -> Che
         return CheckResult("accept_len", "skip", "profile expects no speculation")
     if acceptance is None:
         return CheckResult("accept_len", "skip", "no requests were served")
+    if acceptance.impossible:
+        return CheckResult("accept_len", "fail", f"not measurable: {acceptance.impossible}")
     if not acceptance.active or acceptance.accept_len is None:
         detail = SPECULATION_INACTIVE + (f": {acceptance.detail}" if acceptance.detail else "")
         return CheckResult("accept_len", "fail", detail)

@@ -7,8 +7,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
 from sparkbuild.checks import CheckResult, Verdict
 from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
 from sparkbuild.engines.launch import LaunchSettings, settled_counters
@@ -127,7 +125,7 @@ def serve_prompts(
     profile: SmokeProfile,
     progress: Callable[[str], None],
 ) -> _Served:
-    session = requests.Session()
+    session = adapter.session()
     before = adapter.snapshot_counters(session, base_url)
     served = _Served([], [], [], [], None, None, adapter.server_version(session, base_url))
     for prompt in prompts:
@@ -152,9 +150,13 @@ def serve_prompts(
         if snapshot.malformed and not any(e.what.endswith("/metrics") for e in served.errors):
             what, _, detail = snapshot.problem.partition(": ")
             served.errors.append(EngineHTTPError(what, 200, detail))
+    impossible = adapter.impossible(before, after)
+    if impossible:  # an engine whose counters cannot be true is misbehaving
+        metrics = f"GET {base_url}{adapter.metrics_path}"
+        served.errors.append(EngineHTTPError(metrics, 200, impossible))
     if served.generations:
         served.acceptance = adapter.acceptance(before, after, served.generations)
-    served.nan_count = adapter.nan_count_from_delta(before, after)
+    served.nan_count = None if impossible else adapter.nan_count_from_delta(before, after)
     return served
 
 

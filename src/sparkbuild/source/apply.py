@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-from sparkbuild import git
+from sparkbuild import fileio, git
 from sparkbuild.errors import LockError, PatchChecksumError
 from sparkbuild.redact import redact
 from sparkbuild.source import scope
@@ -164,11 +164,12 @@ def settle_patch(applier: Applier, patch: Patch) -> ItemResult:
     )
     if (skipped := out_of_range(build, item)) is not None:
         return skipped
-    if patch.path.is_dir():
-        return replace(item, status="invalid", detail=f"{patch.file} is a directory, not a diff")
-    if not patch.path.is_file():
+    try:
+        diff = fileio.read_bytes(patch.path)  # a FIFO, a device or a huge file is refused
+    except FileNotFoundError:
         return replace(item, detail=f"no such file: {patch.path}")
-    diff = patch.path.read_bytes()
+    except OSError as exc:  # a directory, a FIFO, a symlink loop, unreadable
+        return replace(item, status="invalid", detail=f"{patch.file}: {fileio.reason(exc)}")
     problem = applier.index.diff_problem(diff)
     if problem:
         return replace(item, status="invalid", detail=f"{patch.file}: {problem}")

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from sparkbuild import git
-from sparkbuild.errors import CheckoutDirError
+from sparkbuild.errors import CheckoutDirError, GitError
 from sparkbuild.settings import Settings
 from sparkbuild.source.items import ItemResult, PreparedSource
 from sparkbuild.source.mirror import complete
@@ -44,9 +44,28 @@ def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Pat
 
     On conflict the checkout stops at the last good commit and the conflicting diff is
     saved beside it; the caller prints the command to try it by hand. An existing checkout
-    with local edits or untracked files is left alone unless ``force``.
+    with local edits or untracked files is left alone unless ``force``. A disk that is full
+    or read-only is a CheckoutDirError naming the directory.
     """
-    out = out.resolve()
+    try:
+        return _checkout(prepared, out.resolve(), force=force)
+    except OSError as exc:
+        raise _unwritable(out, exc.strerror or str(exc)) from exc
+    except GitError as exc:
+        said = exc.stderr.lower()
+        if not any(s in said for s in ("read-only file system", "no space left")):
+            raise
+        raise _unwritable(out, exc.stderr.splitlines()[-1]) from exc
+
+
+def _unwritable(out: Path, why: str) -> CheckoutDirError:
+    return CheckoutDirError(
+        f"{out}: cannot write the checkout: {why}",
+        "free space on that disk or make it writable, or pass another --out DIR",
+    )
+
+
+def _checkout(prepared: PreparedSource, out: Path, *, force: bool) -> Path:
     if out.exists() and any(out.iterdir()) and not (out / ".git" / _MARKER).exists():
         raise CheckoutDirError(
             f"{out} exists and is not a sparkbuild checkout", "pass an empty or new --out DIR"

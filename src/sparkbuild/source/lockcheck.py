@@ -55,9 +55,15 @@ def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) ->
     entry = lock.entry(build.name)
     locked = entry.source if entry else None
     if locked is None or not lockproof.mirror_has(Mirror(settings.cache_dir, build.repo), locked):
+        if locked is not None:
+            try:
+                lockproof.check_spec_fields(build, locked)
+            except LockError as exc:
+                return [exc.message]
         console.info(
-            f"{build.name}: commit and tree not re-derived (no local mirror holds them); "
-            f"`sparkbuild prepare --locked {build.name}` fetches and proves them"
+            f"{build.name}: not proven offline (no local mirror holds the pinned commits): "
+            f"{', '.join(lockproof.UNPROVEN_OFFLINE)}; `sparkbuild prepare --locked "
+            f"{build.name}` fetches and proves them"
         )
         return []
     try:

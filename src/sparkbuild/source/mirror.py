@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,19 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
-from tenacity import (
-    RetryError,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import RetryError, Retrying, retry_if_exception
 
-from sparkbuild import console, git, settings, validate
+from sparkbuild import console, git, retries, validate
 from sparkbuild.errors import MissingContentsError, RemoteError, UsageError
 from sparkbuild.redact import redact, strip_userinfo
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_INIT = ".init-"  # a mirror being made: NAME.git.init-PID, renamed to NAME.git when done
 # Errors that no retry can fix: the remote answered and said no.
 _PERMANENT = ("couldn't find remote ref", "not our ref", "invalid refspec")
 # The promisor remote of a partial mirror; the filter new mirrors fetch with.
@@ -59,14 +55,7 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 def _retrying() -> Retrying:
-    attempts = int(settings.env_number("SPARKBUILD_NET_ATTEMPTS", "4", int))
-    scale = settings.env_number("SPARKBUILD_NET_BACKOFF", "1", float)
-    return Retrying(
-        stop=stop_after_attempt(max(attempts, 1)),
-        wait=wait_exponential(multiplier=scale, min=0, max=30 * scale),
-        retry=retry_if_exception(_is_transient),
-        reraise=False,
-    )
+    return retries.retrying(retry_if_exception(_is_transient), default_attempts=4)
 
 
 @dataclass(frozen=True)
@@ -106,28 +95,44 @@ class Mirror:
     def _ensure(self) -> None:
         if (self.path / "HEAD").exists():
             return
-        tmp = self.path.with_name(self.path.name + f".init-{os.getpid()}")
-        git.run(["init", "--bare", "--quiet", "--", str(tmp)])
+        self._remove_abandoned_inits()
+        tmp = self.path.with_name(self.path.name + f"{_INIT}{os.getpid()}")
+        try:
+            git.run(["init", "--bare", "--quiet", "--", str(tmp)])
+            self._configure(tmp)
+            # Renamed into place last, so an interrupted init never leaves a half-made mirror.
+            tmp.rename(self.path)
+        except BaseException:  # Ctrl-C and SIGTERM too (the CLI turns it into an interrupt)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _configure(self, tmp: Path) -> None:
         # Full mirrors fetch by URL, so this is only for humans poking at the cache and no
         # secret is stored. A partial mirror fetches contents on demand from this URL, so it
         # is one only when the URL carries no credentials.
         git.run(["config", "--", "remote.origin.url", self.shown_url], git_dir=tmp)
         git.run(["config", "gc.auto", "0"], git_dir=tmp)  # no gc racing a concurrent reader
-        if self.shown_url == self.url:
-            for key, value in (
-                ("core.repositoryformatversion", "1"),
-                ("extensions.partialClone", PROMISOR),
-                (f"remote.{PROMISOR}.promisor", "true"),
-                (f"remote.{PROMISOR}.partialCloneFilter", BLOB_FILTER),
-            ):
-                git.run(["config", "--", key, value], git_dir=tmp)
-        else:
+        if self.shown_url != self.url:
             console.info(
                 f"{self.shown_url}: the URL carries credentials, which a partial mirror would "
                 "have to store for later fetches; this mirror fetches everything instead"
             )
-        # Renamed into place last, so an interrupted init never leaves a half-made mirror.
-        tmp.rename(self.path)
+            return
+        for key, value in (
+            ("core.repositoryformatversion", "1"),
+            ("extensions.partialClone", PROMISOR),
+            (f"remote.{PROMISOR}.promisor", "true"),
+            (f"remote.{PROMISOR}.partialCloneFilter", BLOB_FILTER),
+        ):
+            git.run(["config", "--", key, value], git_dir=tmp)
+
+    def _remove_abandoned_inits(self) -> None:
+        """Half-made mirrors of processes that were killed outright (SIGKILL, a power cut);
+        called under the mirror's lock, so no live process is still making one."""
+        for leftover in self.path.parent.glob(f"{self.path.name}{_INIT}*"):
+            pid = leftover.name.rpartition(_INIT)[2]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
 
     @property
     def partial(self) -> bool:
@@ -336,6 +341,16 @@ def complete(
             input="".join(f"{oid}\n" for oid in sorted(wanted)).encode(),
             on_progress=update,
         )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _first_line(stderr: str) -> str:

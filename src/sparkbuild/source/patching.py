@@ -90,11 +90,14 @@ class ScratchIndex:
         for "nothing to apply"."""
         if not diff.strip():
             return "the file is empty, not a diff"
-        result = git.run(["apply", "--numstat", "-"], git_dir=self.git_dir, input=diff, check=False)
+        result = git.run(
+            ["apply", "--numstat", "--summary", "-"], git_dir=self.git_dir, input=diff, check=False
+        )
         if result.returncode != 0:
             reason = result.stderr.decode(errors="replace").strip().splitlines()
             return f"not a valid diff: {reason[0] if reason else 'git apply cannot read it'}"
-        if not result.stdout.strip():
+        lines = result.stdout.decode(errors="replace").splitlines()
+        if not lines:
             return "not a valid diff: it changes no file"
         empty = [path for path, header, hunks in split_diff(diff) if _header_only(header, hunks)]
         if empty:

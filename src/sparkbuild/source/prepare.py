@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkbuild import console
-from sparkbuild.lockfile import LockFile
+from sparkbuild.lockfile import LockFile, SourceSection
 from sparkbuild.settings import Settings
 from sparkbuild.source import lockproof
 from sparkbuild.source.apply import (
@@ -31,12 +31,15 @@ def prepare_source(
     lock: LockFile | None = None,
 ) -> PreparedSource:
     """Resolve, fetch and patch one build. With ``locked``, use only what the lock pins and
-    prove it: the pinned commit is what ``ref`` resolves to and the patched tree is the
-    locked one. ``offline`` (with ``locked``) uses the mirror as it is, fetching nothing.
-    ``lock`` is the lock the command already read (else it is read here, once)."""
+    prove it: the pinned commit is what ``ref`` resolves to, the patched tree is the locked
+    one, and every other recorded field is what the spec and the mirror give now.
+    ``offline`` (with ``locked``) uses the mirror as it is, fetching nothing. ``lock`` is the
+    lock the command already read (else it is read here, once)."""
     pins = Pins()
-    if locked:
-        pins = Pins.from_lock(require_locked_source(build, settings, lock))
+    section = require_locked_source(build, settings, lock) if locked else None
+    if section is not None:
+        lockproof.check_spec_fields(build, section)  # before any fetch: the spec alone
+        pins = Pins.from_lock(section)
     noted = {} if locked else locked_heads(build, settings, lock)
     mirror = Mirror(settings.cache_dir, build.repo, offline=offline and locked)
     in_range = [pr for pr in build.prs if build.in_range(pr.when)]
@@ -64,7 +67,7 @@ def prepare_source(
         lockproof.check_tree(build, pins.tree, applier.tree)
     items = [note_moved_head(item, noted, build) for item in items]
     items = [note_overlay_scope(build, item) for item in items]
-    return PreparedSource(
+    prepared = PreparedSource(
         build=build,
         base_commit=base_commit,
         tree=applier.tree,
@@ -74,3 +77,6 @@ def prepare_source(
         mirror=mirror.path,
         conflict_commit=applier.conflict_commit,
     )
+    if section is not None:
+        lockproof.check_fields(build, section, SourceSection.from_prepared(prepared))
+    return prepared

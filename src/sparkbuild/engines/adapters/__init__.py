@@ -6,6 +6,7 @@ cibuildwheel keeps one module per platform); ``known`` maps an engine's name to 
 """
 
 from sparkbuild.engines.adapters.base import (
+    MAX_TOKENS,
     VERSION_PATHS,
     Acceptance,
     Counters,
@@ -15,6 +16,7 @@ from sparkbuild.engines.adapters.base import (
     non_finite,
     parse_prometheus,
     reported_version,
+    whole_number,
 )
 from sparkbuild.engines.adapters.known import ADAPTERS, adapter_for
 from sparkbuild.engines.adapters.sglang import SglangAdapter
@@ -22,6 +24,7 @@ from sparkbuild.engines.adapters.vllm import VllmAdapter
 
 __all__ = [
     "ADAPTERS",
+    "MAX_TOKENS",
     "VERSION_PATHS",
     "Acceptance",
     "Counters",
@@ -34,4 +37,5 @@ __all__ = [
     "non_finite",
     "parse_prometheus",
     "reported_version",
+    "whole_number",
 ]

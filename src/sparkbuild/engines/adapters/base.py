@@ -27,8 +27,16 @@ import requests
 from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkbuild import jsontext, net
 from sparkbuild.engines import versions
 from sparkbuild.errors import EngineHTTPError
+
+#: The most tokens a prompt, a request or an answer may count: more than any context a DGX
+#: Spark serves. An engine that reports more, or fewer than none, is not telling the truth.
+MAX_TOKENS = 1 << 22
+#: Prometheus sample suffixes of counters and histograms: these never go down.
+_MONOTONIC_SUFFIXES = ("_total", "_count", "_bucket")
+_MONOTONIC_TYPES = frozenset({"counter", "histogram", "summary"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class Counters:
     taken_at: float = 0.0
     problem: str = ""  # why not available, naming the endpoint
     malformed: bool = False  # the engine answered /metrics, with something that is not Prometheus
+    monotonic: frozenset[str] = frozenset()  # counter and histogram samples: never go down
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
@@ -65,6 +74,16 @@ class Counters:
         if after_value is None:
             return None
         return after_value - (before.values.get(name) or 0.0)
+
+    def went_backwards(self, before: Counters) -> str:
+        """A counter lower now than in ``before`` (empty when none): counters only grow."""
+        for name in sorted(self.monotonic & before.monotonic):
+            if self.values[name] < before.values[name]:
+                return (
+                    f"counter {name} went backwards ({before.values[name]:g} -> "
+                    f"{self.values[name]:g})"
+                )
+        return ""
 
 
 @dataclass(frozen=True)
@@ -81,15 +100,38 @@ class Acceptance:
     steps: float = 0.0  # drafts (vLLM) or verify calls (SGLang)
     tokens: float = 0.0  # accepted draft tokens (vLLM) or generated tokens (SGLang)
     detail: str = ""
+    #: Counters that cannot be true (backwards, more accepted than drafted), naming the
+    #: endpoint: the measurement is void, and the engine failed the ``errors`` check.
+    impossible: str = ""
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sample values by name, summed over label sets (counters of all engines/ranks)."""
+    return dict(parse_counters(text).values)
+
+
+def parse_counters(text: str) -> Counters:
+    """A /metrics page as :class:`Counters`: values summed over label sets, and which of them
+    are monotonic (counters, histogram counts and buckets).
+
+    A counter that is not a finite number of at least 0 is a ValueError (an engine reporting
+    ``+Inf`` accepted tokens is broken, not fast); a gauge that is not finite is left out.
+    """
     values: dict[str, float] = {}
+    monotonic: set[str] = set()
     for family in text_string_to_metric_families(text):
+        counting = family.type in _MONOTONIC_TYPES
         for sample in family.samples:
-            values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
-    return values
+            value = float(sample.value)
+            untyped_total = family.type == "unknown" and sample.name.endswith("_total")
+            if (counting and sample.name.endswith(_MONOTONIC_SUFFIXES)) or untyped_total:
+                if not math.isfinite(value) or value < 0:
+                    raise ValueError(f"counter {sample.name} is {value:g}")
+                monotonic.add(sample.name)
+            elif not math.isfinite(value):
+                continue
+            values[sample.name] = values.get(sample.name, 0.0) + value
+    return Counters(values, taken_at=time.monotonic(), monotonic=frozenset(monotonic))
 
 
 def _no_counters(problem: str) -> Counters:
@@ -101,14 +143,17 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def whole_number(value: Any, name: str) -> int:
-    """An engine's count field; a string, float or list there is a malformed response."""
+def whole_number(value: Any, name: str, maximum: int = MAX_TOKENS) -> int:
+    """An engine's count field, 0 to ``maximum``; a string, a fraction, a negative or huge
+    number, NaN or infinity there is a malformed response (ValueError)."""
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{name} is {_short(repr(value), 40)}, not a whole number")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{name} is {value!r}, not a whole number")
+    if not 0 <= value <= maximum:
+        raise ValueError(f"{name} is {int(value)}, not a count from 0 to {maximum}")
     return int(value)
 
 
@@ -163,9 +208,9 @@ VERSION_PATHS = ("/version", "/get_server_info", "/server_info")
 
 
 def reported_version(payload: Any) -> str | None:
-    """The ``version`` of a version endpoint's JSON, if it has one."""
+    """The ``version`` of a version endpoint's JSON, if it has one (cut: it is engine text)."""
     value = payload.get("version") if isinstance(payload, dict) else None
-    return str(value) if value else None
+    return str(value)[:200] if value else None
 
 
 class EngineAdapter(ABC):
@@ -225,7 +270,7 @@ class EngineAdapter(ABC):
     @abstractmethod
     def generate(
         self,
-        session: requests.Session,
+        session: net.Session,
         base_url: str,
         prompt: str,
         max_tokens: int,
@@ -233,9 +278,30 @@ class EngineAdapter(ABC):
     ) -> Generation:
         """One greedy completion with logprobs; raises EngineHTTPError on an HTTP failure."""
 
-    @abstractmethod
     def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
-        """Acceptance over the interval between two counter snapshots."""
+        """Acceptance over the interval between two counter snapshots; void (``impossible``)
+        when the counters cannot be true."""
+        problem = self.impossible(before, after)
+        if problem:
+            return Acceptance(False, None, "counters", detail=problem, impossible=problem)
+        return self.acceptance_over(before, after)
+
+    def impossible(self, before: Counters, after: Counters) -> str:
+        """Why the counters between two snapshots cannot be true (a counter that went
+        backwards, more accepted than drafted), naming the endpoint; empty when they can."""
+        if not (before.available and after.available):
+            return ""
+        problem = after.went_backwards(before) or self.impossible_counts(before, after)
+        return f"{self.metrics_path}: {problem}" if problem else ""
+
+    @abstractmethod
+    def acceptance_over(self, before: Counters, after: Counters) -> Acceptance:
+        """Acceptance over the interval, from counters known to be possible."""
+
+    def impossible_counts(self, before: Counters, after: Counters) -> str:
+        """What the engine's counters claim that cannot be (more accepted than drafted), or
+        empty; each engine knows its own counters."""
+        return ""
 
     def acceptance_from_generations(self, generations: Sequence[Generation]) -> Acceptance | None:
         """Acceptance from per-request fields, when the engine returns them (None otherwise)."""
@@ -258,7 +324,11 @@ class EngineAdapter(ABC):
         """The last acceptance length the engine logged (a lifetime/windowed figure)."""
         return last_float(self.accept_line, lines)
 
-    def server_version(self, session: requests.Session, base_url: str) -> str | None:
+    def session(self) -> net.Session:
+        """An HTTP session for this engine: no exchange outlives the request timeout."""
+        return net.Session(deadline_s=self.request_timeout_s)
+
+    def server_version(self, session: net.Session, base_url: str) -> str | None:
         """The version the running server reports (vLLM ``/version``, SGLang
         ``/get_server_info``), or None when it reports none."""
         for path in VERSION_PATHS:
@@ -271,24 +341,25 @@ class EngineAdapter(ABC):
                 return value
         return None
 
-    def snapshot_counters(self, session: requests.Session, base_url: str) -> Counters:
+    def snapshot_counters(self, session: net.Session, base_url: str) -> Counters:
         """All Prometheus samples of the engine right now."""
         where = f"GET {base_url}{self.metrics_path}"
         try:
             response = session.get(base_url + self.metrics_path, timeout=10)
+        except (net.BodyTooLarge, net.RedirectRefused) as exc:
+            return Counters({}, False, time.monotonic(), f"{where}: {exc}", malformed=True)
         except requests.RequestException as exc:
             return _no_counters(f"{where}: no response ({type(exc).__name__})")
         if response.status_code != 200:
             return _no_counters(f"{where}: HTTP {response.status_code}")
         try:
-            values = parse_prometheus(response.text)
+            return parse_counters(response.text)
         except (ValueError, TypeError, IndexError) as exc:
             problem = f"{where}: not Prometheus text ({_short(str(exc))})"
             return Counters({}, False, time.monotonic(), problem, malformed=True)
-        return Counters(values, taken_at=time.monotonic())
 
     def _post(
-        self, session: requests.Session, url: str, body: Mapping[str, Any]
+        self, session: net.Session, url: str, body: Mapping[str, Any]
     ) -> tuple[dict[str, Any], float]:
         started = time.monotonic()
         try:
@@ -305,8 +376,8 @@ class EngineAdapter(ABC):
         seconds = time.monotonic() - started
         if response.status_code != 200:
             raise EngineHTTPError(f"POST {url}", response.status_code, response.text)
-        try:
-            payload = response.json()  # Python's json reads NaN/Infinity literals too
+        try:  # NaN/Infinity literals are read: a NaN logprob is what the nan check looks for
+            payload = jsontext.loads(response.content, nonfinite=True)
         except ValueError as exc:
             raise EngineHTTPError(f"POST {url}", response.status_code, "not JSON") from exc
         if not isinstance(payload, dict):

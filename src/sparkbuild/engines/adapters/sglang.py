@@ -24,6 +24,7 @@ from typing import Any
 import requests
 from packaging.version import Version
 
+from sparkbuild import jsontext, net
 from sparkbuild.engines import versions
 from sparkbuild.engines.adapters.base import (
     Acceptance,
@@ -83,7 +84,7 @@ class SglangAdapter(EngineAdapter):
 
     def generate(
         self,
-        session: requests.Session,
+        session: net.Session,
         base_url: str,
         prompt: str,
         max_tokens: int,
@@ -111,16 +112,25 @@ class SglangAdapter(EngineAdapter):
         entries = meta.get("output_token_logprobs") or []
         verify = meta.get("spec_verify_ct")
         length = meta.get("spec_accept_length")
+        completion_tokens = whole_number(meta.get("completion_tokens"), "completion_tokens")
+        steps = whole_number(verify, "spec_verify_ct") if verify is not None else None
+        if steps is not None and steps > completion_tokens:  # each verify step emits a token
+            raise ValueError(
+                f"spec_verify_ct is {steps}, more than the {completion_tokens} completion_tokens"
+            )
+        accept_length = optional_float(length) if length is not None else None
+        if accept_length is not None and not 0 <= accept_length <= completion_tokens + 1:
+            raise ValueError(f"spec_accept_length is {accept_length:g}, not a possible length")
         return Generation(
             prompt=prompt,
             text=str(payload.get("text") or ""),
             finish_reason=reason,
-            completion_tokens=whole_number(meta.get("completion_tokens"), "completion_tokens"),
+            completion_tokens=completion_tokens,
             tokens=tuple(str(e[1]) for e in entries if len(e) > 1),
             logprobs=tuple(optional_float(e[0]) for e in entries if e),
             seconds=seconds,
-            spec_verify_ct=whole_number(verify, "spec_verify_ct") if verify is not None else None,
-            spec_accept_length=optional_float(length) if length is not None else None,
+            spec_verify_ct=steps,
+            spec_accept_length=accept_length,
             raw=payload,
         )
 
@@ -142,7 +152,17 @@ class SglangAdapter(EngineAdapter):
             return None
         return Acceptance(True, tokens / steps, "per-request fields", steps, tokens)
 
-    def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
+    def impossible_counts(self, before: Counters, after: Counters) -> str:
+        verify = after.delta(before, self.VERIFY_CALLS)
+        generated = after.delta(before, self.GENERATED)
+        if verify is not None and generated is not None and verify > generated:
+            return (  # every verify step emits at least one token
+                f"{verify:g} verify steps ({self.VERIFY_CALLS}) but only {generated:g} tokens "
+                f"generated ({self.GENERATED})"
+            )
+        return ""
+
+    def acceptance_over(self, before: Counters, after: Counters) -> Acceptance:
         if not after.available:
             return Acceptance(
                 False,
@@ -180,9 +200,7 @@ class SglangAdapter(EngineAdapter):
         values = [v for v in found if v is not None and math.isfinite(v)]
         return sum(values) / len(values) if values else None
 
-    def fetch_server_info(
-        self, session: requests.Session, base_url: str
-    ) -> Mapping[str, Any] | None:
+    def fetch_server_info(self, session: net.Session, base_url: str) -> Mapping[str, Any] | None:
         for path in ("/server_info", "/get_server_info"):
             try:
                 response = session.get(base_url + path, timeout=10)
@@ -190,7 +208,7 @@ class SglangAdapter(EngineAdapter):
                 return None
             if response.status_code == 200:
                 try:
-                    data = response.json()
+                    data = jsontext.loads(response.content)
                 except ValueError:  # a hint only: a garbled one is no hint
                     return None
                 return data if isinstance(data, dict) else None

@@ -17,6 +17,7 @@ from typing import Any
 import requests
 from packaging.version import Version
 
+from sparkbuild import jsontext, net
 from sparkbuild.engines import versions
 from sparkbuild.engines.adapters.base import (
     Acceptance,
@@ -58,13 +59,13 @@ class VllmAdapter(EngineAdapter):
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         return ["--model", model, "--host", host, "--port", str(port), *args]
 
-    def served_model(self, session: requests.Session, base_url: str) -> str:
+    def served_model(self, session: net.Session, base_url: str) -> str:
         """The name requests must use (``--served-model-name`` or the model path)."""
         if self._served_model is None:
             try:
                 response = session.get(base_url + "/v1/models", timeout=10)
                 response.raise_for_status()
-                self._served_model = str(first_model(response.json())["id"])
+                self._served_model = str(first_model(jsontext.loads(response.content))["id"])
             except requests.RequestException as exc:
                 raise EngineHTTPError(f"GET {base_url}/v1/models", None, str(exc)) from exc
             except ValueError as exc:  # not JSON, or JSON of the wrong shape
@@ -75,7 +76,7 @@ class VllmAdapter(EngineAdapter):
 
     def generate(
         self,
-        session: requests.Session,
+        session: net.Session,
         base_url: str,
         prompt: str,
         max_tokens: int,
@@ -114,7 +115,23 @@ class VllmAdapter(EngineAdapter):
             raw=payload,
         )
 
-    def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
+    def impossible_counts(self, before: Counters, after: Counters) -> str:
+        drafts = after.delta(before, self.DRAFTS)
+        draft_tokens = after.delta(before, self.DRAFT_TOKENS)
+        accepted = after.delta(before, self.ACCEPTED)
+        if accepted is not None and draft_tokens is not None and accepted > draft_tokens:
+            return (
+                f"{accepted:g} tokens accepted ({self.ACCEPTED}) but only {draft_tokens:g} "
+                f"drafted ({self.DRAFT_TOKENS})"
+            )
+        if drafts is not None and draft_tokens is not None and draft_tokens < drafts:
+            return (
+                f"{drafts:g} drafts ({self.DRAFTS}) with only {draft_tokens:g} draft tokens "
+                f"({self.DRAFT_TOKENS})"
+            )
+        return ""
+
+    def acceptance_over(self, before: Counters, after: Counters) -> Acceptance:
         drafts = after.delta(before, self.DRAFTS)
         accepted = after.delta(before, self.ACCEPTED)
         if not after.available:

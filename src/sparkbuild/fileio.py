@@ -1,0 +1,118 @@
+"""Reading and writing the files sparkbuild is handed: regular files only, of bounded size.
+
+A path in a spec, a profile, ``--lock-file`` or ``bench compare`` can name anything: a FIFO
+(reading it waits for a writer forever), a device (``/dev/zero`` never ends), a symlink loop,
+a file of many gigabytes. Every such read goes through :func:`read_bytes`, which opens without
+blocking, refuses what is not a regular file and stops at a size limit. Its errors are
+``OSError`` with a readable ``strerror``, so each caller's "cannot read FILE: why" covers them.
+
+Outputs (``--markdown``, ``--csv``, the lock, checkouts) go through :func:`write_output`, which
+turns a full or read-only disk into one error naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from sparkbuild.errors import OutputError
+
+MIB = 1024 * 1024
+#: Specs, profiles, patches, claims, reports and the lock are all far smaller than this.
+READ_LIMIT = 64 * MIB
+_CHUNK = MIB
+
+
+class NotARegularFileError(OSError):
+    """A FIFO, device, socket or oversized file where a file's bytes were expected."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def describe_size(size: int) -> str:
+    return f"{size / MIB:.0f} MiB" if size >= MIB else f"{size} bytes"
+
+
+def read_bytes(path: Path, *, limit: int = READ_LIMIT) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    Raises ``FileNotFoundError``, ``IsADirectoryError``, or another ``OSError`` (a symlink
+    loop, a FIFO or device, a file over ``limit``) whose ``strerror`` says which.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO does not wait for a writer
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "is a symlink loop, not a file", str(path)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARegularFileError(
+                errno.EINVAL, f"is a {_kind(info.st_mode)}, not a regular file", str(path)
+            )
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, _CHUNK):
+            total += len(chunk)
+            if total > limit:  # checked while reading too: the file may grow meanwhile
+                raise NotARegularFileError(
+                    errno.EFBIG,
+                    f"is larger than {describe_size(limit)}, more than sparkbuild reads",
+                    str(path),
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, *, limit: int = READ_LIMIT) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (``UnicodeDecodeError`` when it is not)."""
+    return read_bytes(path, limit=limit).decode("utf-8")
+
+
+def reason(exc: OSError) -> str:
+    """Why a file operation failed, in words (no errno numbers, no repr)."""
+    return exc.strerror or str(exc)
+
+
+def write_output(path: Path, data: str | bytes, option: str) -> None:
+    """Write an output file (``--markdown FILE``); a full or read-only disk is an error naming
+    the file, not a traceback."""
+    try:
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(
+            f"{option} {path}: cannot write: {reason(exc)}",
+            f"free space on that disk, or pass a writable path to {option}",
+        ) from exc
+
+
+__all__ = [
+    "READ_LIMIT",
+    "NotARegularFileError",
+    "read_bytes",
+    "read_text",
+    "reason",
+    "write_output",
+]
