@@ -30,8 +30,21 @@ class ProbeTarget(Protocol):
     def run(self, plan: dict[str, Any]) -> dict[str, Any]: ...
 
 
+# The probe's stand-ins for kernel binaries, shipped beside it under this name.
+NATIVE_MODULE = "sparkbuild_native.py"
+
+
 def probe_source() -> str:
     return resources.files("sparkbuild").joinpath(PROBE).read_text(encoding="utf-8")
+
+
+def write_probe(directory: Path) -> Path:
+    """The probe and its stand-in module in ``directory``; returns the probe's path."""
+    native = resources.files("sparkbuild.preflight").joinpath("native.py")
+    (directory / NATIVE_MODULE).write_text(native.read_text(encoding="utf-8"), encoding="utf-8")
+    probe = directory / "probe.py"
+    probe.write_text(probe_source(), encoding="utf-8")
+    return probe
 
 
 def parse_output(stdout: str, stderr: str, where: str) -> dict[str, Any]:
@@ -61,8 +74,7 @@ class LocalTarget:
 
     def run(self, plan: dict[str, Any]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="sparkbuild-preflight-") as tmp:
-            probe = Path(tmp) / "probe.py"
-            probe.write_text(probe_source(), encoding="utf-8")
+            probe = write_probe(Path(tmp))
             full = {**plan, "workdir": str(Path(tmp) / "work")}
             if self.package_root is not None:
                 full["package_root"] = str(self.package_root)
@@ -92,7 +104,7 @@ class ImageTarget:
                 "install Docker, or preflight in a local venv (without --image)",
             )
         with tempfile.TemporaryDirectory(prefix="sparkbuild-preflight-") as tmp:
-            Path(tmp, "probe.py").write_text(probe_source(), encoding="utf-8")
+            write_probe(Path(tmp))
             full = {**plan, "workdir": "/tmp/sparkbuild-preflight"}
             Path(tmp, "plan.json").write_text(json.dumps(full), encoding="utf-8")
             cmd = [client, "run", "--rm", "--network", "none", "--entrypoint", self.python]

@@ -6,11 +6,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
+from sparkbuild.engines.signatures import diagnose
 from sparkbuild.preflight.compare import compare_with_release
+from sparkbuild.preflight.kernels import KernelStandins
 from sparkbuild.preflight.plan import (
     REGISTRY_DIRS,
+    SPARK_GPU,
     ProfilePlan,
     load_profile_plan,
 )
@@ -50,8 +54,12 @@ def probe_plan(
     profiles: list[ProfilePlan],
     unavailable: dict[str, str],
     checks: tuple[str, ...],
+    standins: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
     return {
+        "standins": list(standins),
+        # vLLM builds run under a given CPU build of vLLM, whose platform is the CPU.
+        "gpu": SPARK_GPU if build.engine == "sglang" else None,
         "engine": build.engine,
         "package": build.package_dir.strip("/").rsplit("/", 1)[-1],
         "changed": changed,
@@ -107,6 +115,17 @@ def _baseline(
     return data
 
 
+def with_remedy(check: CheckResult, engine: str) -> CheckResult:
+    """A failure the engine raised that is a known signature names the flags that fix it
+    (``data/signatures.yaml``), beside the engine's own words."""
+    if check.status != "fail" or "fix:" in check.detail:
+        return check
+    found = diagnose([check.detail], engine)
+    if not found:
+        return check
+    return replace(check, detail=f"{check.detail}; fix: {found[0].remedy}")
+
+
 def run_preflight(
     settings: Settings,
     prepared: PreparedSource,
@@ -119,21 +138,25 @@ def run_preflight(
     profiles = [load_profile_plan(settings, n, build.engine, version) for n in profile_names]
     changed = changed_in_package(prepared)
     chosen = choose_targets(settings, prepared, where, bool(changed))
-    unavailable = unavailable_modules(chosen.venv)
+    unavailable = unavailable_modules(chosen.venv, chosen.kernels)
     checks = [c for c in ("compile", "signals", *PROFILE_CHECKS) if c in where.checks]
     if changed:
         checks += [c for c in ("imports", "registry") if c in where.checks]
-    data = chosen.target.run(probe_plan(build, changed, profiles, unavailable, tuple(checks)))
+    plan = probe_plan(build, changed, profiles, unavailable, tuple(checks), chosen.standins)
+    data = chosen.target.run(plan)
     base_checks = tuple(c for c in ("imports", "registry") if c in checks)
     base_data = None
     if chosen.base is not None and base_checks:
-        base_plan = probe_plan(build, changed, [], unavailable, base_checks)
+        base_plan = probe_plan(build, changed, [], unavailable, base_checks, chosen.standins)
         base_data = _baseline(settings, prepared, chosen, base_plan)
     profile_results = tuple(
         ProfileResult(
             p.name,
             tuple(
-                CheckResult.from_probe(c, data.get("profiles", {}).get(p.name, {}).get(c))
+                with_remedy(
+                    CheckResult.from_probe(c, data.get("profiles", {}).get(p.name, {}).get(c)),
+                    build.engine,
+                )
                 for c in PROFILE_CHECKS
                 if c in checks
             ),
@@ -151,14 +174,23 @@ def run_preflight(
         profiles=profile_results,
         image_id=chosen.image_id,
         versions=dict(data.get("versions", {})),
-        dependencies=_deps_json(chosen.venv),
+        dependencies=_deps_json(chosen.venv, chosen.kernels, data),
     )
 
 
-def _deps_json(venv: LocalVenv | None) -> dict[str, Any]:
-    if venv is None:
-        return {}
-    return {**venv.deps.to_json(), "unavailable": list(venv.unavailable), "venv": str(venv.path)}
+def _deps_json(
+    venv: LocalVenv | None, kernels: KernelStandins | None, data: dict[str, Any]
+) -> dict[str, Any]:
+    """The venv's dependencies, the kernel stand-ins, and what the probe stood in for."""
+    out: dict[str, Any] = {}
+    if venv is not None:
+        out = {**venv.deps.to_json(), "unavailable": list(venv.unavailable)}
+        out["venv"] = str(venv.path)
+    if kernels is not None:
+        out["standins"] = kernels.to_json()
+    if data.get("native_loads"):
+        out["native_loads"] = data["native_loads"]
+    return out
 
 
 def report_json(reports: list[PreflightReport]) -> str:
