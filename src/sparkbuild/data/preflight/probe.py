@@ -385,14 +385,16 @@ def flag_forms(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 def spelled_as(flag: str, forms: dict[str, str]) -> str | None:
-    """The full flag an accepted spelling stands for (prefix or underscore form)."""
+    """What an accepted spelling stands for (a prefix or the underscore form), naming the
+    option it matched and, where that is an alias, the action's full flag."""
     if flag in forms:
         return None
     dashed = "--" + flag[2:].replace("_", "-")
-    if dashed in forms:
-        return forms[dashed]
-    full = {forms[o] for o in forms if o.startswith(flag) or o.startswith(dashed)}
-    return next(iter(full)) if len(full) == 1 else None
+    matched = [dashed] if dashed in forms else sorted(o for o in forms if o.startswith(dashed))
+    if not matched or len({forms[o] for o in matched}) != 1:
+        return None
+    option, full = matched[0], forms[matched[0]]
+    return option if option == full else f"{option} (= {full})"
 
 
 def check_flags(engine: str, profile: dict[str, Any], unavailable: dict[str, str]) -> Check:
@@ -409,9 +411,8 @@ def check_flags(engine: str, profile: dict[str, Any], unavailable: dict[str, str
     detail = f"the engine's launch parser accepts {len(flags)} flag(s) with their values"
     if notes:
         detail += "; " + "; ".join(
-            f"note: {n['flag']} is accepted as {n['full']} (argparse abbreviation)"
-            if not n["flag"].replace("_", "-").startswith(n["full"])
-            else f"note: {n['flag']} is accepted as {n['full']}"
+            f"note: {n['flag']} is accepted as {n['full']}"
+            + ("" if "_" in n["flag"] else " (argparse abbreviation)")
             for n in notes
         )
     return result("pass", detail, [*flags, *notes])
