@@ -355,6 +355,29 @@ class NativeLibrary:
         return value
 
 
+def _standin_value(torch: Any, kind: str) -> Any:
+    """What a stand-in op returns for one return type of its schema: no kernel ran."""
+    if kind.endswith("?") or kind.startswith("Optional"):
+        return None
+    if kind == "Tensor":
+        return torch.empty(0)
+    if kind.endswith("[]") or kind.startswith("List"):
+        return []
+    return {"int": 0, "float": 0.0, "bool": False, "str": "", "SymInt": 0}.get(kind)
+
+
+def _standin_kernel(torch: Any, schema: str) -> Any:
+    """An implementation for a stand-in op: import-time calls (a version query) get values
+    of the schema's return types; nothing is computed."""
+    returns = [str(r.type) for r in torch._C.parse_schema(schema).returns]
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        values = [_standin_value(torch, kind) for kind in returns]
+        return None if not values else values[0] if len(values) == 1 else tuple(values)
+
+    return kernel
+
+
 class TvmFfiModule:
     """``tvm_ffi.load_module`` of a stand-in binary: the functions it exports (its
     ``__tvm_ffi_<name>`` symbols), and no others."""
@@ -513,6 +536,8 @@ class Hooks:
                     continue
                 try:
                     library.define(schema)
+                    kernel = _standin_kernel(torch, schema)
+                    library.impl(schema.split("(", 1)[0], kernel, "CompositeExplicitAutograd")
                 except Exception:
                     continue
                 self.defined.add(op)
