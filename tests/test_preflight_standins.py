@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.preflight.deps import TORCH
-from sparkbuild.preflight.kernels import KernelStandin, StandinCache
+from sparkbuild.preflight.kernels import KernelStandin, StandinCache, merged_site
 from sparkbuild.preflight.native import PLACEHOLDER, SIDECAR
 from sparkbuild.preflight.plan import SPARK_GPU
 from sparkbuild.preflight.venv import ensure_torch_base
@@ -66,7 +66,7 @@ except ImportError as exc:
     out["before"] = f"{type(exc).__name__}: {exc}"
 sys.path.insert(0, sys.argv[1])
 import native
-hooks = native.install(json.loads(sys.argv[2]), json.loads(sys.argv[3]))
+hooks = native.install(json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4])
 import torch
 import sgl_kernel
 from sgl_kernel import fast_topk, rmsnorm  # real names of the package's Python API
@@ -96,7 +96,8 @@ def test_real_python_imports_over_stand_in_binaries(kernel: KernelStandin) -> No
         python = site.parents[2] / "bin" / "python"
         Path(tmp, "native.py").write_text(NATIVE.read_text())
         Path(tmp, "probe.py").write_text(PROBE)
-        args = [tmp, json.dumps([kernel.to_probe()]), json.dumps(SPARK_GPU)]
+        site = merged_site(shared_test_cache() / "preflight-kernels", (kernel,))
+        args = [tmp, json.dumps([kernel.to_probe()]), json.dumps(SPARK_GPU), str(site)]
         done = subprocess.run(
             [str(python), "-I", str(Path(tmp, "probe.py")), *args],
             capture_output=True,

@@ -101,6 +101,7 @@ class KernelStandins:
 
     packages: tuple[KernelStandin, ...]
     missing: tuple[tuple[str, str], ...]  # (requirement, why)
+    site: Path | None = None  # every package's files in one folder, as an install has them
 
     def import_names(self) -> set[str]:
         return {m for p in self.packages for m in p.modules if not p.real}
@@ -292,7 +293,36 @@ def kernel_standins(root: Path, requirements: Iterable[str], have: Iterable[str]
                 continue
             if _wanted(dep, extras):
                 queue.append((_pin(dep), set(dep.extras)))
-    return KernelStandins(tuple(packages.values()), tuple(missing))
+    found = tuple(packages.values())
+    return KernelStandins(found, tuple(missing), merged_site(cache.root, found))
+
+
+def merged_site(root: Path, packages: tuple[KernelStandin, ...]) -> Path | None:
+    """One site directory of links to every package's files, later packages over earlier
+    ones as pip installs them: packages that share a folder (the CuTe DSL's libs-base,
+    libs-core and libs-cu13 all fill ``nvidia_cutlass_dsl/``) meet as they do when
+    installed, and their ``.pth`` files are processed. Links resolve into each package's
+    own directory, which is how the probe knows whose binary a path is."""
+    if not packages:
+        return None
+    key = hashlib.sha256("\n".join(p.wheel for p in packages).encode()).hexdigest()[:24]
+    site = root / "sites" / key
+    if (site / _READY).is_file():
+        return site
+    work = site.with_name(f"{key}.tmp{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    for package in packages:
+        for path in package.root.rglob("*"):
+            if path.is_dir() or path.name == _READY:
+                continue
+            link = work / path.relative_to(package.root)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.unlink(missing_ok=True)
+            link.symlink_to(path)
+    (work / _READY).write_text(json.dumps([p.wheel for p in packages]), encoding="utf-8")
+    shutil.rmtree(site, ignore_errors=True)
+    work.rename(site)
+    return site
 
 
 def is_cuda_package(name: str) -> bool:
@@ -304,4 +334,4 @@ def _pin(req: Requirement) -> str:
     return f"{req.name}{req.specifier}"
 
 
-__all__ = ["KernelStandin", "KernelStandins", "StandinCache", "kernel_standins"]
+__all__ = ["KernelStandin", "KernelStandins", "StandinCache", "kernel_standins", "merged_site"]

@@ -477,10 +477,6 @@ class Hooks:
         return next((s for s in self.standins if top in s.modules), None)
 
     def install(self) -> None:
-        for standin in self.standins:
-            for root in standin.roots:
-                if str(root) not in sys.path:
-                    sys.path.append(str(root))
         sys.meta_path.insert(0, ExtensionFinder(self))
         sys.meta_path.insert(0, AfterImport({"tvm_ffi": self._patch_tvm_ffi}))
         self._patch_extension_loader()
@@ -665,7 +661,9 @@ def installed(dist: str) -> dict[str, Any] | None:
     }
 
 
-def install(plan: list[dict[str, Any]], gpu: dict[str, Any] | None = None) -> Hooks:
+def install(
+    plan: list[dict[str, Any]], gpu: dict[str, Any] | None = None, site: str | None = None
+) -> Hooks:
     """Serve each planned distribution's real Python with stand-in binaries. An entry is
     a directory the host extracted (``roots``), or (``installed``) a distribution of this
     interpreter, as in a built image."""
@@ -675,7 +673,6 @@ def install(plan: list[dict[str, Any]], gpu: dict[str, Any] | None = None) -> Ho
         if entry is None:
             continue
         if entry.get("real"):  # a CPU dependency, imported for real
-            sys.path.extend(r for r in entry["roots"] if r not in sys.path)
             continue
         native = entry.get("native_files")
         standins.append(
@@ -691,6 +688,8 @@ def install(plan: list[dict[str, Any]], gpu: dict[str, Any] | None = None) -> Ho
     if gpu:
         PlatformStandin(gpu).install()
     hooks.install()
+    if site:  # the host's folder of every package, after the hooks: .pth files import
+        importlib.import_module("site").addsitedir(site)
     return hooks
 
 

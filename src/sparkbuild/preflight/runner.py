@@ -6,6 +6,7 @@ JSON back, so the checks and verdicts do not depend on where they ran.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -38,10 +39,19 @@ def probe_source() -> str:
     return resources.files("sparkbuild").joinpath(PROBE).read_text(encoding="utf-8")
 
 
+def _native_source() -> str:
+    return resources.files("sparkbuild.preflight").joinpath("native.py").read_text("utf-8")
+
+
+def probe_digest() -> str:
+    """The probe's code (with its stand-in module): cached results depend on it."""
+    text = probe_source() + "\0" + _native_source()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def write_probe(directory: Path) -> Path:
     """The probe and its stand-in module in ``directory``; returns the probe's path."""
-    native = resources.files("sparkbuild.preflight").joinpath("native.py")
-    (directory / NATIVE_MODULE).write_text(native.read_text(encoding="utf-8"), encoding="utf-8")
+    (directory / NATIVE_MODULE).write_text(_native_source(), encoding="utf-8")
     probe = directory / "probe.py"
     probe.write_text(probe_source(), encoding="utf-8")
     return probe
@@ -136,4 +146,12 @@ def _run(cmd: list[str], where: str, cwd: Path | None = None) -> subprocess.Comp
     return done
 
 
-__all__ = ["ImageTarget", "LocalTarget", "ProbeTarget", "parse_output", "probe_source"]
+__all__ = [
+    "ImageTarget",
+    "LocalTarget",
+    "ProbeTarget",
+    "parse_output",
+    "probe_digest",
+    "probe_source",
+    "write_probe",
+]

@@ -25,6 +25,7 @@ from sparkbuild.preflight.report import (
     PreflightReport,
     ProfileResult,
 )
+from sparkbuild.preflight.runner import probe_digest
 from sparkbuild.preflight.signals import signals_for
 from sparkbuild.preflight.venv import LocalVenv
 from sparkbuild.preflight.where import (
@@ -100,7 +101,10 @@ def _baseline(
     assert chosen.base is not None
     if chosen.image_id is not None:  # an image's base is judged by its own id each time
         return chosen.base.run(plan)
-    text = json.dumps([prepared.base_commit, chosen.deps_digest, plan], sort_keys=True)
+    # The probe's own code is part of what the answer depends on.
+    text = json.dumps(
+        [prepared.base_commit, chosen.deps_digest, plan, probe_digest()], sort_keys=True
+    )
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
     path = settings.cache_dir / "preflight-baselines" / f"{key}.json"
     if path.exists():
@@ -143,11 +147,13 @@ def run_preflight(
     if changed:
         checks += [c for c in ("imports", "registry") if c in where.checks]
     plan = probe_plan(build, changed, profiles, unavailable, tuple(checks), chosen.standins)
+    plan["standin_site"] = chosen.standin_site
     data = chosen.target.run(plan)
     base_checks = tuple(c for c in ("imports", "registry") if c in checks)
     base_data = None
     if chosen.base is not None and base_checks:
         base_plan = probe_plan(build, changed, [], unavailable, base_checks, chosen.standins)
+        base_plan["standin_site"] = chosen.standin_site
         base_data = _baseline(settings, prepared, chosen, base_plan)
     profile_results = tuple(
         ProfileResult(

@@ -158,6 +158,11 @@ class ChosenTargets:
     kernels: KernelStandins | None = None  # the venv's kernel-package stand-ins
     standins: tuple[dict[str, Any], ...] = ()  # what the probe stands in for (its plan)
 
+    @property
+    def standin_site(self) -> str | None:
+        site = self.kernels.site if self.kernels else None
+        return str(site) if site else None
+
 
 def choose_targets(
     settings: Settings, prepared: PreparedSource, where: Where, changed: bool

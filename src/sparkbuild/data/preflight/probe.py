@@ -846,7 +846,9 @@ def install_standins(plan: dict[str, Any]) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     native = importlib.import_module("sparkbuild_native")
     sys.path.pop(0)
-    _STATE["standins"] = native.install(plan.get("standins") or [], plan.get("gpu"))
+    _STATE["standins"] = native.install(
+        plan.get("standins") or [], plan.get("gpu"), plan.get("standin_site")
+    )
 
 
 def native_loads() -> list[dict[str, Any]]:
