@@ -96,8 +96,8 @@ def test_real_python_imports_over_stand_in_binaries(kernel: KernelStandin) -> No
         python = site.parents[2] / "bin" / "python"
         Path(tmp, "native.py").write_text(NATIVE.read_text())
         Path(tmp, "probe.py").write_text(PROBE)
-        site = merged_site(shared_test_cache() / "preflight-kernels", (kernel,))
-        args = [tmp, json.dumps([kernel.to_probe()]), json.dumps(SPARK_GPU), str(site)]
+        folder = merged_site(shared_test_cache() / "preflight-kernels", (kernel,))
+        args = [tmp, json.dumps([kernel.to_probe()]), json.dumps(SPARK_GPU), str(folder)]
         done = subprocess.run(
             [str(python), "-I", str(Path(tmp, "probe.py")), *args],
             capture_output=True,

@@ -33,7 +33,13 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild import console
 from sparkbuild.preflight.deps import CUDA_ONLY, STANDIN_ALSO_INSTALLED
-from sparkbuild.preflight.native import PLACEHOLDER, SIDECAR, index_binary, is_native
+from sparkbuild.preflight.native import (
+    INDEX_VERSION,
+    PLACEHOLDER,
+    SIDECAR,
+    index_binary,
+    is_native,
+)
 
 # What the Spark runs: the stand-ins are its wheels, whatever this host is.
 PLATFORM_ARGS = (
@@ -217,8 +223,11 @@ class StandinCache:
             resolved.write_text(json.dumps({"wheel": wheel.stem}), encoding="utf-8")
             return made
 
+    def _folder(self, stem: str) -> Path:
+        return self.root / f"{stem}.i{INDEX_VERSION}"
+
     def _load(self, stem: str) -> KernelStandin | None:
-        ready = self.root / stem / _READY
+        ready = self._folder(stem) / _READY
         if not ready.is_file():
             return None
         data = json.loads(ready.read_text(encoding="utf-8"))
@@ -226,7 +235,7 @@ class StandinCache:
             dist=data["dist"],
             version=data["version"],
             wheel=stem + ".whl",
-            root=self.root / stem,
+            root=self._folder(stem),
             modules=tuple(data["modules"]),
             requires=tuple(data["requires"]),
             real=bool(data.get("real")),
@@ -236,7 +245,7 @@ class StandinCache:
         dist, version = _parse_wheel_name(wheel.name)
         what = "dependency" if real else "stand-in"
         console.err.print(f"preflight: unpacking the {dist} {version} {what} ({wheel.name})")
-        target = self.root / wheel.stem
+        target = self._folder(wheel.stem)
         work = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(work, ignore_errors=True)
         modules, requires = _unpack(wheel, work, real=real)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -45,6 +46,9 @@ _SCHEMA = re.compile(
     rb"(?<=\x00)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\(([\x20-\x7e\n]*?)\) ?-> ?"
 )
 _IDENT = re.compile(rb"(?<=\x00)([A-Za-z_][A-Za-z0-9_]{1,79})(?=\x00)")
+# nanobind keeps a binding's name only inside its signature string ("def name(...) -> ...").
+_SIGNATURE = re.compile(rb"(?<=\x00)(?:def|class) ([A-Za-z_][A-Za-z0-9_]{0,79})[(:\[]")
+INDEX_VERSION = 2  # bump when index_binary reads more: cached indexes are made again
 _OPS_NAMESPACE = re.compile(r"torch\.ops\.([A-Za-z_][A-Za-z0-9_]*)|[\"']([a-z_][a-z0-9_]*)::")
 
 
@@ -131,6 +135,7 @@ def index_binary(path: Path) -> dict[str, Any]:
                     text = (match.group(0) + tail).decode("ascii", "replace")
                     schemas.setdefault(match.group(1).decode(), " ".join(text.split()))
                 names.update(m.group(1).decode() for m in _IDENT.finditer(chunk))
+                names.update(m.group(1).decode() for m in _SIGNATURE.finditer(chunk))
             return {
                 "format": "elf" if data[:4] == b"\x7fELF" else "unknown",
                 "machine": elf_machine(data),
@@ -307,9 +312,23 @@ class NativeModule(types.ModuleType):
     ) -> None:
         super().__init__(name)
         self.__file__ = path
+        self.__path__: list[str] = []  # bindings may hold submodules (nanobind, MLIR)
         self.__sparkbuild_standin__ = f"{owner.label} ({how})"
+        self._sparkbuild_owner = owner
+        self._sparkbuild_how = how
         self._sparkbuild_names = names
         self._sparkbuild_exact = exact
+
+    def submodule(self, name: str) -> NativeModule:
+        """A submodule the binary defines (``_cutlass_ir._mlir``), with the same names."""
+        return NativeModule(
+            name,
+            self.__file__ or "",
+            self._sparkbuild_owner,
+            self._sparkbuild_names,
+            self._sparkbuild_how,
+            self._sparkbuild_exact,
+        )
 
     def _sparkbuild_defines(self, name: str) -> bool:
         if name in self._sparkbuild_names:
@@ -434,6 +453,19 @@ class AfterImport:
         return spec
 
 
+class SubmoduleLoader(importlib.abc.Loader):
+    """Loads a submodule of a stand-in extension module."""
+
+    def __init__(self, parent: NativeModule) -> None:
+        self.parent = parent
+
+    def create_module(self, spec: Any) -> NativeModule:
+        return self.parent.submodule(spec.name)
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
 class ExtensionFinder:
     """Finds a stand-in package's extension modules by any platform's file name: the wheel
     is the Spark's (``core.cpython-311-aarch64-linux-gnu.so``), which this host's own import
@@ -443,9 +475,14 @@ class ExtensionFinder:
         self.hooks = hooks
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        parent_name, _, leaf = fullname.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if isinstance(parent, NativeModule):
+            if not parent._sparkbuild_defines(leaf):
+                return None
+            return importlib.util.spec_from_loader(fullname, SubmoduleLoader(parent))
         if self.hooks.owner_of_module(fullname) is None:
             return None
-        leaf = fullname.rsplit(".", 1)[-1]
         dirs = list(path) if path else [str(r) for s in self.hooks.standins for r in s.roots]
         for directory in dirs:
             folder = Path(directory)
@@ -502,14 +539,23 @@ class Hooks:
         loader.exec_module = exec_module  # type: ignore[method-assign]
 
     def extension_module(self, name: str, path: str, owner: Standin) -> NativeModule:
-        index = NativeIndex.of(path)
         stem = Path(path).name.split(".")[0]
         declared = pyi_names(Path(path).with_name(stem + ".pyi"))
         how = "names from its .pyi" if declared is not None else "names read from the binary"
-        names = set(declared if declared is not None else index.get("names", []))
+        names = set(declared if declared is not None else self.folder_names(path))
         self.register_ops(path, owner)
         self.loaded.append({"module": name, "file": Path(path).name, "package": owner.label})
         return NativeModule(name, path, owner, names, how, exact=declared is not None)
+
+    def folder_names(self, path: str) -> set[str]:
+        """Names read from the binaries of an extension's folder: bindings often live in a
+        library beside the module (MLIR's ``_mlir_libs``), and the module links it."""
+        folder = Path(path).parent
+        binaries = [f for f in folder.iterdir() if f.is_file() and is_native(f.name)]
+        names: set[str] = set()
+        for binary in binaries or [Path(path)]:
+            names.update(NativeIndex.of(binary).get("names", []))
+        return names
 
     def register_ops(self, path: str, owner: Standin) -> None:
         """Define the binary's operator schemas under the namespaces its package uses, so
@@ -694,6 +740,7 @@ def install(
 
 
 __all__ = [
+    "INDEX_VERSION",
     "PLACEHOLDER",
     "SIDECAR",
     "Hooks",

@@ -123,7 +123,12 @@ def unavailable_modules(
         name = _requirement_name(requirement)
         modules[name.replace("-", "_")] = name
     covered = standins.import_names() if standins else set()
-    return {module: dist for module, dist in modules.items() if module not in covered}
+    dists = {p.dist for p in standins.packages} if standins else set()
+    return {
+        module: dist
+        for module, dist in modules.items()
+        if module not in covered and dist not in dists
+    }
 
 
 def image_standins() -> list[dict[str, Any]]:
