@@ -122,6 +122,7 @@ class KernelStandins:
                 for p in self.packages
             ],
             "missing": [{"requirement": r, "why": w} for r, w in self.missing],
+            "site": str(self.site) if self.site else None,
         }
 
 
