@@ -22,6 +22,7 @@ and the host uses it to index the binaries of the wheels it downloads.
 
 from __future__ import annotations
 
+import abc
 import ast
 import ctypes
 import importlib.abc
@@ -244,8 +245,9 @@ class NativeIndex:
         return cls._cache[key]
 
 
-class _NativeMeta(type):
-    """Stand-in classes: attribute lookups give further stand-ins, iteration is empty."""
+class _NativeMeta(abc.ABCMeta):
+    """Stand-in classes: attribute lookups give further stand-ins, iteration is empty. An
+    ABCMeta, so a class may derive from a stand-in and an abstract base at once."""
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
