@@ -65,6 +65,10 @@ CUDA_PACKAGE = re.compile(
     r"^(?:nvidia-|cuda-|flashinfer|sgl-|sglang-kernel|tilelang|tokenspeed|torch-c-dlpack|"
     r"quack-kernels|humming-kernels|flash-attn|deep-)|-cu1[0-9]$"
 )
+# Left out of the venv but CPU libraries at heart: their real package (this host's wheel of
+# the release's pin) is imported, and only the binaries it loads for kernel packages are
+# stood in for (``tvm_ffi.load_module``).
+REAL_ON_CPU = frozenset({"apache-tvm-ffi"})
 # Left out, not stood in: `kernels` downloads kernels from the Hub at run time, and the
 # release leaves it unpinned, so its newest release is not what the image held.
 NOT_STOOD_IN = frozenset({"kernels"})
@@ -336,6 +340,8 @@ def merged_site(root: Path, packages: tuple[KernelStandin, ...]) -> Path | None:
 
 
 def is_cuda_package(name: str) -> bool:
+    if name in REAL_ON_CPU:
+        return False
     return name in CUDA_ONLY or name in STANDIN_ALSO_INSTALLED or bool(CUDA_PACKAGE.search(name))
 
 
@@ -344,4 +350,11 @@ def _pin(req: Requirement) -> str:
     return f"{req.name}{req.specifier}"
 
 
-__all__ = ["KernelStandin", "KernelStandins", "StandinCache", "kernel_standins", "merged_site"]
+__all__ = [
+    "REAL_ON_CPU",
+    "KernelStandin",
+    "KernelStandins",
+    "StandinCache",
+    "kernel_standins",
+    "merged_site",
+]

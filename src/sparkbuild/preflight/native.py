@@ -252,10 +252,19 @@ class _NativeMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return stub(f"{cls.__qualname__}.{name}")
+        return deeper(cls.__qualname__, name)
 
     def __iter__(cls) -> Iterator[Any]:
         return iter(())
+
+    def __getitem__(cls, key: Any) -> Any:
+        return stub(f"{cls.__qualname__}[]")
+
+    def __setitem__(cls, key: Any, value: Any) -> None:
+        pass
+
+    def __contains__(cls, key: Any) -> bool:
+        return False
 
 
 class NativeValue(metaclass=_NativeMeta):
@@ -271,13 +280,22 @@ class NativeValue(metaclass=_NativeMeta):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return stub(f"{type(self).__qualname__}.{name}")
+        return deeper(type(self).__qualname__, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return stub(f"{type(self).__qualname__}()")()
 
     def __iter__(self) -> Iterator[Any]:
         return iter(())
+
+    def __getitem__(self, key: Any) -> Any:
+        return stub(f"{type(self).__qualname__}[]")()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def __contains__(self, key: Any) -> bool:
+        return False
 
     def __len__(self) -> int:
         return 0
@@ -296,6 +314,14 @@ class NativeValue(metaclass=_NativeMeta):
 
 
 _MAX_DEPTH = 8  # deeper attribute chains end: a loop walking `.parent` must stop
+
+
+def deeper(qualname: str, name: str) -> Any:
+    """An attribute of a stand-in value; ``None`` past the depth limit, which ends loops
+    such as ``while info is not None: info = info.parent_type_info``."""
+    if qualname.count(".") >= _MAX_DEPTH:
+        return None
+    return stub(f"{qualname}.{name}")
 
 
 def stub(qualname: str) -> Any:
@@ -660,7 +686,10 @@ class PlatformStandin:
         )
 
     def install(self) -> None:
-        torch = importlib.import_module("torch")
+        try:
+            torch = importlib.import_module("torch")
+        except ImportError:  # an interpreter without torch: nothing asks about a GPU
+            return
         cuda, gpu = torch.cuda, self.gpu
         capability = tuple(gpu["capability"])
         memory = int(gpu["memory_bytes"])

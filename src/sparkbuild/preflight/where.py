@@ -21,7 +21,7 @@ from sparkbuild.preflight.deps import (
     dependency_set,
     wheel_requirements,
 )
-from sparkbuild.preflight.kernels import KernelStandins, kernel_standins
+from sparkbuild.preflight.kernels import REAL_ON_CPU, KernelStandins, kernel_standins
 from sparkbuild.preflight.plan import UNAVAILABLE_MODULES
 from sparkbuild.preflight.report import PACKAGE_CHECKS, PROFILE_CHECKS
 from sparkbuild.preflight.runner import ImageTarget, LocalTarget, ProbeTarget
@@ -134,7 +134,7 @@ def unavailable_modules(
 def image_standins() -> list[dict[str, Any]]:
     """In a built image the kernel packages are installed: the probe stands in for their
     binaries where they are."""
-    names = [n for n in CUDA_ONLY if n not in ("torch", "torchvision")]
+    names = [n for n in CUDA_ONLY if n not in ("torch", "torchvision", *REAL_ON_CPU)]
     return [{"dist": name, "installed": True} for name in [*names, *STANDIN_ALSO_INSTALLED]]
 
 
