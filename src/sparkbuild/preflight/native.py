@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import abc
 import ast
+import builtins
 import ctypes
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
 import json
+import keyword
 import mmap
 import re
 import struct
@@ -46,10 +48,12 @@ _SKIP_SECTIONS = (".nv_fatbin", "__nv_relfatbin", ".nvFatBinSegment", ".text", "
 _SCHEMA = re.compile(
     rb"(?<=\x00)([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?)\(([\x20-\x7e\n]*?)\) ?-> ?"
 )
-_IDENT = re.compile(rb"(?<=\x00)([A-Za-z_][A-Za-z0-9_]{1,79})(?=\x00)")
+# A whole string, or the identifier that ends one: the linker keeps a literal that is the
+# tail of another string once ("InsertionPoint" inside "No current InsertionPoint").
+_IDENT = re.compile(rb"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]{1,79})(?=\x00)")
 # nanobind keeps a binding's name only inside its signature string ("def name(...) -> ...").
 _SIGNATURE = re.compile(rb"(?<=\x00)(?:def|class) ([A-Za-z_][A-Za-z0-9_]{0,79})[(:\[]")
-INDEX_VERSION = 2  # bump when index_binary reads more: cached indexes are made again
+INDEX_VERSION = 3  # bump when index_binary reads more: cached indexes are made again
 _OPS_NAMESPACE = re.compile(r"torch\.ops\.([A-Za-z_][A-Za-z0-9_]*)|[\"']([a-z_][a-z0-9_]*)::")
 
 
@@ -283,6 +287,8 @@ class NativeValue(metaclass=_NativeMeta):
         return deeper(type(self).__qualname__, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], type | types.FunctionType):
+            return args[0]  # a decorator (``@register_value_caster(...)``) keeps what it wraps
         return stub(f"{type(self).__qualname__}()")()
 
     def __iter__(self) -> Iterator[Any]:
@@ -299,6 +305,12 @@ class NativeValue(metaclass=_NativeMeta):
 
     def __len__(self) -> int:
         return 0
+
+    def __enter__(self) -> Any:  # bindings' contexts (MLIR's InsertionPoint, Context)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
     def __int__(self) -> int:
         return 0
@@ -336,7 +348,14 @@ class NativeModule(types.ModuleType):
     """An extension module's stand-in: the names the real binary defines, and no others."""
 
     def __init__(
-        self, name: str, path: str, owner: Standin, names: set[str], how: str, exact: bool
+        self,
+        name: str,
+        path: str,
+        owner: Standin,
+        names: set[str],
+        how: str,
+        exact: bool,
+        values: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name)
         self.__file__ = path
@@ -346,6 +365,8 @@ class NativeModule(types.ModuleType):
         self._sparkbuild_how = how
         self._sparkbuild_names = names
         self._sparkbuild_exact = exact
+        # One binary's values, shared with its submodules: a star import makes each once.
+        self._sparkbuild_values: dict[str, Any] = {} if values is None else values
 
     def submodule(self, name: str) -> NativeModule:
         """A submodule the binary defines (``_cutlass_ir._mlir``), with the same names."""
@@ -356,10 +377,41 @@ class NativeModule(types.ModuleType):
             self._sparkbuild_names,
             self._sparkbuild_how,
             self._sparkbuild_exact,
+            self._sparkbuild_values,
         )
 
+    def _sparkbuild_public(self) -> frozenset[str]:
+        """The names a star import may bind; from strings, also the class names stored as
+        tails of longer ones ("ArrayAttr" in "DenseArrayAttr", "F16Type" in "BF16Type")."""
+        public = self._sparkbuild_values.get("\0public")
+        if public is None:
+            names = set(self._sparkbuild_names)
+            if not self._sparkbuild_exact:
+                names.update(n[i:] for n in list(names) for i in range(1, len(n)) if n[i].isupper())
+            public = frozenset(n for n in names if n.isidentifier() and not n.startswith("_"))
+            self._sparkbuild_values["\0public"] = public
+        return public
+
+    @property
+    def __all__(self) -> list[str]:
+        """What ``from <binding> import *`` binds: the binary's public names, less the
+        importer's own names and builtins (names read from strings include ``print``-like
+        words that a real binding does not export and must not shadow)."""
+        importer = sys._getframe(1).f_globals  # the star import runs in C: no frame between
+        if not self._sparkbuild_exact:
+            # Names read from strings miss other literals stored as tails: the importer
+            # answers the rest by the binding's own rule (PEP 562), as a re-export would.
+            importer.setdefault("__getattr__", self._sparkbuild_reexport)
+        taken = set(importer) | set(dir(builtins)) | set(keyword.kwlist)
+        return sorted(self._sparkbuild_public() - taken)
+
+    def _sparkbuild_reexport(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return getattr(self, name)
+
     def _sparkbuild_defines(self, name: str) -> bool:
-        if name in self._sparkbuild_names:
+        if name in self._sparkbuild_names or name in self._sparkbuild_public():
             return True
         # The linker stores a string that ends another one only once ("data_type" inside
         # "io_data_type"): a name read from the binary may be the tail of a longer string.
@@ -368,9 +420,10 @@ class NativeModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
+        if name in self._sparkbuild_values:
+            return self._sparkbuild_values[name]
         if self._sparkbuild_defines(name):
-            value = stub(f"{self.__name__}.{name}")
-            setattr(self, name, value)
+            value = self._sparkbuild_values[name] = stub(f"{self.__name__}.{name}")
             return value
         raise AttributeError(
             f"module {self.__name__!r} has no attribute {name!r}: the real binary "
