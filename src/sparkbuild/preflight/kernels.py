@@ -319,7 +319,8 @@ def merged_site(root: Path, packages: tuple[KernelStandin, ...]) -> Path | None:
     own directory, which is how the probe knows whose binary a path is."""
     if not packages:
         return None
-    key = hashlib.sha256("\n".join(p.wheel for p in packages).encode()).hexdigest()[:24]
+    # By the packages' folders, which carry the index version: links into old ones are stale.
+    key = hashlib.sha256("\n".join(str(p.root) for p in packages).encode()).hexdigest()[:24]
     site = root / "sites" / key
     if (site / _READY).is_file():
         return site

@@ -397,7 +397,10 @@ class NativeModule(types.ModuleType):
         """What ``from <binding> import *`` binds: the binary's public names, less the
         importer's own names and builtins (names read from strings include ``print``-like
         words that a real binding does not export and must not shadow)."""
-        importer = sys._getframe(1).f_globals  # the star import runs in C: no frame between
+        caller = sys._getframe(1)  # a star import runs in C: the importer's module body
+        if caller.f_code.co_name != "<module>":  # a library reading __all__: no side effects
+            return sorted(self._sparkbuild_public())
+        importer = caller.f_globals
         if not self._sparkbuild_exact:
             # Names read from strings miss other literals stored as tails: the importer
             # answers the rest by the binding's own rule (PEP 562), as a re-export would.
