@@ -3,9 +3,12 @@
 The image holds the build's patched SGLang tree (0.5.12 with the reserved-token and
 speculative-defaults patches) as its installed package; the interpreter and the release's
 dependencies come from the same preflight venv, bind-mounted read-only into the skeleton
-image the smoke tests use (no image with torch can be pulled here). The probe, the plan and
-the verdicts are the same; only where it ran differs. A broken variant of the tree fails the
-same way in both.
+image the smoke tests use (no image with torch can be pulled here). The kernel packages are
+installed there as in a real image: the folder of the release's pinned wheels that the venv
+run used, made a site directory of the container's interpreter (`sitecustomize`), so the
+probe finds them as installed distributions and stands in for their binaries where they
+are. The probe, the plan and the verdicts are the same; only where it ran differs. A broken
+variant of the tree fails the same way in both.
 """
 
 from __future__ import annotations
@@ -79,8 +82,22 @@ def test_image_and_venv_give_the_same_verdicts(tmp_path: Path, patches: list[str
     torch_base = (venv / "lib").glob("python3*/site-packages/sparkbuild-torch.pth")
     torch_site = Path(next(torch_base).read_text().strip())
     torch_venv = torch_site.parents[2]
-    mounts = [*engine_mounts(venv), f"{torch_venv}:{torch_venv}:ro"]
-    args = tuple(a for m in mounts for a in ("-v", m))
+    kernels = Path(local.dependencies["standins"]["site"])
+    kernel_cache = kernels.parents[1]  # links in the site point into the cache's folders
+    customize = tmp_path / "customize"
+    customize.mkdir()
+    (customize / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(kernels)!r})\n")
+    mounts = [
+        *engine_mounts(venv),
+        f"{torch_venv}:{torch_venv}:ro",
+        f"{kernel_cache}:{kernel_cache}:ro",
+        f"{customize}:/sparkbuild-customize:ro",
+    ]
+    args = (
+        *(a for m in mounts for a in ("-v", m)),
+        "-e",
+        "PYTHONPATH=/sparkbuild-customize:/opt/engine",
+    )
     in_image = run_preflight(
         project.settings,
         prepared,

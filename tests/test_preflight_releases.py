@@ -221,3 +221,43 @@ def test_pr_standin_needing_a_newer_helper_fails_imports(project: Project) -> No
     assert status == "fail"
     assert "sglang.srt.speculative.reserved_budget" in detail
     assert "'compute_num_reserved_tokens'" in detail and "sglang.srt.managers.utils" in detail
+
+
+# The seed's launch line starts `--tp 1`: argparse's abbreviation of --tp-size, which
+# SGLang's own launch parser (prepare_server_args) accepts; `--speculative-algo` likewise.
+ABBREVIATED = """\
+engine: sglang
+model: Qwen/Qwen3.6-27B-FP8
+args: [--tp, "1", --speculative-algo, NEXTN, --mem-fraction-static, "0.82", --trust-remote-code]
+"""
+MISSPELT = """\
+engine: sglang
+model: Qwen/Qwen3.6-27B-FP8
+args: [--tp-sise, "1", --trust-remote-code]
+"""
+BAD_CHOICE = """\
+engine: sglang
+model: Qwen/Qwen3.6-27B-FP8
+args: [--attention-backend, tritonn]
+"""
+
+
+@pytest.mark.engine  # the release's own parser, in the release's venv
+def test_flags_are_judged_by_the_engines_launch_parser(project: Project) -> None:
+    project.write_profile("abbreviated", ABBREVIATED)
+    project.write_profile("misspelt", MISSPELT)
+    project.write_profile("bad-choice", BAD_CHOICE)
+    project.write_builds({"b": {"ref": "v0.5.12"}})
+    report = project.preflight("b", ["abbreviated", "misspelt", "bad-choice"], checks=("flags",))
+    status, detail = _check(report, "abbreviated", "flags")
+    assert status == "pass", detail
+    assert "note: --tp is accepted as --tp-size" in detail
+    assert "note: --speculative-algo is accepted as --speculative-algorithm" in detail
+    # A flag the engine rejects fails with the engine's own message, and our nearest names.
+    status, detail = _check(report, "misspelt", "flags")
+    assert status == "fail"
+    assert "sglang serve: error: unrecognized arguments: --tp-sise" in detail
+    assert "--tp-sise: nearest --tp-size" in detail
+    status, detail = _check(report, "bad-choice", "flags")
+    assert status == "fail"
+    assert "argument --attention-backend: invalid choice: 'tritonn'" in detail

@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.pr_standins import push_gemma4_mtp_pr
+from tests.support.pr_standins import (
+    FROZEN_KV_MTP_UTILS,
+    push_gemma4_mtp_pr,
+    push_kernel_import_variant,
+)
 from tests.support.preflight_env import ROOT, Project, release_repo
 
 # Each build's probe runs SGLang's own Python in a venv of the release's dependencies.
@@ -26,11 +30,19 @@ SHIPPED = yaml.safe_load((ROOT / "builds" / "sglang.yaml").read_text())["builds"
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+def shipped_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release repository with the PR #24436 stand-in (its clone in ``work``)."""
     base = tmp_path_factory.mktemp("shipped")
     repo = base / "sglang.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(release_repo()), str(repo)], check=True)
     push_gemma4_mtp_pr(repo, base / "work")
+    return base
+
+
+@pytest.fixture(scope="module")
+def project(shipped_base: Path) -> Project:
+    base = shipped_base
+    repo = base / "sglang.git"
     project = Project(base / "project", base / "cache")
     (project.path / "builds" / "sglang.yaml").write_text(
         (ROOT / "builds" / "sglang.yaml").read_text()
@@ -60,13 +72,13 @@ def test_shipped_build_passes_preflight(project: Project, build: str) -> None:
         "env",
         "config",
     }
-    # A skip is honest only when it names what this CPU cannot have: a CUDA-only package
-    # or the engine's own GPU-platform check (the image on a GPU host has both).
-    reasons = ("installable on this CPU", "installed on this CPU", "checks the GPU platform")
-    for check in checks:
-        if check.status == "skip":
-            assert any(reason in check.detail for reason in reasons), check.detail
+    # Decided: kernel packages stand in by their real Python, the platform by a GB10's
+    # answers, so no check is left to the image on a GPU host.
+    skipped = [f"{c.name}: {c.detail}" for c in checks if c.status == "skip"]
+    assert skipped == []
+    assert report.verdict == "pass"
     assert report.dependencies["unavailable"] == []
+    assert report.dependencies["standins"]["missing"] == []
 
 
 def test_lock_records_the_verdict_by_tree_and_dependencies(project: Project) -> None:
@@ -81,3 +93,39 @@ def test_lock_records_the_verdict_by_tree_and_dependencies(project: Project) -> 
     value = entry[report.key]
     assert value["where"] == "venv" and value["checks"]["signals"] == "pass"
     assert Path(report.dependencies["venv"]).is_dir()
+
+
+@pytest.mark.parametrize(
+    ("name", "present"),
+    [("segment_packbits", True), ("top_k_top_p_sampling_from_probs", False)],
+)
+def test_pr_kernel_import_is_checked_against_the_pinned_kernel_package(
+    shipped_base: Path, name: str, present: bool
+) -> None:
+    """The PR stand-in on 0.5.11, its Frozen-KV MTP utils importing one more name from
+    sgl_kernel under ``is_cuda()``: sglang-kernel 0.4.2 (0.5.11's pin) has segment_packbits;
+    top_k_top_p_sampling_from_probs came in a later sglang-kernel (0.4.10 has it)."""
+    number = 90001 if present else 90002
+    push_kernel_import_variant(shipped_base / "sglang.git", shipped_base / "work", number, name)
+    project = Project(shipped_base / f"variant-{number}", shipped_base / "cache")
+    project.settings = type(project.settings)(
+        project_dir=project.path,
+        cache_dir=shipped_base / "cache",
+        repo_overrides={"sglang": str(shipped_base / "sglang.git")},
+        quiet=True,
+    )
+    project.write_builds({"variant": {"ref": "v0.5.11", "prs": [{"number": number}]}})
+    report = project.preflight("variant", [], checks=("compile", "imports"))
+    imports = next(c for c in report.package_checks if c.name == "imports")
+    module = "sglang.srt.speculative.frozen_kv_mtp_utils"
+    item = next(i for i in imports.items if i["module"] == module)
+    assert item["role"] == "changed" and FROZEN_KV_MTP_UTILS.endswith("frozen_kv_mtp_utils.py")
+    if present:
+        assert imports.status == "pass", imports.detail
+        assert item["ok"]
+    else:
+        assert imports.status == "fail"
+        assert (
+            f"{module} imports name {name!r} that sgl_kernel (sglang-kernel 0.4.2) does not have"
+            in imports.detail
+        )

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.engine
 TYPO = """\
 engine: vllm
 model: ${SPARKBUILD_CPU_MODEL}
-args: [--dtype, bfloat16, --max-num-seq, "8", --enforce-eager]
+args: [--dtype, bfloat16, --max-num-seqz, "8", --enforce-eager]
 env: {VLLM_CPU_KVCACHE_SPACE: "1", VLLM_COMPUTE_NAN_IN_LOGITS: "1"}
 """
 
@@ -72,8 +72,11 @@ def test_cpu_reference_profile_builds_the_engine_config(project: Project) -> Non
         assert checks["flags"][0] == "pass" and checks["env"][0] == "pass", (recipe, checks)
         assert checks["config"][0] != "fail", (recipe, checks)
     bad = _checks(report, "typo")
-    assert bad["flags"][0] == "fail" and "--max-num-seq is not a flag" in bad["flags"][1]
-    assert "--max-num-seqs" in bad["flags"][1]
+    # vLLM's own message, and the nearest name (`--max-num-seq` alone would pass: vLLM's
+    # parser takes it as an abbreviation of --max-num-seqs).
+    assert bad["flags"][0] == "fail"
+    assert "vllm serve: error: unrecognized arguments: --max-num-seqz" in bad["flags"][1]
+    assert "--max-num-seqz: nearest --max-num-seqs" in bad["flags"][1]
     assert bad["env"][0] == "fail" and "VLLM_COMPUTE_NAN_IN_LOGITS is never read" in bad["env"][1]
     assert "VLLM_COMPUTE_NANS_IN_LOGITS" in bad["env"][1]
 
@@ -99,6 +102,7 @@ def test_cli_reports_json_records_and_fails_by_exit_status(
 
     bad = run_cli(*base, "--profile", "typo", env=env)
     assert bad.exit_code == 1
-    assert "typo flags: --max-num-seq is not a flag of this version" in bad.stderr
+    assert "typo flags: the engine's launch parser rejects the flags" in bad.stderr
+    assert "--max-num-seqz" in bad.stderr
     assert "error: preflight did not pass: cpu (fail)" in bad.stderr
     assert "Traceback" not in bad.stderr + bad.stdout

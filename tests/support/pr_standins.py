@@ -51,10 +51,12 @@ from pathlib import Path
 from tests.support.gitrepos import git
 
 __all__ = [
+    "FROZEN_KV_MTP_UTILS",
     "GEMMA4_MTP_CHANGED_FILES",
     "GEMMA4_MTP_NEW_FILES",
     "GEMMA4_MTP_PR",
     "push_gemma4_mtp_pr",
+    "push_kernel_import_variant",
 ]
 
 GEMMA4_MTP_PR = 24436
@@ -189,3 +191,26 @@ def push_gemma4_mtp_pr(
     git(work, "commit", "-q", "-m", f"Gemma-4 MTP (stand-in for PR #{GEMMA4_MTP_PR})")
     git(work, "push", "-q", str(repo), f"HEAD:refs/pull/{GEMMA4_MTP_PR}/head")
     return "; ".join(kept)
+
+
+FROZEN_KV_MTP_UTILS = _SRT + "speculative/frozen_kv_mtp_utils.py"
+_TOPK_IMPORT = "from sglang.srt.speculative.spec_utils import fast_topk\n"
+
+
+def push_kernel_import_variant(repo: Path, work: Path, number: int, name: str) -> None:
+    """The PR stand-in with its Frozen-KV MTP utils taking ``name`` from sgl_kernel itself,
+    as SGLang's own modules do on CUDA (``if is_cuda(): from sgl_kernel import ...``),
+    committed on the stand-in in ``work`` and pushed as ``refs/pull/<number>/head``."""
+    standin = git(repo, "rev-parse", f"refs/pull/{GEMMA4_MTP_PR}/head")
+    git(work, "checkout", "-q", "--detach", standin)
+    file = work / FROZEN_KV_MTP_UTILS
+    text = file.read_text()
+    assert text.count(_TOPK_IMPORT) == 1, f"{FROZEN_KV_MTP_UTILS}: changed shape"
+    kernel = (
+        "from sglang.srt.utils import is_cuda\n\nif is_cuda():\n"
+        f"    from sgl_kernel import fast_topk, {name}  # noqa: F401\n"
+        "else:\n    " + _TOPK_IMPORT
+    )
+    file.write_text(text.replace(_TOPK_IMPORT, kernel))
+    git(work, "commit", "-q", "-am", f"frozen-KV MTP utils import {name} from sgl_kernel")
+    git(work, "push", "-q", str(repo), f"HEAD:refs/pull/{number}/head")

@@ -91,6 +91,7 @@ class Project:
         elif venv:
             chosen = Where(
                 venv_root=venv_root(),
+                kernels_root=shared_test_cache() / "preflight-kernels",
                 wheel=download_wheel(str(spec.version), shared_test_cache()),
                 **where,
             )

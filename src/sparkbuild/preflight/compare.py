@@ -46,9 +46,10 @@ def _failure_key(item: dict[str, Any]) -> tuple[Any, ...]:
 
 def _import_line(item: dict[str, Any]) -> str:
     if item.get("missing_name"):
+        package = f" ({item['package']})" if item.get("package") else ""
         return (
             f"{item['module']} imports name {item['missing_name']!r} that "
-            f"{item.get('from_module')} does not have (a prerequisite change is missing)"
+            f"{item.get('from_module')}{package} does not have (a prerequisite change is missing)"
         )
     if item.get("missing_module"):
         return f"{item['module']} needs module {item['missing_module']!r}, which is missing"

@@ -65,6 +65,17 @@ CUDA_ONLY: dict[str, str] = {
 }
 
 
+# In a built image, dependencies of the packages above whose binaries also need the CUDA
+# driver or a GPU to load; the local venv gets them as stand-ins through kernels.py.
+STANDIN_ALSO_INSTALLED = (
+    "cuda-bindings",
+    "nvidia-cudnn-frontend",
+    "nvidia-cutlass-dsl-libs-base",
+    "nvidia-cutlass-dsl-libs-cu13",
+    "flashinfer-jit-cache",
+)
+
+
 @dataclass(frozen=True)
 class DependencySet:
     """What a venv holds. ``requirements`` is the list pip installs (sorted, canonical)."""
@@ -151,6 +162,7 @@ __all__ = [
     "CPU_EXTRAS",
     "CPU_TORCH",
     "CUDA_ONLY",
+    "STANDIN_ALSO_INSTALLED",
     "TORCH",
     "DependencySet",
     "dependency_set",

@@ -52,6 +52,21 @@ UNAVAILABLE_MODULES = {
 }
 
 
+# The GPU the engine's platform checks are answered with (native.PlatformStandin): one
+# DGX Spark's GB10 as torch reports it (SM 12.1, 48 SMs, ~119 GiB of unified memory shared
+# with the CPU, CUDA 13). SGLang imports its kernel packages and picks its backends only on
+# a CUDA platform; with these answers the CPU run takes the Spark's import paths.
+SPARK_GPU: dict[str, Any] = {
+    "name": "NVIDIA GB10",
+    "capability": [12, 1],
+    "sms": 48,
+    "memory_bytes": 119 * 1024**3,
+    "integrated": True,
+    "cuda": "13.0",
+    "count": 1,
+}
+
+
 @cache
 def known_models() -> dict[str, dict[str, Any]]:
     text = resources.files("sparkbuild").joinpath(MODELS_FILE).read_text(encoding="utf-8")
@@ -140,6 +155,7 @@ def load_profile_plan(settings: Settings, name: str, engine: str, version: Versi
 
 __all__ = [
     "REGISTRY_DIRS",
+    "SPARK_GPU",
     "UNAVAILABLE_MODULES",
     "ProfilePlan",
     "known_models",

@@ -6,6 +6,7 @@ JSON back, so the checks and verdicts do not depend on where they ran.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -30,8 +31,30 @@ class ProbeTarget(Protocol):
     def run(self, plan: dict[str, Any]) -> dict[str, Any]: ...
 
 
+# The probe's stand-ins for kernel binaries, shipped beside it under this name.
+NATIVE_MODULE = "sparkbuild_native.py"
+
+
 def probe_source() -> str:
     return resources.files("sparkbuild").joinpath(PROBE).read_text(encoding="utf-8")
+
+
+def _native_source() -> str:
+    return resources.files("sparkbuild.preflight").joinpath("native.py").read_text("utf-8")
+
+
+def probe_digest() -> str:
+    """The probe's code (with its stand-in module): cached results depend on it."""
+    text = probe_source() + "\0" + _native_source()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_probe(directory: Path) -> Path:
+    """The probe and its stand-in module in ``directory``; returns the probe's path."""
+    (directory / NATIVE_MODULE).write_text(_native_source(), encoding="utf-8")
+    probe = directory / "probe.py"
+    probe.write_text(probe_source(), encoding="utf-8")
+    return probe
 
 
 def parse_output(stdout: str, stderr: str, where: str) -> dict[str, Any]:
@@ -61,8 +84,7 @@ class LocalTarget:
 
     def run(self, plan: dict[str, Any]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="sparkbuild-preflight-") as tmp:
-            probe = Path(tmp) / "probe.py"
-            probe.write_text(probe_source(), encoding="utf-8")
+            probe = write_probe(Path(tmp))
             full = {**plan, "workdir": str(Path(tmp) / "work")}
             if self.package_root is not None:
                 full["package_root"] = str(self.package_root)
@@ -92,7 +114,7 @@ class ImageTarget:
                 "install Docker, or preflight in a local venv (without --image)",
             )
         with tempfile.TemporaryDirectory(prefix="sparkbuild-preflight-") as tmp:
-            Path(tmp, "probe.py").write_text(probe_source(), encoding="utf-8")
+            write_probe(Path(tmp))
             full = {**plan, "workdir": "/tmp/sparkbuild-preflight"}
             Path(tmp, "plan.json").write_text(json.dumps(full), encoding="utf-8")
             cmd = [client, "run", "--rm", "--network", "none", "--entrypoint", self.python]
@@ -122,4 +144,12 @@ def _run(cmd: list[str], where: str, cwd: Path | None = None) -> subprocess.Comp
     return done
 
 
-__all__ = ["ImageTarget", "LocalTarget", "ProbeTarget", "parse_output", "probe_source"]
+__all__ = [
+    "ImageTarget",
+    "LocalTarget",
+    "ProbeTarget",
+    "parse_output",
+    "probe_digest",
+    "probe_source",
+    "write_probe",
+]

@@ -6,12 +6,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
 from sparkbuild.checks import CheckResult
+from sparkbuild.engines.signatures import diagnose
 from sparkbuild.preflight.compare import compare_with_release
+from sparkbuild.preflight.kernels import KernelStandins
 from sparkbuild.preflight.plan import (
     REGISTRY_DIRS,
+    SPARK_GPU,
     ProfilePlan,
     load_profile_plan,
 )
@@ -22,6 +26,7 @@ from sparkbuild.preflight.report import (
     ProfileResult,
     check_from_probe,
 )
+from sparkbuild.preflight.runner import probe_digest
 from sparkbuild.preflight.signals import signals_for
 from sparkbuild.preflight.venv import LocalVenv
 from sparkbuild.preflight.where import (
@@ -51,8 +56,12 @@ def probe_plan(
     profiles: list[ProfilePlan],
     unavailable: dict[str, str],
     checks: tuple[str, ...],
+    standins: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
     return {
+        "standins": list(standins),
+        # vLLM builds run under a given CPU build of vLLM, whose platform is the CPU.
+        "gpu": SPARK_GPU if build.engine == "sglang" else None,
         "engine": build.engine,
         "package": build.package_dir.strip("/").rsplit("/", 1)[-1],
         "changed": changed,
@@ -93,7 +102,10 @@ def _baseline(
     assert chosen.base is not None
     if chosen.image_id is not None:  # an image's base is judged by its own id each time
         return chosen.base.run(plan)
-    text = json.dumps([prepared.base_commit, chosen.deps_digest, plan], sort_keys=True)
+    # The probe's own code is part of what the answer depends on.
+    text = json.dumps(
+        [prepared.base_commit, chosen.deps_digest, plan, probe_digest()], sort_keys=True
+    )
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
     path = settings.cache_dir / "preflight-baselines" / f"{key}.json"
     if path.exists():
@@ -108,6 +120,17 @@ def _baseline(
     return data
 
 
+def with_remedy(check: CheckResult, engine: str) -> CheckResult:
+    """A failure the engine raised that is a known signature names the flags that fix it
+    (``data/signatures.yaml``), beside the engine's own words."""
+    if check.status != "fail" or "fix:" in check.detail:
+        return check
+    found = diagnose([check.detail], engine)
+    if not found:
+        return check
+    return replace(check, detail=f"{check.detail}; fix: {found[0].remedy}")
+
+
 def run_preflight(
     settings: Settings,
     prepared: PreparedSource,
@@ -120,21 +143,27 @@ def run_preflight(
     profiles = [load_profile_plan(settings, n, build.engine, version) for n in profile_names]
     changed = changed_in_package(prepared)
     chosen = choose_targets(settings, prepared, where, bool(changed))
-    unavailable = unavailable_modules(chosen.venv)
+    unavailable = unavailable_modules(chosen.venv, chosen.kernels)
     checks = [c for c in ("compile", "signals", *PROFILE_CHECKS) if c in where.checks]
     if changed:
         checks += [c for c in ("imports", "registry") if c in where.checks]
-    data = chosen.target.run(probe_plan(build, changed, profiles, unavailable, tuple(checks)))
+    plan = probe_plan(build, changed, profiles, unavailable, tuple(checks), chosen.standins)
+    plan["standin_site"] = chosen.standin_site
+    data = chosen.target.run(plan)
     base_checks = tuple(c for c in ("imports", "registry") if c in checks)
     base_data = None
     if chosen.base is not None and base_checks:
-        base_plan = probe_plan(build, changed, [], unavailable, base_checks)
+        base_plan = probe_plan(build, changed, [], unavailable, base_checks, chosen.standins)
+        base_plan["standin_site"] = chosen.standin_site
         base_data = _baseline(settings, prepared, chosen, base_plan)
     profile_results = tuple(
         ProfileResult(
             p.name,
             tuple(
-                check_from_probe(c, data.get("profiles", {}).get(p.name, {}).get(c))
+                with_remedy(
+                    check_from_probe(c, data.get("profiles", {}).get(p.name, {}).get(c)),
+                    build.engine,
+                )
                 for c in PROFILE_CHECKS
                 if c in checks
             ),
@@ -152,14 +181,23 @@ def run_preflight(
         profiles=profile_results,
         image_id=chosen.image_id,
         versions=dict(data.get("versions", {})),
-        dependencies=_deps_json(chosen.venv),
+        dependencies=_deps_json(chosen.venv, chosen.kernels, data),
     )
 
 
-def _deps_json(venv: LocalVenv | None) -> dict[str, Any]:
-    if venv is None:
-        return {}
-    return {**venv.deps.to_json(), "unavailable": list(venv.unavailable), "venv": str(venv.path)}
+def _deps_json(
+    venv: LocalVenv | None, kernels: KernelStandins | None, data: dict[str, Any]
+) -> dict[str, Any]:
+    """The venv's dependencies, the kernel stand-ins, and what the probe stood in for."""
+    out: dict[str, Any] = {}
+    if venv is not None:
+        out = {**venv.deps.to_json(), "unavailable": list(venv.unavailable)}
+        out["venv"] = str(venv.path)
+    if kernels is not None:
+        out["standins"] = kernels.to_json()
+    if data.get("native_loads"):
+        out["native_loads"] = data["native_loads"]
+    return out
 
 
 def report_json(reports: list[PreflightReport]) -> str:

@@ -24,6 +24,7 @@ from sparkbuild.errors import PreflightSetupError
 from sparkbuild.preflight.deps import TORCH, DependencySet
 
 _MANIFEST = "sparkbuild-preflight.json"
+_DISTRIBUTIONS = "sparkbuild-distributions.json"
 _BASE = "torch-" + "-".join(r.replace("==", "") for r in TORCH)
 # PyPI's builds of these do not match the shared torch (a dependency such as timm pulls them).
 _DROP_AFTER = ("torchaudio", "torchcodec")
@@ -39,6 +40,23 @@ class LocalVenv:
     @property
     def python(self) -> Path:
         return self.path / "bin" / "python"
+
+    def distributions(self) -> list[str]:
+        """Every distribution the venv's Python sees (the shared torch venv included),
+        listed once and kept beside the manifest."""
+        listed = self.path / _DISTRIBUTIONS
+        if not listed.is_file():
+            code = (
+                "import importlib.metadata as m, json; "
+                "print(json.dumps(sorted({d.metadata['Name'] for d in m.distributions()})))"
+            )
+            done = subprocess.run(
+                [str(self.python), "-c", code], capture_output=True, text=True, check=True
+            )
+            tmp = listed.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(done.stdout, encoding="utf-8")
+            tmp.replace(listed)
+        return [str(n) for n in json.loads(listed.read_text(encoding="utf-8")) if n]
 
 
 def venv_dir(root: Path, deps: DependencySet) -> Path:

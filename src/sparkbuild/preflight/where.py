@@ -4,17 +4,25 @@ interpreter, or a cached venv of the release's own dependencies with the tree ov
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
 from sparkbuild import git
 from sparkbuild.dockerhost import SETUP_HINT
 from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
-from sparkbuild.preflight.deps import dependency_set, wheel_requirements
+from sparkbuild.preflight.deps import (
+    CUDA_ONLY,
+    STANDIN_ALSO_INSTALLED,
+    dependency_set,
+    wheel_requirements,
+)
+from sparkbuild.preflight.kernels import REAL_ON_CPU, KernelStandins, kernel_standins
 from sparkbuild.preflight.plan import UNAVAILABLE_MODULES
 from sparkbuild.preflight.report import PACKAGE_CHECKS, PROFILE_CHECKS
 from sparkbuild.preflight.runner import ImageTarget, LocalTarget, ProbeTarget
@@ -34,6 +42,7 @@ class Where:
     python: Path | None = None
     docker: str = "docker"
     venv_root: Path | None = None
+    kernels_root: Path | None = None  # kernel-package stand-ins (default: the cache's)
     wheel: Path | None = None  # the engine release's wheel (read for its Requires-Dist)
     tree: bool = False  # put the prepared tree over a given interpreter's installed package
     image_python: str = "python3"  # the interpreter inside the image
@@ -85,7 +94,8 @@ def release_wheel(settings: Settings, build: Build) -> Path:
     return found[0]
 
 
-def local_venv(settings: Settings, build: Build, where: Where) -> LocalVenv:
+def local_venv(settings: Settings, build: Build, where: Where) -> tuple[LocalVenv, list[str]]:
+    """The build's venv, and the release's own pins of the packages it leaves out."""
     if build.engine != "sglang":
         raise PreflightSetupError(
             f"{build.name}: a local venv is made for SGLang builds only; {build.engine} needs "
@@ -93,21 +103,40 @@ def local_venv(settings: Settings, build: Build, where: Where) -> LocalVenv:
             f"pass --python PATH (a venv with {build.engine} for the CPU) or --image IMAGE",
         )
     wheel = where.wheel or release_wheel(settings, build)
-    deps = dependency_set(
-        build.engine, str(build.version), wheel_requirements(wheel), build_pins(build)
-    )
+    release = wheel_requirements(wheel)
+    deps = dependency_set(build.engine, str(build.version), release, build_pins(build))
     root = where.venv_root or settings.cache_dir / "preflight-venvs"
-    return ensure_venv(root, deps)
+    left_out = {name for name, _ in deps.left_out} - {"torch", "torchvision"}
+    kernels = [line for line in release if _requirement_name(line) in left_out]
+    return ensure_venv(root, deps), kernels
 
 
-def unavailable_modules(venv: LocalVenv | None) -> dict[str, str]:
+def _requirement_name(line: str) -> str:
+    return str(canonicalize_name(re.split(r"[\s;<>=!~\[(]", line.strip(), maxsplit=1)[0]))
+
+
+def unavailable_modules(
+    venv: LocalVenv | None, standins: KernelStandins | None = None
+) -> dict[str, str]:
+    """Import name -> the package this CPU lacks: left out and with no stand-in."""
     modules = dict(UNAVAILABLE_MODULES)
     for requirement in venv.unavailable if venv else ():
-        name = canonicalize_name(
-            requirement.split(";")[0].split("=")[0].split("<")[0].split(">")[0]
-        )
+        name = _requirement_name(requirement)
         modules[name.replace("-", "_")] = name
-    return modules
+    covered = standins.import_names() if standins else set()
+    dists = {p.dist for p in standins.packages} if standins else set()
+    return {
+        module: dist
+        for module, dist in modules.items()
+        if module not in covered and dist not in dists
+    }
+
+
+def image_standins() -> list[dict[str, Any]]:
+    """In a built image the kernel packages are installed: the probe stands in for their
+    binaries where they are."""
+    names = [n for n in CUDA_ONLY if n not in ("torch", "torchvision", *REAL_ON_CPU)]
+    return [{"dist": name, "installed": True} for name in [*names, *STANDIN_ALSO_INSTALLED]]
 
 
 def image_id_of(image: str, docker: str) -> str:
@@ -151,6 +180,13 @@ class ChosenTargets:
     deps_digest: str
     venv: LocalVenv | None = None
     image_id: str | None = None
+    kernels: KernelStandins | None = None  # the venv's kernel-package stand-ins
+    standins: tuple[dict[str, Any], ...] = ()  # what the probe stands in for (its plan)
+
+    @property
+    def standin_site(self) -> str | None:
+        site = self.kernels.site if self.kernels else None
+        return str(site) if site else None
 
 
 def choose_targets(
@@ -176,13 +212,21 @@ def choose_targets(
             in_image(base_image) if base_image else None,
             image_id,
             image_id=image_id,
+            standins=tuple(image_standins()),
         )
-    venv = None
+    venv, kernels = None, None
     if where.python is not None:
         python, digest, kind = where.python, _python_digest(where.python), "python"
     else:
-        venv = local_venv(settings, build, where)
+        venv, pins = local_venv(settings, build, where)
         python, digest, kind = venv.python, venv.deps.digest, "venv"
+        kernels = kernel_standins(
+            where.kernels_root or settings.cache_dir / "preflight-kernels",
+            pins,
+            venv.distributions(),
+        )
+        # The stand-ins' own versions are part of what the verdict was obtained with.
+        digest = _with_standins(digest, kernels)
     # A venv we made holds no engine package: the tree stands in for it. A given interpreter
     # has the engine installed; the tree goes over it only when something changed.
     use_tree = changed or kind == "venv" or where.tree
@@ -191,7 +235,21 @@ def choose_targets(
     if changed:
         base_root = export_tree(prepared, prepared.base_commit, settings.cache_dir)
         base = LocalTarget(python, base_root, where=kind)
-    return ChosenTargets(LocalTarget(python, root, where=kind), base, digest, venv=venv)
+    return ChosenTargets(
+        LocalTarget(python, root, where=kind),
+        base,
+        digest,
+        venv=venv,
+        kernels=kernels,
+        standins=tuple(kernels.to_probe()) if kernels else (),
+    )
+
+
+def _with_standins(digest: str, kernels: KernelStandins) -> str:
+    if not kernels.packages:
+        return digest
+    wheels = sorted(p.wheel for p in kernels.packages)
+    return "sha256:" + hashlib.sha256("\n".join([digest, *wheels]).encode()).hexdigest()
 
 
 def _python_digest(python: Path) -> str:

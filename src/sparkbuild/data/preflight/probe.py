@@ -41,6 +41,8 @@ SPEC_COUNT_FIELDS = (
 )
 
 Check = dict[str, Any]
+# The kernel packages' stand-ins (sparkbuild_native.Hooks), once installed by run().
+_STATE: dict[str, Any] = {"standins": None}
 
 
 def result(status: str, detail: str, items: list[Any] | None = None) -> Check:
@@ -84,6 +86,10 @@ def describe_error(exc: BaseException, unavailable: dict[str, str]) -> dict[str,
         if found:
             info["missing_name"] = found.group(1)
             info["from_module"] = found.group(2)
+    hooks = _STATE["standins"]
+    owner = hooks.owner_of_module(info.get("from_module") or "") if hooks else None
+    if owner is not None:
+        info["package"] = owner.label  # the real package version whose API was checked
     frames = traceback.extract_tb(exc.__traceback__)
     if frames:
         last = frames[-1]
@@ -199,9 +205,10 @@ def summarize_imports(items: list[dict[str, Any]]) -> Check:
 
 def import_failure_line(item: dict[str, Any]) -> str:
     if item.get("missing_name"):
+        package = f" ({item['package']})" if item.get("package") else ""
         return (
             f"{item['module']} imports name {item['missing_name']!r} that "
-            f"{item['from_module']} does not have (a prerequisite change is missing)"
+            f"{item['from_module']}{package} does not have (a prerequisite change is missing)"
         )
     if item.get("missing_module"):
         return f"{item['module']} needs module {item['missing_module']!r}, which is missing"
@@ -279,13 +286,15 @@ def check_signals(root: Path, signals: list[dict[str, Any]]) -> Check:
 # -- per-profile checks -------------------------------------------------------------------
 
 
-def engine_parser(engine: str) -> argparse.ArgumentParser:
-    if engine == "sglang":
-        from sglang.srt.server_args import ServerArgs
+class _ParsedError(Exception):
+    """Raised in place of ``ServerArgs.from_cli_args``: the launch's own parse is done."""
 
-        parser = argparse.ArgumentParser(prog="sglang.launch_server")
-        ServerArgs.add_cli_args(parser)
-        return parser
+    def __init__(self, namespace: argparse.Namespace) -> None:
+        super().__init__("parsed")
+        self.namespace = namespace
+
+
+def vllm_parser() -> argparse.ArgumentParser:
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
@@ -302,42 +311,127 @@ def engine_parser(engine: str) -> argparse.ArgumentParser:
     raise ModuleNotFoundError("no vLLM server argument parser (make_arg_parser) found")
 
 
+def sglang_parse(argv: list[str]) -> argparse.Namespace:
+    """Parse as ``sglang serve`` does at launch: the release's own ``prepare_server_args``
+    (its parser, ``--config`` merging, argparse's abbreviations), stopped just before it
+    builds ``ServerArgs``."""
+    server_args = importlib.import_module("sglang.srt.server_args")
+    prepare = getattr(server_args, "prepare_server_args", None)
+    if prepare is None:  # older releases: the parser alone
+        parser = argparse.ArgumentParser(prog="sglang.launch_server")
+        server_args.ServerArgs.add_cli_args(parser)
+        return parser.parse_args(argv)
+
+    def capture(cls: Any, namespace: argparse.Namespace) -> Any:
+        raise _ParsedError(namespace)
+
+    cls = server_args.ServerArgs
+    saved = cls.__dict__.get("from_cli_args")  # None: inherited from a base class
+    cls.from_cli_args = classmethod(capture)
+    try:
+        prepare(list(argv))
+    except _ParsedError as parsed:
+        return parsed.namespace
+    finally:
+        if saved is None:
+            del cls.from_cli_args
+        else:
+            cls.from_cli_args = saved
+        logging.disable(logging.WARNING)  # prepare_server_args reconfigures logging
+    raise RuntimeError("prepare_server_args returned without building ServerArgs")
+
+
+def engine_parser(engine: str) -> argparse.ArgumentParser:
+    """The engine's parser, for its option strings (hints and notes)."""
+    if engine == "sglang":
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser(prog="sglang serve")
+        ServerArgs.add_cli_args(parser)
+        return parser
+    return vllm_parser()
+
+
 def model_flag(engine: str) -> str:
     return "--model-path" if engine == "sglang" else "--model"
 
 
 def parse_flags(engine: str, argv: list[str]) -> tuple[argparse.Namespace | None, str]:
-    """Parse with the engine's own parser; an argparse error comes back as text."""
-    parser = engine_parser(engine)
+    """Parse as the engine does at launch; a rejection comes back as the engine's message."""
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            namespace = parser.parse_args(argv)
+            if engine == "sglang":
+                return sglang_parse(argv), ""
+            return vllm_parser().parse_args(argv), ""
     except SystemExit:
-        return None, stderr.getvalue().strip().splitlines()[-1] if stderr.getvalue() else "error"
-    return namespace, ""
+        lines = [line for line in stderr.getvalue().strip().splitlines() if line.strip()]
+        error = [line for line in lines if ": error: " in line]
+        return None, (error[-1] if error else lines[-1] if lines else "rejected")
+
+
+def given_flags(args: list[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in args if a.startswith("--") and len(a) > 2]
+
+
+def flag_forms(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Every long option string -> the action's first long option (its full name)."""
+    forms = {}
+    for action in parser._actions:
+        longs = [s for s in action.option_strings if s.startswith("--")]
+        for option in longs:
+            forms[option] = longs[0]
+    return forms
+
+
+def spelled_as(flag: str, forms: dict[str, str]) -> str | None:
+    """What an accepted spelling stands for (a prefix or the underscore form), naming the
+    option it matched and, where that is an alias, the action's full flag."""
+    if flag in forms:
+        return None
+    dashed = "--" + flag[2:].replace("_", "-")
+    matched = [dashed] if dashed in forms else sorted(o for o in forms if o.startswith(dashed))
+    if not matched or len({forms[o] for o in matched}) != 1:
+        return None
+    option, full = matched[0], forms[matched[0]]
+    return option if option == full else f"{option} (= {full})"
 
 
 def check_flags(engine: str, profile: dict[str, Any], unavailable: dict[str, str]) -> Check:
     try:
-        parser = engine_parser(engine)
+        forms = flag_forms(engine_parser(engine))
     except Exception as exc:
         return import_problem("the engine's argument parser", exc, unavailable)
-    known = sorted({s for a in parser._actions for s in a.option_strings if s.startswith("--")})
-    flags = [a.split("=", 1)[0] for a in profile["args"] if a.startswith("--")]
-    unknown = [f for f in flags if f not in known]
-    if unknown:
-        lines = []
-        for flag in unknown:
-            near = difflib.get_close_matches(flag, known, n=3, cutoff=0.6)
-            hint = f"; nearest: {', '.join(near)}" if near else ""
-            lines.append(f"{flag} is not a flag of this version{hint}")
-        return result("fail", "; ".join(lines), [{"flag": f} for f in unknown])
+    flags = given_flags(profile["args"])
     argv = [model_flag(engine), profile["model_dir"] or "model", *profile["args"]]
     namespace, error = parse_flags(engine, argv)
     if namespace is None:
-        return result("fail", f"the engine's parser rejects a value: {error}")
-    return result("pass", f"{len(flags)} flag(s) accepted with their values", flags)
+        return rejected_flags(engine, error, flags, forms)
+    notes = [{"flag": f, "full": full} for f in flags if (full := spelled_as(f, forms)) is not None]
+    detail = f"the engine's launch parser accepts {len(flags)} flag(s) with their values"
+    if notes:
+        detail += "; " + "; ".join(
+            f"note: {n['flag']} is accepted as {n['full']}"
+            + ("" if "_" in n["flag"] else " (argparse abbreviation)")
+            for n in notes
+        )
+    return result("pass", detail, [*flags, *notes])
+
+
+def rejected_flags(engine: str, error: str, flags: list[str], forms: dict[str, str]) -> Check:
+    """The engine's own message, plus the nearest known names for flags it does not know."""
+    known = sorted(forms)
+    unknown = [f for f in flags if f not in forms and spelled_as(f, forms) is None]
+    unknown = [f for f in unknown if not any(o.startswith(f) for o in known)]
+    hints = []
+    for flag in unknown:
+        near = difflib.get_close_matches(flag, known, n=3, cutoff=0.6)
+        if near:
+            hints.append(f"{flag}: nearest {', '.join(near)}")
+    detail = f"the engine's launch parser rejects the flags: {error}"
+    if hints:
+        detail += " (" + "; ".join(hints) + ")"
+    return result("fail", detail, [{"flag": f} for f in unknown] or [{"error": error}])
 
 
 def import_problem(what: str, exc: BaseException, unavailable: dict[str, str]) -> Check:
@@ -745,10 +839,30 @@ def guarded(function: Any, *args: Any) -> Check:
         return result("fail", f"the check itself failed: {type(exc).__name__}: {exc}")
 
 
+def install_standins(plan: dict[str, Any]) -> None:
+    """Kernel packages from their real Python, with stand-ins for their native loads."""
+    if not plan.get("standins") and not plan.get("gpu"):
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    native = importlib.import_module("sparkbuild_native")
+    sys.path.pop(0)
+    _STATE["standins"] = native.install(
+        plan.get("standins") or [], plan.get("gpu"), plan.get("standin_site")
+    )
+
+
+def native_loads() -> list[dict[str, Any]]:
+    if _STATE["standins"] is None:
+        return []
+    seen = {json.dumps(item, sort_keys=True) for item in _STATE["standins"].loaded}
+    return [json.loads(item) for item in sorted(seen)]
+
+
 def run(plan: dict[str, Any]) -> dict[str, Any]:
     if plan.get("package_root"):
         sys.path.insert(0, plan["package_root"])
     os.environ.update(plan.get("process_env", {}))
+    install_standins(plan)
     package, engine = plan["package"], plan["engine"]
     root = package_dir(package)
     changed = [c for c in plan.get("changed", []) if (root / c).exists()]
@@ -792,6 +906,9 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
                 os.environ.clear()
                 os.environ.update(saved)
         out["profiles"][profile["name"]] = verdicts
+    out["native_loads"] = native_loads()
+    if _STATE["standins"] is not None:
+        out["standins"] = [s.label for s in _STATE["standins"].standins]
     return out
 
 
