@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.errors import SpecError, UsageError
@@ -86,6 +86,39 @@ class Expectations(_Strict):
     max_error_lines: int = Field(default=0, ge=0)
 
 
+class Parallel(_Strict):
+    """How the engine is spread: over how many nodes, and its tensor, expert and pipeline
+    parallel sizes. Bench reports and claims carry it as their topology, so a TP=4 figure is
+    held only against a TP=4 run."""
+
+    nodes: int = Field(default=1, ge=1, le=8)
+    tp: int = Field(default=1, ge=1, le=64)
+    ep: int = Field(default=1, ge=1, le=64)
+    pp: int = Field(default=1, ge=1, le=64)
+    # The engine's multi-node runtime: vLLM `mp` (default; --nnodes/--node-rank, headless
+    # workers) or `ray`; SGLang has one (`native`: --nnodes/--node-rank/--dist-init-addr).
+    launcher: Literal["mp", "ray", "native"] | None = None
+
+    @model_validator(mode="after")
+    def _fits(self) -> Parallel:
+        if (self.tp * self.pp) % self.nodes:
+            raise ValueError(
+                f"tp x pp = {self.tp * self.pp} ranks do not spread evenly over {self.nodes} nodes"
+            )
+        if self.ep > 1 and self.tp % self.ep:
+            raise ValueError(f"ep {self.ep} does not divide tp {self.tp}")
+        return self
+
+    def label(self) -> str:
+        words = [f"nodes={self.nodes}", f"tp={self.tp}", f"ep={self.ep}"]
+        return " ".join([*words, f"pp={self.pp}"] if self.pp > 1 else words)
+
+    def same_layout(self, other: Parallel) -> bool:
+        """Whether two topologies are the same figure's topology (the launcher aside)."""
+        fields = ("nodes", "tp", "ep", "pp")
+        return all(getattr(self, f) == getattr(other, f) for f in fields)
+
+
 def _default_prompts() -> list[PromptSetName | CustomPrompt]:
     return ["code", "prose", "repetitive"]
 
@@ -102,6 +135,7 @@ class SmokeProfile(_Strict):
     request: dict[str, Any] = {}  # extra fields merged into every request's sampling params
     expect: Expectations = Expectations()
     container: ContainerSettings = ContainerSettings()
+    parallel: Parallel = Parallel()
 
     @field_validator("args", mode="before")
     @classmethod
@@ -190,6 +224,7 @@ __all__ = [
     "ContainerSettings",
     "CustomPrompt",
     "Expectations",
+    "Parallel",
     "RepetitionLimits",
     "SmokeProfile",
     "load_profile",

@@ -1,0 +1,205 @@
+"""`sparkbuild smoke --cluster`: the real vLLM engine across two "nodes" on Docker endpoints.
+
+Each node is a container of an image that holds the CPU vLLM venv and the tiny model
+(tests/support/vllm_image.py), on a user-defined bridge network with its own address; both
+are reached through the local daemon, named twice in the cluster file. The engine's own
+multi-node runtime does the distribution: vLLM's mp executor, TP=2, gloo between the two
+containers, `--headless` on rank 1. A second Docker daemon on this host stands for a node
+whose store differs. x86_64 here: the Sparks' arm64 is not needed to prove the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cluster_env import (
+    Network,
+    SecondDaemon,
+    bridge_network,
+    cluster_containers,
+    second_daemon,
+    write_cluster_project,
+)
+from tests.support.smoke_cli import run_smoke_cli
+from tests.support.vllm_image import MODEL_IN_IMAGE, vllm_image
+
+pytestmark = [pytest.mark.engine, pytest.mark.docker]
+
+
+def _image_id(image: str, endpoint: str | None = None) -> str:
+    host = ["--host", endpoint] if endpoint else []
+    return subprocess.run(
+        ["docker", *host, "image", "inspect", "--format", "{{.Id}}", image],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return vllm_image()
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[Network]:
+    with bridge_network() as made:
+        yield made
+
+
+@pytest.fixture
+def project(tmp_path: Path, image: str, network: Network) -> Path:
+    write_cluster_project(tmp_path, network)
+    lock = {"schema": 1, "builds": {"cpu": {"image": {"image_id": _image_id(image)}}}}
+    (tmp_path / "images.lock").write_text(yaml.safe_dump(lock))
+    return tmp_path
+
+
+def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
+    project: Path, image: str
+) -> None:
+    image_id = _image_id(image)
+
+    run = run_smoke_cli(
+        project, "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+        "--model", MODEL_IN_IMAGE, "--record", "cpu", timeout=1200,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.explain()
+    assert run.result is not None and run.result["verdict"] == "pass"
+    assert run.check("ranks")["status"] == "pass", run.check("ranks")
+    assert run.check("ranks")["value"] == 2
+    assert run.check("accept_len")["status"] == "pass" and run.result["accept_len"] > 1.0
+    cluster = run.result["cluster"]
+    assert cluster["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
+    assert cluster["launcher"] == "mp"
+    assert [(n["name"], n["rank"], n["image_id"]) for n in cluster["nodes"]] == [
+        ("node-1", 0, image_id), ("node-2", 1, image_id)]  # fmt: skip
+    record = yaml.safe_load((project / "images.lock").read_text())["builds"]["cpu"]["smoke"]
+    entry = record[image_id]["cpu-tp2"]
+    assert entry["verified"] is True and entry["image_id"] == image_id
+    assert entry["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
+    assert [n["image_id"] for n in entry["nodes"]] == [image_id, image_id]
+    assert entry["checks"]["ranks"] == "pass"
+    # Every line of the kept log says which node printed it; rank 1 ran headless.
+    log = Path(run.result["log_file"]).read_text()
+    assert "[node-2]" in log and "[node-1]" in log
+    assert any("[node-2]" in line and "world_size=2 rank=1" in line for line in log.splitlines())
+    assert cluster_containers() == []
+
+
+def test_a_worker_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
+    project: Path, image: str
+) -> None:
+    out = project / "result.json"
+    argv = [sys.executable, "-m", "sparkbuild", "--project", str(project), "smoke",
+            "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+            "--model", MODEL_IN_IMAGE, "--json-file", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "NO_COLOR": "1"})  # fmt: skip
+    killed = threading.Event()
+    stderr: list[str] = []
+
+    def watch() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            stderr.append(line)
+            if "request " in line and not killed.is_set():  # the requests have begun
+                names = subprocess.run(
+                    ["docker", "ps", "-q", "--filter", "label=org.sparkbuild.node=node-2",
+                     "--filter", "label=org.sparkbuild.cluster=pair"],
+                    capture_output=True, text=True, check=False,
+                ).stdout.split()  # fmt: skip
+                for name in names:
+                    subprocess.run(["docker", "kill", name], capture_output=True, check=False)
+                killed.set()
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=1200)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        pytest.fail("the smoke run did not end after its worker was killed")
+    reader.join(timeout=10)
+    told = "".join(stderr)
+
+    assert killed.is_set(), told[-3000:]
+    assert proc.returncode == 1, told[-3000:]
+    result = json.loads(out.read_text())
+    assert result["verdict"] == "fail"
+    assert result["cluster"]["failed"].startswith("worker rank 1 on node node-2 exited")
+    errors = next(c for c in result["checks"] if c["name"] == "errors")
+    assert errors["status"] == "fail" and "node-2" in errors["detail"], errors
+    assert "node-2" in told
+    deadline = time.monotonic() + 30
+    while cluster_containers() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert cluster_containers() == []
+
+
+@pytest.fixture(scope="module")
+def other_daemon() -> Iterator[SecondDaemon]:
+    with second_daemon() as daemon:
+        yield daemon
+
+
+def test_a_node_holding_another_image_is_refused_before_boot(
+    tmp_path: Path, image: str, network: Network, other_daemon: SecondDaemon
+) -> None:
+    # node-2's daemon holds another image under the same reference.
+    other_daemon.docker("import", "--change", "LABEL org.sparkbuild.test=other", "-", image,
+                        input_bytes=_empty_tar())  # fmt: skip
+    other_id = _image_id(image, other_daemon.endpoint)
+    assert other_id != _image_id(image)
+    write_cluster_project(tmp_path, network, endpoints=("local", other_daemon.endpoint))
+    began = time.monotonic()
+
+    run = run_smoke_cli(
+        tmp_path, "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+        "--model", MODEL_IN_IMAGE, timeout=300,
+    )  # fmt: skip
+
+    assert run.returncode == 1, run.explain()
+    assert "node node-2" in run.stderr and other_id[:19] in run.stderr, run.stderr
+    assert "holds another image" in run.stderr
+    assert time.monotonic() - began < 120  # refused, not booted and timed out
+    assert cluster_containers() == []
+    assert cluster_containers(endpoint=other_daemon.endpoint) == []
+
+
+def test_a_cluster_smaller_than_the_profile_is_refused_naming_both_numbers(
+    tmp_path: Path, image: str, network: Network
+) -> None:
+    write_cluster_project(tmp_path, network, parallel={"nodes": 4, "tp": 4})
+
+    run = run_smoke_cli(
+        tmp_path, "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+        "--model", MODEL_IN_IMAGE, timeout=120,
+    )  # fmt: skip
+
+    assert run.returncode == 2, run.explain()
+    assert "needs 4 nodes" in run.stderr and "has 2" in run.stderr, run.stderr
+    assert cluster_containers() == []
+
+
+def _empty_tar() -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("etc")
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    return buffer.getvalue()
