@@ -351,9 +351,23 @@ class BenchRecord(_Section):
     engine_args: list[str] = []
     host: str | None = None
     cells: list[BenchCell] = []
+    topology: Topology | None = None  # how the engine was spread (the profile's parallel:)
+    nodes: list[NodeRecord] = []  # a cluster run: every node's image id
 
     @classmethod
     def from_report(cls, report: BenchReport) -> BenchRecord:
+        record = cls._of(report)
+        if report.topology is not None:
+            record.topology = Topology.of(report.topology)
+        if report.target.nodes:
+            record.nodes = [
+                NodeRecord(name=n.name, endpoint=n.endpoint, rank=n.rank, image_id=n.image_id)
+                for n in report.target.nodes
+            ]
+        return record
+
+    @classmethod
+    def _of(cls, report: BenchReport) -> BenchRecord:
         return cls(
             created=report.created,
             label=report.label,

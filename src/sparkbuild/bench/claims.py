@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.yamlfile import load_model, read_yaml
@@ -66,6 +67,9 @@ class Setup(_Strict):
     harness: str = Field(min_length=1)  # e.g. "llama-benchy 0.4.0"
     prompts: str | None = None  # the prompt set, as the source describes it
     hardware: str | None = None  # e.g. "4x DGX Spark (GB10), TP=4"
+    # How the engine was spread: {nodes, tp, ep, pp}; a claim is compared only with a run of
+    # the same topology. null: not published (compared, and named as a difference).
+    topology: Parallel | None = None
     source: str | None = None  # overrides the file's source (e.g. a leaderboard it quotes)
     note: str | None = None
 

@@ -33,8 +33,11 @@ from sparkbuild.bench.runner import (
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
+from sparkbuild.cli.cluster import check_single_box, cluster_target
 from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_for, first_model
-from sparkbuild.engines.launch import LaunchSettings, make_target
+from sparkbuild.engines.cluster import load_cluster
+from sparkbuild.engines.cluster_target import cluster_pin
+from sparkbuild.engines.launch import LaunchSettings, check_cluster_size, make_target
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
 from sparkbuild.errors import (
@@ -169,6 +172,7 @@ class BenchOutputs:
     "args unless CMD contains {port})."
 )
 @options.url(help="Benchmark an engine that is already running.")
+@options.cluster()
 @options.profile(help="A profile in smoke/ (by name) or a profile file: engine, model, args, env.")
 @options.model()
 @click.option(
@@ -377,7 +381,15 @@ def _with_profile(
     adapter = adapter_for(profile.engine)
     choice = launch.choice
     logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
-    target = make_target(choice, profile, adapter, logs, stage="bench")
+    if choice.cluster is not None and choice.image is not None:
+        cluster = load_cluster(settings, choice.cluster)
+        check_cluster_size(profile, len(cluster[1].nodes), cluster[0])
+        pin = cluster_pin(cluster[1], choice.image)
+        target = cluster_target(choice, profile, adapter, logs, "bench", cluster, pin)
+    else:
+        if choice.url is None:
+            check_single_box(profile, name)
+        target = make_target(choice, profile, adapter, logs, stage="bench")
     plan = BenchPlan(
         sweep=measure.sweep,
         label=measure.label or f"{name} · {choice.image or choice.kind('bench')}",
@@ -388,6 +400,7 @@ def _with_profile(
         request=profile.request,
         boot_timeout_s=launch.boot_timeout_s or profile.expect.boot_timeout_s,
         request_timeout_s=_request_timeout_s(launch),
+        topology=profile.parallel,
     )
     return target, adapter, plan
 

@@ -263,8 +263,9 @@ class KubeTarget(MultiNodeTarget):
 
     def start(self) -> None:
         manifest = render_lws(self.adapter, self.plan)
+        self._kubectl()  # no kubectl: nothing is applied, so nothing is deleted either
         self.progress(f"applying lws/{self.plan.name} in {self.plan.kube.namespace}")
-        self._applied = True
+        self._applied = True  # from here on, stop() deletes it (an apply may half succeed)
         self._run("apply", "-f", "-", stdin=json.dumps(manifest))
         self.started_at = time.monotonic()
         deadline = f"{int(self.plan.kube.ready_timeout_s)}s"
