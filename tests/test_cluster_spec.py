@@ -282,3 +282,30 @@ def test_every_published_multi_spark_setup_declares_its_topology() -> None:
                 assert topology is not None, f"{path.name} {claim.setup_name}"
                 assert hardware.startswith(f"{topology.nodes}x")
                 assert f"TP={topology.tp}" in hardware
+
+
+CLUSTER_LINES = {
+    # torch 2.13's messages (libtorch_cpu.so) as a cluster log shows them, node-prefixed.
+    "rank-rendezvous-timeout": "[node-2] torch.distributed.DistNetworkError: The client socket "
+    "has timed out after 600000ms while trying to connect to (10.0.0.1, 29501).",
+    "fabric-interface-not-found": "[node-2] RuntimeError: [enforce fail at gloo/transport/tcp/"
+    "device.cc:84] ifa != nullptr. Unable to find address for: enp1s0f1np1",
+    "fabric-collective-timeout": "[node-3] [rank2]:[E] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 600000 milliseconds",
+    "fabric-address-unreachable": "[node-4] OSError: [Errno 113] No route to host",
+    # vLLM 0.32 on the CPU, seen on this machine in a container with Docker's default shm.
+    "shm-too-small": "[node-1] (EngineCore pid=25) ERROR [core.py:1510] RuntimeError: "
+    "Insufficient space in /dev/shm for shared-memory allocation: 160 MiB required, 64 MiB free.",
+}
+
+
+@pytest.mark.parametrize("signature_id", sorted(CLUSTER_LINES))
+def test_multi_node_failures_are_diagnosed_naming_the_node(signature_id: str) -> None:
+    from sparkbuild.engines.signatures import diagnose
+
+    line = CLUSTER_LINES[signature_id]
+    found = diagnose(["[node-1] INFO starting", line], "sglang")
+
+    assert [d.id for d in found] == [signature_id]
+    assert found[0].line.startswith(line[: line.index("]") + 1])  # the node it came from
+    assert "fabric" in found[0].remedy or "container" in found[0].remedy

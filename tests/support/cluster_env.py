@@ -136,7 +136,10 @@ def write_cluster_project(
         model=MODEL_IN_IMAGE,
         parallel={"nodes": 2, "tp": 2},
     )
-    profile["expect"].update(boot_timeout_s=600, request_timeout_s=180)
+    # Two prompts that ask for repetition, so the n-gram drafter has something to accept:
+    # the cluster is what is under test here, and every request costs seconds on 2 cores.
+    profile["prompts"] = ["repetitive"]
+    profile["expect"].update(boot_timeout_s=600, request_timeout_s=180, max_tokens=32)
     profile["container"] = {
         "gpus": "none",
         "launcher": ["vllm", "serve"],
