@@ -8,7 +8,7 @@ first 200 on /health.
 - **Reference**: the engine's own two-process launch, as a user types it: `docker run` of
   rank 1, then of rank 0, with the same arguments the adapter renders (so only the launcher
   differs). No image check, no labels, no lifelines, no log streaming.
-- **Measured**: `sparkbuild smoke --image ... --cluster pair`, from process start, with the
+- **Measured**: `sparkbuild smoke --image ... --cluster NAME`, from process start, with the
   leader's port read from its container as soon as it exists.
 
 Rounds alternate (reference, measured, reference, ...) so both see the same host load. The
@@ -97,15 +97,15 @@ def reference(project: Path, network: Network, image: str) -> float:
         subprocess.run(["docker", "rm", "-f", *names], capture_output=True, check=False)
 
 
-def measured(project: Path, image: str) -> float:
+def measured(project: Path, cluster: str, image: str) -> float:
     """`sparkbuild smoke --cluster`, from process start to the leader's first 200."""
     argv = [sys.executable, "-m", "sparkbuild", "--project", str(project), "smoke",
-            "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+            "--image", image, "--profile", "cpu-tp2", "--cluster", cluster,
             "--model", MODEL_IN_IMAGE]  # fmt: skip
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "NO_COLOR": "1"})  # fmt: skip
-    leader = ["--filter", "label=org.sparkbuild.cluster=pair",
+    leader = ["--filter", f"label=org.sparkbuild.cluster={cluster}",
               "--filter", "label=org.sparkbuild.node=node-1"]  # fmt: skip
     try:
         return _wait_healthy(lambda: _published_port(leader), started)
@@ -121,12 +121,12 @@ def main() -> None:
     image = vllm_image()
     with bridge_network() as network, tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
-        write_cluster_project(project, network)
+        _, cluster = write_cluster_project(project, network)
         refs: list[float] = []
         ours: list[float] = []
         for round_ in range(args.rounds):
             refs.append(reference(project, network, image))
-            ours.append(measured(project, image))
+            ours.append(measured(project, cluster, image))
             load = os.getloadavg()[0]
             ratio = ours[-1] / refs[-1]
             print(f"round {round_ + 1}: reference {refs[-1]:.1f} s, sparkbuild {ours[-1]:.1f} s "

@@ -57,20 +57,22 @@ def network() -> Iterator[Network]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, image: str, network: Network) -> Path:
-    write_cluster_project(tmp_path, network)
+def project(tmp_path: Path, image: str, network: Network) -> tuple[Path, str]:
+    """A project with the two-node profile, a cluster file, and a lock pinning ``image``."""
+    _, cluster = write_cluster_project(tmp_path, network)
     lock = {"schema": 1, "builds": {"cpu": {"image": {"image_id": _image_id(image)}}}}
     (tmp_path / "images.lock").write_text(yaml.safe_dump(lock))
-    return tmp_path
+    return tmp_path, cluster
 
 
 def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
-    project: Path, image: str
+    project: tuple[Path, str], image: str
 ) -> None:
+    project_dir, cluster_name = project
     image_id = _image_id(image)
 
     run = run_smoke_cli(
-        project, "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+        project_dir, "--image", image, "--profile", "cpu-tp2", "--cluster", cluster_name,
         "--model", MODEL_IN_IMAGE, "--record", "cpu", timeout=1200,
     )  # fmt: skip
 
@@ -84,7 +86,7 @@ def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
     assert cluster["launcher"] == "mp"
     assert [(n["name"], n["rank"], n["image_id"]) for n in cluster["nodes"]] == [
         ("node-1", 0, image_id), ("node-2", 1, image_id)]  # fmt: skip
-    record = yaml.safe_load((project / "images.lock").read_text())["builds"]["cpu"]["smoke"]
+    record = yaml.safe_load((project_dir / "images.lock").read_text())["builds"]["cpu"]["smoke"]
     entry = record[image_id]["cpu-tp2"]
     assert entry["verified"] is True and entry["image_id"] == image_id
     assert entry["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
@@ -94,15 +96,16 @@ def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
     log = Path(run.result["log_file"]).read_text()
     assert "[node-2]" in log and "[node-1]" in log
     assert any("[node-2]" in line and "world_size=2 rank=1" in line for line in log.splitlines())
-    assert cluster_containers() == []
+    assert cluster_containers(cluster_name) == []
 
 
 def test_a_worker_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
-    project: Path, image: str
+    project: tuple[Path, str], image: str
 ) -> None:
-    out = project / "result.json"
-    argv = [sys.executable, "-m", "sparkbuild", "--project", str(project), "smoke",
-            "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+    project_dir, cluster_name = project
+    out = project_dir / "result.json"
+    argv = [sys.executable, "-m", "sparkbuild", "--project", str(project_dir), "smoke",
+            "--image", image, "--profile", "cpu-tp2", "--cluster", cluster_name,
             "--model", MODEL_IN_IMAGE, "--json-file", str(out)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "NO_COLOR": "1"})  # fmt: skip
@@ -116,7 +119,7 @@ def test_a_worker_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
             if "request " in line and not killed.is_set():  # the requests have begun
                 names = subprocess.run(
                     ["docker", "ps", "-q", "--filter", "label=org.sparkbuild.node=node-2",
-                     "--filter", "label=org.sparkbuild.cluster=pair"],
+                     "--filter", f"label=org.sparkbuild.cluster={cluster_name}"],
                     capture_output=True, text=True, check=False,
                 ).stdout.split()  # fmt: skip
                 for name in names:
@@ -143,9 +146,9 @@ def test_a_worker_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
     assert errors["status"] == "fail" and "node-2" in errors["detail"], errors
     assert "node-2" in told
     deadline = time.monotonic() + 30
-    while cluster_containers() and time.monotonic() < deadline:
+    while cluster_containers(cluster_name) and time.monotonic() < deadline:
         time.sleep(1)
-    assert cluster_containers() == []
+    assert cluster_containers(cluster_name) == []
 
 
 @pytest.fixture(scope="module")
@@ -162,11 +165,11 @@ def test_a_node_holding_another_image_is_refused_before_boot(
                         input_bytes=_empty_tar())  # fmt: skip
     other_id = _image_id(image, other_daemon.endpoint)
     assert other_id != _image_id(image)
-    write_cluster_project(tmp_path, network, endpoints=("local", other_daemon.endpoint))
+    _, name = write_cluster_project(tmp_path, network, endpoints=("local", other_daemon.endpoint))
     began = time.monotonic()
 
     run = run_smoke_cli(
-        tmp_path, "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+        tmp_path, "--image", image, "--profile", "cpu-tp2", "--cluster", name,
         "--model", MODEL_IN_IMAGE, timeout=300,
     )  # fmt: skip
 
@@ -174,23 +177,69 @@ def test_a_node_holding_another_image_is_refused_before_boot(
     assert "node node-2" in run.stderr and other_id[:19] in run.stderr, run.stderr
     assert "holds another image" in run.stderr
     assert time.monotonic() - began < 120  # refused, not booted and timed out
-    assert cluster_containers() == []
-    assert cluster_containers(endpoint=other_daemon.endpoint) == []
+    assert cluster_containers(name) == []
+    assert cluster_containers(name, endpoint=other_daemon.endpoint) == []
+
+
+def test_a_node_without_the_image_receives_it_over_the_docker_api(
+    other_daemon: SecondDaemon,
+) -> None:
+    from sparkbuild.engines.cluster import Node
+    from sparkbuild.engines.cluster_target import sync_image
+    from tests.support.smoke_image import skeleton_image
+
+    small = skeleton_image()  # 35 kB: the path is the same for a 10 GB image
+    pin = _image_id(small)
+    nodes = [Node(name="here", address="10.0.0.1"),
+             Node(name="there", endpoint=other_daemon.endpoint, address="10.0.0.2")]  # fmt: skip
+    told: list[str] = []
+
+    held = sync_image(nodes, small, pin, progress=told.append)
+
+    assert [(n.node, n.image_id) for n in held] == [("here", pin), ("there", pin)]
+    assert _image_id(small, other_daemon.endpoint) == pin  # same id, under the same name
+    assert any(line.startswith("there: no copy of") for line in told), told
+    assert any(line.startswith("there: received") for line in told), told
+    assert not any(line.startswith("here: no copy") for line in told)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_cluster_run_stopped_or_killed_mid_boot_leaves_nothing_on_any_node(
+    project: tuple[Path, str], image: str, how: signal.Signals
+) -> None:
+    project_dir, name = project
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkbuild", "--project", str(project_dir), "smoke", "--image",
+         image, "--profile", "cpu-tp2", "--cluster", name, "--model", MODEL_IN_IMAGE],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(cluster_containers(name)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(cluster_containers(name)) == 2, "both ranks should have started"
+
+    proc.send_signal(how)
+    proc.wait(timeout=120)
+    deadline = time.monotonic() + 60  # a SIGKILL leaves it to each container's lifeline
+    while cluster_containers(name) and time.monotonic() < deadline:
+        time.sleep(1)
+
+    assert cluster_containers(name) == []
 
 
 def test_a_cluster_smaller_than_the_profile_is_refused_naming_both_numbers(
     tmp_path: Path, image: str, network: Network
 ) -> None:
-    write_cluster_project(tmp_path, network, parallel={"nodes": 4, "tp": 4})
+    _, name = write_cluster_project(tmp_path, network, parallel={"nodes": 4, "tp": 4})
 
     run = run_smoke_cli(
-        tmp_path, "--image", image, "--profile", "cpu-tp2", "--cluster", "pair",
+        tmp_path, "--image", image, "--profile", "cpu-tp2", "--cluster", name,
         "--model", MODEL_IN_IMAGE, timeout=120,
     )  # fmt: skip
 
     assert run.returncode == 2, run.explain()
-    assert "needs 4 nodes" in run.stderr and "has 2" in run.stderr, run.stderr
-    assert cluster_containers() == []
+    assert "needs 4 nodes" in run.stderr and f"cluster {name} has 2" in run.stderr, run.stderr
+    assert cluster_containers(name) == []
 
 
 def _empty_tar() -> bytes:

@@ -92,6 +92,7 @@ def project(tmp_path: Path) -> Path:
         ("nemotron3-super-nvfp4-mtp-3x4-tp4-sglang", 4, 1),
         ("nemotron3-super-nvfp4-mtp-3x4-tp4-ep4-sglang", 4, 4),
         ("gemma4-31b-mtp-tp4-sglang", 4, 1),
+        ("qwen3.6-27b-fp8-tp2-sglang", 2, 1),
     ],
 )
 def test_the_shipped_cluster_profiles_render_a_valid_leaderworkerset(
@@ -101,13 +102,13 @@ def test_the_shipped_cluster_profiles_render_a_valid_leaderworkerset(
 
     validate_lws(manifest)
     group = manifest["spec"]["leaderWorkerTemplate"]
-    assert manifest["kind"] == "LeaderWorkerSet" and group["size"] == 4
+    assert manifest["kind"] == "LeaderWorkerSet" and group["size"] == tp
     leader, worker = _container(manifest, "leader"), _container(manifest, "worker")
     assert leader["image"] == worker["image"] == IMAGE
     assert leader["command"] == worker["command"] == ["python3"]
     for args, rank in ((leader["args"], "0"), (worker["args"], "$(LWS_WORKER_INDEX)")):
         assert args[args.index("--node-rank") + 1] == rank
-        assert args[args.index("--nnodes") + 1] == "4"
+        assert args[args.index("--nnodes") + 1] == str(tp)
         assert args[args.index("--dist-init-addr") + 1] == "$(LWS_LEADER_ADDRESS):29501"
         assert args[args.index("--tp-size") + 1] == str(tp)
         assert ("--ep-size" in args) == (ep > 1)
@@ -124,7 +125,7 @@ def test_the_shipped_cluster_profiles_render_a_valid_leaderworkerset(
             "nodeSelectorTerms"
         ]
     ]
-    assert hostnames == ["spark-2", "spark-3", "spark-4"]  # fmt: skip
+    assert hostnames == ["spark-2", "spark-3", "spark-4"]  # the cluster's, whatever the size
     assert group["leaderTemplate"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "spark-1"}
 
 

@@ -193,6 +193,20 @@ def test_a_cluster_profile_is_refused_on_one_box_and_profile_flags_that_clash(
     assert no_image.exit_code == 2 and "give --image with it" in no_image.output
 
 
+def test_bench_refuses_a_cluster_smaller_than_its_profile_before_any_node(
+    tmp_path: Path,
+) -> None:
+    project = _project(tmp_path, {"engine": "vllm", "model": "/m",
+                                  "parallel": {"nodes": 4, "tp": 4}})  # fmt: skip
+
+    # Refused before any node's Docker is asked anything (no image is needed either).
+    done = run_cli("--project", str(project), "bench", "--image", "img", "--profile", "p",
+                   "--cluster", "c")  # fmt: skip
+
+    assert done.exit_code == 2, done.output
+    assert "needs 4 nodes" in done.output and "cluster c has 2" in done.output
+
+
 def test_a_profile_that_sets_the_multi_node_flags_itself_is_refused(tmp_path: Path) -> None:
     from sparkbuild.engines.launch import check_cluster_profile
     from sparkbuild.engines.profiles import SmokeProfile

@@ -128,8 +128,9 @@ def write_cluster_project(
     **profile_changes: Any,
 ) -> tuple[str, str]:
     """``smoke/cpu-tp2.yaml`` (the CPU reference over two nodes: TP=2, ``vllm serve`` in the
-    image, n-gram speculation) and ``clusters/pair.yaml`` (two nodes on ``network``, each
-    rank's OpenMP threads on its own core). Returns (profile, cluster) names."""
+    image, n-gram speculation) and ``clusters/pair-<random>.yaml`` (two nodes on ``network``,
+    each rank's OpenMP threads on its own core; the name labels the containers, so no other
+    run's are mistaken for this one's). Returns (profile, cluster) names."""
     profile = yaml.safe_load(CPU_REFERENCE.read_text(encoding="utf-8"))
     profile.update(
         description="vLLM on the CPU over two nodes (TP=2, mp executor), n-gram speculation",
@@ -160,12 +161,13 @@ def write_cluster_project(
         ],
         "fabric": {"network": network.name, "env": {"GLOO_SOCKET_IFNAME": "eth0"}},
     }  # fmt: skip
+    name = f"pair-{uuid.uuid4().hex[:8]}"
     (project / "clusters").mkdir(parents=True, exist_ok=True)
-    (project / "clusters" / "pair.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
-    return "cpu-tp2", "pair"
+    (project / "clusters" / f"{name}.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    return "cpu-tp2", name
 
 
-def cluster_containers(label_value: str = "pair", endpoint: str | None = None) -> list[str]:
+def cluster_containers(label_value: str, endpoint: str | None = None) -> list[str]:
     """Names of containers (any state) labelled with cluster ``label_value``."""
     host = ["--host", endpoint] if endpoint else []
     done = subprocess.run(

@@ -16,9 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
-from sparkbuild.yamlfile import load_model
+from sparkbuild.yamlfile import load_model, named_file
 
 MAX_NODES = 8
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")  # a DNS label: also a pod suffix
@@ -205,24 +204,11 @@ class ClusterSpec(_Strict):
 
 def cluster_path(settings: Settings, name_or_path: str) -> Path:
     """A cluster by name (``clusters/<name>.yaml``) or by path."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        candidate = candidate if candidate.is_absolute() else Path.cwd() / candidate
-        if not candidate.is_file():
-            raise UsageError(f"cluster file {candidate} does not exist")
-        return candidate
-    directory = settings.project_dir / "clusters"
-    for suffix in (".yaml", ".yml"):
-        path = directory / f"{name_or_path}{suffix}"
-        if path.is_file():
-            return path
-    known = sorted(p.stem for p in directory.glob("*.y*ml"))
-    raise UsageError(
-        f"no cluster {name_or_path!r} in {directory}",
-        f"known clusters: {', '.join(known)}"
-        if known
-        else "write clusters/NAME.yaml (docs/cluster.md has the schema), or pass a file path",
-    )
+    return named_file(
+        settings.project_dir / "clusters", name_or_path, file_kind="cluster file",
+        name_kind="cluster", known="known clusters",
+        otherwise="write clusters/NAME.yaml (docs/cluster.md has the schema), or pass a file path",
+    )  # fmt: skip
 
 
 def load_cluster(settings: Settings, name_or_path: str) -> tuple[str, ClusterSpec]:

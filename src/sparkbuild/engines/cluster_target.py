@@ -15,7 +15,7 @@ and bench run their checks against its leader unchanged. What it adds:
 * **Teardown, always**: a rank that exits takes the cluster down (a headless vLLM worker does
   not exit when its leader dies, and a leader waits on a dead worker), ``stop()`` removes every
   container on every node, and each container has a lifeline on its own node's daemon plus
-  the owner labels the per-node orphan sweep goes by.
+  the owner labels the orphan sweep goes by (each rank's start sweeps its own node).
 """
 
 from __future__ import annotations
@@ -394,26 +394,6 @@ def cluster_pin(cluster: ClusterSpec, image: str) -> str:
     )
 
 
-def orphan_sweep(cluster: ClusterSpec) -> list[str]:
-    """Containers a killed sparkbuild left on any node of ``cluster`` (by owner label)."""
-    from sparkbuild.engines.lifeline import remove_orphans
-
-    removed: list[str] = []
-    for node in cluster.nodes:
-        removed += remove_orphans(_endpoint_client(node))
-    return removed
-
-
-def containers_of(cluster: ClusterSpec, name: str) -> dict[str, list[str]]:
-    """Per node, the names of the containers labelled with cluster ``name`` (any state)."""
-    found: dict[str, list[str]] = {}
-    for node in cluster.nodes:
-        client = _endpoint_client(node)
-        listed = client.containers.list(all=True, filters={"label": f"{CLUSTER_LABEL}={name}"})
-        found[node.name] = sorted({str(c.name) for c in listed})
-    return found
-
-
 __all__ = [
     "CLUSTER_LABEL",
     "NODE_LABEL",
@@ -423,7 +403,5 @@ __all__ = [
     "NodeImage",
     "RankContainer",
     "cluster_pin",
-    "containers_of",
-    "orphan_sweep",
     "sync_image",
 ]

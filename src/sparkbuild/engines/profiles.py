@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
-from sparkbuild.errors import SpecError, UsageError
+from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
-from sparkbuild.yamlfile import load_model
+from sparkbuild.yamlfile import load_model, named_file
 
 FinishReason = Literal["stop", "length", "any"]
 
@@ -171,22 +171,10 @@ def expand_env(value: str, where: str) -> str:
 
 def profile_path(settings: Settings, name_or_path: str) -> Path:
     """A profile by name (``smoke/<name>.yaml``) or by path."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        if not candidate.is_absolute():
-            candidate = Path.cwd() / candidate
-        if not candidate.exists():
-            raise UsageError(f"profile file {candidate} does not exist")
-        return candidate
-    for suffix in (".yaml", ".yml"):
-        path = settings.smoke_dir / f"{name_or_path}{suffix}"
-        if path.exists():
-            return path
-    known = sorted(p.stem for p in settings.smoke_dir.glob("*.y*ml"))
-    raise UsageError(
-        f"no smoke profile {name_or_path!r} in {settings.smoke_dir}",
-        f"known profiles: {', '.join(known)}" if known else "pass a profile file path",
-    )
+    return named_file(
+        settings.smoke_dir, name_or_path, file_kind="profile file", name_kind="smoke profile",
+        known="known profiles", otherwise="pass a profile file path",
+    )  # fmt: skip
 
 
 def resolve_model(
