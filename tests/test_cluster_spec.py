@@ -168,6 +168,12 @@ def test_the_joined_ranks_come_from_each_engines_own_log_line() -> None:
     assert vllm.joined_ranks(vllm_log) == (2, {0, 1})
     assert vllm.joined_ranks(vllm_log[:2]) == (2, {0})
     assert sglang.joined_ranks(sglang_log) == (4, {1})
+    from sparkbuild.smoke.checks import check_ranks
+
+    assert check_ranks(2, 2, {0, 1}, ["node-1", "node-2"]).status == "pass"
+    missing = check_ranks(2, *vllm.joined_ranks(vllm_log[:2]), ["node-1", "node-2"])
+    assert missing.status == "fail" and "rank(s) 1 (node-2) never joined" in missing.detail
+    assert check_ranks(2, None, set(), ["node-1", "node-2"]).status == "fail"
 
 
 def _project(tmp_path: Path, profile: dict[str, Any], cluster_nodes: int = 2) -> Path:

@@ -44,7 +44,9 @@ def check_boot(
 def check_ranks(
     expected: int, world: int | None, ranks: set[int], nodes: Sequence[str]
 ) -> CheckResult:
-    """Every rank of a multi-node engine joined its world, as the engine's own log says."""
+    """Every rank of a multi-node engine joined its world, as the engine's own log says.
+    ``nodes`` are in rank order when each node runs one rank (a rank that never joined is
+    named with its node)."""
     where = f"over {len(nodes)} nodes ({', '.join(nodes)})"
     if world is None:
         return CheckResult(
@@ -55,7 +57,8 @@ def check_ranks(
     if world != expected or missing:
         detail = f"world size {world}, expected {expected}"
         if missing:
-            detail += f"; rank(s) {', '.join(map(str, missing))} never joined"
+            named = [f"{r} ({nodes[r]})" if len(nodes) == expected else str(r) for r in missing]
+            detail += f"; rank(s) {', '.join(named)} never joined"
         return CheckResult("ranks", "fail", detail + f" {where}", value=len(ranks))
     return CheckResult("ranks", "pass", f"{len(ranks)} of {expected} ranks joined {where}",
                        value=len(ranks))  # fmt: skip
