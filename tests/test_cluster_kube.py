@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,8 @@ def test_the_shipped_cluster_profiles_render_a_valid_leaderworkerset(
     validate_lws(manifest)
     group = manifest["spec"]["leaderWorkerTemplate"]
     assert manifest["kind"] == "LeaderWorkerSet" and group["size"] == tp
+    # Its pods and headless Service are named after it: a DNS-1035 label with room to spare.
+    assert re.fullmatch(r"[a-z]([a-z0-9-]{0,50}[a-z0-9])?", manifest["metadata"]["name"])
     leader, worker = _container(manifest, "leader"), _container(manifest, "worker")
     assert leader["image"] == worker["image"] == IMAGE
     assert leader["command"] == worker["command"] == ["python3"]

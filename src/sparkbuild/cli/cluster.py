@@ -3,6 +3,8 @@ Kubernetes, and ``--print-manifest`` (the LeaderWorkerSet, for GitOps)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -105,7 +107,10 @@ def write_manifest(
     adapter = adapter_for(profile.engine, version=parse_version(engine_version or ""))
     plan = lws_plan(profile, adapter, spec, spec.kubernetes or KubernetesTarget(),
                     choice.image, "smoke")  # fmt: skip
-    plan = LwsPlan(**{**plan.__dict__, "name": f"sparkbuild-{name}"[:63].rstrip("-")})
+    # The LWS names its pods and headless Service after itself: a DNS-1035 label, short
+    # enough for the pod suffixes (`-0-3`).
+    label = re.sub(r"[^a-z0-9-]+", "-", f"sparkbuild-{name}".lower())[:52].strip("-")
+    plan = dataclasses.replace(plan, name=label)
     text = yaml.safe_dump(render_lws(adapter, plan), sort_keys=False)
     if path == "-":
         sys.stdout.write(text)
