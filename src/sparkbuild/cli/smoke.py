@@ -137,7 +137,12 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
     if record_build:  # first: the verdict is what the run was for; outputs come after
         image_id = report.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
-        if not result.verified:
+        if not result.verified and result.target_kind == "cluster":
+            console.warn(
+                f"recorded as unverified: not every node ran {image_id[:19]} (see the nodes "
+                f"above), so `sparkbuild publish {record_build}` does not count it"
+            )
+        elif not result.verified:
             console.warn(
                 f"recorded as unverified: a {result.target_kind} run does not show which image "
                 f"ran, so `sparkbuild publish {record_build}` does not count it; "
