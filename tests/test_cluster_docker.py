@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,9 +100,16 @@ def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
     assert cluster_containers(cluster_name) == []
 
 
-def test_a_worker_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
-    project: tuple[Path, str], image: str
+@pytest.mark.parametrize(
+    ("node", "role"),
+    [("node-2", "worker rank 1"), ("node-1", "the leader")],
+    ids=["worker", "leader"],
+)
+def test_a_rank_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
+    project: tuple[Path, str], image: str, node: str, role: str
 ) -> None:
+    # A headless vLLM worker does not exit when its leader dies, and a leader waits on a dead
+    # worker: either way the run must end, name the node, and remove the other rank too.
     project_dir, cluster_name = project
     out = project_dir / "result.json"
     argv = [sys.executable, "-m", "sparkbuild", "--project", str(project_dir), "smoke",
@@ -118,7 +126,7 @@ def test_a_worker_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
             stderr.append(line)
             if "request " in line and not killed.is_set():  # the requests have begun
                 names = subprocess.run(
-                    ["docker", "ps", "-q", "--filter", "label=org.sparkbuild.node=node-2",
+                    ["docker", "ps", "-q", "--filter", f"label=org.sparkbuild.node={node}",
                      "--filter", f"label=org.sparkbuild.cluster={cluster_name}"],
                     capture_output=True, text=True, check=False,
                 ).stdout.split()  # fmt: skip
@@ -141,10 +149,10 @@ def test_a_worker_killed_mid_run_fails_naming_its_node_and_leaves_nothing(
     assert proc.returncode == 1, told[-3000:]
     result = json.loads(out.read_text())
     assert result["verdict"] == "fail"
-    assert result["cluster"]["failed"].startswith("worker rank 1 on node node-2 exited")
+    assert result["cluster"]["failed"].startswith(f"{role} on node {node} exited")
     errors = next(c for c in result["checks"] if c["name"] == "errors")
-    assert errors["status"] == "fail" and "node-2" in errors["detail"], errors
-    assert "node-2" in told
+    assert errors["status"] == "fail" and node in errors["detail"], errors
+    assert node in told
     deadline = time.monotonic() + 30
     while cluster_containers(cluster_name) and time.monotonic() < deadline:
         time.sleep(1)
@@ -201,6 +209,41 @@ def test_a_node_without_the_image_receives_it_over_the_docker_api(
     assert any(line.startswith("there: no copy of") for line in told), told
     assert any(line.startswith("there: received") for line in told), told
     assert not any(line.startswith("here: no copy") for line in told)
+
+
+def test_a_node_without_the_image_pulls_it_by_digest_from_a_registry(
+    tmp_path: Path, other_daemon: SecondDaemon
+) -> None:
+    from sparkbuild.engines.cluster import Node
+    from sparkbuild.engines.cluster_target import sync_image
+    from tests.support.docker_env import start_registry
+
+    # An image of its own (a pushed image gains a digest, which the shared ones must not),
+    # pushed to a real registry on loopback that the second daemon reaches as well.
+    repository = f"sb-pull-{uuid.uuid4().hex[:8]}"
+    image = f"{repository}:test"
+    subprocess.run(["docker", "import", "--change", f"LABEL org.sparkbuild.test={image}", "-",
+                    image], input=_empty_tar(), capture_output=True, check=True)  # fmt: skip
+    pin = _image_id(image)
+    try:
+        with start_registry(tmp_path / "registry") as registry:
+            pushed = registry.ref(repository, "test")
+            subprocess.run(["docker", "tag", image, pushed], check=True)
+            subprocess.run(["docker", "push", pushed], capture_output=True, check=True)
+            nodes = [Node(name="there", endpoint=other_daemon.endpoint, address="10.0.0.2")]
+            told: list[str] = []
+
+            held = sync_image(nodes, image, pin, progress=told.append)
+
+            served = registry.manifest_digest(repository, "test")
+    finally:
+        subprocess.run(["docker", "rmi", "-f", pin], capture_output=True, check=False)
+
+    assert [(n.node, n.image_id) for n in held] == [("there", pin)]
+    assert _image_id(image, other_daemon.endpoint) == pin  # same id, under the same name
+    assert served is not None
+    assert f"there: pulling {registry.address}/{repository}@{served}" in told, told
+    assert not any("sending it over the Docker API" in line for line in told), told
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
