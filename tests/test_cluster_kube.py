@@ -5,7 +5,9 @@ the LWS fields against the LeaderWorkerSet CRD's own schema (kubernetes-sigs/lws
 tests/data/lws/), and both pod templates against the core API schemas kubernetes-validate
 carries offline, strictly (an unknown field fails, as `kubectl apply --validate=strict`).
 Applying it, the port-forward and the pods' image ids are proven only on a real cluster
-(docs/cluster.md says so); their parsing of kubectl's JSON is tested below.
+(docs/cluster.md says so); their parsing of kubectl's JSON is tested below, and so is what
+the Kubernetes target asks of kubectl, in what order, and that it deletes the group whatever
+happens (a stand-in kubectl on PATH that answers in kubectl's own formats).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import copy
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from sparkbuild.engines.adapters import adapter_for
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget, Node
 from sparkbuild.engines.cluster_kube import KubeTarget, LwsPlan, pod_image_digests, render_lws
 from sparkbuild.engines.profiles import Parallel
-from sparkbuild.errors import EngineContainerError, UsageError
+from sparkbuild.errors import ClusterImageError, EngineContainerError, UsageError
 from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -215,3 +218,134 @@ def test_the_kubernetes_target_says_when_kubectl_is_missing(
     with pytest.raises(EngineContainerError, match="kubectl is not on PATH"):
         target.start()
     target.stop()  # nothing was applied: nothing to delete, and no error
+
+
+# What kubectl does against a live API server cannot run here; the order of the calls, what
+# is applied and that the group is deleted whatever happens can. A stand-in `kubectl` on PATH
+# records each call and answers with kubectl's own output formats (a core/v1 PodList for
+# `get pods -o json`, log lines for `logs -f`, a long-running `port-forward`).
+FAKE_KUBECTL = """#!{python}
+import json, os, sys, time
+state = os.environ["FAKE_KUBE_DIR"]
+args = sys.argv[1:]
+with open(os.path.join(state, "calls.jsonl"), "a") as calls:
+    calls.write(json.dumps(args) + "\\n")
+verbs = [a for a in args if not a.startswith("-")]
+verb = verbs[2] if args[:1] == ["--context"] else verbs[1]  # after --namespace NS
+if verb == "apply":
+    open(os.path.join(state, "applied.json"), "w").write(sys.stdin.read())
+elif verb == "wait" and os.path.exists(os.path.join(state, "wait-fails")):
+    sys.exit("error: timed out waiting for the condition on leaderworkersets/x")
+elif verb == "get":
+    answers = sorted(n for n in os.listdir(state) if n.startswith("pods-"))
+    sys.stdout.write(open(os.path.join(state, answers[0])).read())
+    if len(answers) > 1:
+        os.remove(os.path.join(state, answers[0]))
+elif verb == "logs":
+    print("INFO world_size=2 from " + args[-1])
+elif verb == "port-forward":
+    time.sleep(120)
+"""
+
+
+def _pod_list(name: str, digests: list[str | None]) -> str:
+    def pod(rank: int, digest: str | None) -> dict[str, Any]:
+        pod_name = f"{name}-0" if rank == 0 else f"{name}-0-{rank}"  # LWS's own pod names
+        statuses = [{"name": "engine", "imageID": f"registry.example/x@{digest}"}] if digest else []
+        return {"metadata": {"name": pod_name}, "status": {"containerStatuses": statuses}}
+
+    items = [pod(rank, digest) for rank, digest in enumerate(digests)]
+    return json.dumps({"apiVersion": "v1", "kind": "PodList", "items": items})
+
+
+@pytest.fixture
+def kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import sys
+
+    bin_dir, state = tmp_path / "bin", tmp_path / "kube"
+    bin_dir.mkdir()
+    state.mkdir()
+    script = bin_dir / "kubectl"
+    script.write_text(FAKE_KUBECTL.format(python=sys.executable))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_KUBE_DIR", str(state))
+    return state
+
+
+def _kube_target() -> KubeTarget:
+    adapter = adapter_for("vllm")
+    kube = KubernetesTarget(context="spark-k3s", namespace="inference", ready_timeout_s=60)
+    cluster = ClusterSpec(nodes=[Node(name="a", address="10.0.0.1"),
+                                 Node(name="b", address="10.0.0.2")], kubernetes=kube)  # fmt: skip
+    plan = _plan(Parallel(nodes=2, tp=2), ["vllm", "serve"], ["/models/m"])
+    return KubeTarget("pair", cluster, adapter, LwsPlan(**{**plan.__dict__, "kube": kube}))
+
+
+def _calls(state: Path) -> list[list[str]]:
+    return [json.loads(line) for line in (state / "calls.jsonl").read_text().splitlines()]
+
+
+def _verbs(state: Path) -> list[str]:
+    calls = _calls(state)
+    assert all(call[:4] == ["--context", "spark-k3s", "--namespace", "inference"]
+               for call in calls), calls  # fmt: skip
+    return [call[4] for call in calls]
+
+
+def test_the_kubernetes_target_applies_checks_every_pod_at_both_ends_and_deletes(
+    kubectl: Path,
+) -> None:
+    (kubectl / "pods-1.json").write_text(_pod_list("sparkbuild-smoke-test", [DIGEST, DIGEST]))
+    target = _kube_target()
+
+    target.start()
+    started = [(n.node, n.image_id) for n in target.node_images]
+    deadline = time.monotonic() + 20  # each pod's log is followed by its own process
+    while len(target.log.since(0)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    target.stop()
+
+    applied = json.loads((kubectl / "applied.json").read_text())
+    assert applied == render_lws(target.adapter, target.plan)
+    assert started == [
+        ("sparkbuild-smoke-test-0", DIGEST), ("sparkbuild-smoke-test-0-1", DIGEST)]  # fmt: skip
+    assert target.image_id == DIGEST
+    verbs = _verbs(kubectl)
+    assert verbs[:3] == ["apply", "wait", "get"] and verbs[-2:] == ["get", "delete"], verbs
+    assert verbs.count("logs") == 2 and "port-forward" in verbs
+    assert sorted(target.log.since(0)) == [
+        "[sparkbuild-smoke-test-0-1] INFO world_size=2 from pod/sparkbuild-smoke-test-0-1",
+        "[sparkbuild-smoke-test-0] INFO world_size=2 from pod/sparkbuild-smoke-test-0",
+    ]
+    forward = next(c for c in _calls(kubectl) if "port-forward" in c)
+    assert forward[5] == "pod/sparkbuild-smoke-test-0"  # the leader
+
+
+def test_a_group_that_never_gets_ready_is_still_deleted(kubectl: Path) -> None:
+    (kubectl / "wait-fails").touch()
+    target = _kube_target()
+
+    with pytest.raises(EngineContainerError, match=r"kubectl wait .*timed out"):
+        target.start()
+    target.stop()
+
+    assert _verbs(kubectl) == ["apply", "wait", "delete"]
+    assert target.image_id is None
+
+
+def test_a_pod_rolled_to_another_image_during_the_run_is_named_and_the_group_deleted(
+    kubectl: Path,
+) -> None:
+    other = "sha256:" + "cd" * 32
+    (kubectl / "pods-1.json").write_text(_pod_list("sparkbuild-smoke-test", [DIGEST, DIGEST]))
+    (kubectl / "pods-2.json").write_text(_pod_list("sparkbuild-smoke-test", [DIGEST, other]))
+    target = _kube_target()
+    target.start()
+
+    with pytest.raises(
+        ClusterImageError, match=r"end of the run.*sparkbuild-smoke-test-0-1: sha256:cdcd"
+    ):
+        target.stop()
+
+    assert _verbs(kubectl)[-1] == "delete"
