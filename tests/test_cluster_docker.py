@@ -246,14 +246,23 @@ def test_a_node_without_the_image_pulls_it_by_digest_from_a_registry(
     assert not any("sending it over the Docker API" in line for line in told), told
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+# `python -m sparkbuild`, with Ctrl-C raising KeyboardInterrupt as in a terminal: a job
+# started in the background (as CI may start pytest) inherits SIGINT ignored.
+CTRL_C_AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'sparkbuild'; runpy.run_module('sparkbuild', run_name='__main__')"
+)
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_cluster_run_stopped_or_killed_mid_boot_leaves_nothing_on_any_node(
     project: tuple[Path, str], image: str, how: signal.Signals
 ) -> None:
     project_dir, name = project
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkbuild", "--project", str(project_dir), "smoke", "--image",
-         image, "--profile", "cpu-tp2", "--cluster", name, "--model", MODEL_IN_IMAGE],
+        [sys.executable, "-c", CTRL_C_AS_FROM_A_TERMINAL, "--project", str(project_dir),
+         "smoke", "--image", image, "--profile", "cpu-tp2", "--cluster", name,
+         "--model", MODEL_IN_IMAGE],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 120
