@@ -97,6 +97,11 @@ class RankContainer(ContainerTarget):
             kwargs["ports"] = {f"{self.http_port}/tcp": (bind, None)}
         return kwargs
 
+    def exit_code_now(self) -> int | None:
+        """:meth:`exit_code`, asked of the daemon now rather than at most twice a second."""
+        self._last_poll = 0.0
+        return self.exit_code()
+
     def host_port(self) -> int | None:
         return self._host_port
 
@@ -280,6 +285,7 @@ class ClusterTarget(MultiNodeTarget):
         self._exit: int | None = None
         self._monitor: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._scan_lock = threading.Lock()
 
     @property
     def description(self) -> str:
@@ -345,8 +351,17 @@ class ClusterTarget(MultiNodeTarget):
         """A rank that exits ends the cluster: the others are stopped at once, so the
         leader's requests fail now instead of hanging on a dead worker."""
         while not self._stopping.wait(1.0):
+            if self._scan():
+                return
+
+    def _scan(self, now: bool = False) -> bool:
+        """Whether a rank has exited; the first one found is named and ends the cluster.
+        ``now``: ask every daemon afresh (the answers are otherwise kept for half a second)."""
+        with self._scan_lock:
+            if self._exit is not None:
+                return True
             for rank, container in enumerate(reversed(self.ranks)):
-                code = container.exit_code()
+                code = container.exit_code_now() if now else container.exit_code()
                 if code is None:
                     continue
                 role = "the leader" if rank == 0 else f"worker rank {rank}"
@@ -356,15 +371,35 @@ class ClusterTarget(MultiNodeTarget):
                 for other in self.ranks:
                     if other is not container:
                         other.kill()
-                return
+                return True
+            return False
+
+    def _name_a_rank_that_went(self) -> None:
+        """A killed leader fails the requests before its daemon reports the exit: while the
+        leader does not answer, give the daemons a few seconds to say which rank went."""
+        import requests
+
+        deadline = time.monotonic() + 5.0
+        while not self._scan(now=True) and time.monotonic() < deadline:
+            try:
+                requests.get(self.base_url + self.adapter.health_path, timeout=1).raise_for_status()
+                return  # the leader answers: nothing went
+            except (requests.RequestException, EngineContainerError):
+                time.sleep(0.2)
 
     def exit_code(self) -> int | None:
+        # Asked directly too: a killed leader fails the requests at once, before the
+        # watcher's next look, and the run must still name the node that went.
+        if self._exit is None and self.ranks and not self._stopping.is_set():
+            self._scan(now=True)
         return self._exit
 
     def describe_exit(self, code: int) -> str:
         return self.failed or super().describe_exit(code)
 
     def stop(self) -> None:
+        if self.ranks and not self._stopping.is_set():
+            self._name_a_rank_that_went()
         self._stopping.set()
         threads = [threading.Thread(target=rank.stop) for rank in self.ranks]
         for thread in threads:

@@ -246,6 +246,10 @@ def run_smoke(
         served = serve_prompts(adapter, target.base_url, prompts, profile, progress)
         exited = target.exit_code()
         run_to = target.logs.count if target.logs is not None else 0
+    if exited is None and isinstance(target, MultiNodeTarget) and target.failed:
+        # A killed leader fails the requests before its daemon says so; the cluster's stop
+        # names the rank that went (never one it stopped itself).
+        exited = target.exit_code()
     all_lines = target.logs.since(0) if target.logs is not None else []
     run_lines = target.logs.since(run_from)[: run_to - run_from] if target.logs is not None else []
     nan_lines = [line for line in run_lines if adapter.nan_line.search(line)]
