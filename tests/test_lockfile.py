@@ -12,11 +12,14 @@ import pytest
 from pydantic import BaseModel
 
 from sparkbuild import lockfile
+from sparkbuild.bench.results import BenchReport, NodeInfo
 from sparkbuild.checks import CheckResult
+from sparkbuild.engines.cluster_target import NodeImage
+from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import LockError, NoPinnedImageError
 from sparkbuild.preflight.report import PreflightReport, ProfileResult
 from sparkbuild.settings import Settings
-from sparkbuild.smoke.runner import SmokeResult
+from sparkbuild.smoke.runner import ClusterRun, SmokeResult
 from sparkbuild.source.items import ItemResult, PreparedSource
 from sparkbuild.spec import Build, load_builds
 from tests.test_bench_claims import report as bench_report
@@ -268,6 +271,23 @@ def _preflight(image_id: str | None) -> PreflightReport:
     )  # fmt: skip
 
 
+CLUSTER_ONLY = {"cluster", "topology", "launcher", "nodes"}  # written by cluster runs only
+
+
+def _on_cluster(result: SmokeResult) -> SmokeResult:
+    nodes = tuple(NodeImage(f"node-{i}", "local", IMAGE, IMAGE, i) for i in range(2))
+    result.cluster = ClusterRun("pair", Parallel(nodes=2, tp=2), "mp", nodes)
+    return result
+
+
+def _bench_on_cluster() -> BenchReport:
+    report = bench_report()
+    nodes = [NodeInfo(name=f"node-{i}", endpoint="local", rank=i, image_id=IMAGE)
+             for i in range(2)]  # fmt: skip
+    target = report.target.model_copy(update={"kind": "cluster", "nodes": nodes})
+    return report.model_copy(update={"topology": Parallel(nodes=2, tp=2), "target": target})
+
+
 def _fields(model: type[BaseModel]) -> set[str]:
     return {info.alias or name for name, info in model.model_fields.items()}
 
@@ -291,8 +311,12 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     assert set(source.patches[0].to_json()) == _fields(lockfile.LockedPatch)
     assert source.spec_digest == build.spec_digest() and source.version == "1.2.0"
     smoke = lockfile.SmokeRecord.from_result(_smoke("image", IMAGE))
-    assert set(smoke.to_json()) == _fields(lockfile.SmokeRecord)
+    assert set(smoke.to_json()) == _fields(lockfile.SmokeRecord) - CLUSTER_ONLY
     assert smoke.verified is True and smoke.checks == {"boot": "pass", "nan": "skip"}
+    on_cluster = lockfile.SmokeRecord.from_result(_on_cluster(_smoke("cluster", IMAGE)))
+    assert set(on_cluster.to_json()) == _fields(lockfile.SmokeRecord)
+    assert [set(n.to_json()) for n in on_cluster.nodes] == [_fields(lockfile.NodeRecord)] * 2
+    assert on_cluster.verified is True and on_cluster.every_node_ran(IMAGE)
     unverified = lockfile.SmokeRecord.from_result(_smoke("url", None))
     assert unverified.verified is False and unverified.image_id is None
     run = lockfile.PreflightRun.from_report(_preflight(IMAGE))
@@ -301,7 +325,9 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     assert run.versions == {"torch": "2.9.1"} and run.profiles["cpu"].verdict == "skip"
     assert "image_id" not in lockfile.PreflightRun.from_report(_preflight(None)).to_json()
     bench = lockfile.BenchRecord.from_report(bench_report())
-    assert set(bench.to_json()) == _fields(lockfile.BenchRecord)
+    assert set(bench.to_json()) == _fields(lockfile.BenchRecord) - {"topology", "nodes"}
+    bench_on_cluster = lockfile.BenchRecord.from_report(_bench_on_cluster())
+    assert set(bench_on_cluster.to_json()) == _fields(lockfile.BenchRecord)
     assert [set(c.to_json()) for c in bench.cells] == [_fields(lockfile.BenchCell)] * 2
 
     path = tmp_path / "images.lock"
@@ -329,12 +355,12 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
 def test_a_key_no_sparkbuild_writes_is_refused_with_its_line(full: Path) -> None:
     text = full.read_text()
     smoke = "verdict: pass\n          verified: true\n"
-    full.write_text(text.replace(smoke, smoke + "          cluster: 4\n"))
-    line = full.read_text().splitlines().index("          cluster: 4") + 1
+    full.write_text(text.replace(smoke, smoke + "          racks: 4\n"))
+    line = full.read_text().splitlines().index("          racks: 4") + 1
     with pytest.raises(LockError) as raised:
         lockfile.load(full)
     assert f"{full}:{line}: unknown field 'builds.b1.smoke." in raised.value.message
-    assert ".cpu.cluster'" in raised.value.message
+    assert ".cpu.racks'" in raised.value.message
 
 
 def test_one_pinned_image_for_recording_and_publishing(tmp_path: Path) -> None:

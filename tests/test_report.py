@@ -234,16 +234,13 @@ def test_the_report_replaces_only_a_report(project: ReportProject, tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
-def test_a_field_a_newer_stage_adds_is_shown_generically(made: ReportProject) -> None:
-    """A cluster run's topology (another branch adds it to smoke records): whatever the
-    record holds beyond the fields the page names is listed under its own key."""
-
-    class WithTopology(lockfile.SmokeRecord):
-        topology: dict[str, Any] | None = None
-
-    record = WithTopology(
+def test_a_cluster_runs_topology_and_nodes_are_shown(made: ReportProject) -> None:
+    """A cluster run's topology and nodes: fields the record table does not name are listed
+    under their own keys, so a record a newer stage writes is still shown whole."""
+    record = lockfile.SmokeRecord(
         verdict="pass", verified=True, image_id=IMAGE_2, target="image:x",
-        topology={"nodes": 2, "ranks": [{"host": "spark-<1>", "rank": 0}]},
+        topology=lockfile.Topology(nodes=2, tp=2),
+        nodes=[lockfile.NodeRecord(name="spark-<1>", rank=0, image_id=IMAGE_2)],
     )  # fmt: skip
     entry = lockfile.BuildEntry(
         image=lockfile.ImageSection(image_id=IMAGE_2), smoke={IMAGE_2: {PROFILE: record}}
@@ -251,7 +248,9 @@ def test_a_field_a_newer_stage_adds_is_shown_generically(made: ReportProject) ->
     context = view.Context(lock_dates(made.lock_path, ""), datetime.now(UTC), 30)
     row = view.build_row("x", entry, (), context)
     page = view.build_page("x", entry, row, BenchRuns(), context)
-    assert page.smoke[0].extras == {"topology": record.topology}
+    extras = page.smoke[0].extras
+    assert extras["topology"] == {"nodes": 2, "tp": 2}  # defaults are not written
+    assert extras["nodes"][0]["name"] == "spark-<1>"
     from sparkbuild.report.render import environment
 
     html = environment().get_template("build.html").render(
@@ -260,7 +259,8 @@ def test_a_field_a_newer_stage_adds_is_shown_generically(made: ReportProject) ->
     )  # fmt: skip
     block = html[html.index('data-field="topology"') :].split("</div>")[0]
     assert "<dt>nodes</dt><dd>2" in block.replace("\n", "")
-    assert "spark-&lt;1&gt;" in block
+    nodes = html[html.index('data-field="nodes"') :].split("</div>")[0]
+    assert "spark-&lt;1&gt;" in nodes  # escaped: a node's name is data
 
 
 def test_no_builds_is_an_error_naming_the_next_command(tmp_path: Path, run_cli: Any) -> None:

@@ -15,17 +15,45 @@ from sparkbuild.errors import DockerUnavailableError, PlatformError
 SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
 
 
-def client(timeout: int = 300) -> docker.DockerClient:
-    """A docker SDK client for the daemon, or an error saying how to start one."""
+def client(timeout: int = 300, endpoint: str | None = None) -> docker.DockerClient:
+    """A docker SDK client for the daemon, or an error saying how to start one.
+
+    ``endpoint`` names another daemon (a cluster node): ``unix://``, ``tcp://`` or
+    ``ssh://`` (through the ssh command, so the user's ssh config and agent apply), or a
+    docker context name; None or ``local`` is this host's (``DOCKER_HOST`` or the socket).
+    """
+    where = endpoint or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
-        api = docker.from_env(timeout=timeout)
+        if endpoint in (None, "local"):
+            api = docker.from_env(timeout=timeout)
+        elif "://" in endpoint:
+            ssh = endpoint.startswith("ssh://")
+            api = docker.DockerClient(base_url=endpoint, timeout=timeout, use_ssh_client=ssh)
+        else:
+            api = _context_client(endpoint, timeout)
         api.ping()
     except docker.errors.DockerException as exc:
-        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise DockerUnavailableError(
-            f"no Docker daemon answers at {where} ({exc})", SETUP_HINT
+            f"no Docker daemon answers at {where} ({exc})",
+            SETUP_HINT
+            if endpoint in (None, "local")
+            else f"check that `docker --host "
+            f"{where} info` works from this machine (ssh keys, the daemon running there)",
         ) from exc
     return api
+
+
+def _context_client(name: str, timeout: int) -> docker.DockerClient:
+    from docker.context import ContextAPI
+
+    context = ContextAPI.get_context(name)
+    if context is None:
+        raise docker.errors.DockerException(f"no docker context named {name!r}")
+    host = context.Host or "unix:///var/run/docker.sock"
+    return docker.DockerClient(
+        base_url=host, tls=context.TLSConfig or False, timeout=timeout,
+        use_ssh_client=host.startswith("ssh://"),
+    )  # fmt: skip
 
 
 _ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}

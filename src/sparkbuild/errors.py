@@ -258,6 +258,10 @@ class EngineContainerError(SparkbuildError):
     """An engine's container could not be started, or has no published port to reach."""
 
 
+class ClusterImageError(SparkbuildError):
+    """A cluster node holds another image than the one under test, or cannot get it."""
+
+
 class EngineBootError(SparkbuildError):
     """The engine exited, or never became ready, before a bench sweep could start."""
 

@@ -271,8 +271,32 @@ class PreflightRun(_Section):
         return run
 
 
+class Topology(_Section):
+    """How a run was spread: nodes and the tensor, expert and pipeline parallel sizes."""
+
+    nodes: int
+    tp: int
+    ep: int = 1
+    pp: int = 1
+
+    @classmethod
+    def of(cls, parallel: Any) -> Topology:
+        return cls(nodes=parallel.nodes, tp=parallel.tp, ep=parallel.ep, pp=parallel.pp)
+
+
+class NodeRecord(_Section):
+    """One node of a cluster run: the image id its rank's container ran."""
+
+    name: str
+    endpoint: str | None = None
+    rank: int | None = None
+    image_id: str | None = None
+
+
 class SmokeRecord(_Section):
-    """``smoke.<image_id>.<profile>``: one smoke verdict and how it was obtained."""
+    """``smoke.<image_id>.<profile>``: one smoke verdict and how it was obtained. A cluster
+    run adds its topology, launcher and every node's image id; it is verified only when
+    every node ran the pinned id."""
 
     verdict: Verdict | None = None
     checks: dict[str, Status] = {}
@@ -284,9 +308,31 @@ class SmokeRecord(_Section):
     target: str | None = None  # KIND:WHAT (image, command or URL)
     verified: bool | None = None  # only an image run shows what ran; publish counts only these
     image_id: str | None = None  # the id the container ran (null when nothing proves it)
+    cluster: str | None = None  # the cluster file's name
+    topology: Topology | None = None
+    launcher: str | None = None  # the engine's multi-node runtime: mp, ray, native, lws
+    nodes: list[NodeRecord] = []
 
     @classmethod
     def from_result(cls, result: SmokeResult) -> SmokeRecord:
+        record = cls._of(result)
+        if result.cluster is not None:
+            run = result.cluster
+            record.cluster = run.name
+            record.topology = Topology.of(run.topology)
+            record.launcher = run.launcher
+            record.nodes = [
+                NodeRecord(name=n.node, endpoint=n.endpoint, rank=n.rank, image_id=n.ran_image_id)
+                for n in run.nodes
+            ]
+        return record
+
+    def every_node_ran(self, image_id: str) -> bool:
+        """A cluster record whose every node ran ``image_id`` (False for one box)."""
+        return bool(self.nodes) and all(node.image_id == image_id for node in self.nodes)
+
+    @classmethod
+    def _of(cls, result: SmokeResult) -> SmokeRecord:
         return cls(
             verdict=result.verdict,
             checks={check.name: check.status for check in result.checks},
@@ -347,9 +393,23 @@ class BenchRecord(_Section):
     engine_args: list[str] = []
     host: str | None = None
     cells: list[BenchCell] = []
+    topology: Topology | None = None  # how the engine was spread (the profile's parallel:)
+    nodes: list[NodeRecord] = []  # a cluster run: every node's image id
 
     @classmethod
     def from_report(cls, report: BenchReport) -> BenchRecord:
+        record = cls._of(report)
+        if report.topology is not None:
+            record.topology = Topology.of(report.topology)
+        if report.target.nodes:
+            record.nodes = [
+                NodeRecord(name=n.name, endpoint=n.endpoint, rank=n.rank, image_id=n.image_id)
+                for n in report.target.nodes
+            ]
+        return record
+
+    @classmethod
+    def _of(cls, report: BenchReport) -> BenchRecord:
         return cls(
             created=report.created,
             label=redact(report.label),

@@ -1,6 +1,6 @@
 """Loading YAML files for pydantic models, with errors that name file, line and field.
 
-Used for build specs and smoke profiles alike.
+Used for build specs, smoke profiles, claims and cluster files alike.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from sparkbuild import fileio
-from sparkbuild.errors import BadYAMLError, SpecError
+from sparkbuild.errors import BadYAMLError, SpecError, UsageError
 
 Model = TypeVar("Model", bound=BaseModel)
 Location = tuple[str | int, ...]
@@ -233,3 +233,27 @@ def load_model(path: Path, model: type[Model], context: dict[str, Any] | None = 
     except ValidationError as exc:
         problems = [describe_error(error, model, path, lines) for error in exc.errors()]
         raise SpecError("\n".join(problems)) from exc
+
+
+def named_file(
+    directory: Path, name_or_path: str, *, file_kind: str, name_kind: str, known: str,
+    otherwise: str,
+) -> Path:  # fmt: skip
+    """A YAML file by path (it has a .yaml/.yml suffix or a '/'), else by name in
+    ``directory``; a UsageError naming what is missing (``file_kind`` for a path, ``name_kind``
+    for a name) and, as its hint, the ``known`` names there or ``otherwise``."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        candidate = candidate if candidate.is_absolute() else Path.cwd() / candidate
+        if not candidate.is_file():
+            raise UsageError(f"{file_kind} {candidate} does not exist")
+        return candidate
+    for suffix in (".yaml", ".yml"):
+        path = directory / f"{name_or_path}{suffix}"
+        if path.is_file():
+            return path
+    names = sorted(p.stem for p in directory.glob("*.y*ml"))
+    raise UsageError(
+        f"no {name_kind} {name_or_path!r} in {directory}",
+        f"{known}: {', '.join(names)}" if names else otherwise,
+    )

@@ -14,9 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
-from sparkbuild.yamlfile import load_model, read_yaml
+from sparkbuild.yamlfile import load_model, named_file, read_yaml
 
 Metric = Literal[
     "decode_tps",
@@ -66,6 +67,9 @@ class Setup(_Strict):
     harness: str = Field(min_length=1)  # e.g. "llama-benchy 0.4.0"
     prompts: str | None = None  # the prompt set, as the source describes it
     hardware: str | None = None  # e.g. "4x DGX Spark (GB10), TP=4"
+    # How the engine was spread: {nodes, tp, ep, pp}; a claim is compared only with a run of
+    # the same topology. null: not published (compared, and named as a difference).
+    topology: Parallel | None = None
     source: str | None = None  # overrides the file's source (e.g. a leaderboard it quotes)
     note: str | None = None
 
@@ -175,22 +179,10 @@ class LoadedClaim(BaseModel):
 
 def claims_path(settings: Settings, name_or_path: str) -> Path:
     """A claims file by path, or by name in the project's ``claims/`` directory."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        candidate = candidate if candidate.is_absolute() else Path.cwd() / candidate
-        if not candidate.is_file():
-            raise UsageError(f"claims file {candidate} does not exist")
-        return candidate
-    directory = settings.project_dir / "claims"
-    for suffix in (".yaml", ".yml"):
-        path = directory / f"{name_or_path}{suffix}"
-        if path.is_file():
-            return path
-    known = sorted(p.stem for p in directory.glob("*.y*ml"))
-    raise UsageError(
-        f"no claims file {name_or_path!r} in {directory}",
-        f"known: {', '.join(known)}" if known else "pass a claims file path",
-    )
+    return named_file(
+        settings.project_dir / "claims", name_or_path, file_kind="claims file",
+        name_kind="claims file", known="known", otherwise="pass a claims file path",
+    )  # fmt: skip
 
 
 def load_claims(path: Path) -> list[LoadedClaim]:

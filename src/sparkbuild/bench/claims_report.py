@@ -153,7 +153,26 @@ def _cell_words(cells: Iterable[CellResult]) -> list[str]:
     return [c.key.label() for c in cells]
 
 
+def topology_mismatch(setup: Setup, report: BenchReport) -> str | None:
+    """Why a claim's figures cannot be held against this run's topology (None: they can).
+    A TP=4 figure over four Sparks says nothing about one box, nor the reverse."""
+    claimed = setup.topology
+    if claimed is None:
+        return None
+    if report.topology is None:
+        return f"the run's topology is unknown (no profile); the claim is {claimed.label()}"
+    if not claimed.same_layout(report.topology):
+        return f"topology differs: claim {claimed.label()}, run {report.topology.label()}"
+    return None
+
+
 def match_claim(claim: LoadedClaim, report: BenchReport) -> list[ClaimRow]:
+    mismatch = topology_mismatch(claim.setup, report)
+    if mismatch is not None:
+        return [
+            ClaimRow(claim, metric, claimed, "not comparable", reason=mismatch)
+            for metric, claimed in claim.claim.figures().items()
+        ]
     cell = claim.claim.cell
     same_shape = [
         c for c in report.cells
@@ -309,6 +328,9 @@ def setup_differences(setup: Setup, report: BenchReport) -> list[Difference]:
     note("prompt set", setup.prompts, f"{prompts.recipe} seed {prompts.seed}" if prompts else None)
     host = report.host
     note("hardware", setup.hardware, f"{host.hostname} ({host.machine}, {host.cpus} cpus)")
+    claimed, ran = setup.topology, report.topology
+    if claimed is None or ran is None or not claimed.same_layout(ran):
+        note("topology", claimed.label() if claimed else None, ran.label() if ran else None)
     return found
 
 

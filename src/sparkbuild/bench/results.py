@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sparkbuild.bench.client import StreamResult
 from sparkbuild.bench.engine_timing import AGREEMENT, EngineDelta, burst_reason, client_tpot
 from sparkbuild.bench.sweep import CellKey, Sweep
+from sparkbuild.engines.profiles import Parallel
 
 SCHEMA_VERSION: Literal[1] = 1
 MAX_ERROR_SAMPLES = 5
@@ -201,11 +202,22 @@ class HostInfo(_Model):
         return f"{self.hostname}/{self.machine}/{self.cpus}cpu"
 
 
+class NodeInfo(_Model):
+    """One node of a cluster run: its rank and the image id its container ran."""
+
+    name: str
+    endpoint: str
+    rank: int | None = None
+    image_id: str | None = None
+
+
 class TargetInfo(_Model):
-    kind: str  # image | command | url
+    kind: str  # image | command | url | cluster
     value: str
     image_id: str | None = None
     repo_digests: list[str] = []
+    nodes: list[NodeInfo] = []  # a cluster run: every node's image
+    launcher: str | None = None  # a cluster run: the engine's multi-node runtime
 
 
 class EngineInfo(_Model):
@@ -236,6 +248,9 @@ class BenchReport(_Model):
     host: HostInfo
     target: TargetInfo
     engine: EngineInfo
+    # How the engine was spread (the profile's `parallel:`); None: not known (a --url run
+    # without a profile). A claim of another topology is not compared with this run.
+    topology: Parallel | None = None
     sweep: Sweep
     prompts: PromptInfo | None = None
     boot_seconds: float | None = None

@@ -41,6 +41,7 @@ from sparkbuild.bench.results import (
     EngineTiming,
     HarnessInfo,
     HostInfo,
+    NodeInfo,
     PromptInfo,
     RunFigures,
     Speculation,
@@ -59,7 +60,9 @@ from sparkbuild.engines.adapters import (
     reported_version,
     whole_number,
 )
+from sparkbuild.engines.cluster_target import MultiNodeTarget
 from sparkbuild.engines.launch import settled_counters
+from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
 from sparkbuild.errors import (
@@ -143,6 +146,7 @@ class BenchPlan:
     request: Mapping[str, Any] = field(default_factory=dict)  # extra request fields
     boot_timeout_s: float = 900.0
     request_timeout_s: float = STREAM_TIMEOUT_S
+    topology: Parallel | None = None  # the profile's parallel layout; None: unknown
 
 
 def host_info() -> HostInfo:
@@ -157,6 +161,14 @@ def host_info() -> HostInfo:
 
 def _target_info(target: Target) -> TargetInfo:
     info = TargetInfo(kind=target.kind, value=target.description)
+    if isinstance(target, MultiNodeTarget):
+        info.image_id = target.image_id
+        info.launcher = target.launcher_name
+        info.nodes = [
+            NodeInfo(name=n.node, endpoint=n.endpoint, rank=n.rank, image_id=n.ran_image_id)
+            for n in target.node_images
+        ]
+        return info
     if isinstance(target, ContainerTarget) and target.image_id:
         info.image_id = target.image_id
         try:
@@ -541,15 +553,16 @@ def _boot(target: Target, adapter: EngineAdapter, plan: BenchPlan, progress: Pro
         return readiness.seconds
     lines = target.logs.since(0) if target.logs is not None else []
     found = diagnose(lines, adapter.name)
+    code = readiness.exit_code if readiness.exit_code is not None else -1
     why = (
-        f"exited with status {readiness.exit_code}"
+        target.describe_exit(code)
         if readiness.outcome == "exited"
-        else f"was not ready within {plan.boot_timeout_s:g} s"
+        else f"the engine was not ready within {plan.boot_timeout_s:g} s"
     )
     hint = f"{found[0].diagnosis} {found[0].remedy}" if found else None
     if hint is None and lines:
         hint = f"last engine log line: {lines[-1][:200]}"
-    raise EngineBootError(f"the engine {why} before the benchmark could start", hint)
+    raise EngineBootError(f"{why} before the benchmark could start", hint)
 
 
 def fit_plan(plan: BenchPlan, adapter: EngineAdapter) -> BenchPlan:
@@ -632,6 +645,7 @@ def run_bench(
         host=host_info(),
         target=_target_info(target),
         engine=engine_info,
+        topology=plan.topology.model_copy(update={"launcher": None}) if plan.topology else None,
         sweep=sweep,
         prompts=prompt_info,
         boot_seconds=round(boot_seconds, 2) if target.owns_engine else None,

@@ -41,6 +41,7 @@ from sparkbuild.bench.runner import (
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, CellKey, Sweep, parse_int_list
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.bench_claims import ClaimsRequest, claims_options, claims_request
+from sparkbuild.cli.cluster import check_single_box, cluster_target
 from sparkbuild.engines.adapters import (
     ADAPTERS,
     MAX_TOKENS,
@@ -48,7 +49,14 @@ from sparkbuild.engines.adapters import (
     adapter_for,
     first_model,
 )
-from sparkbuild.engines.launch import LaunchSettings, make_target, where_to_look
+from sparkbuild.engines.cluster import load_cluster
+from sparkbuild.engines.cluster_target import cluster_pin
+from sparkbuild.engines.launch import (
+    LaunchSettings,
+    check_cluster_size,
+    make_target,
+    where_to_look,
+)
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
 from sparkbuild.errors import (
@@ -209,6 +217,7 @@ class BenchOutputs:
     "args unless CMD contains {port})."
 )
 @options.url(help="Benchmark an engine that is already running.")
+@options.cluster()
 @options.profile(help="A profile in smoke/ (by name) or a profile file: engine, model, args, env.")
 @options.model()
 @click.option(
@@ -514,10 +523,19 @@ def _with_profile(
         request=profile.request,
         boot_timeout_s=launch.boot_timeout_s or profile.expect.boot_timeout_s,
         request_timeout_s=_request_timeout_s(launch),
+        topology=profile.parallel,
     )
     plan = fit_plan(plan, adapter)  # before the boot: a sweep that cannot fit stops here
     logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
-    target = make_target(choice, profile, adapter, logs, stage="bench")
+    if choice.cluster is not None and choice.image is not None:
+        cluster = load_cluster(settings, choice.cluster)
+        check_cluster_size(profile, len(cluster[1].nodes), cluster[0])
+        pin = cluster_pin(cluster[1], choice.image)
+        target = cluster_target(choice, profile, adapter, logs, "bench", cluster, pin)
+    else:
+        if choice.url is None:
+            check_single_box(profile, name)
+        target = make_target(choice, profile, adapter, logs, stage="bench")
     return target, adapter, plan
 
 

@@ -13,9 +13,9 @@ Each contract is the same on every command that takes it:
   ``json_destination`` makes the two one value.
 - ``--record BUILD`` stores the verdict in images.lock under BUILD.
 - ``--locked`` uses only what images.lock pins and fails when anything differs.
-- The launch options (``--image``/``--command``/``--url``, ``--gpus``, ``--profile``,
-  ``--model``, the timeouts, ``--log``) reach the command as one frozen ``LaunchSettings``
-  (``@launch_settings``).
+- The launch options (``--image``/``--command``/``--url``, ``--cluster``, ``--gpus``,
+  ``--profile``, ``--model``, the timeouts, ``--log``) reach the command as one frozen
+  ``LaunchSettings`` (``@launch_settings``).
 """
 
 from __future__ import annotations
@@ -78,6 +78,19 @@ gpus = _option(
     metavar="VALUE",
     help="docker --gpus value for --image (default: the profile's, 'all'); 'none' for none.",
 )
+cluster = _option(
+    "--cluster",
+    metavar="NAME|FILE",
+    help="Run --image across the nodes of clusters/NAME.yaml (or FILE): Docker endpoints, "
+    "or Kubernetes when the cluster has a kubernetes: target (docs/cluster.md).",
+)
+print_manifest = _option(
+    "--print-manifest",
+    "manifest_path",
+    metavar="FILE",
+    help="With --cluster: write the Kubernetes LeaderWorkerSet this run would apply to FILE "
+    "('-': stdout) and stop, for deploying it with GitOps.",
+)
 
 # What it serves and how long it may take.
 profile = _option(
@@ -118,6 +131,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         request_timeout: float | None,
         log_path: Path | None,
         engine: str | None = None,  # bench's --engine (the engine at --url)
+        cluster: str | None = None,  # --cluster, on the commands that list it
         **rest: Any,
     ) -> R:
         # Here, not at the top: engines (requests, pydantic) load only for the commands that
@@ -125,7 +139,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         from sparkbuild.engines.launch import LaunchSettings, TargetChoice
 
         launch = LaunchSettings(
-            TargetChoice(image=image, command=command, url=url, gpus=gpus),
+            TargetChoice(image=image, command=command, url=url, gpus=gpus, cluster=cluster),
             profile=profile_name,
             model=model,
             engine=engine,

@@ -11,12 +11,20 @@ from packaging.version import Version
 
 from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
+from sparkbuild.cli.cluster import check_single_box, cluster_target, write_manifest
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
-from sparkbuild.engines.launch import LaunchSettings, make_target, where_to_look
+from sparkbuild.engines.cluster import load_cluster
+from sparkbuild.engines.cluster_target import cluster_pin
+from sparkbuild.engines.launch import (
+    LaunchSettings,
+    check_cluster_size,
+    make_target,
+    where_to_look,
+)
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.engines.targets import Target, image_labels, local_image_id, stop_on_signals
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
-from sparkbuild.errors import UsageError, VerdictFailedError
+from sparkbuild.errors import LocalImageError, UsageError, VerdictFailedError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
 from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
@@ -31,6 +39,7 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
 @options.image()
 @options.command()
 @options.url()
+@options.cluster()
 @options.profile(required=True)
 @options.model()
 @options.gpus()
@@ -50,6 +59,7 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     help="The engine version under test (default: the image's "
     "org.opencontainers.image.version label); picks the NaN switch that version reads."
 )
+@options.print_manifest()
 @click.pass_obj
 @options.launch_settings
 def smoke(
@@ -59,11 +69,18 @@ def smoke(
     json_file: str | None,
     record_build: str | None,
     engine_version: str | None = None,
+    manifest_path: str | None = None,
 ) -> None:
     """Boot an engine and check boot, acceptance length, NaNs, output and errors.
 
+    With --cluster, the image runs across the cluster's nodes on the engine's own multi-node
+    runtime; every node must hold the same image id, and every rank must join.
+
     Exit status 0 when every check passes or is skipped, 1 on a failed check, 2 on bad usage.
     """
+    if manifest_path is not None:
+        write_manifest(settings, launch, manifest_path, engine_version)
+        return
     json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
     name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
@@ -94,17 +111,26 @@ def _prepare(
     profile = expecting(profile, launch)
     check_writable(outputs.json_path, "--json")  # fail before a long boot, not after it
     check_writable(launch.log_path, "--log")
+    cluster = load_cluster(settings, choice.cluster) if choice.cluster else None
+    if cluster is not None:  # before any node is asked anything
+        check_cluster_size(profile, len(cluster[1].nodes), cluster[0])
+    pin = cluster_pin(cluster[1], choice.image) if cluster and choice.image else None
     if outputs.record_build:
-        tested_id = local_image_id(choice.image) if choice.image else None
+        tested_id = pin or (local_image_id(choice.image) if choice.image else None)
         lockfile.check_pinned_image(
             settings.lock_file, outputs.record_build, tested_id, "smoke run"
         )
     adapter = adapter_for(
         profile.engine,
-        version=_engine_version(engine_version, choice.image),
+        version=_engine_version(engine_version, choice.image, cluster is not None),
         request_timeout_s=profile.expect.request_timeout_s,
     )
     logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    if cluster is not None:
+        assert pin is not None
+        target = cluster_target(choice, profile, adapter, logs, "smoke", cluster, pin)
+        return name, profile, adapter, target
+    check_single_box(profile, name)
     return name, profile, adapter, make_target(choice, profile, adapter, logs, stage="smoke")
 
 
@@ -114,7 +140,12 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
     if record_build:  # first: the verdict is what the run was for; outputs come after
         image_id = report.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
-        if not result.verified:
+        if not result.verified and result.target_kind == "cluster":
+            console.warn(
+                f"recorded as unverified: not every node ran {image_id[:19]} (see the nodes "
+                f"above), so `sparkbuild publish {record_build}` does not count it"
+            )
+        elif not result.verified:
             console.warn(
                 f"recorded as unverified: a {result.target_kind} run does not show which image "
                 f"ran, so `sparkbuild publish {record_build}` does not count it; "
@@ -137,8 +168,9 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
         )
 
 
-def _engine_version(given: str | None, image: str | None) -> Version | None:
-    """``--engine-version``, else the image's OCI version label (sparkbuild images carry it)."""
+def _engine_version(given: str | None, image: str | None, remote: bool = False) -> Version | None:
+    """``--engine-version``, else the image's OCI version label (sparkbuild images carry it;
+    a cluster's image may be on its nodes only, then the label is not read here)."""
     if given is not None:
         version = parse_version(given)
         if version is None:
@@ -146,7 +178,12 @@ def _engine_version(given: str | None, image: str | None) -> Version | None:
         return version
     if image is None:
         return None
-    return parse_version(image_labels(image).get(VERSION_LABEL))
+    try:
+        return parse_version(image_labels(image).get(VERSION_LABEL))
+    except LocalImageError:
+        if remote:
+            return None
+        raise
 
 
 COMMANDS: list[click.Command] = [smoke]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbuild import net
 from sparkbuild.engines.adapters import Counters, EngineAdapter
+from sparkbuild.engines.cluster import ClusterSpec
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.targets import (
     LOOPBACK,
@@ -106,10 +107,11 @@ class TargetChoice:
     command: str | None = None
     url: str | None = None
     gpus: str | None = None  # overrides the profile's container.gpus
+    cluster: str | None = None  # a cluster name or file: --image runs on its nodes
 
     def kind(self, command: str = "smoke") -> str:
-        """``image``, ``command`` or ``url``; a UsageError unless exactly one was given and
-        ``--gpus`` comes with ``--image``."""
+        """``image``, ``command``, ``url`` or ``cluster`` (``--image`` with ``--cluster``); a
+        UsageError unless exactly one target was given and ``--gpus`` comes with ``--image``."""
         given = [k for k in ("image", "command", "url") if getattr(self, k)]
         if len(given) != 1:
             raise UsageError(
@@ -119,6 +121,13 @@ class TargetChoice:
             )
         if self.gpus is not None and self.image is None:
             raise UsageError("--gpus only applies to --image")
+        if self.cluster is not None:
+            if self.image is None:
+                raise UsageError(
+                    "--cluster runs an image on the cluster's nodes: give --image with it",
+                    f"e.g. sparkbuild {command} --image IMAGE --profile P --cluster NAME",
+                )
+            return "cluster"
         return given[0]
 
 
@@ -167,6 +176,8 @@ def make_target(
     """The target ``choice`` asks for, running ``profile``; ``stage`` (``smoke``, ``bench``)
     names and labels a container, so ``docker ps`` tells whose engine it is."""
     kind = choice.kind()
+    if kind == "cluster":
+        raise UsageError("a cluster run is made by make_cluster_target")
     if kind == "url":
         assert choice.url is not None
         return UrlTarget(choice.url)
@@ -194,6 +205,75 @@ def make_target(
         log_path=log_path,
         stage=stage,
     )
+
+
+def make_cluster_target(
+    choice: TargetChoice,
+    profile: SmokeProfile,
+    adapter: EngineAdapter,
+    log_path: Path | None,
+    *,
+    stage: str,
+    cluster: tuple[str, ClusterSpec],
+    pin: str,
+    progress: Callable[[str], None] = lambda _message: None,
+) -> Target:
+    """The profile's engine across ``cluster``'s nodes, each rank a container of the image
+    ``pin`` (its id), placed by the cluster's Docker endpoints or by Kubernetes."""
+    from sparkbuild.engines.cluster_target import ClusterTarget
+
+    assert choice.image is not None
+    name, spec = cluster
+    profile = with_nan_switch(profile, adapter)
+    check_cluster_profile(profile, adapter, len(spec.nodes), name)
+    settings = profile.container
+    mounts, model, mount_env = container_mounts(profile)
+    port = settings.port or adapter.default_port
+    launcher = settings.launcher or list(adapter.cluster_launcher or adapter.default_launcher)
+    return ClusterTarget(
+        name, spec, choice.image, pin, adapter, profile.parallel,
+        launcher=launcher,
+        serve=lambda host, serve_port: adapter.serve_args(model, host, serve_port, profile.args),
+        container_port=port,
+        env={**mount_env, **profile.env, **settings.env},
+        mounts=mounts,
+        gpus=choice.gpus if choice.gpus is not None else settings.gpus,
+        ipc=settings.ipc, shm_size=settings.shm_size, stage=stage, log_path=log_path,
+        progress=progress,
+    )  # fmt: skip
+
+
+def check_cluster_size(profile: SmokeProfile, nodes: int, cluster: str) -> None:
+    """A profile that needs N nodes refuses a cluster with fewer, naming both numbers."""
+    parallel = profile.parallel
+    if nodes < parallel.nodes:
+        raise UsageError(
+            f"the profile needs {parallel.nodes} nodes ({parallel.label()}); cluster {cluster} "
+            f"has {nodes}",
+            f"add nodes to {cluster}, or use a profile for {nodes} nodes",
+        )
+
+
+def check_cluster_profile(
+    profile: SmokeProfile, adapter: EngineAdapter, nodes: int, cluster: str
+) -> None:
+    """Before anything starts: the cluster is big enough, and the profile leaves the
+    multi-node flags to the launch (they differ per rank)."""
+    check_cluster_size(profile, nodes, cluster)
+    parallel = profile.parallel
+    if parallel.nodes < 2:
+        raise UsageError(
+            f"the profile runs on one node (parallel.nodes {parallel.nodes}); --cluster is for "
+            "profiles that declare `parallel: {nodes: N}` with N > 1",
+            "drop --cluster to run it on one box",
+        )
+    taken = [a for a in profile.args if a.split("=", 1)[0] in adapter.parallel_flags]
+    if taken:
+        raise UsageError(
+            f"the profile's args set {', '.join(taken)}, which the multi-node launch sets "
+            "per rank from `parallel:`",
+            "remove them from args; parallel: {nodes, tp, ep, pp} says the layout",
+        )
 
 
 def settled_counters(

@@ -157,8 +157,10 @@ class Lifeline:
         return cls(["--pgid", str(pgid)])
 
     @classmethod
-    def for_container(cls, name: str) -> Lifeline:
-        return cls(["--container", name])
+    def for_container(cls, name: str, endpoint: str | None = None) -> Lifeline:
+        """Removes container ``name`` from this host's daemon, or from ``endpoint``'s (a
+        cluster node's) when given."""
+        return cls(["--container", name, *(["--endpoint", endpoint] if endpoint else [])])
 
     def dismiss(self) -> None:
         """The engine was stopped normally: the watchdog exits without doing anything."""
@@ -184,7 +186,7 @@ def _stop_group(pgid: int, grace_s: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _remove_container(name: str, settle_s: float = 5.0) -> None:
+def _remove_container(name: str, settle_s: float = 5.0, endpoint: str | None = None) -> None:
     """Remove ``name``; keep looking for ``settle_s``, since a create request that was under
     way when the owner died still completes in the daemon."""
     import docker.errors
@@ -194,7 +196,7 @@ def _remove_container(name: str, settle_s: float = 5.0) -> None:
 
     deadline = time.monotonic() + settle_s
     with contextlib.suppress(docker.errors.DockerException, SparkbuildError):
-        client = dockerhost.client()
+        client = dockerhost.client(endpoint=endpoint)
         while True:
             with contextlib.suppress(docker.errors.NotFound):
                 client.containers.get(name).remove(force=True)
@@ -209,6 +211,7 @@ def watch(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--pgid", type=int)
     parser.add_argument("--container")
+    parser.add_argument("--endpoint")
     parser.add_argument("--grace", type=float, default=10.0)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -222,7 +225,7 @@ def watch(argv: list[str] | None = None) -> int:
     if args.pgid:
         _stop_group(args.pgid, args.grace)
     if args.container:
-        _remove_container(args.container)
+        _remove_container(args.container, endpoint=args.endpoint)
     return 0
 
 

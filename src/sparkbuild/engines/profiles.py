@@ -10,12 +10,12 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
-from sparkbuild.errors import SpecError, UsageError
+from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
-from sparkbuild.yamlfile import load_model
+from sparkbuild.yamlfile import load_model, named_file
 
 FinishReason = Literal["stop", "length", "any"]
 
@@ -100,6 +100,39 @@ class RecipeSource(_Strict):
     not_carried: list[str] = []
 
 
+class Parallel(_Strict):
+    """How the engine is spread: over how many nodes, and its tensor, expert and pipeline
+    parallel sizes. Bench reports and claims carry it as their topology, so a TP=4 figure is
+    held only against a TP=4 run."""
+
+    nodes: int = Field(default=1, ge=1, le=8)
+    tp: int = Field(default=1, ge=1, le=64)
+    ep: int = Field(default=1, ge=1, le=64)
+    pp: int = Field(default=1, ge=1, le=64)
+    # The engine's multi-node runtime: vLLM `mp` (default; --nnodes/--node-rank, headless
+    # workers) or `ray`; SGLang has one (`native`: --nnodes/--node-rank/--dist-init-addr).
+    launcher: Literal["mp", "ray", "native"] | None = None
+
+    @model_validator(mode="after")
+    def _fits(self) -> Parallel:
+        if (self.tp * self.pp) % self.nodes:
+            raise ValueError(
+                f"tp x pp = {self.tp * self.pp} ranks do not spread evenly over {self.nodes} nodes"
+            )
+        if self.ep > 1 and self.tp % self.ep:
+            raise ValueError(f"ep {self.ep} does not divide tp {self.tp}")
+        return self
+
+    def label(self) -> str:
+        words = [f"nodes={self.nodes}", f"tp={self.tp}", f"ep={self.ep}"]
+        return " ".join([*words, f"pp={self.pp}"] if self.pp > 1 else words)
+
+    def same_layout(self, other: Parallel) -> bool:
+        """Whether two topologies are the same figure's topology (the launcher aside)."""
+        fields = ("nodes", "tp", "ep", "pp")
+        return all(getattr(self, f) == getattr(other, f) for f in fields)
+
+
 def _default_prompts() -> list[PromptSetName | CustomPrompt]:
     return ["code", "prose", "repetitive"]
 
@@ -117,6 +150,7 @@ class SmokeProfile(_Strict):
     expect: Expectations = Expectations()
     container: ContainerSettings = ContainerSettings()
     recipe: RecipeSource | None = None  # set by `sparkbuild profile import`
+    parallel: Parallel = Parallel()
 
     @field_validator("args", mode="before")
     @classmethod
@@ -152,22 +186,10 @@ def expand_env(value: str, where: str) -> str:
 
 def profile_path(settings: Settings, name_or_path: str) -> Path:
     """A profile by name (``smoke/<name>.yaml``) or by path."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        if not candidate.is_absolute():
-            candidate = Path.cwd() / candidate
-        if not candidate.exists():
-            raise UsageError(f"profile file {candidate} does not exist")
-        return candidate
-    for suffix in (".yaml", ".yml"):
-        path = settings.smoke_dir / f"{name_or_path}{suffix}"
-        if path.exists():
-            return path
-    known = sorted(p.stem for p in settings.smoke_dir.glob("*.y*ml"))
-    raise UsageError(
-        f"no smoke profile {name_or_path!r} in {settings.smoke_dir}",
-        f"known profiles: {', '.join(known)}" if known else "pass a profile file path",
-    )
+    return named_file(
+        settings.smoke_dir, name_or_path, file_kind="profile file", name_kind="smoke profile",
+        known="known profiles", otherwise="pass a profile file path",
+    )  # fmt: skip
 
 
 def resolve_model(
@@ -205,6 +227,7 @@ __all__ = [
     "ContainerSettings",
     "CustomPrompt",
     "Expectations",
+    "Parallel",
     "RecipeSource",
     "RepetitionLimits",
     "SmokeProfile",

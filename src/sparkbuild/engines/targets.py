@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from sparkbuild.engines.adapters import EngineAdapter
 
-TargetKind = Literal["image", "command", "url"]
+TargetKind = Literal["image", "command", "url", "cluster"]
 LOOPBACK = "127.0.0.1"
 STAGE_LABEL = "org.sparkbuild.stage"  # which stage started a container: smoke or bench
 
@@ -92,6 +92,10 @@ class Target(ABC):
     @abstractmethod
     def stop(self) -> None:
         """Stop the engine and release everything it holds; safe to call twice."""
+
+    def describe_exit(self, code: int) -> str:
+        """How the engine ended, for reports (a cluster names the rank and node)."""
+        return f"engine exited with status {code}"
 
     def __enter__(self) -> Target:
         try:
@@ -338,6 +342,8 @@ class ContainerTarget(Target):
         log_path: Path | None = None,
         grace_s: float = 10.0,
         stage: str,
+        endpoint: str | None = None,
+        logs: LogBuffer | None = None,
     ) -> None:
         self.image = image
         self.entrypoint = list(entrypoint)
@@ -351,7 +357,9 @@ class ContainerTarget(Target):
         self.grace_s = grace_s
         self.stage = stage
         self.name = f"sparkbuild-{stage}-{uuid.uuid4().hex[:10]}"
-        self.logs = LogBuffer(log_path)
+        self.endpoint = endpoint  # another daemon (a cluster node); None: this host's
+        self._own_logs = logs is None  # a cluster's ranks write into the cluster's log
+        self.logs = LogBuffer(log_path) if logs is None else logs
         self.image_id: str | None = None
         self._client: DockerClient | None = None
         self._container: Container | None = None
@@ -397,11 +405,12 @@ class ContainerTarget(Target):
 
         from sparkbuild import dockerhost
 
-        self._client = dockerhost.client()
+        self._client = dockerhost.client(endpoint=self.endpoint)
         remove_orphans(self._client)  # engines left by a sparkbuild that was killed
-        self.image_id = local_image_id(self.image)
+        if self.endpoint is None:
+            self.image_id = local_image_id(self.image)
         # Armed before the container exists: a kill during `run` is covered too.
-        self._lifeline = Lifeline.for_container(self.name)
+        self._lifeline = Lifeline.for_container(self.name, self.endpoint)
         try:
             self._container = self._client.containers.run(self.image, **self._run_kwargs())
         except docker.errors.APIError as exc:
@@ -451,6 +460,14 @@ class ContainerTarget(Target):
             self._exit = int(state.get("ExitCode", -1))
         return self._exit
 
+    def kill(self) -> None:
+        """Stop the engine now (SIGKILL), leaving the container for ``stop()`` to remove."""
+        import docker.errors
+
+        if self._container is not None:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                self._container.kill()
+
     def _remove(self) -> None:
         import docker.errors
 
@@ -472,7 +489,7 @@ class ContainerTarget(Target):
         if self._lifeline is not None:
             self._lifeline.dismiss()
             self._lifeline = None
-        if self.logs is not None:
+        if self.logs is not None and self._own_logs:
             self.logs.close()
 
 

@@ -1,33 +1,73 @@
 """What must hold before an image is published: the lock pins it, and every profile the
-build lists has a verified passing smoke verdict for that exact image id."""
+build lists has a verified passing smoke verdict for that exact image id. A profile that
+declares ``parallel.nodes > 1`` counts only a cluster verdict whose every node ran that id."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sparkbuild import console, lockfile
-from sparkbuild.errors import GateClosedError
+from sparkbuild.errors import GateClosedError, SparkbuildError
+from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 
 
-def _counted_verdict(result: lockfile.SmokeRecord | None, image_id: str) -> str:
-    """'pass' only for a verified run of ``image_id``; otherwise what the record says."""
+def _counted_verdict(
+    result: lockfile.SmokeRecord | None, image_id: str, cluster: bool = False
+) -> str:
+    """'pass' only for a verified run of ``image_id`` (on a cluster profile: a run on its
+    cluster with every node on that id); otherwise what the record says."""
     if result is None or not result.verdict:
         return "missing"
-    if result.verdict == "pass" and not (result.verified is True and result.image_id == image_id):
+    if result.verdict != "pass":
+        return result.verdict
+    if not (result.verified is True and result.image_id == image_id):
         return f"unverified pass ({result.target or 'unknown target'})"
+    if (cluster or result.nodes) and not result.every_node_ran(image_id):
+        why = "not a cluster run" if not result.nodes else "a node ran another image"
+        return f"unverified pass ({why})"
     return result.verdict
 
 
+def cluster_profiles(settings: Settings, build: Build) -> frozenset[str]:
+    """The build's profiles that declare more than one node (a profile that does not load
+    is none: the smoke run of it fails on its own)."""
+    from sparkbuild.engines.profiles import load_profile
+
+    found = set()
+    for name in build.smoke_profiles:
+        try:
+            _, profile = load_profile(settings, name, need_model=False)
+        except SparkbuildError:
+            continue
+        if profile.parallel.nodes > 1:
+            found.add(name)
+    return frozenset(found)
+
+
 def smoke_verdicts(
-    entry: lockfile.BuildEntry | None, build: Build, image_id: str
+    entry: lockfile.BuildEntry | None,
+    build: Build,
+    image_id: str,
+    clusters: Collection[str] = (),
 ) -> dict[str, str]:
     """profile -> verdict for every profile the build lists: 'pass' (a verified run of this
-    image), 'fail', 'missing', or 'unverified pass (TARGET)' (a command or URL run)."""
+    image), 'fail', 'missing', or 'unverified pass (WHY)' (a command or URL run, or a cluster
+    profile without a run whose every node ran this image). ``clusters``: the profiles
+    that declare more than one node."""
     recorded = ((entry.smoke if entry else None) or {}).get(image_id) or {}
-    return {p: _counted_verdict(recorded.get(p), image_id) for p in build.smoke_profiles}
+    return {
+        p: _counted_verdict(recorded.get(p), image_id, p in clusters) for p in build.smoke_profiles
+    }
 
 
 def smoke_gate(
-    entry: lockfile.BuildEntry | None, build: Build, image_id: str, *, force: bool
+    entry: lockfile.BuildEntry | None,
+    build: Build,
+    image_id: str,
+    *,
+    force: bool,
+    clusters: Collection[str] = (),
 ) -> bool:
     """Whether the image passed every profile; refuses (or with ``force`` warns) otherwise."""
     short = image_id[:19]
@@ -38,7 +78,7 @@ def smoke_gate(
         )
         hint = f"add `smoke: [PROFILE]` to build '{build.name}' and record a run"
     else:
-        verdicts = smoke_verdicts(entry, build, image_id)
+        verdicts = smoke_verdicts(entry, build, image_id, clusters)
         failing = {p: v for p, v in verdicts.items() if v != "pass"}
         if not failing:
             return True

@@ -19,7 +19,7 @@ from sparkbuild.errors import (
 from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers, manifests
 from sparkbuild.publish.destination import Destination
-from sparkbuild.publish.gate import smoke_gate, smoke_verdicts
+from sparkbuild.publish.gate import cluster_profiles, smoke_gate, smoke_verdicts
 from sparkbuild.registry.client import Manifest, RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
@@ -237,9 +237,10 @@ def publish_build(
     image = lockfile.pinned_image(entry, build.name, settings.lock_file, "publish")
     image_id = str(image.image_id)
     destination: Destination = destination_of(build, str(image.tree))
-    verified = smoke_gate(entry, build, image_id, force=force)
+    clusters = cluster_profiles(settings, build)
+    verified = smoke_gate(entry, build, image_id, force=force, clusters=clusters)
     verified = preflight_gate(settings, build, image_id, force=force, entry=entry) and verified
-    verdicts = smoke_verdicts(entry, build, image_id)
+    verdicts = smoke_verdicts(entry, build, image_id, clusters)
     record = publication_record(entry, destination.reference)
     rolled_back = {h.digest for h in record.published() if h.rolled_back}
     client = RegistryClient(destination.registry, credentials)

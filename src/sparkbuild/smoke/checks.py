@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.adapters import Acceptance, Generation, non_finite
@@ -20,6 +20,7 @@ def check_boot(
     timeout_s: float,
     last_lines: Sequence[str],
     diagnoses: Sequence[Diagnosis],
+    describe_exit: Callable[[int], str] | None = None,
 ) -> CheckResult:
     if readiness is None:
         return CheckResult("boot", "skip", "engine started elsewhere (--url): no boot check")
@@ -28,7 +29,9 @@ def check_boot(
         note = "" if readiness.ready_line_seen else " (ready log line not seen)"
         return CheckResult("boot", "pass", f"ready after {seconds:.1f} s{note}", value=seconds)
     if readiness.outcome == "exited":
-        reason = f"engine exited with status {readiness.exit_code} before it was ready"
+        code = readiness.exit_code if readiness.exit_code is not None else -1
+        how = describe_exit(code) if describe_exit else f"engine exited with status {code}"
+        reason = f"{how} before it was ready"
     else:
         reason = f"not ready within {timeout_s:g} s"
     if last_lines:
@@ -36,6 +39,29 @@ def check_boot(
     if diagnoses:
         reason += "; " + "; ".join(f"known failure {d.id}: {d.diagnosis}" for d in diagnoses)
     return CheckResult("boot", "fail", reason, value=seconds)
+
+
+def check_ranks(
+    expected: int, world: int | None, ranks: set[int], nodes: Sequence[str]
+) -> CheckResult:
+    """Every rank of a multi-node engine joined its world, as the engine's own log says.
+    ``nodes`` are in rank order when each node runs one rank (a rank that never joined is
+    named with its node)."""
+    where = f"over {len(nodes)} nodes ({', '.join(nodes)})"
+    if world is None:
+        return CheckResult(
+            "ranks", "fail", f"no rank logged joining the engine's world {where}; expected "
+            f"{expected}", value=0,
+        )  # fmt: skip
+    missing = sorted(set(range(expected)) - ranks)
+    if world != expected or missing:
+        detail = f"world size {world}, expected {expected}"
+        if missing:
+            named = [f"{r} ({nodes[r]})" if len(nodes) == expected else str(r) for r in missing]
+            detail += f"; rank(s) {', '.join(named)} never joined"
+        return CheckResult("ranks", "fail", detail + f" {where}", value=len(ranks))
+    return CheckResult("ranks", "pass", f"{len(ranks)} of {expected} ranks joined {where}",
+                       value=len(ranks))  # fmt: skip
 
 
 def check_accept_len(acceptance: Acceptance | None, expect: Expectations) -> CheckResult:

@@ -53,6 +53,8 @@ def render(result: SmokeResult, console: Console) -> None:
             Text(check.detail),
         )
     show_table(console, table)
+    if result.cluster is not None:
+        _render_cluster(result, console)
     version = f"{result.engine} {result.engine_version}" if result.engine_version else result.engine
     console.print(Text(f"NaN signal ({version}): {result.nan_signal or '-'}", style="dim"))
     for diagnosis in result.diagnoses:
@@ -73,6 +75,22 @@ def render(result: SmokeResult, console: Console) -> None:
         console.print(Text(f"full engine log: {result.log_file}", style="dim"))
 
 
+def _render_cluster(result: SmokeResult, console: Console) -> None:
+    run = result.cluster
+    assert run is not None
+    console.print(Text(
+        f"cluster {run.name}: {run.topology.label()} ({run.launcher}); "
+        + ("every node ran the same image" if result.verified else "NOT VERIFIED"),
+        style="dim" if result.verified else "bold yellow",
+    ))  # fmt: skip
+    for node in run.nodes:
+        ran = (node.ran_image_id or "-")[:19]
+        console.print(Text(f"  rank {node.rank} on {node.node} ({node.endpoint}): {ran}",
+                           style="dim"))  # fmt: skip
+    if run.failed:
+        console.print(Text(f"  {run.failed}", style="bold red"))
+
+
 def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay.
 
@@ -80,7 +98,7 @@ def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     and URL runs are recorded under the pinned id with ``verified: false``, which publish
     does not count.
     """
-    tested_id = result.image_id if result.target_kind == "image" else None
+    tested_id = result.image_id if result.target_kind in ("image", "cluster") else None
     return lockfile.record_for_image(
         lock_path, build, result.profile, lockfile.SmokeRecord.from_result(result),
         tested_id=tested_id, activity="smoke run",

@@ -9,9 +9,10 @@ from typing import Any
 
 from sparkbuild.checks import CheckResult, Verdict
 from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
+from sparkbuild.engines.cluster_target import MultiNodeTarget, NodeImage
 from sparkbuild.engines.launch import LaunchSettings, settled_counters
 from sparkbuild.engines.logs import engine_lines
-from sparkbuild.engines.profiles import CustomPrompt, SmokeProfile
+from sparkbuild.engines.profiles import CustomPrompt, Parallel, SmokeProfile
 from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.signatures import Diagnosis, Evidence, diagnose
 from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
@@ -40,14 +41,18 @@ class SmokeResult:
     generations: list[Generation] = field(default_factory=list, repr=False)
     engine_version: str | None = None
     nan_signal: str = ""  # which NaN detection was active, as the engine version reads it
+    cluster: ClusterRun | None = None  # a multi-node run: its topology and every node's image
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
 
     @property
     def verified(self) -> bool:
-        """Whether sparkbuild saw which image ran: only a container it started, whose image
-        id it read from the container itself. A command or URL run cannot show what ran."""
+        """Whether sparkbuild saw which image ran: only containers it started, whose image
+        id it read from the containers themselves (on a cluster, every node's must be the
+        same). A command or URL run cannot show what ran."""
+        if self.target_kind == "cluster":
+            return self.cluster is not None and self.cluster.verified(self.image_id)
         return self.target_kind == "image" and bool(self.image_id)
 
     def to_json(self) -> dict[str, Any]:
@@ -75,7 +80,42 @@ class SmokeResult:
             "log_file": self.log_file,
             "engine_version": self.engine_version,
             "nan_signal": self.nan_signal,
+            "cluster": self.cluster.to_json() if self.cluster else None,
+            "verified": self.verified,
         }
+
+
+@dataclass(frozen=True)
+class ClusterRun:
+    """What a multi-node run was: its layout and launcher, and the id each node ran."""
+
+    name: str
+    topology: Parallel
+    launcher: str
+    nodes: tuple[NodeImage, ...]
+    failed: str | None = None
+
+    @classmethod
+    def of(cls, target: MultiNodeTarget) -> ClusterRun:
+        return cls(target.cluster_name, target.parallel, target.launcher_name,
+                   tuple(target.node_images), target.failed)  # fmt: skip
+
+    def verified(self, pin: str | None) -> bool:
+        """Every node ran ``pin``, read from its own container."""
+        return bool(pin) and bool(self.nodes) and all(n.ran_image_id == pin for n in self.nodes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "topology": self.topology.model_dump(exclude={"launcher"}),
+            "launcher": self.launcher,
+            "nodes": [
+                {"name": n.node, "endpoint": n.endpoint, "rank": n.rank,
+                 "image_id": n.ran_image_id}
+                for n in self.nodes
+            ],
+            "failed": self.failed,
+        }  # fmt: skip
 
 
 def _check_json(check: CheckResult) -> dict[str, Any]:
@@ -224,16 +264,21 @@ def run_smoke(
         served = serve_prompts(adapter, target.base_url, prompts, profile, progress)
         exited = target.exit_code()
         run_to = target.logs.count if target.logs is not None else 0
+    if exited is None and isinstance(target, MultiNodeTarget) and target.failed:
+        # A killed leader fails the requests before its daemon says so; the cluster's stop
+        # names the rank that went (never one it stopped itself).
+        exited = target.exit_code()
     all_lines = target.logs.since(0) if target.logs is not None else []
     run_lines = target.logs.since(run_from)[: run_to - run_from] if target.logs is not None else []
     nan_lines = [line for line in run_lines if adapter.nan_line.search(line)]
     error_lines = [line for line in run_lines if adapter.error_line.search(line)]
     nan_responses = [e for e in served.errors if adapter.nan_response.search(e.body)]
     if exited is not None:
-        error_lines.append(f"engine exited with status {exited} during the requests")
+        error_lines.append(f"{target.describe_exit(exited)} during the requests")
     engine_nans = served.nan_count if expect.nan_counter else None
     results = [
         checks.check_boot(readiness, expect.boot_timeout_s, [], []),
+        *_cluster_checks(target),
         checks.check_accept_len(served.acceptance, expect),
         checks.check_nan(served.generations, engine_nans, nan_lines, nan_responses),
         checks.check_output(
@@ -266,6 +311,7 @@ def run_smoke(
         generations=served.generations,
         engine_version=str(adapter.version) if adapter.version else served.engine_version,
         nan_signal=nan_signal(profile, adapter, target.owns_engine),
+        cluster=ClusterRun.of(target) if isinstance(target, MultiNodeTarget) else None,
     )
 
 
@@ -278,6 +324,14 @@ def _diagnoses(
         checks={r.name: r.detail for r in results if r.status == "fail"},
     )
     return diagnose(lines, adapter.name, evidence=evidence)
+
+
+def _cluster_checks(target: Target) -> list[CheckResult]:
+    """A cluster adds one check: every rank joined the engine's world (from its logs)."""
+    if not isinstance(target, MultiNodeTarget):
+        return []
+    expected, world, ranks = target.joined()
+    return [checks.check_ranks(expected, world, ranks, [n.name for n in target.nodes])]
 
 
 def _accept_value(acceptance: Acceptance | None) -> float | None:
@@ -310,12 +364,19 @@ def _boot_failure(
 ) -> SmokeResult:
     lines = target.logs.since(0) if target.logs is not None else []
     diagnoses = diagnose(lines, adapter.name)
-    boot = checks.check_boot(readiness, profile.expect.boot_timeout_s, lines, diagnoses)
+    boot = checks.check_boot(
+        readiness, profile.expect.boot_timeout_s, lines, diagnoses, target.describe_exit
+    )
     skipped = [
         CheckResult(name, "skip", "engine did not boot")
         for name in checks.CHECK_NAMES
         if name != "boot"
     ]
+    if isinstance(target, MultiNodeTarget):
+        expected, world, ranks = target.joined()
+        joined = checks.check_ranks(expected, world, ranks, [n.name for n in target.nodes])
+        skipped.insert(0, joined if joined.status == "fail" else CheckResult(
+            "ranks", "skip", "engine did not boot"))  # fmt: skip
     return SmokeResult(
         verdict="fail",
         profile=profile_name,
@@ -333,10 +394,12 @@ def _boot_failure(
         seconds=time.monotonic() - began,
         engine_version=str(adapter.version) if adapter.version else None,
         nan_signal=nan_signal(profile, adapter, target.owns_engine),
+        cluster=ClusterRun.of(target) if isinstance(target, MultiNodeTarget) else None,
     )
 
 
 __all__ = [
+    "ClusterRun",
     "SmokeResult",
     "expecting",
     "nan_signal",

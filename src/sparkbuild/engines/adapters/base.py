@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import requests
 from packaging.version import Version
@@ -37,6 +37,8 @@ MAX_TOKENS = 1 << 22
 #: Prometheus sample suffixes of counters and histograms: these never go down.
 _MONOTONIC_SUFFIXES = ("_total", "_count", "_bucket")
 _MONOTONIC_TYPES = frozenset({"counter", "histogram", "summary"})
+if TYPE_CHECKING:
+    from sparkbuild.engines.profiles import Parallel
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,30 @@ class Acceptance:
     #: Counters that cannot be true (backwards, more accepted than drafted), naming the
     #: endpoint: the measurement is void, and the engine failed the ``errors`` check.
     impossible: str = ""
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank of a multi-node launch sits: its rank, the world, the rendezvous."""
+
+    rank: int
+    nodes: int
+    leader_address: str  # the leader's address between nodes (rendezvous host)
+    port: int  # the rendezvous port on the leader
+    address: str  # this rank's own address between nodes
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class RankCommand:
+    """What one rank's container runs: entrypoint and arguments, and whether it serves HTTP."""
+
+    entrypoint: list[str]
+    args: list[str]
+    serves_http: bool
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -266,6 +292,38 @@ class EngineAdapter(ABC):
         Each engine's module makes its own, per release where the flags differ
         (``self.version``): the place for launch arguments that differ by engine and release.
         """
+
+    #: The launcher of a multi-node rank (vLLM's headless workers need ``vllm serve``).
+    cluster_launcher: ClassVar[tuple[str, ...]] = ()
+    #: Flags the multi-node launch sets itself; a profile that sets one is refused.
+    parallel_flags: ClassVar[tuple[str, ...]] = ()
+    #: A log line naming one rank joining the world (named groups ``world`` and ``rank``).
+    rank_line: ClassVar[re.Pattern[str] | None] = None
+
+    def rank_command(
+        self,
+        launcher: Sequence[str],
+        serve: Sequence[str],
+        parallel: Parallel,
+        place: RankPlace,
+    ) -> RankCommand:
+        """One rank of a multi-node launch: ``launcher`` (``vllm serve``, ...), ``serve``
+        (:meth:`serve_args`), and the engine's own multi-node flags for ``parallel`` (a
+        :class:`~sparkbuild.engines.profiles.Parallel`) at ``place``."""
+        raise NotImplementedError(f"{self.name} has no multi-node launch")
+
+    def joined_ranks(self, lines: Iterable[str]) -> tuple[int | None, set[int]]:
+        """(world size, ranks) the engine logged as joined, from :attr:`rank_line`."""
+        world: int | None = None
+        ranks: set[int] = set()
+        if self.rank_line is None:
+            return world, ranks
+        for line in lines:
+            match = self.rank_line.search(line)
+            if match:
+                world = int(match.group("world"))
+                ranks.add(int(match.group("rank")))
+        return world, ranks
 
     @abstractmethod
     def generate(

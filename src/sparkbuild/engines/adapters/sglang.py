@@ -19,18 +19,23 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 from packaging.version import Version
 
 from sparkbuild import jsontext, net
 from sparkbuild.engines import versions
+
+if TYPE_CHECKING:
+    from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.adapters.base import (
     Acceptance,
     Counters,
     EngineAdapter,
     Generation,
+    RankCommand,
+    RankPlace,
     optional_float,
     parse_or_fail,
     whole_number,
@@ -81,6 +86,39 @@ class SglangAdapter(EngineAdapter):
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         extra = [] if "--enable-metrics" in args else ["--enable-metrics"]
         return ["--model-path", model, "--host", host, "--port", str(port), *extra, *args]
+
+    cluster_launcher = default_launcher
+    parallel_flags = (
+        "--tp-size", "--tp", "--tensor-parallel-size", "--ep-size", "--ep",
+        "--expert-parallel-size", "--pp-size", "--pipeline-parallel-size", "--nnodes",
+        "--node-rank", "--dist-init-addr", "--nccl-init-addr",
+    )  # fmt: skip
+    # distributed/parallel_state.py (0.5.10-0.5.23), on every rank:
+    # "Created global TCPStore at 10.0.0.1:29500 (rank=1, world_size=4)"
+    rank_line = re.compile(
+        r"Created global TCPStore at \S+ \(rank=(?P<rank>\d+), world_size=(?P<world>\d+)\)"
+    )
+
+    def rank_command(
+        self,
+        launcher: Sequence[str],
+        serve: Sequence[str],
+        parallel: Parallel,
+        place: RankPlace,
+    ) -> RankCommand:
+        """SGLang across nodes: every rank runs the server with ``--nnodes --node-rank
+        --dist-init-addr``; only rank 0 serves HTTP (torch.distributed over NCCL)."""
+        sizes = ["--tp-size", str(parallel.tp)]
+        if parallel.ep > 1:
+            sizes += ["--ep-size", str(parallel.ep)]
+        if parallel.pp > 1:
+            sizes += ["--pp-size", str(parallel.pp)]
+        rendezvous = [
+            "--nnodes", str(place.nodes), "--node-rank", str(place.rank),
+            "--dist-init-addr", f"{place.leader_address}:{place.port}",
+        ]  # fmt: skip
+        return RankCommand(list(launcher[:1]), [*launcher[1:], *serve, *sizes, *rendezvous],
+                           serves_http=place.leader)  # fmt: skip
 
     def generate(
         self,

@@ -11,8 +11,9 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 from packaging.version import Version
@@ -24,12 +25,17 @@ from sparkbuild.engines.adapters.base import (
     Counters,
     EngineAdapter,
     Generation,
+    RankCommand,
+    RankPlace,
     first_model,
     optional_float,
     parse_or_fail,
     whole_number,
 )
-from sparkbuild.errors import EngineHTTPError
+from sparkbuild.errors import EngineHTTPError, UsageError
+
+if TYPE_CHECKING:
+    from sparkbuild.engines.profiles import Parallel
 
 
 class VllmAdapter(EngineAdapter):
@@ -49,9 +55,74 @@ class VllmAdapter(EngineAdapter):
     ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
     CORRUPTED = "vllm:corrupted_requests_total"
 
+    # `--headless` is honoured by `vllm serve` only (the api_server module accepts and
+    # ignores it), so every rank of a cluster runs `vllm serve`.
+    cluster_launcher = ("vllm", "serve")
+    parallel_flags = (
+        "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
+        "--distributed-executor-backend", "--nnodes", "--node-rank", "--master-addr",
+        "--master-port", "--headless", "--enable-expert-parallel",
+    )  # fmt: skip
+    # parallel_state.py: "world_size=2 rank=1 local_rank=0 distributed_init_method=..."
+    rank_line = re.compile(r"\bworld_size=(?P<world>\d+) rank=(?P<rank>\d+)\b")
+    RAY_HEAD_WAIT_S = 600
+
     def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
         super().__init__(request_timeout_s, version)
         self._served_model: str | None = None
+
+    def rank_command(
+        self,
+        launcher: Sequence[str],
+        serve: Sequence[str],
+        parallel: Parallel,
+        place: RankPlace,
+    ) -> RankCommand:
+        """vLLM across nodes: its mp executor (``--nnodes/--node-rank/--master-addr/
+        --master-port``, ``--headless`` on every rank but 0), or Ray (``ray start`` on each
+        node, then ``--distributed-executor-backend ray`` on the head only)."""
+        sizes = ["--tensor-parallel-size", str(parallel.tp)]
+        if parallel.pp > 1:
+            sizes += ["--pipeline-parallel-size", str(parallel.pp)]
+        if parallel.ep > 1:
+            if parallel.ep != parallel.tp:  # vLLM's expert parallel size is tp x dp
+                raise UsageError(
+                    f"vLLM runs expert parallel over the whole tensor-parallel group "
+                    f"(ep = tp = {parallel.tp}), not ep {parallel.ep}",
+                    f"set parallel.ep to 1 or {parallel.tp}",
+                )
+            sizes.append("--enable-expert-parallel")
+        words = _with_positional_model(list(launcher), list(serve))
+        if (parallel.launcher or "mp") == "mp":
+            rendezvous = [
+                "--distributed-executor-backend", "mp", "--nnodes", str(place.nodes),
+                "--node-rank", str(place.rank), "--master-addr", place.leader_address,
+                "--master-port", str(place.port),
+            ]  # fmt: skip
+            headless = [] if place.leader else ["--headless"]
+            return RankCommand(
+                words[:1], [*words[1:], *sizes, *rendezvous, *headless], place.leader
+            )
+        return self._ray_rank(words, sizes, place)
+
+    def _ray_rank(self, words: list[str], sizes: list[str], place: RankPlace) -> RankCommand:
+        if not place.leader:
+            join = ["ray", "start", "--block", f"--address={place.leader_address}:{place.port}",
+                    f"--node-ip-address={place.address}"]  # fmt: skip
+            return RankCommand(join[:1], join[1:], serves_http=False)
+        head = shlex.join(["ray", "start", "--head", f"--port={place.port}",
+                           f"--node-ip-address={place.address}"])  # fmt: skip
+        count = (
+            "import ray; ray.init(address='auto'); "
+            "print(len([n for n in ray.nodes() if n['Alive']]))"
+        )
+        wait = (
+            f"for _ in $(seq {self.RAY_HEAD_WAIT_S}); do "
+            f'[ "$(python3 -c {shlex.quote(count)} 2>/dev/null)" -ge {place.nodes} ] && break; '
+            "sleep 1; done"
+        )
+        serve = shlex.join([*words, *sizes, "--distributed-executor-backend", "ray"])
+        return RankCommand(["sh", "-c"], [f"{head} && {wait} && exec {serve}"], True)
 
     def nan_switch(self) -> versions.NanSwitch:
         return versions.VLLM_NAN_SWITCH
@@ -148,3 +219,11 @@ class VllmAdapter(EngineAdapter):
 
     def nan_count_from_delta(self, before: Counters, after: Counters) -> float | None:
         return after.delta(before, self.CORRUPTED)
+
+
+def _with_positional_model(launcher: list[str], serve: list[str]) -> list[str]:
+    """``vllm serve MODEL ...``: the serve command takes the model as its first argument
+    (``--model`` there is deprecated); the api_server module still takes ``--model``."""
+    if launcher[-1:] == ["serve"] and serve[:1] == ["--model"] and len(serve) > 1:
+        return [*launcher, serve[1], *serve[2:]]
+    return [*launcher, *serve]

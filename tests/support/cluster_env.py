@@ -1,0 +1,198 @@
+"""Two "nodes" on this machine for cluster tests: a user-defined Docker bridge network that
+gives each rank's container its own address, a second Docker daemon (another endpoint with
+its own image store), and a project with a two-node CPU profile and a cluster file.
+
+The network and the daemon exist only for the test that made them: both are removed (the
+daemon stopped by its pid) when its context ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.smoke_cli import CPU_REFERENCE
+from tests.support.vllm_image import MODEL_IN_IMAGE, os_mounts
+
+__all__ = [
+    "Network",
+    "SecondDaemon",
+    "bridge_network",
+    "cluster_containers",
+    "second_daemon",
+    "write_cluster_project",
+]
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    prefix: str  # "10.213.42": the nodes get .10, .11, ...
+
+    def address(self, index: int) -> str:
+        return f"{self.prefix}.{10 + index}"
+
+
+@contextlib.contextmanager
+def bridge_network() -> Iterator[Network]:
+    """A user-defined bridge network with a subnet of its own (fixed rank addresses need
+    one); a /24 picked at random from 10.213.0.0/16, another tried when one is taken."""
+    name = f"sparkbuild-test-{uuid.uuid4().hex[:8]}"
+    for _ in range(20):
+        prefix = f"10.213.{random.randrange(1, 255)}"
+        done = subprocess.run(
+            ["docker", "network", "create", "--driver", "bridge", "--subnet", f"{prefix}.0/24",
+             name], capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode == 0:
+            break
+        if "overlap" not in done.stderr.lower():
+            raise RuntimeError(f"docker network create failed: {done.stderr.strip()}")
+    else:
+        raise RuntimeError("no free /24 in 10.213.0.0/16 for the test network")
+    try:
+        yield Network(name, prefix)
+    finally:
+        subprocess.run(["docker", "network", "rm", name], capture_output=True, check=False)
+
+
+@dataclass(frozen=True)
+class SecondDaemon:
+    endpoint: str  # unix:///tmp/.../docker.sock
+
+    def docker(self, *args: str, input_bytes: bytes | None = None) -> str:
+        done = subprocess.run(
+            ["docker", "--host", self.endpoint, *args], input=input_bytes,
+            capture_output=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"docker {' '.join(args)}: {done.stderr.decode()[-500:]}")
+        return done.stdout.decode()
+
+
+@contextlib.contextmanager
+def _own_bridge() -> Iterator[str]:
+    """A bridge of the second daemon's own. Not ``--bridge none``: a dockerd started so
+    deletes the host's docker0 (moby's removeDefaultBridgeInterface), and with it the network
+    of every container the host's own daemon starts afterwards."""
+    name = f"sbd2-{uuid.uuid4().hex[:8]}"  # at most 15 characters, as Linux wants
+    subnet = f"10.231.{random.randrange(1, 255)}.1/24"
+    subprocess.run(["ip", "link", "add", name, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", subnet, "dev", name], check=True)
+        subprocess.run(["ip", "link", "set", name, "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
+
+
+@contextlib.contextmanager
+def second_daemon() -> Iterator[SecondDaemon]:
+    """Another dockerd on this host (its own containerd, image store, socket and bridge; no
+    iptables): a second node's Docker endpoint. Stopped by its pid afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="sb-d2-", dir="/tmp"))  # a socket path stays short
+    socket = root / "docker.sock"
+    log = (root / "dockerd.log").open("wb")
+    with contextlib.ExitStack() as stack:
+        bridge = stack.enter_context(_own_bridge())
+        proc = subprocess.Popen(
+            ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
+             "--pidfile", str(root / "dockerd.pid"), "--host", f"unix://{socket}",
+             "--bridge", bridge, "--iptables=false", "--ip6tables=false", "--ip-masq=false"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        daemon = SecondDaemon(f"unix://{socket}")
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(RuntimeError):
+                    daemon.docker("version")
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the second dockerd did not start:\n{_tail(root)}")
+                time.sleep(0.5)
+            yield daemon
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _tail(root: Path) -> str:
+    path = root / "dockerd.log"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-20:]) if path.exists() else ""
+
+
+def write_cluster_project(
+    project: Path,
+    network: Network,
+    endpoints: tuple[str, str] = ("local", "local"),
+    **profile_changes: Any,
+) -> tuple[str, str]:
+    """``smoke/cpu-tp2.yaml`` (the CPU reference over two nodes: TP=2, ``vllm serve`` in the
+    image, n-gram speculation) and ``clusters/pair-<random>.yaml`` (two nodes on ``network``,
+    each rank's OpenMP threads on its own core; the name labels the containers, so no other
+    run's are mistaken for this one's). Returns (profile, cluster) names."""
+    profile = yaml.safe_load(CPU_REFERENCE.read_text(encoding="utf-8"))
+    profile.update(
+        description="vLLM on the CPU over two nodes (TP=2, mp executor), n-gram speculation",
+        model=MODEL_IN_IMAGE,
+        parallel={"nodes": 2, "tp": 2},
+    )
+    # Two prompts that ask for repetition, so the n-gram drafter has something to accept:
+    # the cluster is what is under test here, and every request costs seconds on 2 cores.
+    profile["prompts"] = ["repetitive"]
+    # 48 tokens, as the CPU reference: random weights may spend a shorter completion on byte
+    # tokens that decode to nothing, which the output check rightly calls empty (seen at 32
+    # over TP=2, on repetitive/echo).
+    profile["expect"].update(boot_timeout_s=600, request_timeout_s=180, max_tokens=48)
+    profile["container"] = {
+        "gpus": "none",
+        "launcher": ["vllm", "serve"],
+        "mounts": os_mounts(),
+        # A private /dev/shm per rank, as on separate machines (vLLM wants 160 MiB of it).
+        "ipc": "private",
+        "shm_size": "1g",
+    }
+    profile.update(profile_changes)
+    (project / "smoke").mkdir(parents=True, exist_ok=True)
+    (project / "smoke" / "cpu-tp2.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    cluster = {
+        "description": "two containers on one bridge network, through Docker endpoints",
+        "nodes": [
+            {"name": f"node-{i + 1}", "endpoint": endpoint, "address": network.address(i),
+             "env": {"VLLM_CPU_OMP_THREADS_BIND": str(i)}}
+            for i, endpoint in enumerate(endpoints)
+        ],
+        "fabric": {"network": network.name, "env": {"GLOO_SOCKET_IFNAME": "eth0"}},
+    }  # fmt: skip
+    name = f"pair-{uuid.uuid4().hex[:8]}"
+    (project / "clusters").mkdir(parents=True, exist_ok=True)
+    (project / "clusters" / f"{name}.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
+    return "cpu-tp2", name
+
+
+def cluster_containers(label_value: str, endpoint: str | None = None) -> list[str]:
+    """Names of containers (any state) labelled with cluster ``label_value``."""
+    host = ["--host", endpoint] if endpoint else []
+    done = subprocess.run(
+        ["docker", *host, "ps", "-a", "--filter", f"label=org.sparkbuild.cluster={label_value}",
+         "--format", "{{.Names}}"], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return done.stdout.split()
