@@ -245,12 +245,13 @@ def named_file(
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
         candidate = candidate if candidate.is_absolute() else Path.cwd() / candidate
-        if not candidate.is_file():
+        # exists(), not is_file(): a FIFO or a device is refused by the reader, saying so
+        if not candidate.exists():
             raise UsageError(f"{file_kind} {candidate} does not exist")
         return candidate
     for suffix in (".yaml", ".yml"):
         path = directory / f"{name_or_path}{suffix}"
-        if path.is_file():
+        if path.exists():
             return path
     names = sorted(p.stem for p in directory.glob("*.y*ml"))
     raise UsageError(
