@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.sessions = ["tests"]
@@ -17,7 +19,10 @@ def _cli(session: nox.Session, *args: str) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite against real git, Docker, registry and vLLM (see scripts/setup-host.sh)."""
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    # Two workers: much of the suite waits on engines, Docker and downloads, so the second
+    # core would idle. Each test file stays on one worker with its module fixtures.
+    workers = os.environ.get("SPARKBUILD_TEST_WORKERS", "2")
+    session.run("pytest", "-n", workers, "--dist", "loadgroup", "--durations=40", *session.posargs)
 
 
 @nox.session

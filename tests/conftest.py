@@ -4,6 +4,7 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,21 @@ def _github_unreachable() -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _one_worker_per_file(items)
+    _deselect_github(config, items)
+
+
+def _one_worker_per_file(items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` a file's tests share one worker, so a module fixture (a
+    booted engine, a built image) is made once; a ``spread`` file's tests may part."""
+    for item in items:
+        if item.get_closest_marker("spread") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _deselect_github(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`github` tests need GitHub: where it is unreachable they are deselected, never skipped
     or passed, and the summary says how many and why."""
     github = [item for item in items if item.get_closest_marker("github")]
@@ -71,6 +86,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         f"{len(github)} github test(s) deselected: {GITHUB_PROBE} is unreachable ({reason}); "
         "they did not run"
     )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its note to the controller, which writes the summary."""
+    note = session.config.stash.get(_GITHUB_NOTE, None)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if note and workeroutput is not None:
+        workeroutput["github_note"] = note
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    note = getattr(node, "workeroutput", {}).get("github_note")
+    if note:
+        node.config.stash[_GITHUB_NOTE] = note
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -146,6 +146,12 @@ RULES = [
         "check",
         "writes into the project's smoke/; tests/test_recipe_import.py runs it on these recipes",
     ),
+    Rule(
+        r"^sparkbuild bench compare \S+ submission/",
+        "check",
+        "compares a submission "
+        "`bench --arena` wrote; tests/test_bench_arena_engine.py runs this compare",
+    ),
     Rule(r"^sparkbuild bench compare ", "bench-report"),
     Rule(r"^sparkbuild (--repo \S+ )?(patches|prepare|lock)\b", "source"),
     Rule(r"^sparkbuild releases ", "releases"),

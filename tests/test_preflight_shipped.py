@@ -24,7 +24,9 @@ from tests.support.pr_standins import (
 from tests.support.preflight_env import ROOT, Project, release_repo
 
 # Each build's probe runs SGLang's own Python in a venv of the release's dependencies.
-pytestmark = [pytest.mark.upstream, pytest.mark.engine]
+# spread: each build's preflight is minutes of one core, and its venvs are shared on disk
+# (under a file lock), so the builds may run on different workers.
+pytestmark = [pytest.mark.upstream, pytest.mark.engine, pytest.mark.spread]
 
 SHIPPED = yaml.safe_load((ROOT / "builds" / "sglang.yaml").read_text())["builds"]
 

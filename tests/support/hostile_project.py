@@ -8,21 +8,9 @@ from pathlib import Path
 
 from tests.support.cli import CliResult
 from tests.support.gitrepos import Upstream, make_patch
-from tests.support.source_project import SourceProject
+from tests.support.source_project import ONE_BUILD_SPEC, SourceProject
 
-SPEC = """\
-    engine: sglang
-    repo: REPO
-    base_branch: main
-    package_dir: python/pkg
-    prs:
-      - {number: 103}
-    patches:
-      - {file: patches/pkg/applies.patch}
-    builds:
-      new:
-        ref: v1.1.0
-"""
+SPEC = ONE_BUILD_SPEC
 
 
 class Project(SourceProject):
