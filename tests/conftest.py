@@ -65,10 +65,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _one_worker_per_file(items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` a file's tests share one worker, so a module fixture (a
-    booted engine, a built image) is made once; a ``spread`` file's tests may part."""
+    booted engine, a built image) is made once; a ``spread`` file's tests are each a group
+    of their own, so they may part (xdist would otherwise keep a module together)."""
     for item in items:
-        if item.get_closest_marker("spread") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        spread = item.get_closest_marker("spread") is not None
+        group = item.nodeid if spread else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _deselect_github(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -97,10 +97,11 @@ def test_lock_records_the_verdict_by_tree_and_dependencies(project: Project) -> 
     assert Path(report.dependencies["venv"]).is_dir()
 
 
-@pytest.mark.parametrize(
-    ("name", "present"),
-    [("segment_packbits", True), ("top_k_top_p_sampling_from_probs", False)],
-)
+# One more name than the stand-in imports, absent from 0.5.11's pinned sglang-kernel. The
+# passing case (a name the pinned package has) is the shipped builds above: SGLang's own
+# modules import hundreds of names from sgl_kernel and pass, and
+# tests/test_preflight_standins.py holds the stand-in against the real wheel.
+@pytest.mark.parametrize(("name", "present"), [("top_k_top_p_sampling_from_probs", False)])
 def test_pr_kernel_import_is_checked_against_the_pinned_kernel_package(
     shipped_base: Path, name: str, present: bool
 ) -> None:
