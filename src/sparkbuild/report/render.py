@@ -1,7 +1,7 @@
 """The Jinja2 environment the pages are rendered with: autoescaped, every value redacted.
 
 Everything a page prints from the lock, an engine or a bench report passes through
-:func:`_finalize` (Jinja's hook for every ``{{ value }}``): secrets are masked there with the
+``_Finalize`` (Jinja's hook for every ``{{ value }}``): secrets are masked there with the
 redaction every other output uses, then autoescaping makes the text inert, so a build label
 or an engine's version string that holds markup is shown as text. Pages carry a Content
 Security Policy that allows no script at all, as a second wall.
@@ -21,12 +21,25 @@ from sparkbuild.redact import redact
 from sparkbuild.report import view
 
 
-def _finalize(value: Any) -> Any:
-    if isinstance(value, Markup):  # a macro's output, already escaped piece by piece
-        return value
-    if value is None:
-        return ""
-    return redact(value) if isinstance(value, str) else value
+class _Finalize:
+    """Jinja's ``finalize``: every printed string redacted. One report prints the same digests,
+    names and versions thousands of times, so each distinct string is redacted once (the
+    run's secrets do not change while it renders)."""
+
+    def __init__(self) -> None:
+        self._shown: dict[str, str] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, Markup):  # a macro's output, already escaped piece by piece
+            return value
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            return value
+        shown = self._shown.get(value)
+        if shown is None:
+            shown = self._shown[value] = redact(value)
+        return shown
 
 
 def _number(value: float | None, digits: int | None = None) -> str:
@@ -41,7 +54,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("sparkbuild", "data/report"),
         autoescape=True,
-        finalize=_finalize,
+        finalize=_Finalize(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -11,6 +11,7 @@ at a git revision, or from the build's publish history.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -151,11 +152,18 @@ def parse_entry(text: str, build: str, where: str) -> tuple[lockfile.BuildEntry 
         except (BadYAMLError, ValidationError):
             pass  # not as sparkbuild writes it after all: read it whole, for its errors
         else:
-            return entry, _BUILD_KEY.findall(_builds_section(text) or "")
+            return entry, list(_build_names(text))
     lock = parse_lock(text, where)
     return lock.entry(build), list(lock.builds)
 
 
+@functools.lru_cache(maxsize=8)
+def _build_names(text: str) -> tuple[str, ...]:
+    return tuple(_BUILD_KEY.findall(_builds_section(text) or ""))
+
+
+# One revision's text is read for every build of the lock: its builds section is found once.
+@functools.lru_cache(maxsize=8)
 def _builds_section(text: str) -> str | None:
     """The lines under the top-level ``builds:`` key (none other holds build entries; a
     hand-added top-level key may hold look-alikes)."""
