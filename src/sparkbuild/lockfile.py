@@ -680,20 +680,6 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-@contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Writers of ``path`` one at a time, across processes: an exclusive flock on the
-    directory that holds it. Not a ``path.lock`` file beside it, which every project would
-    have to ignore in git; not the lock file itself, which is replaced by rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
-
-
 def _unwritable(path: Path, what: str, exc: OSError) -> LockError:
     return LockError(
         f"{what}: {fileio.reason(exc)}; {path.name} is unchanged",
@@ -704,17 +690,25 @@ def _unwritable(path: Path, what: str, exc: OSError) -> LockError:
 
 @contextmanager
 def _writer(path: Path) -> Iterator[None]:
-    """The file lock over ``path`` (one writer at a time); a lock that cannot be taken (a
-    missing or unreadable directory, a file in its place) is a LockError, not a traceback."""
-    lock = file_lock(path)
+    """Writers of ``path`` one at a time, across processes: an exclusive flock on the
+    directory that holds it. Not a ``path.lock`` file beside it, which every project would
+    have to ignore in git; not the lock file itself, which is replaced by rename. A lock that
+    cannot be taken (a missing or unreadable directory, a file in its place) is a LockError,
+    not a traceback."""
+    what = f"cannot take the writer lock on {path.parent}"
     try:
-        lock.__enter__()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise _unwritable(path, f"cannot take the writer lock on {path.parent}", exc) from exc
+        raise _unwritable(path, what, exc) from exc
     try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            raise _unwritable(path, what, exc) from exc
         yield
     finally:
-        lock.__exit__(None, None, None)
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 Change = Callable[[BuildEntry], None]

@@ -27,7 +27,7 @@ from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
 from sparkbuild.console import show_table
 from sparkbuild.errors import OutputError, UsageError
-from sparkbuild.redact import redact
+from sparkbuild.redact import write_redacted
 
 Status = Literal["compared", "not comparable", "not reproduced"]
 DIMENSIONS = (("pp", "prompt tokens"), ("tg", "generated tokens"), ("depth", "context depth"))
@@ -506,4 +506,4 @@ def write_markdown(result: ClaimsComparison, path: Path, *, append: bool) -> Non
         except (OSError, UnicodeDecodeError) as exc:
             why = fileio.reason(exc) if isinstance(exc, OSError) else "not UTF-8 text"
             raise OutputError(f"--markdown {path}: cannot append to it: {why}") from exc
-    fileio.write_output(path, redact(text), "--markdown")
+    write_redacted(path, text, "--markdown")
