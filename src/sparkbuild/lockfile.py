@@ -557,7 +557,14 @@ def load(path: Path) -> LockFile:
     Anything else than a lock of this schema (not UTF-8, not YAML, aliases, a wrong shape) is
     a LockError naming the file, the line and the repair.
     """
-    return _validate(path, *_read(path))
+    return load_with_tree(path)[0]
+
+
+def load_with_tree(path: Path) -> tuple[LockFile, yaml.Node | None]:
+    """The typed lock and the YAML node tree it was read from (None: no file, or empty), for
+    a reader of each record's lines (the report's dates) that would otherwise parse it again."""
+    data, node = _read(path)
+    return _validate(path, data, node), node
 
 
 def read_entry(path: Path, build: str) -> BuildEntry:

@@ -101,15 +101,16 @@ def _gate(settings: Settings, spec: Build | None, entry: lockfile.BuildEntry) ->
     }
 
 
-def _load_lock(settings: Settings) -> tuple[lockfile.LockFile, str]:
+def _load_lock(settings: Settings) -> tuple[lockfile.LockFile, dates.LockDates]:
+    """The lock, and the dates of its records (read from the node tree it was loaded from)."""
     path = settings.lock_file
-    lock = lockfile.load(path)
+    lock, tree = lockfile.load_with_tree(path)
     if not lock.builds:
         raise ReportError(
             f"{path} has no builds to report on",
             "pin them first: sparkbuild lock (then build, preflight, smoke and publish)",
         )
-    return lock, path.read_text(encoding="utf-8")
+    return lock, dates.tree_dates(path, tree)
 
 
 def _page_name(text: str) -> str:
@@ -184,8 +185,7 @@ def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
     now = options.now or datetime.now(UTC)
     out = options.out.resolve()
     check_out_dir(out)
-    lock, text = _load_lock(settings)
-    lock_dates = dates.lock_dates(settings.lock_file, text)
+    lock, lock_dates = _load_lock(settings)
     context = view.Context(lock_dates, now, options.stale_days, settings.project_dir)
     specs = _specs(settings)
     run_files, skipped = runs.read_runs(options.bench_runs)
@@ -255,10 +255,10 @@ def write_diff(
 ) -> ReportResult:
     """One page: ``BUILD@A`` against ``BUILD@B``, at ``out/diff/A--B.html``."""
     now = now or datetime.now(UTC)
-    lock, text = _load_lock(settings)
+    lock, lock_dates = _load_lock(settings)
     history = sides.LockHistory(settings.lock_file, lock)
     a, b = (sides.resolve(g, history) for g in given)
-    here = view.Context(dates.lock_dates(settings.lock_file, text), now, 30.0, settings.project_dir)
+    here = view.Context(lock_dates, now, 30.0, settings.project_dir)
 
     def context(side: sides.Side) -> view.Context:
         return _plain(here, now) if side.commit or side.note else here
