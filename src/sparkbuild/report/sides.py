@@ -173,16 +173,27 @@ def _builds_section(text: str) -> str | None:
 
 def _block(text: str, build: str) -> str | None:
     """``build``'s entry, dedented, when ``text`` is laid out as sparkbuild writes it."""
+    return _blocks(text).get(build)
+
+
+# An entry's key two spaces in, then its lines, each four spaces in (a 4-space line cannot be
+# taken for a key, so one pass finds every entry a search per build would).
+_ENTRY = re.compile(r"^  ([^ \n].*):\n((?:    .*\n)+)", re.M)
+
+
+# One revision's text is read for every build of the lock: its entries are found in one pass,
+# not searched for from the top once per build.
+@functools.lru_cache(maxsize=8)
+def _blocks(text: str) -> dict[str, str | None]:
+    """Each key's entry under ``builds:`` (the first one, as a search would find it), dedented;
+    None where the lines after it are not laid out as sparkbuild writes them."""
     builds = _builds_section(text)
-    if builds is None:
-        return None
-    found = re.search(rf"^  {re.escape(build)}:\n((?:    .*\n)+)", builds, re.M)
-    if found is None:
-        return None
-    rest = builds[found.end() :]
-    if rest and not _NEXT_KEY.match(rest):
-        return None
-    return "\n".join(line[4:] for line in found.group(1).split("\n"))
+    found: dict[str, str | None] = {}
+    for entry in _ENTRY.finditer(builds or ""):
+        laid_out = entry.end() == len(entry.string) or _NEXT_KEY.match(entry.string, entry.end())
+        body = "\n".join(line[4:] for line in entry[2].split("\n")) if laid_out else None
+        found.setdefault(entry[1], body)
+    return found
 
 
 def _section(block: str, name: str) -> str:
