@@ -6,13 +6,22 @@ smoke records of 3 profiles for the current and the previous image, a bench reco
 cells for each, and a publish history. It is committed to a git repository over
 ``--revisions`` revisions (each a new image of every build, published), so the report reads
 dates with ``git blame`` and finds each build's previous published image in the history, as
-it does in a real project. Bench run JSON files are not read (``--bench-runs`` is off).
+it does in a real project. Bench run JSON files are not read (``--bench-runs`` is off), and
+the project has no ``builds/`` (the report of a lock alone: no publish gates are shown).
 
-Each round times, in this process and alternately: ``lockfile.load`` of the lock (the
-reference: what every command pays), and ``report.write_site`` (load, blame, history, every
-page rendered and written, the directory swapped in). Medians over ``--rounds`` rounds; then
-one run of the whole command as a user starts it (``python -m sparkbuild report``, so the
-interpreter and imports count too).
+Each round times, in this process and alternately, wall and CPU time of:
+
+- ``lockfile.load`` of the lock: the reference, what every command pays;
+- the report's phases on their own: the dates (``git blame`` and each record's lines, from
+  the node tree the load gave) and the previous entries (each build's previous published
+  image found in the lock's git history, its entry read and validated);
+- ``report.write_site``: all of it (load, dates, history, every page rendered and written,
+  the directory swapped in); what the phases leave is the views, rendering and writing.
+
+Medians over ``--rounds`` rounds. A revision's text is indexed once per process, so rounds
+after the first skip that (about 20 ms); the whole command, run ``--rounds`` times as a user
+starts it (``python -m sparkbuild report``: interpreter, imports and template compilation
+count too), does not. On a shared host the CPU times are the steadier figures.
 
     python benchmarks/bench_report.py [--builds 50] [--revisions 4] [--rounds 7]
 """
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,7 +42,7 @@ from pathlib import Path
 
 from sparkbuild import lockfile
 from sparkbuild.checks import Status
-from sparkbuild.report import ReportOptions, write_site
+from sparkbuild.report import ReportOptions, dates, sides, write_site
 from sparkbuild.settings import Settings
 
 ENV = {
@@ -164,6 +174,25 @@ def timed(action: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def timed_child(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, the child's CPU seconds, user and system) of a command run to its end."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True)
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def previous_entries(lock_path: Path, lock: lockfile.LockFile) -> None:
+    """What the report reads of the lock's history: each build's previous published entry."""
+    history = sides.LockHistory(lock_path, lock)
+    for name, entry in lock.builds.items():
+        image_id = sides.previous_published(entry)
+        if image_id is not None:
+            sides.side_for_image(f"{name}@published~1", name, image_id, history)
+
+
 def summary(name: str, times: list[tuple[float, float]]) -> tuple[float, float]:
     wall = statistics.median(t[0] for t in times)
     cpu = statistics.median(t[1] for t in times)
@@ -188,19 +217,31 @@ def main() -> None:
               f"{args.revisions} revisions in git")  # fmt: skip
         settings = Settings(project_dir=root, cache_dir=Path(tmp) / "cache")
         options = ReportOptions(out=Path(tmp) / "site")
-        pages = len(write_site(settings, options).pages)  # warm: imports, template compilation
+        pages = len(write_site(settings, options).pages)  # warm: imports, the file cache
+        lock, tree = lockfile.load_with_tree(lock_path)
         print(f"host load before (1, 5, 15 min): {os.getloadavg()}")
-        load_times, report_times = [], []
+        times: dict[str, list[tuple[float, float]]] = {
+            "load": [], "dates": [], "previous": [], "report": [],
+        }  # fmt: skip
         for _ in range(args.rounds):
-            load_times.append(timed(lambda: lockfile.load(lock_path)))
-            report_times.append(timed(lambda: write_site(settings, options)))
-        load_wall, load_cpu = summary("load the lock (reference)", load_times)
-        wall, cpu = summary(f"write the report ({pages} pages)", report_times)
+            times["load"].append(timed(lambda: lockfile.load(lock_path)))
+            times["dates"].append(timed(lambda: dates.tree_dates(lock_path, tree)))
+            times["previous"].append(timed(lambda: previous_entries(lock_path, lock)))
+            times["report"].append(timed(lambda: write_site(settings, options)))
+        load_wall, load_cpu = summary("load the lock (reference)", times["load"])
+        phases = [
+            summary("  report phase: dates (git blame, record lines)", times["dates"]),
+            summary("  report phase: previous published entries", times["previous"]),
+        ]
+        wall, cpu = summary(f"write the report ({pages} pages)", times["report"])
+        rest = (wall - load_wall - sum(p[0] for p in phases),
+                cpu - load_cpu - sum(p[1] for p in phases))  # fmt: skip
+        print(f"  the rest (views, rendering, writing): {rest[0]:.3f} s wall, {rest[1]:.3f} s CPU")
         print(f"ratio report / load: {wall / load_wall:.2f}x wall, {cpu / load_cpu:.2f}x CPU")
         command = [sys.executable, "-m", "sparkbuild", "--project", str(root), "--quiet",
                    "report", "--out", str(Path(tmp) / "site-cli")]  # fmt: skip
-        whole = timed(lambda: subprocess.run(command, check=True, capture_output=True))[0]
-        print(f"`python -m sparkbuild report`, whole process: {whole:.3f} s wall")
+        whole = [timed_child(command) for _ in range(args.rounds)]
+        summary("`python -m sparkbuild report`, whole process", whole)
         print(f"host load after (1, 5, 15 min): {os.getloadavg()}")
 
 
