@@ -17,7 +17,7 @@ import pytest
 
 from sparkbuild import lockfile
 from sparkbuild.report import view
-from sparkbuild.report.dates import lock_dates
+from sparkbuild.report.dates import lock_dates, tree_dates
 from sparkbuild.report.runs import BenchRuns
 from sparkbuild.report.site import MANIFEST
 from tests.support.gitrepos import Upstream, git, make_upstream
@@ -210,6 +210,22 @@ def test_uncommitted_records_say_so(project: ReportProject, tmp_path: Path) -> N
     source = dates.of("builds", "pkg-old", "source")
     assert source is not None and source.when is not None
     assert lock.builds["pkg-old"].requirements == []
+
+
+def test_each_line_is_dated_by_the_commit_git_blames_it_on(
+    project: ReportProject, tmp_path: Path
+) -> None:
+    """The report blames the lock by runs of lines (`--incremental`) and reads each record's
+    lines from the node tree it was loaded from: every line still gets the commit git's own
+    line-by-line blame names (uncommitted ones too), and the records the same lines."""
+    lockfile.update_entry(project.lock_path, "pkg-old", lambda e: setattr(e, "requirements", []))
+    lock_path, text = project.lock_path, project.lock_path.read_text()
+    _, tree = lockfile.load_with_tree(lock_path)
+    dates = tree_dates(lock_path, tree)
+    by_line = git(project.root, "blame", "--root", "-l", "-s", "--", lock_path.name).splitlines()
+    assert [line.split()[0] for line in by_line] == [d.commit or "0" * 40 for d in dates.lines]
+    assert len({d.commit for d in dates.lines}) >= 3  # several commits and the working copy
+    assert dates == lock_dates(lock_path, text)
 
 
 def test_the_report_replaces_only_a_report(project: ReportProject, tmp_path: Path) -> None:

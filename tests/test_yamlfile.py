@@ -3,6 +3,7 @@ must refuse or explain. Both paths must agree on data and on the line of every k
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,21 @@ def test_nesting_past_the_fast_depth_still_parses() -> None:
         assert isinstance(data, list)
         data = data[0]
     assert data == 1
+
+
+def test_a_parse_leaves_the_cyclic_collector_as_it_found_it() -> None:
+    """A parse runs with the cyclic garbage collector off (it would only walk the parse's own
+    nodes); afterwards it is on again, after a refusal too, and stays off for a caller who
+    had turned it off."""
+    assert gc.isenabled()
+    yamlfile.parse_yaml(b"a: 1\n")
+    assert gc.isenabled()
+    with pytest.raises(BadYAMLError):
+        yamlfile.parse_yaml(b"a: *nothing\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        yamlfile.parse_yaml(b"a: 1\n")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
