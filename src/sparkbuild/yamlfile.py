@@ -115,7 +115,7 @@ def _parse_with_libyaml(text: str) -> tuple[Any, yaml.Node | None] | None:
 def _no_cyclic_gc() -> Iterator[None]:
     """A parse allocates a node, two marks and a value per scalar, all alive until it returns:
     the cyclic collector would walk that growing heap again and again for nothing (a third
-    of a 50-build lock's parse). Reference counting still frees everything."""
+    of a 50-build lock's parse). Any cycle the parse leaves is collected once it is back on."""
     enabled = gc.isenabled()
     gc.disable()
     try:
