@@ -19,7 +19,7 @@ Each round times, in this process and alternately, wall and CPU time of:
   the directory swapped in); what the phases leave is the views, rendering and writing.
 
 Medians over ``--rounds`` rounds. A revision's text is indexed once per process, so rounds
-after the first skip that (about 20 ms); the whole command, run ``--rounds`` times as a user
+after the first skip that (about 25 ms here); the whole command, run ``--rounds`` times as a user
 starts it (``python -m sparkbuild report``: interpreter, imports and template compilation
 count too), does not. On a shared host the CPU times are the steadier figures.
 
