@@ -73,6 +73,23 @@ def _one_worker_per_file(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under ``--dist loadgroup`` every test id a worker collected carries its group; when a
+    pytest and xdist pair drops it (pytest-dev/pytest-xdist#1386), files are spread over the
+    workers and each boots its engines twice, silently. Stop instead."""
+    if node.config.getoption("dist") != "loadgroup":
+        return
+    ungrouped = [nodeid for nodeid in ids if "@" not in nodeid]
+    if ungrouped:
+        pytest.exit(
+            f"--dist loadgroup is not grouping ({ungrouped[0]} has no @group): this pytest "
+            "and pytest-xdist do not work together (pytest-dev/pytest-xdist#1386); "
+            "install the test extra's pins: pip install -e '.[test]'",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+
+
 def _deselect_github(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`github` tests need GitHub: where it is unreachable they are deselected, never skipped
     or passed, and the summary says how many and why."""

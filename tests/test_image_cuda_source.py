@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.cuda_toolchain import BASE_PACKAGES, BASE_SETUP, cuda_wheels
+from tests.support.cuda_toolchain import BASE_SETUP, cuda_wheels
 from tests.support.docker_env import (
+    BUILD_ROOTFS,
     docker_client,
     push_arm64_base,
     python_in_image,
@@ -103,7 +104,7 @@ def test_cuda_source_build_keeps_only_sm_121a_and_the_check_catches_more(tmp_pat
         base = push_arm64_base(
             registry,
             "sparkbuild-tests/cuda13-nvcc",
-            packages=BASE_PACKAGES,
+            packages=BUILD_ROOTFS,
             setup=BASE_SETUP,
             context_files={"wheels": cuda_wheels(ARCH)},
             work_dir=tmp_path,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.docker_env import (
+    BUILD_ROOTFS,
     docker_client,
     push_arm64_base,
     python_in_image,
@@ -31,8 +32,6 @@ from tests.support.image_project import (
 )
 
 pytestmark = [pytest.mark.docker]
-
-BUILD_TOOLS = ("gcc", "libc6-dev", "python3", "python3-dev", "python3-setuptools")
 
 SETUP_PY = """\
 from setuptools import Extension, setup
@@ -96,7 +95,7 @@ def test_source_build_compiles_the_patched_c_extension_for_arm64(tmp_path: Path)
     images: list[str] = []
     with start_registry(tmp_path / "registry") as registry:
         base = push_arm64_base(
-            registry, "sparkbuild-tests/buildtools", packages=BUILD_TOOLS, work_dir=tmp_path
+            registry, "sparkbuild-tests/buildtools", packages=BUILD_ROOTFS, work_dir=tmp_path
         )
         images.append(base)
         write_spec(

@@ -21,6 +21,7 @@ import pytest
 from sparkbuild.image import context
 from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
+    BUILD_ROOTFS,
     docker_cli,
     docker_client,
     push_arm64_base,
@@ -34,7 +35,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
 VERSION = "0.5.12"
 BUILD = "sglang-0.5.12-source-nonroot"
-PIP_ROOTFS = ("cmake", "g++", "make", "python3", "python3-dev", "python3-pip", "unzip")
 NON_ROOT_SETUP = """\
 RUN echo 'spark:x:1000:1000::/home/spark:/bin/sh' >> /etc/passwd \\
     && echo 'spark:x:1000:' >> /etc/group \\
@@ -76,7 +76,7 @@ def test_source_build_on_a_non_root_base_builds_as_root_and_runs_as_the_base_use
         base = push_arm64_base(
             registry,
             "sparkbuild-tests/source-nonroot",
-            packages=PIP_ROOTFS,
+            packages=BUILD_ROOTFS,
             setup=NON_ROOT_SETUP,
             work_dir=tmp_path,
         )

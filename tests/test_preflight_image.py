@@ -75,11 +75,13 @@ def test_image_and_venv_give_the_same_verdicts(tmp_path: Path, patches: list[str
         Where(venv_root=venv_root(), wheel=wheel, checks=CHECKS),
     )
     venv = Path(local.dependencies["venv"])
+    # The build's transformers pin is a layer over the release's venv, which sees torch's.
+    release_venv = Path(local.dependencies["venv_layer_over"])
     tree = tmp_path / "context"
     prepared.export(tree)
     (tree / "python" / "sglang").rename(tree / "sglang")
     tag = _image(tree, f"sparkbuild-tests/preflight-{len(patches)}:1")
-    torch_base = (venv / "lib").glob("python3*/site-packages/sparkbuild-torch.pth")
+    torch_base = (release_venv / "lib").glob("python3*/site-packages/sparkbuild-torch.pth")
     torch_site = Path(next(torch_base).read_text().strip())
     torch_venv = torch_site.parents[2]
     kernels = Path(local.dependencies["standins"]["site"])
@@ -89,6 +91,7 @@ def test_image_and_venv_give_the_same_verdicts(tmp_path: Path, patches: list[str
     (customize / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(kernels)!r})\n")
     mounts = [
         *engine_mounts(venv),
+        f"{release_venv}:{release_venv}:ro",
         f"{torch_venv}:{torch_venv}:ro",
         f"{kernel_cache}:{kernel_cache}:ro",
         f"{customize}:/sparkbuild-customize:ro",

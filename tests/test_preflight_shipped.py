@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from sparkbuild.preflight.where import build_pins
+from sparkbuild.spec import load_builds
 from tests.support.pr_standins import (
     FROZEN_KV_MTP_UTILS,
     push_gemma4_mtp_pr,
@@ -81,6 +84,20 @@ def test_shipped_build_passes_preflight(project: Project, build: str) -> None:
     assert report.verdict == "pass"
     assert report.dependencies["unavailable"] == []
     assert report.dependencies["standins"]["missing"] == []
+    _assert_pins_are_a_layer_that_wins(project, build, report.dependencies)
+
+
+def _assert_pins_are_a_layer_that_wins(project: Project, build: str, deps: dict[str, Any]) -> None:
+    """A build's pins are a layer over its release's venv (shared by the release's builds),
+    and in that layer the pin, not the release's version, is what imports."""
+    pins = build_pins(load_builds(project.settings)[build])
+    assert ("venv_layer_over" in deps) == bool(pins), deps.get("venv_layer_over")
+    for pin in pins:
+        name, _, version = pin.partition("==")
+        code = f"import importlib.metadata as m; print(m.version({name!r}))"
+        python = Path(deps["venv"]) / "bin" / "python"
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+        assert done.stdout.strip() == version, (pin, done.stdout)
 
 
 def test_lock_records_the_verdict_by_tree_and_dependencies(project: Project) -> None:

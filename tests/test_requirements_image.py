@@ -18,6 +18,7 @@ import pytest
 from tests.support.cache import shared_test_cache
 from tests.support.docker_env import (
     BOOKWORM_PYTHON_SITE,
+    BUILD_ROOTFS,
     docker_client,
     push_arm64_base,
     python_in_image,
@@ -37,7 +38,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.upstream]
 
 VERSION = "0.5.12"
 BUILD = "sglang-0.5.12-req"
-PIP_ROOTFS = ("cmake", "g++", "make", "python3", "python3-dev", "python3-pip", "unzip")
 MARKER = "python/sglang/srt/sparkbuild_marker.py"
 
 
@@ -54,7 +54,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
             registry,
             "sparkbuild-tests/sglang-pip",
             tag=f"v{VERSION}",
-            packages=PIP_ROOTFS,
+            packages=BUILD_ROOTFS,
             extras={BOOKWORM_PYTHON_SITE: package},
             work_dir=work,
         )

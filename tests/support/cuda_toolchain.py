@@ -37,7 +37,6 @@ _PLATFORMS = {
 }
 # Where the wheels land in a Debian bookworm image (`pip install --break-system-packages`).
 CUDA_HOME = "/usr/local/lib/python3.11/dist-packages/nvidia/cu13"
-BASE_PACKAGES = ("cmake", "g++", "make", "python3", "python3-dev", "python3-pip", "unzip")
 BASE_SETUP = f"""\
 COPY wheels /tmp/wheels
 RUN python3 -m pip install --no-index --no-deps --break-system-packages /tmp/wheels/*.whl \\

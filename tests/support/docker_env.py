@@ -283,6 +283,11 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+# The Debian with build tools that every image test needing a compiler or pip shares: one
+# debootstrap per machine and architecture (an arm64 one runs under emulation, minutes).
+BUILD_ROOTFS = ("cmake", "g++", "make", "python3", "python3-dev", "python3-pip", "unzip")
+
+
 def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",), arch: str = "arm64") -> Path:
     """A cached tarball of `debootstrap --arch=ARCH --variant=minbase bookworm` (arm64 unless
     `arch` says otherwise, e.g. amd64 for native builds on this host).

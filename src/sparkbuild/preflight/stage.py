@@ -193,6 +193,8 @@ def _deps_json(
     if venv is not None:
         out = {**venv.deps.to_json(), "unavailable": list(venv.unavailable)}
         out["venv"] = str(venv.path)
+        if venv.layer_over is not None:
+            out["venv_layer_over"] = str(venv.layer_over)
     if kernels is not None:
         out["standins"] = kernels.to_json()
     if data.get("native_loads"):

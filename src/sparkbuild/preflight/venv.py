@@ -1,9 +1,15 @@
 """Cached local venvs for preflight: one per engine version and dependency set.
 
-A venv is made under a file lock in a temporary directory and renamed into place only when
-complete, so an interrupted install is redone, never reused. A requirement that pip cannot
-install here (no wheel for this CPU, a build failure) is recorded as unavailable: checks that
-need it report a skip naming it, never a pass.
+A venv is made under a file lock and marked complete by its manifest, written last, so an
+interrupted install is redone, never reused. A requirement that pip cannot install here (no
+wheel for this CPU, a build failure) is recorded as unavailable: checks that need it report a
+skip naming it, never a pass.
+
+Venvs are layered, as the releases share their files: torch (5 GB) is one base venv for all;
+each release's own dependency set is a venv over it (about 1.3 GB); a build whose
+``requirements:`` pins change that set is a small layer over its release's venv, holding
+only the pins and what they pull in, resolved with the release's other pins as constraints.
+Builds of one release then share its venv, and a pin costs seconds, not a whole install.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from sparkbuild import console
 from sparkbuild.errors import PreflightSetupError
@@ -36,6 +44,7 @@ class LocalVenv:
     path: Path
     deps: DependencySet
     unavailable: tuple[str, ...]  # requirements pip could not install on this machine
+    layer_over: Path | None = None  # the release's venv this one is a layer of pins over
 
     @property
     def python(self) -> Path:
@@ -59,20 +68,36 @@ class LocalVenv:
         return [str(n) for n in json.loads(listed.read_text(encoding="utf-8")) if n]
 
 
-def venv_dir(root: Path, deps: DependencySet) -> Path:
-    return root / f"{deps.engine}-{deps.version}-{deps.digest.removeprefix('sha256:')[:16]}"
+def _short(deps: DependencySet) -> str:
+    return deps.digest.removeprefix("sha256:")[:16]
 
 
-def ensure_venv(root: Path, deps: DependencySet) -> LocalVenv:
-    """The venv for ``deps`` under ``root``, created on first use."""
-    target = venv_dir(root, deps)
+def venv_dir(root: Path, deps: DependencySet, release: DependencySet | None = None) -> Path:
+    """``deps``'s venv; a layer over ``release``'s venv names that venv too."""
+    name = f"{deps.engine}-{deps.version}-{_short(deps)}"
+    if release is not None and release.digest != deps.digest:
+        name += f"-over-{_short(release)[:8]}"
+    return root / name
+
+
+def ensure_venv(root: Path, deps: DependencySet, release: DependencySet | None = None) -> LocalVenv:
+    """The venv for ``deps`` under ``root``, created on first use: a layer over the venv of
+    ``release`` (the release's own set, which ``deps`` adds a build's pins to) where the
+    two differ."""
+    base = None
+    if release is not None and release.digest != deps.digest:
+        base = ensure_venv(root, release)
+    target = venv_dir(root, deps, release)
     if not (target / _MANIFEST).exists():
         root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(target) + ".lock"):
             if not (target / _MANIFEST).exists():
-                _create(target, deps)
+                _create(target, deps, base)
     manifest = json.loads((target / _MANIFEST).read_text(encoding="utf-8"))
-    return LocalVenv(target, deps, tuple(manifest.get("unavailable", [])))
+    unavailable = tuple(manifest.get("unavailable", []))
+    if base is None:
+        return LocalVenv(target, deps, unavailable)
+    return LocalVenv(target, deps, (*base.unavailable, *unavailable), base.path)
 
 
 def _pip(python: Path, args: list[str], constraints: Path) -> subprocess.CompletedProcess[str]:
@@ -113,22 +138,48 @@ def ensure_torch_base(root: Path, constraints: Path) -> Path:
     return _site_packages(base / "bin" / "python")
 
 
-def _create(target: Path, deps: DependencySet) -> None:
+def _create(target: Path, deps: DependencySet, base: LocalVenv | None) -> None:
     # A venv's scripts hold absolute paths, so it is built at its final path; the manifest,
     # written last, marks it complete.
-    console.err.print(f"preflight: creating the {deps.engine} {deps.version} venv at {target}")
+    what = f"a layer of its pins over {base.path.name}" if base else "the release's dependencies"
+    console.err.print(
+        f"preflight: creating the {deps.engine} {deps.version} venv at {target} ({what})"
+    )
     with tempfile.TemporaryDirectory(prefix="sparkbuild-pf-") as tmp:
         constraints = Path(tmp) / "constraints.txt"
         constraints.write_text("\n".join(TORCH) + "\n", encoding="utf-8")
         torch_site = ensure_torch_base(target.parent, constraints)
         python = _new_venv(target)
-        # Appended to sys.path after the venv's own site-packages: torch comes from the base.
-        (_site_packages(python) / "sparkbuild-torch.pth").write_text(f"{torch_site}\n")
-        unavailable = _install_all(python, list(deps.requirements), constraints)
+        site = _site_packages(python)
+        if base is None:
+            # Appended to sys.path after the venv's own site-packages: torch from its venv.
+            (site / "sparkbuild-torch.pth").write_text(f"{torch_site}\n", encoding="utf-8")
+            wanted = list(deps.requirements)
+        else:
+            # addsitedir, not a plain path line: the base's own .pth files (torch's among
+            # them) are processed too, so the layer sees the base, then torch, behind itself.
+            base_site = _site_packages(base.python)
+            line = f"import site; site.addsitedir({str(base_site)!r})\n"
+            (site / "sparkbuild-layer.pth").write_text(line, encoding="utf-8")
+            wanted = _layer_requirements(deps, base.deps)
+            kept = [r for r in base.deps.requirements if _name(r) not in {_name(w) for w in wanted}]
+            constraints.write_text("\n".join([*TORCH, *kept]) + "\n", encoding="utf-8")
+        unavailable = _install_all(python, wanted, constraints) if wanted else []
     drop = [str(python), "-m", "pip", "uninstall", "-y", "-q", *_DROP_AFTER]
     subprocess.run(drop, check=False, capture_output=True)
-    manifest = {"deps": deps.to_json(), "unavailable": unavailable}
+    manifest: dict[str, object] = {"deps": deps.to_json(), "unavailable": unavailable}
+    if base is not None:
+        manifest["layer_over"] = str(base.path)
     (target / _MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+
+
+def _name(requirement: str) -> str:
+    return str(canonicalize_name(Requirement(requirement).name))
+
+
+def _layer_requirements(deps: DependencySet, release: DependencySet) -> list[str]:
+    """What a build's pins add to or change in its release's set."""
+    return [r for r in deps.requirements if r not in set(release.requirements)]
 
 
 def _install_all(python: Path, requirements: list[str], constraints: Path) -> list[str]:

@@ -105,10 +105,11 @@ def local_venv(settings: Settings, build: Build, where: Where) -> tuple[LocalVen
     wheel = where.wheel or release_wheel(settings, build)
     release = wheel_requirements(wheel)
     deps = dependency_set(build.engine, str(build.version), release, build_pins(build))
+    own = dependency_set(build.engine, str(build.version), release)
     root = where.venv_root or settings.cache_dir / "preflight-venvs"
     left_out = {name for name, _ in deps.left_out} - {"torch", "torchvision"}
     kernels = [line for line in release if _requirement_name(line) in left_out]
-    return ensure_venv(root, deps), kernels
+    return ensure_venv(root, deps, own), kernels
 
 
 def _requirement_name(line: str) -> str:
