@@ -96,8 +96,10 @@ def render_error(exc: SparkbuildError, *, build: str | None = None) -> None:
     """The one way an error reaches the user: ``error:`` and ``hint:`` lines, no markup
     interpreted, and (as everything the console prints) secrets masked and control
     characters escaped. ``build`` names the build it stopped, when a command goes on with
-    the others."""
-    message = exc.message if build is None else f"{build}: {exc.message}"
+    the others (unless the message already starts with its name)."""
+    message = exc.message
+    if build is not None and not message.startswith(f"{build}: "):
+        message = f"{build}: {message}"
     console.err.print(f"error: {message}", style="red", markup=False)
     if exc.hint:
         console.err.print(f"hint: {exc.hint}", markup=False)
