@@ -94,6 +94,10 @@ def describe_error(exc: BaseException, unavailable: dict[str, str]) -> dict[str,
     if frames:
         last = frames[-1]
         info["at"] = f"{last.filename}:{last.lineno}"
+        if not str(exc):
+            # A bare `assert` says nothing: name the engine's line that raised it instead.
+            where = re.sub(r".*/(?=(?:sglang|vllm)/)", "", last.filename)
+            info["error"] += f"(no message) at {where}:{last.lineno}: {last.line or ''}".rstrip()
     return info
 
 
