@@ -101,7 +101,11 @@ def ensure_venv(root: Path, deps: DependencySet, release: DependencySet | None =
 
 
 def _pip(python: Path, args: list[str], constraints: Path) -> subprocess.CompletedProcess[str]:
+    # --no-compile: pip byte-compiles every file it installs, most never imported (40 % of
+    # a release venv's install CPU). The probe runs `python -I`, which writes the .pyc of
+    # what it imports even under PYTHONDONTWRITEBYTECODE, so that is compiled once, lazily.
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+    cmd += ["--no-compile"]
     cmd += ["--constraint", str(constraints), *args]
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
