@@ -113,6 +113,11 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return [line for line in lines if line and "extra ==" not in line and "extra==" not in line]
 
 
+def requirement_name(line: str) -> str:
+    """A requirement line's canonical package name (``Mistral_Common>=1.11``: mistral-common)."""
+    return str(canonicalize_name(Requirement(line).name))
+
+
 def _parse(line: str, where: str) -> Requirement:
     try:
         return Requirement(line)
@@ -166,5 +171,6 @@ __all__ = [
     "TORCH",
     "DependencySet",
     "dependency_set",
+    "requirement_name",
     "wheel_requirements",
 ]

@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from sparkbuild import console
 from sparkbuild.errors import PreflightSetupError
-from sparkbuild.preflight.deps import TORCH, DependencySet
+from sparkbuild.preflight.deps import TORCH, DependencySet, requirement_name
 
 _MANIFEST = "sparkbuild-preflight.json"
 _DISTRIBUTIONS = "sparkbuild-distributions.json"
@@ -72,11 +70,18 @@ def _short(deps: DependencySet) -> str:
     return deps.digest.removeprefix("sha256:")[:16]
 
 
+def _layer_over(deps: DependencySet, release: DependencySet | None) -> DependencySet | None:
+    """``release`` where ``deps`` differs from it (a build's pins changed the set), so
+    ``deps``'s venv is a layer over the release's; None where ``deps`` is the release's own."""
+    return release if release is not None and release.digest != deps.digest else None
+
+
 def venv_dir(root: Path, deps: DependencySet, release: DependencySet | None = None) -> Path:
     """``deps``'s venv; a layer over ``release``'s venv names that venv too."""
     name = f"{deps.engine}-{deps.version}-{_short(deps)}"
-    if release is not None and release.digest != deps.digest:
-        name += f"-over-{_short(release)[:8]}"
+    over = _layer_over(deps, release)
+    if over is not None:
+        name += f"-over-{_short(over)[:8]}"
     return root / name
 
 
@@ -84,9 +89,8 @@ def ensure_venv(root: Path, deps: DependencySet, release: DependencySet | None =
     """The venv for ``deps`` under ``root``, created on first use: a layer over the venv of
     ``release`` (the release's own set, which ``deps`` adds a build's pins to) where the
     two differ."""
-    base = None
-    if release is not None and release.digest != deps.digest:
-        base = ensure_venv(root, release)
+    over = _layer_over(deps, release)
+    base = ensure_venv(root, over) if over is not None else None
     target = venv_dir(root, deps, release)
     if not (target / _MANIFEST).exists():
         root.mkdir(parents=True, exist_ok=True)
@@ -166,7 +170,8 @@ def _create(target: Path, deps: DependencySet, base: LocalVenv | None) -> None:
             line = f"import site; site.addsitedir({str(base_site)!r})\n"
             (site / "sparkbuild-layer.pth").write_text(line, encoding="utf-8")
             wanted = _layer_requirements(deps, base.deps)
-            kept = [r for r in base.deps.requirements if _name(r) not in {_name(w) for w in wanted}]
+            pinned = {requirement_name(w) for w in wanted}
+            kept = [r for r in base.deps.requirements if requirement_name(r) not in pinned]
             constraints.write_text("\n".join([*TORCH, *kept]) + "\n", encoding="utf-8")
         unavailable = _install_all(python, wanted, constraints) if wanted else []
     drop = [str(python), "-m", "pip", "uninstall", "-y", "-q", *_DROP_AFTER]
@@ -177,13 +182,10 @@ def _create(target: Path, deps: DependencySet, base: LocalVenv | None) -> None:
     (target / _MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
 
 
-def _name(requirement: str) -> str:
-    return str(canonicalize_name(Requirement(requirement).name))
-
-
 def _layer_requirements(deps: DependencySet, release: DependencySet) -> list[str]:
     """What a build's pins add to or change in its release's set."""
-    return [r for r in deps.requirements if r not in set(release.requirements)]
+    own = set(release.requirements)
+    return [r for r in deps.requirements if r not in own]
 
 
 def _install_all(python: Path, requirements: list[str], constraints: Path) -> list[str]:

@@ -4,14 +4,11 @@ interpreter, or a cached venv of the release's own dependencies with the tree ov
 from __future__ import annotations
 
 import hashlib
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from packaging.utils import canonicalize_name
 
 from sparkbuild import git
 from sparkbuild.dockerhost import SETUP_HINT
@@ -20,6 +17,7 @@ from sparkbuild.preflight.deps import (
     CUDA_ONLY,
     STANDIN_ALSO_INSTALLED,
     dependency_set,
+    requirement_name,
     wheel_requirements,
 )
 from sparkbuild.preflight.kernels import REAL_ON_CPU, KernelStandins, kernel_standins
@@ -108,12 +106,8 @@ def local_venv(settings: Settings, build: Build, where: Where) -> tuple[LocalVen
     own = dependency_set(build.engine, str(build.version), release)
     root = where.venv_root or settings.cache_dir / "preflight-venvs"
     left_out = {name for name, _ in deps.left_out} - {"torch", "torchvision"}
-    kernels = [line for line in release if _requirement_name(line) in left_out]
+    kernels = [line for line in release if requirement_name(line) in left_out]
     return ensure_venv(root, deps, own), kernels
-
-
-def _requirement_name(line: str) -> str:
-    return str(canonicalize_name(re.split(r"[\s;<>=!~\[(]", line.strip(), maxsplit=1)[0]))
 
 
 def unavailable_modules(
@@ -122,7 +116,7 @@ def unavailable_modules(
     """Import name -> the package this CPU lacks: left out and with no stand-in."""
     modules = dict(UNAVAILABLE_MODULES)
     for requirement in venv.unavailable if venv else ():
-        name = _requirement_name(requirement)
+        name = requirement_name(requirement)
         modules[name.replace("-", "_")] = name
     covered = standins.import_names() if standins else set()
     dists = {p.dist for p in standins.packages} if standins else set()
