@@ -15,12 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.preflight.deps import TORCH, DependencySet
+from sparkbuild.preflight.deps import TORCH, DependencySet, requirement_name
 from sparkbuild.preflight.venv import ensure_torch_base, ensure_venv
 from tests.support.preflight_env import venv_root
-
-# The torch venv (the test cache's, made once per machine) and the pins' wheels from PyPI.
-pytestmark = pytest.mark.upstream
 
 RELEASE_PIN = "zipp==3.23.0"
 BUILD_PINS = ("iniconfig==2.3.0", "zipp==4.1.0")  # one changed, one added
@@ -41,6 +38,23 @@ def _versions(python: Path, *names: str) -> dict[str, str]:
     return dict(json.loads(done.stdout))
 
 
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("Mistral_Common>=1.11.0", "mistral-common"),
+        ("flashinfer_python[cu13]==0.6.9 ; platform_machine == 'aarch64'", "flashinfer-python"),
+        ("torch (>=2.9)", "torch"),
+        ("sgl-kernel @ https://example.invalid/sgl_kernel.whl", "sgl-kernel"),
+    ],
+)
+def test_requirement_names_are_canonical_whatever_the_line_adds(line: str, name: str) -> None:
+    """One name for a package however a wheel's Requires-Dist or a build's pin writes it:
+    the layer's constraints and the unavailable modules both match on it."""
+    assert requirement_name(line) == name
+
+
+# The torch venv (the test cache's, made once per machine) and the pins' wheels from PyPI.
+@pytest.mark.upstream
 def test_build_pins_are_a_layer_over_the_release_venv_and_win(tmp_path: Path) -> None:
     torch_venv = _shared_torch_venv()
     (tmp_path / torch_venv.name).symlink_to(torch_venv, target_is_directory=True)
