@@ -90,8 +90,11 @@ class Project:
         if "python" in where:
             chosen = Where(**where)
         elif venv:
+            # The real path, not the link in the test's cache dir: the baselines' keys hold
+            # the stand-ins' paths, and a per-test path would never be found again.
             chosen = Where(
                 venv_root=venv_root(),
+                kernels_root=shared_test_cache() / "preflight-kernels",
                 wheel=download_wheel(str(spec.version), shared_test_cache()),
                 **where,
             )
