@@ -20,13 +20,11 @@ import yaml
 from sparkbuild.engines.recipes import import_recipe
 from tests.support.cli import run_cli
 from tests.support.llama_benchy import check_schema, csv_of, report_schema
-from tests.support.vllm_cpu import tiny_llama, vllm_server_command
+from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, NGRAM, tiny_llama, vllm_server_command
 
 pytestmark = pytest.mark.engine
 
-NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
-ARGS = ["--dtype", "bfloat16", "--max-model-len", "1024", "--enforce-eager",
-        "--speculative-config", NGRAM]  # fmt: skip
+ARGS = [*ENGINE_ARGS, "--speculative-config", NGRAM]
 DEPTH, RUNS = 128, 2
 SWEEP = ["--pp", "32", "--tg", "16", "--depth", f"0,{DEPTH}", "--concurrency", "1,2",
          "--runs", str(RUNS), "--prefix-caching"]  # fmt: skip
@@ -40,7 +38,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "model": str(tiny_llama()),
         "description": "tiny Llama on the CPU, n-gram speculation",
         "args": ARGS,
-        "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        "env": ENGINE_ENV,
         "expect": {"boot_timeout_s": 600},
         "container": {"gpus": "none"},
     }

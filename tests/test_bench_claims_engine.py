@@ -16,11 +16,10 @@ import pytest
 import yaml
 
 from tests.support.cli import run_cli
-from tests.support.vllm_cpu import tiny_llama, vllm_server_command
+from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, NGRAM, tiny_llama, vllm_server_command
 
 pytestmark = pytest.mark.engine
 
-NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
 SWEEP = ["--pp", "32", "--tg", "16", "--depth", "0", "--concurrency", "1,2", "--runs", "2"]
 CLAIMED_DECODE = 1000.0
 # With 3 speculative tokens a step yields at most 4 tokens: 10 is a claim no run can meet.
@@ -55,9 +54,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     profile = {
         "engine": "vllm",
         "model": str(tiny_llama()),
-        "args": ["--dtype", "bfloat16", "--max-model-len", "1024", "--enforce-eager",
-                 "--speculative-config", NGRAM],
-        "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        "args": [*ENGINE_ARGS, "--speculative-config", NGRAM],
+        "env": ENGINE_ENV,
         "expect": {"boot_timeout_s": 600},
         "container": {"gpus": "none"},
     }  # fmt: skip

@@ -18,7 +18,7 @@ import yaml
 
 from sparkbuild.engines import ProcessTarget, VllmAdapter, free_port, wait_ready
 from tests.support.smoke_cli import processes_with_token, run_smoke_cli, write_profile
-from tests.support.vllm_cpu import tiny_llama, vllm_server_command
+from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
 
 pytestmark = pytest.mark.engine
 
@@ -150,8 +150,10 @@ def test_boot_timeout_fails_cleanly_and_leaves_no_process(
     project: Path, launcher: str, model: Path
 ) -> None:
     # 20 s: past vLLM's first log line even on a loaded host (12 s was not, at load 10),
-    # well short of its boot (30 s and more here).
-    _, token = write_profile(project, "slow", expect={"boot_timeout_s": 20})
+    # well short of its boot with the engine core in a process of its own (30 s and more
+    # here); that process tree, API server, engine core and worker, is what must not survive.
+    env = {**ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    _, token = write_profile(project, "slow", env=env, expect={"boot_timeout_s": 20})
     started = time.monotonic()
 
     run = run_smoke_cli(
@@ -174,10 +176,9 @@ def plain_server(model: Path) -> Iterator[str]:
     adapter = VllmAdapter()
     argv = [
         *shlex.split(vllm_server_command()),
-        *adapter.serve_args(str(model), "127.0.0.1", port, ["--dtype", "bfloat16",
-                                                            "--max-model-len", "1024"]),
-    ]  # fmt: skip
-    with ProcessTarget(argv, port=port, env={"VLLM_CPU_KVCACHE_SPACE": "1"}) as target:
+        *adapter.serve_args(str(model), "127.0.0.1", port, list(ENGINE_ARGS)),
+    ]
+    with ProcessTarget(argv, port=port, env=ENGINE_ENV) as target:
         readiness = wait_ready(target, adapter, timeout_s=400)
         assert target.logs is not None
         assert readiness.ready, "\n".join(target.logs.tail(30))

