@@ -95,4 +95,4 @@ def test_a_command_run_does_not_open_the_publish_gate(tmp_path: Path) -> None:
             assert record["verified"] is False and record["image_id"] == built.image_id
             assert registry.manifest_digest(REPOSITORY, "0.5.12-sm121") == record["digest"]
         finally:
-            remove_images(client, [built.image_id])
+            remove_images(client, [built.image_id, base_ref])
