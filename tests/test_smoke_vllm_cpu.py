@@ -17,7 +17,12 @@ import pytest
 import yaml
 
 from sparkbuild.engines import ProcessTarget, VllmAdapter, free_port, wait_ready
-from tests.support.smoke_cli import processes_with_token, run_smoke_cli, write_profile
+from tests.support.smoke_cli import (
+    PROCESS_TREE,
+    processes_with_token,
+    run_smoke_cli,
+    write_profile,
+)
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
 
 pytestmark = pytest.mark.engine
@@ -152,8 +157,7 @@ def test_boot_timeout_fails_cleanly_and_leaves_no_process(
     # 20 s: past vLLM's first log line even on a loaded host (12 s was not, at load 10),
     # well short of its boot with the engine core in a process of its own (30 s and more
     # here); that process tree, API server, engine core and worker, is what must not survive.
-    env = {**ENGINE_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    _, token = write_profile(project, "slow", env=env, expect={"boot_timeout_s": 20})
+    _, token = write_profile(project, "slow", env=PROCESS_TREE, expect={"boot_timeout_s": 20})
     started = time.monotonic()
 
     run = run_smoke_cli(

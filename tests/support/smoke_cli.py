@@ -15,6 +15,7 @@ import yaml
 from tests.support.cli import run_cli
 
 __all__ = [
+    "PROCESS_TREE",
     "REPO",
     "SmokeRun",
     "processes_with_token",
@@ -24,6 +25,9 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_REFERENCE = REPO / "smoke" / "cpu-reference.yaml"
+# The reference runs vLLM's engine core inside the API server's process; a test of what
+# survives a kill or a timeout wants vLLM's own process tree (server, engine core, worker).
+PROCESS_TREE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
 
 @dataclass
@@ -50,12 +54,12 @@ class SmokeRun:
 
 def write_profile(project: Path, name: str, **changes: Any) -> tuple[Path, str]:
     """Copy the CPU reference profile into ``project/smoke/<name>.yaml`` with top-level or
-    ``expect``/``container`` changes, plus a unique env token to find its processes by.
-    Returns (path, token)."""
+    ``expect``/``container``/``env`` changes, plus a unique env token to find its processes
+    by. Returns (path, token)."""
     data = yaml.safe_load(CPU_REFERENCE.read_text(encoding="utf-8"))
     token = uuid.uuid4().hex
     for key, value in changes.items():
-        if key in ("expect", "container") and isinstance(value, dict):
+        if key in ("expect", "container", "env") and isinstance(value, dict):
             data.setdefault(key, {}).update(value)
         else:
             data[key] = value
