@@ -22,10 +22,7 @@ def tests(session: nox.Session) -> None:
     # Two workers: much of the suite waits on engines, Docker and downloads, so the second
     # core would idle. Each test file stays on one worker with its module fixtures.
     workers = os.environ.get("SPARKBUILD_TEST_WORKERS", "2")
-    order = "--no-loadscope-reorder"  # tests/conftest.py orders the files, longest first
-    session.run(
-        "pytest", "-n", workers, "--dist", "loadgroup", order, "--durations=40", *session.posargs
-    )
+    session.run("pytest", "-n", workers, "--dist", "loadgroup", "--durations=40", *session.posargs)
 
 
 @nox.session

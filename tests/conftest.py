@@ -61,40 +61,6 @@ def _github_unreachable() -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _one_worker_per_file(items)
     _deselect_github(config, items)
-    _longest_first(items)
-
-
-# The files that take longest from a cold start, longest first, as `.ci/run` measured them
-# ("Cold and warm" in CONTRIBUTING.md), with the first few alternating between the caches
-# they build (preflight venvs, the arm64 root filesystem, the vLLM venv and image) so the
-# two workers build different ones at once rather than one waiting on the other's lock.
-# The noxfile's `--no-loadscope-reorder` makes xdist hand files out in this order; by
-# default it puts the files with the most tests first, which left one-test files that
-# build a root filesystem running alone at the end.
-LONGEST_FIRST = (
-    "test_preflight_shipped.py",
-    "test_image_source.py",
-    "test_cluster_docker.py",
-    "test_preflight_releases.py",
-    "test_docs_commands.py",
-    "test_image_cuda_source.py",
-    "test_publish_registry.py",
-    "test_smoke_vllm_cpu.py",
-    "test_bench_sweep.py",
-    "test_preflight_image.py",
-    "test_draft_memory_patch.py",
-    "test_smoke_image.py",
-    "test_verdict_provenance.py",
-    "test_preflight_vllm.py",
-    "test_requirements_image.py",
-    "test_bench_arena.py",
-    "test_bench_arena_engine.py",
-)
-
-
-def _longest_first(items: list[pytest.Item]) -> None:
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep theirs
 
 
 def _one_worker_per_file(items: list[pytest.Item]) -> None:
