@@ -165,7 +165,7 @@ def test_no_module_imports_from_a_later_stage() -> None:
 
 def test_the_stage_order_is_contributings() -> None:
     layers = read_layers(CONTRIBUTING)
-    flow = ["spec.py", "source/", "requirements.py", "image/", "preflight/", "smoke/"]
+    flow = ["spec.py", "source/", "requirements.py", "image/", "preflight/", "smoke/", "bench/"]
     ranks = [layers.ranks[path] for path in [*flow, "lockfile.py", "publish/"]]
     assert ranks == list(range(len(ranks)))
     assert layers.ranks["registry/"] == layers.ranks["image/"]

@@ -7,6 +7,9 @@ from the deltas over its own runs only.
 
 If the engine dies, the sweep stops: the report keeps every finished cell, names the rest in
 ``pending_cells`` and carries the error; the caller writes it and exits 1.
+
+What the engine says about itself (model, length, version, token counts) is asked in
+:mod:`~sparkbuild.bench.served`; how the sweep shows its progress is :mod:`~.progress`.
 """
 
 from __future__ import annotations
@@ -19,19 +22,20 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import httpx
 
-from sparkbuild import __version__, console, jsontext, net
+from sparkbuild import __version__, console, net
 from sparkbuild.bench import HARNESS_VERSION
-from sparkbuild.bench.client import StreamResult, deadline_of, make_client, stream_many
+from sparkbuild.bench.client import StreamResult, make_client, stream_many
 from sparkbuild.bench.engine_timing import (
     Histogram,
     TimingSnapshot,
     engine_delta,
     snapshot_timing,
 )
+from sparkbuild.bench.progress import Progress, SilentProgress
 from sparkbuild.bench.prompts import PROMPT_RECIPE, BenchPrompt, PromptFactory
 from sparkbuild.bench.results import (
     MAX_ERROR_SAMPLES,
@@ -51,27 +55,15 @@ from sparkbuild.bench.results import (
     run_figures,
     run_flags,
 )
+from sparkbuild.bench.served import ServedEngine
 from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warning
-from sparkbuild.engines.adapters import (
-    VERSION_PATHS,
-    Counters,
-    EngineAdapter,
-    first_model,
-    reported_version,
-    whole_number,
-)
+from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster_target import MultiNodeTarget
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
-from sparkbuild.errors import (
-    CalibrationError,
-    EngineBootError,
-    EngineGoneError,
-    EngineHTTPError,
-    SparkbuildError,
-)
+from sparkbuild.errors import EngineBootError, EngineGoneError, SparkbuildError
 
 #: The engine's own count of generated tokens (all requests), per engine.
 GENERATION_COUNTER = {
@@ -82,47 +74,6 @@ PREFIX_HIT_COUNTER = {"vllm": "vllm:prefix_cache_hits_total"}
 WARMUP_TOKENS = 8
 #: How long one stream may take before the client gives up on it (``--request-timeout``).
 STREAM_TIMEOUT_S = 1800.0
-#: The longest context an engine may say it serves (``max_model_len``).
-MAX_MODEL_LEN = 1 << 31
-
-
-class Progress(Protocol):
-    def phase(self, message: str) -> None: ...
-
-    def cell(self, index: int, total: int, key: CellKey) -> None: ...
-
-    def run(self, run: int, runs: int) -> None: ...
-
-    def cell_done(self, result: CellResult) -> None: ...
-
-    def waiting(self, detail: str) -> None: ...
-
-
-class SilentProgress:
-    def phase(self, message: str) -> None:
-        return None
-
-    def cell(self, index: int, total: int, key: CellKey) -> None:
-        return None
-
-    def run(self, run: int, runs: int) -> None:
-        return None
-
-    def cell_done(self, result: CellResult) -> None:
-        return None
-
-    def waiting(self, detail: str) -> None:
-        return None
-
-
-class PlainProgress(SilentProgress):
-    """Without a terminal (a CI log): one line per stage and per cell, nothing live."""
-
-    def phase(self, message: str) -> None:
-        console.info(message)
-
-    def cell(self, index: int, total: int, key: CellKey) -> None:
-        console.info(f"cell {index + 1}/{total}: {key.label()}")
 
 
 @dataclass(frozen=True)
@@ -181,103 +132,6 @@ def _target_info(target: Target) -> TargetInfo:
     return info
 
 
-class _Engine:
-    """HTTP facts about the running engine that the sweep needs."""
-
-    def __init__(self, client: httpx.AsyncClient, adapter: EngineAdapter) -> None:
-        self.client = client
-        self.adapter = adapter
-        self.served_model = ""
-        self.max_model_len: int | None = None
-        self.version: str | None = None
-        self.calibration: Literal["tokenize", "usage"] = "tokenize"
-
-    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One exchange with the engine, whole within the request timeout, its body capped."""
-        return await net.fetch(
-            self.client, method, path, deadline_s=deadline_of(self.client), **kwargs
-        )
-
-    def _where(self, method: str, path: str) -> str:
-        return f"{method} {self.client.base_url.join(path)}"
-
-    async def discover(self) -> None:
-        where = self._where("GET", "/v1/models")
-        try:
-            response = await self._call("GET", "/v1/models")
-            response.raise_for_status()
-            first = first_model(jsontext.loads(response.content))
-        except httpx.HTTPError as exc:
-            raise EngineHTTPError(where, None, str(exc)) from exc
-        except ValueError as exc:  # not JSON, or JSON of the wrong shape
-            raise EngineHTTPError(where, 200, f"malformed response: {exc}") from exc
-        self.served_model = str(first["id"])
-        length = first.get("max_model_len")
-        if length is not None:
-            try:
-                self.max_model_len = whole_number(length, "max_model_len", MAX_MODEL_LEN) or None
-            except ValueError as exc:
-                raise EngineHTTPError(where, 200, f"malformed response: {exc}") from exc
-        self.version = await self._version()
-        probe_count = await self._tokenize("Note:")
-        if probe_count is None:
-            self.calibration = "usage"
-
-    async def _version(self) -> str | None:
-        for path in VERSION_PATHS:
-            try:
-                response = await self._call("GET", path)
-                ok = response.status_code == 200
-                value = reported_version(jsontext.loads(response.content)) if ok else None
-            except (httpx.HTTPError, ValueError):
-                continue
-            if value:
-                return value
-        return None
-
-    async def _tokenize(self, text: str) -> int | None:
-        """The engine's token count of ``text``; None when it has no usable /tokenize, an
-        error when it answers with a count that cannot be (negative, huge)."""
-        try:
-            response = await self._call(
-                "POST", "/tokenize", json={"model": self.served_model, "prompt": text}
-            )
-        except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
-            return None
-        try:
-            data = jsontext.loads(response.content)
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
-        try:
-            if "count" in data and not isinstance(data["count"], bool | str):
-                return whole_number(data["count"], "count")
-        except ValueError as exc:
-            raise EngineHTTPError(
-                self._where("POST", "/tokenize"), 200, f"malformed response: {exc}"
-            ) from exc
-        tokens = data.get("tokens") or data.get("input_ids")
-        return len(tokens) if isinstance(tokens, list) else None
-
-    async def count_tokens(self, text: str) -> int:
-        if self.calibration == "tokenize":
-            counted = await self._tokenize(text)
-            if counted is not None:
-                return counted
-            raise CalibrationError("the engine's /tokenize stopped answering while calibrating")
-        body = {"model": self.served_model, "prompt": text or " ", "max_tokens": 1}
-        try:
-            response = await self._call("POST", "/v1/completions", json=body)
-            response.raise_for_status()
-            usage = jsontext.loads(response.content)["usage"]
-            return whole_number(usage["prompt_tokens"], "usage.prompt_tokens")
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise CalibrationError(f"cannot count prompt tokens through usage: {exc}") from exc
-
-
 class Sweeper:
     """Runs the cells of one plan against a ready engine."""
 
@@ -308,7 +162,7 @@ class Sweeper:
         prefix = f"{self.adapter.name}:"
         return counters, snapshot_timing(self.session, self.target.base_url, prefix)
 
-    def _body(self, engine: _Engine, prompt: BenchPrompt, tokens: int) -> dict[str, Any]:
+    def _body(self, engine: ServedEngine, prompt: BenchPrompt, tokens: int) -> dict[str, Any]:
         return {
             "model": engine.served_model,
             "prompt": prompt.text,
@@ -318,7 +172,7 @@ class Sweeper:
             "max_tokens": tokens,
         }
 
-    def fit(self, engine: _Engine) -> None:
+    def fit(self, engine: ServedEngine) -> None:
         """Leave out the cells longer than the engine serves (warned); refuse when none fit.
         The profile's own limit was applied before the boot (``fit_plan``)."""
         whose = "the engine's max_model_len"
@@ -328,7 +182,7 @@ class Sweeper:
             console.warn(left_out_warning(dropped, limit, whose))
             self.plan = replace(self.plan, sweep=fitted)
 
-    async def sweep(self, engine: _Engine, factory: PromptFactory) -> None:
+    async def sweep(self, engine: ServedEngine, factory: PromptFactory) -> None:
         sweep = self.plan.sweep
         if sweep.warmup:
             self.progress.phase("warm-up request")
@@ -355,7 +209,7 @@ class Sweeper:
             return [whole for _, whole in pairs], [context for context, _ in pairs]
         return await factory.prompts(key.prompt_tokens, indices), []
 
-    async def cell(self, engine: _Engine, factory: PromptFactory, key: CellKey) -> CellResult:
+    async def cell(self, engine: ServedEngine, factory: PromptFactory, key: CellKey) -> CellResult:
         runs = self.plan.sweep.runs
         self.progress.phase(f"preparing {runs * key.concurrency} prompts for {key.label()}")
         try:
@@ -601,7 +455,7 @@ def run_bench(
         async def main() -> tuple[EngineInfo, PromptInfo | None, str | None]:
             connections = max(sweep.concurrency) + 4
             async with make_client(target.base_url, connections, plan.request_timeout_s) as c:
-                engine = _Engine(c, adapter)
+                engine = ServedEngine(c, adapter)
                 await engine.discover()
                 info = EngineInfo(
                     name=adapter.name,

@@ -13,16 +13,18 @@ Each contract is the same on every command that takes it:
   ``json_destination`` makes the two one value.
 - ``--record BUILD`` stores the verdict in images.lock under BUILD.
 - ``--locked`` uses only what images.lock pins and fails when anything differs.
-- The launch options (``--image``/``--command``/``--url``, ``--cluster``, ``--gpus``,
-  ``--profile``, ``--model``, the timeouts, ``--log``) reach the command as one frozen
+- The launch options (``--image``/``--command``/``--url``, ``--cluster``, ``--profile``,
+  ``--model``, ``--gpus``, the timeouts, ``--log``) are one group, ``LAUNCH``: smoke and bench
+  list it with ``@launch(...)``, in one order, and take its values as one frozen
   ``LaunchSettings`` (``@launch_settings``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +34,9 @@ from sparkbuild.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
+G = TypeVar("G")
+#: What ``click.option`` returns: it adds one option to a command.
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 class FiniteFloat(click.FloatRange):
@@ -111,6 +116,55 @@ request_timeout = _option("--request-timeout", type=SECONDS, metavar="SECONDS")
 log = _option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path))
 
 
+#: The launch group in its --help order: where the engine runs, what it serves, how long
+#: booting and each request may take, where its log goes.
+LAUNCH: dict[str, Callable[..., Decorator]] = {
+    "image": image,
+    "command": command,
+    "url": url,
+    "cluster": cluster,
+    "profile": profile,
+    "model": model,
+    "gpus": gpus,
+    "boot_timeout": boot_timeout,
+    "request_timeout": request_timeout,
+    "log": log,
+}
+
+
+def launch(
+    *, serves: Sequence[Decorator] = (), **overrides: Mapping[str, Any]
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """The launch group on a command, its values handed over as one ``launch: LaunchSettings``.
+
+    ``overrides`` gives a command's own words or contract per option, by its name in
+    ``LAUNCH`` (``profile={"required": True}``); ``serves`` are the command's own options
+    about what is served (bench's ``--engine``), listed after ``--model``.
+    """
+    unknown = sorted(set(overrides) - set(LAUNCH))
+    if unknown:
+        raise TypeError(f"not launch options: {', '.join(unknown)}")
+    decorators: list[Decorator] = []
+    for name, option in LAUNCH.items():
+        decorators.append(option(**overrides.get(name, {})))
+        if name == "model":
+            decorators.extend(serves)
+
+    def decorate(function: Callable[..., R]) -> Callable[..., R]:
+        return stack(decorators, launch_settings(function))
+
+    return decorate
+
+
+def stack(decorators: Sequence[Decorator], function: Callable[..., R]) -> Callable[..., R]:
+    """``decorators`` on ``function`` as if written above it in this order: a group's
+    options, listed in --help in the group's order."""
+    decorated: Callable[..., Any] = function
+    for decorator in reversed(decorators):
+        decorated = decorator(decorated)
+    return decorated
+
+
 def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
     """Hands the launch options' values to the command as one ``launch: LaunchSettings``.
 
@@ -150,6 +204,22 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         return function(*args, launch=launch, **rest)
 
     return with_launch
+
+
+def grouped(parameter: str, group: type[G]) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Hands the values of the options named as the frozen dataclass ``group``'s fields to the
+    command as one ``parameter`` (a field with a default may be an option the command lacks)."""
+    names = [field.name for field in dataclasses.fields(group)]  # type: ignore[arg-type]
+
+    def decorate(function: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(function)
+        def with_group(*args: Any, **values: Any) -> R:
+            mine = {name: values.pop(name) for name in names if name in values}
+            return function(*args, **{parameter: group(**mine)}, **values)
+
+        return with_group
+
+    return decorate
 
 
 # What becomes of the result.

@@ -11,13 +11,15 @@ from packaging.version import Version
 
 from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
-from sparkbuild.cli.cluster import check_single_box, cluster_target, write_manifest
+from sparkbuild.cli.cluster import write_manifest
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import cluster_pin
 from sparkbuild.engines.launch import (
     LaunchSettings,
     check_cluster_size,
+    check_single_box,
+    cluster_target,
     make_target,
     where_to_look,
 )
@@ -36,17 +38,14 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
 
 
 @click.command("smoke")
-@options.image()
-@options.command()
-@options.url()
-@options.cluster()
-@options.profile(required=True)
-@options.model()
-@options.gpus()
-@options.boot_timeout(help="Override the profile's expect.boot_timeout_s.")
-@options.request_timeout(
-    help="Override the profile's expect.request_timeout_s (per request; a timeout ends the "
-    "run, since a hung engine answers no further request)."
+@options.launch(
+    profile={"required": True},
+    boot_timeout={"help": "Override the profile's expect.boot_timeout_s."},
+    request_timeout={
+        "help": "Override the profile's expect.request_timeout_s (per request; a timeout ends "
+        "the run, since a hung engine answers no further request)."
+    },
+    log={"help": "Keep the engine's full log here [default: .sparkbuild/smoke-logs/]."},
 )
 @options.json()
 @options.json_file(help="Write the result as JSON to FILE as well (the table still prints).")
@@ -54,14 +53,12 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     help="Record the verdict in images.lock under BUILD's current image id "
     "(verified only for --image runs)."
 )
-@options.log(help="Keep the engine's full log here [default: .sparkbuild/smoke-logs/].")
 @options.engine_version(
     help="The engine version under test (default: the image's "
     "org.opencontainers.image.version label); picks the NaN switch that version reads."
 )
 @options.print_manifest()
 @click.pass_obj
-@options.launch_settings
 def smoke(
     settings: Settings,
     launch: LaunchSettings,

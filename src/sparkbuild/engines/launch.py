@@ -2,20 +2,23 @@
 
 Smoke and bench both start engines this way: ``TargetChoice`` is what the user asked for
 (``--image``, ``--command`` or ``--url``) and ``make_target`` turns it and a profile into a
-target that starts and stops the engine.
+target that starts and stops the engine; ``cluster_target`` does the same across a cluster's
+nodes (Docker endpoints, or one LeaderWorkerSet).
 """
 
 from __future__ import annotations
 
 import shlex
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbuild import net
+from sparkbuild import console, net
 from sparkbuild.engines.adapters import Counters, EngineAdapter
-from sparkbuild.engines.cluster import ClusterSpec
+from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget
+from sparkbuild.engines.cluster_kube import DEFAULT_RENDEZVOUS_PORT, KubeTarget, LwsPlan
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.targets import (
     LOOPBACK,
@@ -241,6 +244,66 @@ def make_cluster_target(
         ipc=settings.ipc, shm_size=settings.shm_size, stage=stage, log_path=log_path,
         progress=progress,
     )  # fmt: skip
+
+
+def check_single_box(profile: SmokeProfile, name: str) -> None:
+    """A profile for N > 1 nodes does not run on one box (its figures are not one box's)."""
+    nodes = profile.parallel.nodes
+    if nodes > 1:
+        raise UsageError(
+            f"profile {name} needs {nodes} nodes ({profile.parallel.label()}); this run has one",
+            f"pass --cluster NAME with at least {nodes} nodes (docs/cluster.md)",
+        )
+
+
+def cluster_target(
+    choice: TargetChoice,
+    profile: SmokeProfile,
+    adapter: EngineAdapter,
+    logs: Path | None,
+    stage: str,
+    cluster: tuple[str, ClusterSpec],
+    pin: str,
+) -> Target:
+    """The run's target: containers on the nodes' Docker endpoints, or a LeaderWorkerSet."""
+    name, spec = cluster
+    if spec.kubernetes is None:
+        return make_cluster_target(
+            choice, profile, adapter, logs, stage=stage, cluster=cluster, pin=pin,
+            progress=console.info,
+        )  # fmt: skip
+    assert choice.image is not None
+    plan = lws_plan(profile, adapter, spec, spec.kubernetes, choice.image, stage)
+    return KubeTarget(name, spec, adapter, plan, log_path=logs, progress=console.info)
+
+
+def lws_plan(
+    profile: SmokeProfile,
+    adapter: EngineAdapter,
+    spec: ClusterSpec,
+    kube: KubernetesTarget,
+    image: str,
+    stage: str,
+) -> LwsPlan:
+    profile = with_nan_switch(profile, adapter)
+    check_cluster_profile(profile, adapter, len(spec.nodes), "the cluster")
+    settings = profile.container
+    mounts, model, mount_env = container_mounts(profile)
+    port = settings.port or adapter.default_port
+    return LwsPlan(
+        name=f"sparkbuild-{stage}-{uuid.uuid4().hex[:8]}",
+        image=image,
+        parallel=profile.parallel,
+        kube=kube,
+        launcher=settings.launcher or list(adapter.cluster_launcher or adapter.default_launcher),
+        serve=adapter.serve_args(model, "0.0.0.0", port, profile.args),
+        port=port,
+        health_path=adapter.health_path,
+        env={**mount_env, **profile.env, **settings.env, **spec.fabric.env},
+        mounts=mounts,
+        rendezvous_port=spec.fabric.port or DEFAULT_RENDEZVOUS_PORT,
+        stage=stage,
+    )
 
 
 def check_cluster_size(profile: SmokeProfile, nodes: int, cluster: str) -> None:

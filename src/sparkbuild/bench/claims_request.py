@@ -1,44 +1,18 @@
-"""The ``--claims`` options of ``sparkbuild bench`` and ``bench compare`` (defined once here)."""
+"""Holding a bench run against claims files (``--claims``): the request, loaded and checked
+before any engine boots, and showing the comparison once the run is in."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-
-import click
 
 from sparkbuild import console
 from sparkbuild.bench import claims_report
 from sparkbuild.bench.claims import LoadedClaim, load_claim_files
 from sparkbuild.bench.results import BenchReport
-from sparkbuild.cli import emit_json
 from sparkbuild.errors import UsageError
+from sparkbuild.outputs import emit_json
 from sparkbuild.settings import Settings
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def claims_options(function: F) -> F:
-    """--claims and --claims-setup, shared by `bench` and `bench compare`."""
-    function = click.option(
-        "--claims-setup",
-        "claims_setups",
-        multiple=True,
-        metavar="NAME",
-        help="Hold the run against this setup of the claims files, whatever its model "
-        "(repeatable; default: the setups naming the run's profile or model).",
-    )(function)
-    function = click.option(
-        "--claims",
-        "claims_files",
-        multiple=True,
-        metavar="FILE|NAME",
-        help="A claims file (or a name in claims/) of published figures to hold the run "
-        "against (repeatable).",
-    )(function)
-    return function
 
 
 @dataclass(frozen=True)
@@ -72,6 +46,8 @@ def claims_request(
     stdout_taken: bool = False,
     json_option: str = "--claims-json",
 ) -> ClaimsRequest | None:
+    """The claims of ``files`` (``--claims``), with the chosen setups checked against them;
+    None when no claims file was given."""
     if not files:
         if setups:
             raise UsageError("--claims-setup needs --claims FILE")
