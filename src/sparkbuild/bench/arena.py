@@ -223,9 +223,6 @@ class Submission:
     directory: Path
     files: dict[str, Path]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"directory": str(self.directory), **{k: str(v) for k, v in self.files.items()}}
-
 
 def check_submission_dir(directory: Path) -> None:
     """Before the run: the directory is new (or empty) and its parent writable."""

@@ -14,7 +14,7 @@ Its cell is found by pp, tg and depth (unpublished dimensions match anything); t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -83,7 +83,7 @@ class ClaimsComparison:
                     "complete": r.complete},
             "rows": [row.to_json() for row in self.rows],
             "differences": {
-                name: [d.to_json() for d in found] for name, found in self.differences.items()
+                name: [asdict(d) for d in found] for name, found in self.differences.items()
             },
             "other_claims": self.other_claims,
         }  # fmt: skip
@@ -270,9 +270,6 @@ class Difference:
 
     def text(self) -> str:
         return f"{self.setting}: {self.claim} (claim) vs {self.run} (run)"
-
-    def to_json(self) -> dict[str, str]:
-        return {"setting": self.setting, "claim": self.claim, "run": self.run}
 
 
 def _flag_words(flags: dict[str, str], names: Sequence[str]) -> str:

@@ -113,23 +113,27 @@ def host_info() -> HostInfo:
 def _target_info(target: Target) -> TargetInfo:
     info = TargetInfo(kind=target.kind, value=target.description)
     if isinstance(target, MultiNodeTarget):
-        info.image_id = target.image_id
-        info.launcher = target.launcher_name
-        info.nodes = [
+        nodes = [
             NodeInfo(name=n.node, endpoint=n.endpoint, rank=n.rank, image_id=n.ran_image_id)
             for n in target.node_images
         ]
-        return info
+        update = {"image_id": target.image_id, "launcher": target.launcher_name, "nodes": nodes}
+        return info.model_copy(update=update)
     if isinstance(target, ContainerTarget) and target.image_id:
-        info.image_id = target.image_id
-        try:
-            from sparkbuild import dockerhost
-
-            attrs = dockerhost.client().images.get(target.image_id).attrs
-            info.repo_digests = list(attrs.get("RepoDigests") or [])
-        except Exception:  # the digest list is a nicety; the image id identifies the image
-            info.repo_digests = []
+        return info.model_copy(
+            update={"image_id": target.image_id, "repo_digests": _repo_digests(target.image_id)}
+        )
     return info
+
+
+def _repo_digests(image_id: str) -> list[str]:
+    try:
+        from sparkbuild import dockerhost
+
+        attrs = dockerhost.client().images.get(image_id).attrs
+        return list(attrs.get("RepoDigests") or [])
+    except Exception:  # the digest list is a nicety; the image id identifies the image
+        return []
 
 
 class Sweeper:
