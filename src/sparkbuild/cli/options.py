@@ -26,15 +26,18 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from sparkbuild.errors import UsageError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
-G = TypeVar("G")
+G = TypeVar("G", bound="DataclassInstance")
 #: What ``click.option`` returns: it adds one option to a command.
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -209,7 +212,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
 def grouped(parameter: str, group: type[G]) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Hands the values of the options named as the frozen dataclass ``group``'s fields to the
     command as one ``parameter`` (a field with a default may be an option the command lacks)."""
-    names = [field.name for field in dataclasses.fields(group)]  # type: ignore[arg-type]
+    names = [field.name for field in dataclasses.fields(group)]
 
     def decorate(function: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(function)
