@@ -353,3 +353,50 @@ __all__ = [
     "require_signature",
     "verify_image",
 ]
+
+
+def _image_id(entry: lockfile.BuildEntry | None, digest: str, predicate: dict[str, Any]) -> str:
+    """The image id the lock published as ``digest`` (else the one the provenance names)."""
+    for record in ((entry.publish if entry else None) or {}).values():
+        for item in record.published():
+            if item.digest == digest and item.image_id:
+                return str(item.image_id)
+    parameters = (predicate.get("buildDefinition") or {}).get("internalParameters") or {}
+    return str(parameters.get("imageId") or "") if isinstance(parameters, dict) else ""
+
+
+def check_project(
+    result: Verification, profiles: dict[str, tuple[str, ...]], lock: lockfile.LockFile
+) -> None:
+    """Add the ``provenance-lock`` and ``verdicts-smoke`` findings: the provenance against the
+    lock's entry of the build it names, the verdicts against that build's profiles
+    (``profiles``: build -> its smoke profiles, from builds/)."""
+    provenance = result.predicates.get("provenance")
+    build = result.build
+    if provenance is None or build is None:
+        for name in ("provenance-lock", "verdicts-smoke"):
+            result.findings.append(
+                Finding(name, False, "no verified provenance names the build", "AttestationError")
+            )
+        return
+    if build not in profiles:
+        for name in ("provenance-lock", "verdicts-smoke"):
+            result.findings.append(
+                Finding(
+                    name,
+                    False,
+                    f"the provenance names build {build!r}, which builds/ does not define",
+                    "AttestationError",
+                )
+            )
+        return
+    entry = lock.entry(build)
+    result.findings.append(check_provenance(provenance, entry, build))
+    image_id = _image_id(entry, result.digest, provenance)
+    verdicts = result.predicates.get("verdicts")
+    if verdicts is None:
+        result.findings.append(
+            Finding("verdicts-smoke", False, "no verified verdicts", "AttestationError")
+        )
+    else:
+        result.findings.append(check_verdicts(verdicts, profiles[build], image_id or None))

@@ -225,6 +225,25 @@ def grouped(parameter: str, group: type[G]) -> Callable[[Callable[..., R]], Call
     return decorate
 
 
+# Signing and verifying (docs/verify.md).
+public_key = _option(
+    "--key",
+    "key_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PUB",
+    help="The public key images must be signed with [env SPARKBUILD_PUBLIC_KEY; default: "
+    "the project's cosign.pub].",
+)
+sign_key = _option(
+    "--sign-key",
+    "sign_key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Sign with this cosign private key, passphrase in SPARKBUILD_SIGNING_PASSWORD [env "
+    "SPARKBUILD_SIGNING_KEY_FILE, or the PEM text in SPARKBUILD_SIGNING_KEY].",
+)
+
+
 # What becomes of the result.
 json = _option("--json", "as_json", is_flag=True, help="Machine-readable output on stdout.")
 json_file = _option("--json-file", metavar="FILE")
