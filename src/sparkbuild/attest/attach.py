@@ -42,8 +42,12 @@ def _existing(client: RegistryClient, repository: str, digest: str) -> _Existing
     """What is attached already; a damaged or oversized attachment stops here, before any
     write."""
     signature = discover.signature_manifest(client, repository, digest)
+    index = discover.fallback_index(client, repository, digest)
+    for entry in index.manifests if index else []:
+        if entry.artifact_type == layout.ATTESTATION_ARTIFACT:
+            discover.referrer(client, repository, digest, entry)  # refers to this image
     return _Existing(
-        discover.fallback_index(client, repository, digest),
+        index,
         signature[1] if signature else None,
         discover.legacy_attestations(client, repository, digest),
     )

@@ -197,6 +197,9 @@ def build_sbom(
             properties=[Property(name=f"{PROPERTY}:version", value=__version__)],
         ),
     )
+    root = bom.metadata.component
+    if root is not None:  # the image depends on everything in it
+        bom.register_dependency(root, components)
     text = JsonV1Dot6(bom).output_as_string()
     error = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if error is not None:

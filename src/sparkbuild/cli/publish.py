@@ -225,6 +225,7 @@ def _rollback_line(result: RollbackResult) -> str:
     help=f"Repository under REG, as given to publish [default: {DEFAULT_REPOSITORY}].",
 )
 @click.option("--force", is_flag=True, help="Allow a --to digest that never passed smoke.")
+@options.public_key()
 @_credential_options
 @options.json()
 @click.pass_obj
@@ -235,14 +236,20 @@ def rollback_command(
     registry_text: str | None,
     repository: str | None,
     force: bool,
+    key_path: Path | None,
     username: str | None,
     password_stdin: bool,
     as_json: bool,
 ) -> None:
     """Move BUILD's aliases back to the previous published digest that passed smoke.
 
-    The history is images.lock's `publish` section; immutable tags are never touched.
+    The history is images.lock's `publish` section; immutable tags are never touched. With a
+    public key (--key, SPARKBUILD_PUBLIC_KEY or the project's cosign.pub) the aliases move
+    only to a digest it signed.
     """
+    from sparkbuild.attest import keys
+
+    public = keys.configured_public(key_path, settings.project_dir)
     (build,) = select(load_builds(settings), [build_name])
     registry = Registry.parse(registry_text) if registry_text else None
     if repository is not None and registry is None:
@@ -254,7 +261,14 @@ def rollback_command(
     found = _credentials(key.split("/", 1)[0], username, password_stdin)
     with _redactor(found).guard(f"rolling back {build.name}"):
         result = rollback_build(
-            build, settings, key, found, to_digest=to_digest, force=force, lock=lock
+            build,
+            settings,
+            key,
+            found,
+            to_digest=to_digest,
+            force=force,
+            lock=lock,
+            public=public,
         )
     if as_json:
         emit_json(result.to_json())
