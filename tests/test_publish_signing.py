@@ -13,8 +13,9 @@ index. The private key and its passphrase appear in no output and no file writte
 from __future__ import annotations
 
 import base64
+import copy
+import hashlib
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ def _generate(env: PublishEnv, prefix: Path) -> Keys:
 
 @pytest.fixture(scope="module")
 def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Signed]:
-    with publish_env(tmp_path_factory.mktemp("signing")) as env:
+    with publish_env(tmp_path_factory.mktemp("signing"), "sparkbuild-tests/signing-{build}") as env:
         keys = _generate(env, env.work / "keys" / "cosign")
         other = _generate(env, env.work / "keys" / "other")
         yield Signed(env, keys, other, [])
@@ -260,9 +261,8 @@ def test_statements_parse_with_the_in_toto_and_cyclonedx_libraries(signed: Signe
         message = json_format.ParseDict(data, statement_pb2.Statement())
         statement = Statement.copy_from_pb(message)
         statement.validate()
-        assert [s.digest["sha256"] for s in statement.pb.subject][0] == digest.removeprefix(
-            "sha256:"
-        )
+        first = statement.pb.subject[0]
+        assert first.digest["sha256"] == digest.removeprefix("sha256:")
         parsed[kind] = data
     sbom = parsed["sbom"]["predicate"]
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(sbom)) is None
@@ -402,3 +402,245 @@ def test_a_key_others_may_read_or_a_wrong_passphrase_is_refused(signed: Signed) 
     assert wrong.exit_code == 1, _output(wrong)
     assert "passphrase does not decrypt" in wrong.stderr
     _nothing_signed(signed, "wrong-passphrase", lock)
+
+
+def _published(signed: Signed, case: str) -> tuple[str, Path]:
+    """Publish, signed, to ``case/sglang``; its digest and lock."""
+    result, lock = _publish_case(signed, case)
+    assert result.exit_code == 0, _output(result)
+    record = _record(lock, f"{case}/sglang", signed.env.registry)
+    assert record is not None
+    return str(record["digest"]), lock
+
+
+def _put(
+    registry: LocalRegistry, repository: str, reference: str | None, body: dict[str, Any]
+) -> str:
+    return put_manifest(registry, repository, reference, body).digest
+
+
+def _failed(result: CliResult) -> dict[str, dict[str, Any]]:
+    return {f["name"]: f for f in json.loads(result.stdout)["findings"] if not f["ok"]}
+
+
+def test_a_tampered_signature_fails_by_name(signed: Signed) -> None:
+    env = signed.env
+    digest, _ = _published(signed, "tampered")
+    repository, tag = "tampered/sglang", layout.signature_tag(digest)
+    manifest = _get(env.registry, f"{repository}/manifests/{tag}").json()
+    layer = manifest["layers"][0]
+    raw = bytearray(base64.b64decode(layer["annotations"][layout.SIGNATURE_ANNOTATION]))
+    raw[-1] ^= 1
+    layer["annotations"][layout.SIGNATURE_ANNOTATION] = base64.b64encode(bytes(raw)).decode()
+    _put(env.registry, repository, tag, manifest)
+    result = signed.verify(f"{env.registry.address}/{repository}@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)
+    assert set(failed) == {"signature"}
+    assert failed["signature"]["error"] == "SignatureError"
+    assert "does not verify with this key" in failed["signature"]["detail"]
+    assert "signature failed" in result.stderr
+
+
+def _envelope_layer(
+    signed: Signed, repository: str, statement: dict[str, Any], predicate: str
+) -> dict[str, Any]:
+    from sparkbuild.attest import keys, signing
+
+    key = keys.load_private(signed.keys.private, PASSPHRASE.encode())
+    envelope = json.dumps(
+        signing.envelope(json.dumps(statement).encode(), signing.KeySigner(key))
+    ).encode()
+    digest = push_blob(signed.env.registry, repository, envelope)
+    return {
+        "mediaType": layout.DSSE_ENVELOPE,
+        "digest": digest,
+        "size": len(envelope),
+        "annotations": {layout.PREDICATE_ANNOTATION: predicate},
+    }
+
+
+def _referrer(
+    signed: Signed, repository: str, subject: str, layer: dict[str, Any], predicate: str
+) -> dict[str, Any]:
+    """A referrer manifest (pushed by digest) and its index entry."""
+    push_blob(signed.env.registry, repository, layout.EMPTY_JSON)
+    body = {
+        "schemaVersion": 2,
+        "mediaType": layout.OCI_MANIFEST,
+        "artifactType": layout.ATTESTATION_ARTIFACT,
+        "config": {
+            "mediaType": layout.EMPTY_CONFIG,
+            "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
+            "size": 2,
+        },
+        "layers": [layer],
+        "subject": {"mediaType": layout.OCI_MANIFEST, "digest": subject, "size": 1},
+        "annotations": {layout.PREDICATE_ANNOTATION: predicate},
+    }
+    pushed = put_manifest(signed.env.registry, repository, None, body)
+    return {
+        "mediaType": layout.OCI_MANIFEST,
+        "digest": pushed.digest,
+        "size": pushed.size,
+        "artifactType": layout.ATTESTATION_ARTIFACT,
+        "annotations": {layout.PREDICATE_ANNOTATION: predicate},
+    }
+
+
+def _add_to_index(signed: Signed, repository: str, digest: str, entry: dict[str, Any]) -> None:
+    tag = layout.fallback_tag(digest)
+    index = _get(signed.env.registry, f"{repository}/manifests/{tag}", layout.OCI_INDEX).json()
+    index["manifests"].append(entry)
+    _put(signed.env.registry, repository, tag, index)
+
+
+def test_a_statement_about_another_digest_fails_by_name(signed: Signed) -> None:
+    env = signed.env
+    digest, _ = _published(signed, "elsewhere")
+    repository = "elsewhere/sglang"
+    other = push_image(env.registry, repository, "linux/arm64", "another image").digest
+    predicate = "https://sparkbuild.dev/attestation/verdicts/v1"
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "predicateType": predicate,
+        "subject": [{"name": "x", "digest": {"sha256": other.removeprefix("sha256:")}}],
+        "predicate": {"smoke": {PROFILE: {"verdict": "pass"}}},
+    }
+    layer = _envelope_layer(signed, repository, statement, predicate)
+    _add_to_index(
+        signed, repository, digest, _referrer(signed, repository, digest, layer, predicate)
+    )
+    result = signed.verify(f"{env.registry.address}/{repository}@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)
+    assert failed["attestation:verdicts"]["error"] == "AttestationError"
+    assert f"a signed statement about {other}" in failed["attestation:verdicts"]["detail"]
+
+
+def test_a_referrer_of_another_image_is_refused_and_nothing_is_signed(signed: Signed) -> None:
+    env = signed.env
+    digest, lock = _published(signed, "stray")
+    repository = "stray/sglang"
+    other = push_image(env.registry, repository, "linux/arm64", "a stray image").digest
+    predicate = "https://slsa.dev/provenance/v1"
+    layer = _envelope_layer(
+        signed, repository, {"_type": "https://in-toto.io/Statement/v1"}, predicate
+    )
+    _add_to_index(
+        signed, repository, digest, _referrer(signed, repository, other, layer, predicate)
+    )
+    result = signed.verify(f"{env.registry.address}/{repository}@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)
+    assert failed["referrers"]["error"] == "ReferrersError"
+    assert f"but it refers to {other}" in failed["referrers"]["detail"]
+
+    # Publishing there again (a new alias) refuses before it writes anything.
+    signature = env.registry.manifest_digest(repository, layout.signature_tag(digest))
+    before = lock.read_bytes()
+    again = signed.publish("--repository", "stray/{engine}", "--alias", "next", lock=lock)
+    assert again.exit_code == 1, _output(again)
+    assert "refers to" in again.stderr and "Traceback" not in again.stderr
+    assert lock.read_bytes() == before
+    assert env.registry.manifest_digest(repository, "next") is None
+    assert env.registry.manifest_digest(repository, layout.signature_tag(digest)) == signature
+
+
+def _plant_index(
+    signed: Signed, repository: str, digest: str, entries: list[dict[str, Any]]
+) -> None:
+    index = {"schemaVersion": 2, "mediaType": layout.OCI_INDEX, "manifests": entries}
+    _put(signed.env.registry, repository, layout.fallback_tag(digest), index)
+
+
+def test_a_huge_or_malformed_referrers_index_is_refused(signed: Signed) -> None:
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    digest = str(record["digest"])  # the same image pushed elsewhere has the same digest
+    for case in ("huge", "malformed"):
+        repository = f"{case}/sglang"
+        stand_in = push_image(env.registry, repository, "linux/arm64", case)
+        entry = stand_in.descriptor(artifactType=layout.ATTESTATION_ARTIFACT)
+        if case == "huge":  # 300 entries, each with 2 kB of annotations: over 512 KiB
+            entries = [{**entry, "annotations": {"padding": "x" * 2000}}] * 300
+        else:
+            entries = [{**entry, "artifactType": 1234}]
+        _plant_index(signed, repository, digest, entries)
+        result, lock = _publish_case(signed, case)
+        assert result.exit_code == 1, _output(result)
+        assert "referrers index" in result.stderr and "Traceback" not in result.stderr
+        assert ("malformed" if case == "malformed" else "cannot be read") in result.stderr
+        _nothing_signed(signed, case, lock, digest)
+
+
+def test_rollback_moves_aliases_only_to_signed_digests(signed: Signed) -> None:
+    env = signed.env
+    digest, lock = _published(signed, "rollback")
+    repository = "rollback/sglang"
+    unsigned = push_image(env.registry, repository, "linux/arm64", "an unsigned image")
+    data = yaml.safe_load(lock.read_text())
+    record = data["builds"][BUILD]["publish"][f"{env.registry.address}/{repository}"]
+    signed_entry = record["history"][-1]
+    unsigned_entry = {**copy.deepcopy(signed_entry), "digest": unsigned.digest}
+    unsigned_entry.pop("signed")
+    record["aliases"] = ["latest"]
+    record["history"] = [unsigned_entry, signed_entry]
+    lock.write_text(yaml.safe_dump(data))
+
+    def rollback(*args: str) -> CliResult:
+        return run_publish_cli(
+            env.project,
+            "--lock-file",
+            str(lock),
+            "rollback",
+            BUILD,
+            "--registry",
+            env.registry.address,
+            "--repository",
+            "rollback/{engine}",
+            *args,
+            env=env.creds_env(),
+            docker_config=env.empty_docker_config,
+        )
+
+    refused = rollback("--key", str(signed.keys.public))
+    assert refused.exit_code == 1, _output(refused)
+    assert f"{repository}@{unsigned.digest}" in refused.stderr and "is not signed" in refused.stderr
+    assert env.registry.manifest_digest(repository, "latest") is None
+    assert yaml.safe_load(lock.read_text()) == data
+
+    # The signed digest is fine to move back to; without a key, a signed one is not.
+    record["history"] = [signed_entry, copy.deepcopy(unsigned_entry)]
+    record["digest"] = unsigned.digest
+    lock.write_text(yaml.safe_dump(data))
+    unchecked = rollback()
+    assert unchecked.exit_code == 1 and "no public key is configured" in unchecked.stderr
+    moved = rollback("--key", str(signed.keys.public))
+    assert moved.exit_code == 0, _output(moved)
+    assert env.registry.manifest_digest(repository, "latest") == digest
+
+
+def test_the_key_and_passphrase_never_leak(signed: Signed) -> None:
+    """Every output of the signing commands, and every file under the test's work tree and
+    the registry's storage (except the key file itself), holds neither the passphrase nor any
+    line of the private key."""
+    secrets = [PASSPHRASE, *signed.keys.private.read_text().splitlines()[1:-1]]
+    secrets += signed.other.private.read_text().splitlines()[1:-1]
+    assert signed.outputs, "the signing tests ran first"
+    for text in signed.outputs:
+        assert not [s for s in secrets if s in text]
+    keys = {signed.keys.private, signed.other.private, signed.env.work / "keys" / "exposed.key"}
+    scanned = 0
+    for path in signed.env.work.rglob("*"):
+        if (
+            path.is_file()
+            and not path.is_symlink()
+            and path not in keys
+            and path.stat().st_size < 64 * 2**20
+        ):
+            data = path.read_bytes()
+            scanned += 1
+            assert not [s for s in secrets if s.encode() in data], path
+    assert scanned > 50

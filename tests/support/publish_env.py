@@ -58,9 +58,15 @@ def tiny_upstream(root: Path) -> tuple[Path, Path]:
 
 
 def write_project(
-    project: Path, repo: Path, base_ref: str, builds: dict[str, dict[str, Any]], greeting: str
+    project: Path,
+    repo: Path,
+    base_ref: str,
+    builds: dict[str, dict[str, Any]],
+    greeting: str,
+    image_name: str = "sparkbuild-tests/publish-{build}",
 ) -> None:
-    """A project whose builds share one patch that sets GREETING to ``greeting``."""
+    """A project whose builds share one patch that sets GREETING to ``greeting``; its images
+    are tagged ``image_name`` (the Docker store is shared: each test module its own name)."""
     patch = project / "patches" / "sglang" / "greeting.patch"
     patch.unlink(missing_ok=True)
     shutil.rmtree(patch.with_name(patch.stem + ".work"), ignore_errors=True)
@@ -77,7 +83,7 @@ def write_project(
             "repo": str(repo),
             "package_dir": "python/sglang",
             "base_image": base_ref,
-            "tags": ["sparkbuild-tests/publish-{build}:{version}-{tree_short}"],
+            "tags": [image_name + ":{version}-{tree_short}"],
             "patches": [{"file": "patches/sglang/greeting.patch"}],
             "builds": builds,
         },
@@ -138,6 +144,7 @@ class PublishEnv:
     work: Path
     empty_docker_config: Path
     images: list[str]
+    image_name: str = "sparkbuild-tests/publish-{build}"
 
     @property
     def lock(self) -> Path:
@@ -180,6 +187,7 @@ def build_into(env: PublishEnv, greeting: str) -> dict[str, Any]:
         env.base_ref,
         {BUILD: {"ref": "v0.5.12", "smoke": [PROFILE]}},
         greeting,
+        env.image_name,
     )
     build = load_builds(Settings(project_dir=env.project))[BUILD]
     settings = Settings(project_dir=env.project, cache_dir=env.work / "cache")
@@ -189,7 +197,9 @@ def build_into(env: PublishEnv, greeting: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def publish_env(work: Path) -> Iterator[PublishEnv]:
+def publish_env(
+    work: Path, image_name: str = "sparkbuild-tests/publish-{build}"
+) -> Iterator[PublishEnv]:
     """Registries (a base one, an htpasswd one to publish to) and the built test image."""
     docker_client()
     repo, site = tiny_upstream(work)
@@ -207,7 +217,7 @@ def publish_env(work: Path) -> Iterator[PublishEnv]:
             work_dir=work,
         )
         state = PublishEnv(
-            registry, base_ref, repo, work / "project", work, empty_config, [base_ref]
+            registry, base_ref, repo, work / "project", work, empty_config, [base_ref], image_name
         )
         build_into(state, "first")
         yield state
