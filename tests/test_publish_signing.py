@@ -15,8 +15,10 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import io
 import json
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,7 @@ from in_toto_attestation.v1.statement import Statement
 
 from sparkbuild.attest import layout
 from tests.support.cli import CliResult
-from tests.support.docker_env import LocalRegistry, require_command
+from tests.support.docker_env import LocalRegistry, docker_cli, docker_login, require_command
 from tests.support.image_project import load_lock
 from tests.support.oci_push import push_blob, push_image, put_manifest
 from tests.support.preflight_lock import record_preflight
@@ -644,3 +646,57 @@ def test_the_key_and_passphrase_never_leak(signed: Signed) -> None:
             scanned += 1
             assert not [s for s in secrets if s.encode() in data], path
     assert scanned > 50
+
+
+def test_smoke_and_bench_key_refuses_an_unsigned_image_naming_the_node(
+    signed: Signed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--key` before an engine runs: the image on each node must be one the key signed
+    (engines.signed, called by make_target and make_cluster_target before anything starts)."""
+    from sparkbuild import dockerhost
+    from sparkbuild.attest.keys import load_public
+    from sparkbuild.engines.signed import require_signed
+    from sparkbuild.errors import SignatureError
+
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    login = docker_login(env.registry, env.work / "docker-config-pull")
+    by_digest = f"{env.registry.address}/{REPOSITORY}@{record['digest']}"
+    pull = subprocess.run(
+        [docker_cli(), "pull", by_digest], env=login, capture_output=True, text=True, check=False
+    )
+    assert pull.returncode == 0, pull.stderr
+    env.images.append(by_digest)
+    here = [("this host", dockerhost.client())]
+    monkeypatch.setenv("DOCKER_CONFIG", login["DOCKER_CONFIG"])  # the registry's login
+    require_signed(by_digest, here, load_public(signed.keys.public))  # passes
+    with pytest.raises(SignatureError, match=r"node this host: .* does not verify with this key"):
+        require_signed(by_digest, here, load_public(signed.other.public))
+    with pytest.raises(SignatureError, match=r"node this host: .* is not signed \(no sha256-"):
+        require_signed(env.base_ref, here, load_public(signed.keys.public))  # pulled, unsigned
+    local = "sparkbuild-tests/signing-imported:local"  # no registry digest to check
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("empty"), io.BytesIO(b""))
+    imported = subprocess.run(
+        [docker_cli(), "import", "-", local],
+        input=archive.getvalue(),
+        capture_output=True,
+        check=False,
+    )
+    assert imported.returncode == 0, imported.stderr
+    env.images.append(local)
+    with pytest.raises(SignatureError, match=r"node this host: .* no registry digest"):
+        require_signed(local, here, load_public(signed.keys.public))
+    usage = run_publish_cli(
+        env.project,
+        "smoke",
+        "--url",
+        "http://127.0.0.1:9",
+        "--profile",
+        PROFILE,
+        "--key",
+        str(signed.keys.public),
+    )
+    assert usage.exit_code == 2 and "only applies to --image" in usage.stderr

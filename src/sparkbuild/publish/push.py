@@ -17,10 +17,11 @@ from sparkbuild.errors import (
     PublishError,
 )
 from sparkbuild.preflight.gate import preflight_gate
-from sparkbuild.publish import layers, manifests
+from sparkbuild.publish import layers
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.gate import cluster_profiles, smoke_gate, smoke_verdicts
 from sparkbuild.publish.signing import Signing, already_signed, sign_publication
+from sparkbuild.registry import manifests
 from sparkbuild.registry.client import Manifest, RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings

@@ -18,8 +18,8 @@ from sparkbuild.attest.keys import PublicKey
 from sparkbuild.attest.signing import Signer
 from sparkbuild.attest.verify import Verification, verify_image
 from sparkbuild.errors import AttestationError, SignatureError
-from sparkbuild.publish import manifests
 from sparkbuild.publish.destination import Destination
+from sparkbuild.registry import manifests
 from sparkbuild.registry.client import Manifest, RegistryClient
 from sparkbuild.spec import Build
 
