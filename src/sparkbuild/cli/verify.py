@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from sparkbuild import console, imageref, lockfile
+from sparkbuild import console, fileio, imageref, lockfile
 from sparkbuild.attest import keys, policy
 from sparkbuild.attest.verify import Verification, check_project, verify_image
 from sparkbuild.cli import emit_json, options
@@ -145,16 +145,29 @@ def _new_passphrase() -> bytes:
     help="Images the policy covers, e.g. 'ghcr.io/my-org/sparkbuild/*' (repeatable).",
 )
 @click.option("--name", default="sparkbuild-signed-images", show_default=True)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write the policy to FILE instead of stdout.",
+)
 @options.public_key()
 @click.pass_obj
 def policy_command(
-    settings: Settings, images: tuple[str, ...], name: str, key_path: Path | None
+    settings: Settings,
+    images: tuple[str, ...],
+    name: str,
+    output: Path | None,
+    key_path: Path | None,
 ) -> None:
     """Print a Kyverno ClusterPolicy that admits the images only when signed by the key, with
     signed provenance and passing verdicts (docs/verify.md)."""
     public = public_key(settings, key_path)
-    document = policy.kyverno_policy(public, list(images), name)
-    click.echo(policy.render(document), nl=False)
+    text = policy.render(policy.kyverno_policy(public, list(images), name))
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        fileio.write_output(output, text, "--output")
 
 
 COMMANDS: list[click.Command] = [verify_command, keys_group]
