@@ -351,36 +351,13 @@ def test_openssl_checks_the_signature_and_skopeo_copies_it(signed: Signed) -> No
 
 
 def _skopeo(env: PublishEnv, skopeo: str, *args: str) -> subprocess.CompletedProcess[str]:
-    registries = env.work / "registries.d"
-    registries.mkdir(exist_ok=True)
-    (registries / "sparkbuild.yaml").write_text(
-        yaml.safe_dump({"default-docker": {"use-sigstore-attachments": True}})
-    )
-    assert env.registry.auth is not None
-    creds = ":".join(env.registry.auth)
+    """skopeo accepting any image, with sigstore attachments, to and from the test registry."""
     policy = env.work / "accept-anything.json"
     policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
-    return subprocess.run(
-        [
-            skopeo,
-            "--policy",
-            str(policy),
-            "--registries.d",
-            str(registries),
-            *args[:1],
-            "--src-creds",
-            creds,
-            "--dest-creds",
-            creds,
-            "--src-tls-verify=false",
-            "--dest-tls-verify=false",
-            *args[1:],
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    assert env.registry.auth is not None
+    creds = ":".join(env.registry.auth)
+    dest = ["--dest-creds", creds, "--dest-tls-verify=false"]
+    return _skopeo_with(env, skopeo, policy, args[0], *dest, *args[1:])
 
 
 def _nothing_signed(signed: Signed, case: str, lock: Path, digest: str | None = None) -> None:
@@ -624,30 +601,6 @@ def test_rollback_moves_aliases_only_to_signed_digests(signed: Signed) -> None:
     assert env.registry.manifest_digest(repository, "latest") == digest
 
 
-def test_the_key_and_passphrase_never_leak(signed: Signed) -> None:
-    """Every output of the signing commands, and every file under the test's work tree and
-    the registry's storage (except the key file itself), holds neither the passphrase nor any
-    line of the private key."""
-    secrets = [PASSPHRASE, *signed.keys.private.read_text().splitlines()[1:-1]]
-    secrets += signed.other.private.read_text().splitlines()[1:-1]
-    assert signed.outputs, "the signing tests ran first"
-    for text in signed.outputs:
-        assert not [s for s in secrets if s in text]
-    keys = {signed.keys.private, signed.other.private, signed.env.work / "keys" / "exposed.key"}
-    scanned = 0
-    for path in signed.env.work.rglob("*"):
-        if (
-            path.is_file()
-            and not path.is_symlink()
-            and path not in keys
-            and path.stat().st_size < 64 * 2**20
-        ):
-            data = path.read_bytes()
-            scanned += 1
-            assert not [s for s in secrets if s.encode() in data], path
-    assert scanned > 50
-
-
 def test_smoke_and_bench_key_refuses_an_unsigned_image_naming_the_node(
     signed: Signed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -700,3 +653,116 @@ def test_smoke_and_bench_key_refuses_an_unsigned_image_naming_the_node(
         str(signed.keys.public),
     )
     assert usage.exit_code == 2 and "only applies to --image" in usage.stderr
+
+
+DEBIAN_SIGSTORE_OFF = "sigstore disabled"
+
+
+def test_skopeo_verifies_the_signature_on_pull(signed: Signed) -> None:
+    """containers/image's own check: with a `sigstoreSigned` policy for our key, `skopeo copy`
+    of the published image succeeds, and fails for an unsigned image, one signed by another
+    key, and another image pushed under the same tag. Debian 12's skopeo is built with
+    sigstore disabled (it refuses every sigstore signature, ours or not), so there the test
+    is skipped, saying so; upstream skopeo runs it."""
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    skopeo = require_command("skopeo")
+    policy = env.work / "sigstore-policy.json"
+    requirement = {
+        "type": "sigstoreSigned",
+        "keyPath": str(signed.keys.public),
+        "signedIdentity": {"type": "matchRepository"},
+    }
+    policy.write_text(
+        json.dumps(
+            {
+                "default": [{"type": "reject"}],
+                "transports": {
+                    "docker": {env.registry.address: [requirement]},
+                    "dir": {"": [{"type": "insecureAcceptAnything"}]},
+                },
+            }
+        )
+    )
+
+    def pull(reference: str) -> subprocess.CompletedProcess[str]:
+        target = env.work / "pulled" / reference.replace("/", "_").replace(":", "_")
+        return _skopeo_with(env, skopeo, policy, "copy", f"docker://{reference}", f"dir:{target}")
+
+    tag = record["tag"]
+    good = pull(f"{env.registry.address}/{REPOSITORY}:{tag}")
+    if good.returncode != 0 and DEBIAN_SIGSTORE_OFF in good.stderr:
+        pytest.skip(f"this skopeo is built without sigstore: {good.stderr.strip()[-120:]}")
+    assert good.returncode == 0, good.stderr
+    unsigned = push_image(env.registry, "unsigned/sglang", "linux/arm64", "unsigned")
+    put_manifest(
+        env.registry,
+        "unsigned/sglang",
+        "v1",
+        _get(env.registry, f"unsigned/sglang/manifests/{unsigned.digest}").json(),
+    )
+    assert pull(f"{env.registry.address}/unsigned/sglang:v1").returncode != 0
+    other, _ = _publish_case(signed, "other-key", key=signed.other.private)
+    assert other.exit_code == 0, _output(other)
+    assert pull(f"{env.registry.address}/other-key/sglang:{tag}").returncode != 0
+    put_manifest(
+        env.registry,
+        REPOSITORY,
+        tag,
+        _get(env.registry, f"unsigned/sglang/manifests/{unsigned.digest}").json(),
+    )
+    assert pull(f"{env.registry.address}/{REPOSITORY}:{tag}").returncode != 0  # re-pushed tag
+
+
+def _skopeo_with(
+    env: PublishEnv, skopeo: str, policy: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    registries = env.work / "registries.d"
+    registries.mkdir(exist_ok=True)
+    (registries / "sparkbuild.yaml").write_text(
+        yaml.safe_dump({"default-docker": {"use-sigstore-attachments": True}})
+    )
+    assert env.registry.auth is not None
+    return subprocess.run(
+        [
+            skopeo,
+            "--policy",
+            str(policy),
+            "--registries.d",
+            str(registries),
+            args[0],
+            "--src-creds",
+            ":".join(env.registry.auth),
+            "--src-tls-verify=false",
+            *args[1:],
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_the_key_and_passphrase_never_leak(signed: Signed) -> None:
+    """Every output of the signing commands, and every file under the test's work tree and
+    the registry's storage (except the key file itself), holds neither the passphrase nor any
+    line of the private key."""
+    secrets = [PASSPHRASE, *signed.keys.private.read_text().splitlines()[1:-1]]
+    secrets += signed.other.private.read_text().splitlines()[1:-1]
+    assert signed.outputs, "the signing tests ran first"
+    for text in signed.outputs:
+        assert not [s for s in secrets if s in text]
+    keys = {signed.keys.private, signed.other.private, signed.env.work / "keys" / "exposed.key"}
+    scanned = 0
+    for path in signed.env.work.rglob("*"):
+        if (
+            path.is_file()
+            and not path.is_symlink()
+            and path not in keys
+            and path.stat().st_size < 64 * 2**20
+        ):
+            data = path.read_bytes()
+            scanned += 1
+            assert not [s for s in secrets if s.encode() in data], path
+    assert scanned > 50
