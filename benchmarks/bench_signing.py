@@ -4,8 +4,8 @@
 
 Sets up what tests/test_publish_signing.py uses (the arm64 test image built by the image
 stage, a loopback registry with htpasswd auth, a key pair from `sparkbuild keys generate`),
-then publishes the image N times each, to a new repository every time (so every run pushes),
-taking the median:
+then publishes the image N times each, to a new registry every time (so every run uploads
+every layer), taking the median:
 
 - reference: `sparkbuild publish` unsigned (the gates, the push through the docker daemon,
   reading the manifest back, the lock);
@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support.docker_env import start_registry  # noqa: E402
 from tests.support.preflight_lock import record_preflight  # noqa: E402
 from tests.support.publish_env import (  # noqa: E402
     BUILD,
@@ -43,20 +44,33 @@ from tests.support.publish_env import (  # noqa: E402
 PASSPHRASE = "bench-passphrase-not-a-secret"
 
 
-def _publish(env: PublishEnv, repository: str, *extra: str) -> float:
-    lock = env.lock_copy(repository.replace("/", "-"))
+def _publish(env: PublishEnv, name: str, *extra: str) -> float:
+    """One publication to a registry of its own: every layer is uploaded, none mounted."""
+    lock = env.lock_copy(name)
     record_smoke(lock, BUILD, PROFILE)
     record_preflight(lock, BUILD, PROFILE)
-    started = time.perf_counter()
-    result = env.publish(
-        "--repository",
-        repository + "/{engine}",
-        "--no-alias",
-        *extra,
-        lock=lock,
-        env={**env.creds_env(), "SPARKBUILD_SIGNING_PASSWORD": PASSPHRASE},
-    )
-    elapsed = time.perf_counter() - started
+    with start_registry(env.work / f"registry-{name}", auth=True) as registry:
+        assert registry.auth is not None
+        user, password = registry.auth
+        started = time.perf_counter()
+        result = run_publish_cli(
+            env.project,
+            "--lock-file",
+            str(lock),
+            "publish",
+            BUILD,
+            "--registry",
+            registry.address,
+            "--no-alias",
+            *extra,
+            env={
+                "SPARKBUILD_REGISTRY_USER": user,
+                "SPARKBUILD_REGISTRY_PASSWORD": password,
+                "SPARKBUILD_SIGNING_PASSWORD": PASSPHRASE,
+            },
+            docker_config=env.empty_docker_config,
+        )
+        elapsed = time.perf_counter() - started
     if result.exit_code != 0:
         raise SystemExit(f"publish failed:\n{result.stdout}{result.stderr}")
     return elapsed
