@@ -241,12 +241,8 @@ def _sign(
     before = next((h.signed for h in record.published() if h.digest == manifest.digest), None)
     if already_signed(client, destination, before, manifest.digest, signing):
         return before
-    spec = build.spec_file
-    spec_file = (
-        str(spec.relative_to(settings.project_dir))
-        if spec.is_relative_to(settings.project_dir)
-        else spec.name
-    )
+    spec, project = build.spec_file.resolve(), settings.project_dir.resolve()
+    spec_file = str(spec.relative_to(project)) if spec.is_relative_to(project) else spec.name
     return sign_publication(
         dockerhost.client(),
         client,
