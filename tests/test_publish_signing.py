@@ -688,6 +688,7 @@ def test_skopeo_verifies_the_signature_on_pull(signed: Signed) -> None:
 
     def pull(reference: str) -> subprocess.CompletedProcess[str]:
         target = env.work / "pulled" / reference.replace("/", "_").replace(":", "_")
+        target.parent.mkdir(exist_ok=True)
         return _skopeo_with(env, skopeo, policy, "copy", f"docker://{reference}", f"dir:{target}")
 
     tag = record["tag"]
