@@ -287,6 +287,7 @@ def test_statements_parse_with_the_in_toto_and_cyclonedx_libraries(signed: Signe
     )
     assert provenance.build_definition.build_type.startswith("https://")
     assert provenance.build_definition.external_parameters["build"] == BUILD
+    assert provenance.build_definition.external_parameters["specFile"] == "builds/sglang.yaml"
     dependencies = {
         d.name: dict(d.digest) for d in provenance.build_definition.resolved_dependencies
     }
