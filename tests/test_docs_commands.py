@@ -124,7 +124,20 @@ RULES = [
     Rule(r"^nox -s preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
     Rule(r"^(docker|spark\$|kubectl) ", "check", "needs docker buildx with a Spark or cluster"),
     Rule(r"^export SPARKBUILD_REGISTRY|SPARKBUILD_REGISTRY_USER=", "check", REGISTRY),
-    Rule(r"^sparkbuild (publish|rollback) ", "check", REGISTRY),
+    Rule(r"^sparkbuild (publish|rollback|verify) ", "check", REGISTRY),
+    Rule(r"^export SPARKBUILD_SIGNING_PASSWORD=", "check", "sets a secret"),
+    Rule(
+        r"^sparkbuild keys (generate|policy)\b|^git add cosign\.pub",
+        "check",
+        "writes a key pair or a policy; tests/test_publish_signing.py runs `keys generate` and "
+        "tests/test_attest.py validates the policy",
+    ),
+    Rule(
+        r"^(skopeo|podman|cosign) ",
+        "check",
+        "an independent verifier against a published image (cosign does not install here; "
+        "Debian 12's skopeo and podman have sigstore disabled)",
+    ),
     Rule(r"^sparkbuild (smoke|bench) --image ", "check", SPARK),
     Rule(r"^sparkbuild bench --url ", "check", "needs an engine serving at the URL"),
     Rule(

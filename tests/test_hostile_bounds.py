@@ -28,7 +28,7 @@ import pytest
 import requests
 import yaml
 
-from sparkbuild.publish import manifests
+from sparkbuild.registry import manifests
 from sparkbuild.registry.client import MANIFEST_TYPES, Manifest
 from sparkbuild.source.mirror import Mirror
 from tests.support.cli import CliResult, installed_entry_point, run_cli

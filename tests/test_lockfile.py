@@ -339,6 +339,14 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     publication = lockfile.Publication(digest="sha256:" + "e" * 64, image_id=IMAGE, tag="t",
                                        verified=True, smoke={"cpu": "pass"})  # fmt: skip
     publish = lockfile.PublishRecord.after_push(None, publication, ["latest"])
+    # `signed` only for a signed publication, so unsigned entries keep their shape.
+    assert set(publish.to_json()) == _fields(lockfile.PublishRecord) - {"signed"}
+    publication.signed = lockfile.SignedRecord(
+        key="sha256:" + "1" * 64, signature="sha256:" + "2" * 64, referrers="tag",
+        attestations={"sbom": "sha256:" + "3" * 64}, sbom_packages=3,
+    )  # fmt: skip
+    assert set(publication.signed.to_json()) == _fields(lockfile.SignedRecord)
+    publish = lockfile.PublishRecord.after_push(None, publication, ["latest"])
     assert set(publish.to_json()) == _fields(lockfile.PublishRecord)
 
     def add(entry: lockfile.BuildEntry) -> None:

@@ -13,7 +13,6 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,109 +20,39 @@ import pytest
 import requests
 import yaml
 
-from sparkbuild.settings import Settings
-from sparkbuild.spec import load_builds
 from tests.support.cli import CliResult
 from tests.support.docker_env import (
-    BOOKWORM_PYTHON_SITE,
     LocalRegistry,
     docker_cli,
-    docker_client,
     docker_login,
-    push_arm64_base,
-    remove_images,
-    start_registry,
 )
-from tests.support.image_project import load_lock, prepare_and_build
+from tests.support.image_project import load_lock
 from tests.support.preflight_lock import record_preflight
-from tests.support.publish_env import record_smoke, run_publish_cli, tiny_upstream, write_project
+from tests.support.publish_env import (
+    BUILD,
+    PROFILE,
+    PublishEnv,
+    build_into,
+    publish_env,
+    record_smoke,
+    run_publish_cli,
+    write_project,
+)
 
 pytestmark = [pytest.mark.docker]
 
-BUILD = "sglang-tiny"
-PROFILE = "cpu-reference"
 
-
-@dataclass
-class Env:
-    registry: LocalRegistry  # the one to publish to (htpasswd auth)
-    base_ref: str
-    repo: Path
-    project: Path
-    work: Path
-    empty_docker_config: Path
-    images: list[str]
-
-    @property
-    def lock(self) -> Path:
-        return self.project / "images.lock"
-
-    def creds_env(self) -> dict[str, str]:
-        assert self.registry.auth is not None
-        user, password = self.registry.auth
-        return {"SPARKBUILD_REGISTRY_USER": user, "SPARKBUILD_REGISTRY_PASSWORD": password}
-
-    def publish(self, *args: str, lock: Path | None = None, **kwargs: Any) -> CliResult:
-        kwargs.setdefault("docker_config", self.empty_docker_config)
-        options = ["--lock-file", str(lock)] if lock else []
-        return run_publish_cli(
-            self.project,
-            *options,
-            "publish",
-            BUILD,
-            "--registry",
-            self.registry.address,
-            *args,
-            **kwargs,
-        )
-
-    def image_section(self) -> dict[str, Any]:
-        section: dict[str, Any] = load_lock(self.project)["builds"][BUILD]["image"]
-        return section
-
-    def lock_copy(self, name: str) -> Path:
-        copy = self.work / f"{name}.lock"
-        shutil.copyfile(self.lock, copy)
-        return copy
+Env = PublishEnv
 
 
 def _build(env: Env, greeting: str) -> dict[str, Any]:
-    write_project(
-        env.project,
-        env.repo,
-        env.base_ref,
-        {BUILD: {"ref": "v0.5.12", "smoke": [PROFILE]}},
-        greeting,
-    )
-    build = load_builds(Settings(project_dir=env.project))[BUILD]
-    settings = Settings(project_dir=env.project, cache_dir=env.work / "cache")
-    result = prepare_and_build(build, settings)
-    env.images.append(result.image_id)
-    return env.image_section()
+    return build_into(env, greeting)
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    docker_client()
-    work = tmp_path_factory.mktemp("publish")
-    repo, site = tiny_upstream(work)
-    empty_config = work / "docker-config-empty"
-    empty_config.mkdir()
-    with (
-        start_registry(work / "base-registry") as base_registry,
-        start_registry(work / "registry", auth=True) as registry,
-    ):
-        base_ref = push_arm64_base(
-            base_registry,
-            "sparkbuild-tests/tiny-sglang",
-            tag="v0.5.12",
-            extras={BOOKWORM_PYTHON_SITE: site},
-            work_dir=work,
-        )
-        state = Env(registry, base_ref, repo, work / "project", work, empty_config, [base_ref])
-        _build(state, "first")
+    with publish_env(tmp_path_factory.mktemp("publish")) as state:
         yield state
-        remove_images(docker_client(), state.images)
 
 
 def _output(result: CliResult) -> str:

@@ -218,6 +218,35 @@ def test_images_fit_their_runners_and_share_a_build_cache() -> None:
     assert "sparkbuild-cache:{build}" in cache["run"]
 
 
+def test_the_spark_job_signs_with_the_key_secret_else_keyless(tmp_path: Path) -> None:
+    """docs/verify.md: the key pair when its secret is set, else keyless through the job's
+    OIDC token; the script's own branch is run here with a stub `sparkbuild` on PATH."""
+    job = _workflow("images.yml")["jobs"]["smoke-publish"]
+    assert job["permissions"]["id-token"] == "write"
+    install = next(s for s in job["steps"] if s.get("name") == "Install sparkbuild")
+    assert "'.[keyless]'" in install["run"]
+    publish = next(s for s in job["steps"] if "smoke-and-publish.sh" in s.get("run", ""))
+    assert publish["env"]["SPARKBUILD_SIGNING_KEY"] == "${{ secrets.SPARKBUILD_SIGNING_KEY }}"
+    assert publish["env"]["SPARKBUILD_SIGNING_PASSWORD"] == (
+        "${{ secrets.SPARKBUILD_SIGNING_PASSWORD }}"
+    )
+    script = (ROOT / ".github" / "scripts" / "smoke-and-publish.sh").read_text()
+    start = script.index("        sign=(--keyless)")
+    branch = script[start : script.index("|| failed+=", start)].replace(
+        'sparkbuild publish "$build" --registry "$REGISTRY"', 'printf "%s\\n"'
+    )
+    for key, expected in (("", "--keyless"), ("-----BEGIN ENCRYPTED SIGSTORE", "")):
+        shown = subprocess.run(
+            ["bash", "-c", branch],
+            env={"PATH": "/usr/bin:/bin", "SPARKBUILD_SIGNING_KEY": key},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        assert shown.stdout.strip() == expected
+
+
 def test_the_ghcr_namespace_is_the_lowercased_owner(tmp_path: Path) -> None:
     """GHCR refuses uppercase repository names; an owner such as `NVIDIA-AI` must become
     `nvidia-ai` for the pushes and the build cache alike (the step's own shell, run here)."""

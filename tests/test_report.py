@@ -279,6 +279,30 @@ def test_a_cluster_runs_topology_and_nodes_are_shown(made: ReportProject) -> Non
     assert "spark-&lt;1&gt;" in nodes  # escaped: a node's name is data
 
 
+def test_a_publication_shows_its_signed_and_attested_state(made: ReportProject) -> None:
+    signed = lockfile.SignedRecord(
+        key="sha256:" + "5" * 64, signature="sha256:" + "6" * 64, referrers="tag",
+        attestations={k: "sha256:" + "7" * 64 for k in ("sbom", "provenance", "verdicts")},
+        sbom_packages=412,
+    )  # fmt: skip
+
+    def published(signed: lockfile.SignedRecord | None) -> lockfile.PublishRecord:
+        return lockfile.PublishRecord(
+            tag="t", digest="sha256:" + "8" * 64, image_id=IMAGE_2, verified=True, signed=signed
+        )
+
+    entry = lockfile.BuildEntry(
+        image=lockfile.ImageSection(image_id=IMAGE_2),
+        publish={"ghcr.io/a/signed": published(signed), "ghcr.io/a/plain": published(None)},
+    )
+    context = view.Context(lock_dates(made.lock_path, ""), datetime.now(UTC), 30)
+    first, second = view.publish_cells("x", entry, context)
+    assert first.notes[-1] == (
+        "signed by sha256:555555555555; attested: provenance, sbom, verdicts; SBOM: 412 packages"
+    )
+    assert second.notes[-1] == "not signed"
+
+
 def test_no_builds_is_an_error_naming_the_next_command(tmp_path: Path, run_cli: Any) -> None:
     (tmp_path / "images.lock").write_text("schema: 1\nbuilds: {}\n")
     result = run_cli("--project", str(tmp_path), "report", "--out", str(tmp_path / "site"))

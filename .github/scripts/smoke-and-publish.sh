@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the DGX Spark runner: for each build in $BUILDS (a JSON list), build its image (natively,
 # honouring $LOCKED), smoke-test it under every profile its spec lists, recording the verdicts
-# in images.lock, and publish it to $REGISTRY only when all of them passed. Every build is
-# attempted; the exit status is 1 if any failed.
+# in images.lock, and publish it to $REGISTRY only when all of them passed, signed (the key
+# pair in $SPARKBUILD_SIGNING_KEY, else keyless). Every build is attempted; the exit status
+# is 1 if any failed.
 set -uo pipefail
 
 mapfile -t builds < <(python3 -c 'import json, os; print("\n".join(json.loads(os.environ["BUILDS"])))')
@@ -53,7 +54,12 @@ PY
         passed=0
     fi
     if [[ $passed -eq 1 ]]; then
-        sparkbuild publish "$build" --registry "$REGISTRY" || failed+=("$build (publish)")
+        # Signed with the key pair in SPARKBUILD_SIGNING_KEY, else keyless (docs/verify.md).
+        sign=(--keyless)
+        if [[ -n "${SPARKBUILD_SIGNING_KEY:-}" ]]; then
+            sign=()
+        fi
+        sparkbuild publish "$build" --registry "$REGISTRY" "${sign[@]}" || failed+=("$build (publish)")
     else
         failed+=("$build (smoke)")
     fi

@@ -178,6 +178,39 @@ class RollbackError(SparkbuildError):
     """No published digest to move the aliases back to, or one they must not move to."""
 
 
+class SigningKeyError(SparkbuildError):
+    """A signing or verification key that cannot be used: missing, unreadable, not in
+    cosign's format, or not an ECDSA P-256 key (the key itself is never quoted)."""
+
+
+class KeyPermissionsError(SigningKeyError):
+    """A private key file that other users may read (group or world bits set)."""
+
+
+class KeyPassphraseError(SigningKeyError):
+    """A private key that the passphrase given does not decrypt."""
+
+
+class SignatureError(SparkbuildError):
+    """An image signature that is missing, does not verify with the key, or signs another
+    digest: nothing is trusted, signed or recorded from it."""
+
+
+class AttestationError(SparkbuildError):
+    """An attestation that does not verify: a bad envelope or signature, a statement about
+    another digest, or one missing."""
+
+
+class ReferrersError(AttestationError):
+    """A referrers index (the API's answer or the fallback tag) that is too large, malformed,
+    or lists a manifest that refers to another image."""
+
+
+class VerificationFailedError(SparkbuildError):
+    """``sparkbuild verify`` (or a check before running an image) found a finding that failed;
+    each finding was shown by name."""
+
+
 class EngineHTTPError(SparkbuildError):
     """A request the engine answered with an error status, with a malformed body, or did not
     answer at all. Smoke turns it into a failed check; elsewhere it reaches the user."""

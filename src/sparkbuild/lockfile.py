@@ -425,6 +425,17 @@ class BenchRecord(_Section):
 # --- publish: where the image went -------------------------------------------------------
 
 
+class SignedRecord(_Section):
+    """What publish signed and attached for one digest: the signature manifest, each
+    attestation's referrer manifest, and the SBOM's size (see docs/verify.md)."""
+
+    key: str | None = None  # the public key's fingerprint (sha256 of its DER), or "keyless"
+    signature: Digest | None = None  # the sha256-<hex>.sig manifest
+    attestations: dict[str, Digest] = {}  # sbom, provenance, verdicts -> referrer manifest
+    referrers: Literal["api", "tag"] | None = None  # the registry's API, or the fallback tag
+    sbom_packages: int | None = None
+
+
 class Publication(_Section):
     """One digest in a repository's ``history``."""
 
@@ -435,6 +446,7 @@ class Publication(_Section):
     # profile -> the verdict publish counted: pass, fail, missing or "unverified pass (TARGET)"
     smoke: dict[str, str] = {}
     rolled_back: bool | None = None
+    signed: SignedRecord | None = None
 
 
 class PublishRecord(_Section):
@@ -446,6 +458,7 @@ class PublishRecord(_Section):
     verified: bool | None = None
     aliases: list[Tag] = []
     history: list[Publication] = []
+    signed: SignedRecord | None = None
 
     @classmethod
     def after_push(
@@ -454,7 +467,7 @@ class PublishRecord(_Section):
         """The record once ``publication`` is pushed and ``aliases`` point at it: its digest
         moves to the end of the history (once)."""
         earlier = before.published() if before else []
-        return cls(
+        record = cls(
             tag=publication.tag,
             digest=publication.digest,
             image_id=publication.image_id,
@@ -462,6 +475,9 @@ class PublishRecord(_Section):
             aliases=list(aliases),
             history=[*(h for h in earlier if h.digest != publication.digest), publication],
         )
+        if publication.signed is not None:  # an unsigned publication keeps its old shape
+            record.signed = publication.signed
+        return record
 
     def published(self) -> list[Publication]:
         return [h for h in self.history if h.digest]

@@ -34,7 +34,13 @@ MASK = "***"
 MIN_SECRET_LENGTH = 4
 REGISTRY_PASSWORD_ENV = "SPARKBUILD_REGISTRY_PASSWORD"
 # Secrets a run may hold in its environment: masked wherever they appear, known or not.
-SECRET_ENV = (REGISTRY_PASSWORD_ENV, "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+SECRET_ENV = (
+    REGISTRY_PASSWORD_ENV,
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "SPARKBUILD_SIGNING_PASSWORD",  # the signing key's passphrase (sparkbuild.attest.keys)
+    "SPARKBUILD_SIGNING_KEY",  # the signing key's PEM text
+)
 
 # scheme://userinfo@ : userinfo ends at the last '@' before the path, query or fragment.
 _SCHEME_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s'\"<>]+)@")

@@ -8,19 +8,34 @@ with a ``RUN`` under emulation in seconds rather than minutes.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from sparkbuild import lockfile
 from sparkbuild.checks import CheckResult
+from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
 from sparkbuild.smoke.runner import SmokeResult
+from sparkbuild.spec import load_builds
 from tests.support.cli import CliResult, run_cli
+from tests.support.docker_env import (
+    BOOKWORM_PYTHON_SITE,
+    LocalRegistry,
+    docker_client,
+    push_arm64_base,
+    remove_images,
+    start_registry,
+)
 from tests.support.gitrepos import tagged_repo
-from tests.support.image_project import make_patch_file, write_spec
+from tests.support.image_project import load_lock, make_patch_file, prepare_and_build, write_spec
 
 VERSION = "0.5.12"
+BUILD = "sglang-tiny"
+PROFILE = "cpu-reference"
 PACKAGE_INIT = 'VERSION = "0.5.12"\nGREETING = "upstream"\n'
 
 
@@ -43,9 +58,15 @@ def tiny_upstream(root: Path) -> tuple[Path, Path]:
 
 
 def write_project(
-    project: Path, repo: Path, base_ref: str, builds: dict[str, dict[str, Any]], greeting: str
+    project: Path,
+    repo: Path,
+    base_ref: str,
+    builds: dict[str, dict[str, Any]],
+    greeting: str,
+    image_name: str = "sparkbuild-tests/publish-{build}",
 ) -> None:
-    """A project whose builds share one patch that sets GREETING to ``greeting``."""
+    """A project whose builds share one patch that sets GREETING to ``greeting``; its images
+    are tagged ``image_name`` (the Docker store is shared: each test module its own name)."""
     patch = project / "patches" / "sglang" / "greeting.patch"
     patch.unlink(missing_ok=True)
     shutil.rmtree(patch.with_name(patch.stem + ".work"), ignore_errors=True)
@@ -62,7 +83,7 @@ def write_project(
             "repo": str(repo),
             "package_dir": "python/sglang",
             "base_image": base_ref,
-            "tags": ["sparkbuild-tests/publish-{build}:{version}-{tree_short}"],
+            "tags": [image_name + ":{version}-{tree_short}"],
             "patches": [{"file": "patches/sglang/greeting.patch"}],
             "builds": builds,
         },
@@ -110,3 +131,94 @@ def run_publish_cli(
         input=stdin,
         env={**cleared, **(env or {})},
     )
+
+
+@dataclass
+class PublishEnv:
+    """A built test image, its project, and a registry with htpasswd auth to publish to."""
+
+    registry: LocalRegistry  # the one to publish to (htpasswd auth)
+    base_ref: str
+    repo: Path
+    project: Path
+    work: Path
+    empty_docker_config: Path
+    images: list[str]
+    image_name: str = "sparkbuild-tests/publish-{build}"
+
+    @property
+    def lock(self) -> Path:
+        return self.project / "images.lock"
+
+    def creds_env(self) -> dict[str, str]:
+        assert self.registry.auth is not None
+        user, password = self.registry.auth
+        return {"SPARKBUILD_REGISTRY_USER": user, "SPARKBUILD_REGISTRY_PASSWORD": password}
+
+    def publish(self, *args: str, lock: Path | None = None, **kwargs: Any) -> CliResult:
+        kwargs.setdefault("docker_config", self.empty_docker_config)
+        options = ["--lock-file", str(lock)] if lock else []
+        return run_publish_cli(
+            self.project,
+            *options,
+            "publish",
+            BUILD,
+            "--registry",
+            self.registry.address,
+            *args,
+            **kwargs,
+        )
+
+    def image_section(self) -> dict[str, Any]:
+        section: dict[str, Any] = load_lock(self.project)["builds"][BUILD]["image"]
+        return section
+
+    def lock_copy(self, name: str) -> Path:
+        copy = self.work / f"{name}.lock"
+        shutil.copyfile(self.lock, copy)
+        return copy
+
+
+def build_into(env: PublishEnv, greeting: str) -> dict[str, Any]:
+    """Build the test image (its patch sets GREETING to ``greeting``); its image section."""
+    write_project(
+        env.project,
+        env.repo,
+        env.base_ref,
+        {BUILD: {"ref": "v0.5.12", "smoke": [PROFILE]}},
+        greeting,
+        env.image_name,
+    )
+    build = load_builds(Settings(project_dir=env.project))[BUILD]
+    settings = Settings(project_dir=env.project, cache_dir=env.work / "cache")
+    result = prepare_and_build(build, settings)
+    env.images.append(result.image_id)
+    return env.image_section()
+
+
+@contextlib.contextmanager
+def publish_env(
+    work: Path, image_name: str = "sparkbuild-tests/publish-{build}"
+) -> Iterator[PublishEnv]:
+    """Registries (a base one, an htpasswd one to publish to) and the built test image."""
+    docker_client()
+    repo, site = tiny_upstream(work)
+    empty_config = work / "docker-config-empty"
+    empty_config.mkdir()
+    with (
+        start_registry(work / "base-registry") as base_registry,
+        start_registry(work / "registry", auth=True) as registry,
+    ):
+        base_ref = push_arm64_base(
+            base_registry,
+            "sparkbuild-tests/tiny-sglang",
+            tag="v0.5.12",
+            extras={BOOKWORM_PYTHON_SITE: site},
+            work_dir=work,
+        )
+        state = PublishEnv(
+            registry, base_ref, repo, work / "project", work, empty_config, [base_ref], image_name
+        )
+        build_into(state, "first")
+        yield state
+        remove_images(docker_client(), state.images)

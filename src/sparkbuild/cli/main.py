@@ -234,4 +234,6 @@ COMMAND_MODULES: dict[str, str] = {
     "preflight": "preflight",
     "profile": "profile",
     "report": "report",
+    "verify": "verify",
+    "keys": "verify",
 }

@@ -119,6 +119,31 @@ request_timeout = _option("--request-timeout", type=SECONDS, metavar="SECONDS")
 log = _option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path))
 
 
+# Signing and verifying (docs/verify.md).
+public_key = _option(
+    "--key",
+    "key_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PUB",
+    help="The public key images must be signed with [env SPARKBUILD_PUBLIC_KEY; default: "
+    "the project's cosign.pub].",
+)
+sign_key = _option(
+    "--sign-key",
+    "sign_key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Sign with this cosign private key, passphrase in SPARKBUILD_SIGNING_PASSWORD [env "
+    "SPARKBUILD_SIGNING_KEY_FILE, or the PEM text in SPARKBUILD_SIGNING_KEY].",
+)
+#: smoke's and bench's --key: the same option, about the image a run starts.
+run_key = functools.partial(
+    public_key,
+    help="With --image: refuse to run unless every node's copy of the image was pulled by a "
+    "registry digest that this public key signed (docs/verify.md).",
+)
+
+
 #: The launch group in its --help order: where the engine runs, what it serves, how long
 #: booting and each request may take, where its log goes.
 LAUNCH: dict[str, Callable[..., Decorator]] = {
@@ -126,6 +151,7 @@ LAUNCH: dict[str, Callable[..., Decorator]] = {
     "command": command,
     "url": url,
     "cluster": cluster,
+    "key": run_key,
     "profile": profile,
     "model": model,
     "gpus": gpus,
@@ -189,6 +215,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         log_path: Path | None,
         engine: str | None = None,  # bench's --engine (the engine at --url)
         cluster: str | None = None,  # --cluster, on the commands that list it
+        key_path: Path | None = None,  # --key, on the commands that list it
         **rest: Any,
     ) -> R:
         # Here, not at the top: engines (requests, pydantic) load only for the commands that
@@ -196,7 +223,9 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         from sparkbuild.engines.launch import LaunchSettings, TargetChoice
 
         launch = LaunchSettings(
-            TargetChoice(image=image, command=command, url=url, gpus=gpus, cluster=cluster),
+            TargetChoice(
+                image=image, command=command, url=url, gpus=gpus, cluster=cluster, key=key_path
+            ),
             profile=profile_name,
             model=model,
             engine=engine,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -16,6 +17,7 @@ from sparkbuild.publish import (
     Destination,
     PublishResult,
     RollbackResult,
+    Signing,
     choose_repository,
     layers,
     plan_destination,
@@ -56,6 +58,22 @@ def _redactor(found: creds.Credentials) -> Redactor:
     return redactor
 
 
+def _signing(sign_key: Path | None, keyless: bool) -> Signing | None:
+    """How publish signs: a key pair (--sign-key or the environment), keyless, or not at all.
+    The key is read (and its passphrase checked) before anything is pushed."""
+    from sparkbuild.attest import keys
+    from sparkbuild.attest.signing import KeylessSigner, KeySigner
+
+    if keyless and keys.configured_private(sign_key):
+        raise click.UsageError("--keyless and a signing key both given; pass one")
+    if keyless:
+        return Signing(KeylessSigner())
+    if not keys.configured_private(sign_key):
+        return None
+    key = keys.load_private(sign_key, keys.passphrase_from_env(prompt=True))
+    return Signing(KeySigner(key), key.public)
+
+
 def _publish_line(result: PublishResult) -> str:
     what = "pushed" if result.pushed else "already published"
     moved = [
@@ -64,7 +82,15 @@ def _publish_line(result: PublishResult) -> str:
     ]
     verified = "" if result.verified else " [UNVERIFIED: --force]"
     line = f"{result.build}: {what} {result.repository}:{result.tag}@{result.digest}{verified}"
-    return line + (f"\n  aliases: {', '.join(moved)}" if moved else "")
+    line += f"\n  aliases: {', '.join(moved)}" if moved else ""
+    signed = result.signed
+    if signed is not None:
+        kinds = ", ".join(signed.attestations)
+        line += (
+            f"\n  signed by {str(signed.key)[:19]}; attested: {kinds} "
+            f"(SBOM: {signed.sbom_packages} packages; referrers: {signed.referrers})"
+        )
+    return line
 
 
 @click.command(name="publish")
@@ -102,6 +128,12 @@ def _publish_line(result: PublishResult) -> str:
     help="Refuse, before pushing, any layer larger than SIZE (e.g. 10GB) "
     f"[env {layers.LIMIT_ENV}; default: the registry's own limit, 10GB for ghcr.io].",
 )
+@options.sign_key()
+@click.option(
+    "--keyless",
+    is_flag=True,
+    help="Sign with Sigstore's keyless flow (GitHub Actions OIDC; the `keyless` extra).",
+)
 @_credential_options
 @options.json()
 @click.pass_obj
@@ -114,6 +146,8 @@ def publish_command(
     no_alias: bool,
     force: bool,
     max_layer_size: str | None,
+    sign_key: Path | None,
+    keyless: bool,
     username: str | None,
     password_stdin: bool,
     as_json: bool,
@@ -121,8 +155,11 @@ def publish_command(
     """Push the smoke-tested images of BUILDS to REG by digest and record them in images.lock.
 
     An image is pushed only if images.lock records a passing smoke verdict for its image id
-    under every profile the build lists. Running it again is a no-op.
+    under every profile the build lists. With a signing key (or --keyless) it is then signed,
+    with its SBOM, provenance and verdicts attached (docs/verify.md). Running it again is a
+    no-op.
     """
+    signing = _signing(sign_key, keyless)
     registry = Registry.parse(registry_text)
     layer_limit = layers.limit_for(registry.host, max_layer_size)
     selected = select(load_builds(settings), builds)
@@ -147,6 +184,7 @@ def publish_command(
                 force=force,
                 max_layer_size=layer_limit,
                 lock=lock,
+                signing=signing,
             )
 
     run_per_build(
@@ -187,6 +225,7 @@ def _rollback_line(result: RollbackResult) -> str:
     help=f"Repository under REG, as given to publish [default: {DEFAULT_REPOSITORY}].",
 )
 @click.option("--force", is_flag=True, help="Allow a --to digest that never passed smoke.")
+@options.public_key()
 @_credential_options
 @options.json()
 @click.pass_obj
@@ -197,14 +236,20 @@ def rollback_command(
     registry_text: str | None,
     repository: str | None,
     force: bool,
+    key_path: Path | None,
     username: str | None,
     password_stdin: bool,
     as_json: bool,
 ) -> None:
     """Move BUILD's aliases back to the previous published digest that passed smoke.
 
-    The history is images.lock's `publish` section; immutable tags are never touched.
+    The history is images.lock's `publish` section; immutable tags are never touched. With a
+    public key (--key, SPARKBUILD_PUBLIC_KEY or the project's cosign.pub) the aliases move
+    only to a digest it signed.
     """
+    from sparkbuild.attest import keys
+
+    public = keys.configured_public(key_path, settings.project_dir)
     (build,) = select(load_builds(settings), [build_name])
     registry = Registry.parse(registry_text) if registry_text else None
     if repository is not None and registry is None:
@@ -216,7 +261,14 @@ def rollback_command(
     found = _credentials(key.split("/", 1)[0], username, password_stdin)
     with _redactor(found).guard(f"rolling back {build.name}"):
         result = rollback_build(
-            build, settings, key, found, to_digest=to_digest, force=force, lock=lock
+            build,
+            settings,
+            key,
+            found,
+            to_digest=to_digest,
+            force=force,
+            lock=lock,
+            public=public,
         )
     if as_json:
         emit_json(result.to_json())

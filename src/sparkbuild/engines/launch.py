@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparkbuild import console, net
 from sparkbuild.engines.adapters import Counters, EngineAdapter
@@ -111,6 +112,7 @@ class TargetChoice:
     url: str | None = None
     gpus: str | None = None  # overrides the profile's container.gpus
     cluster: str | None = None  # a cluster name or file: --image runs on its nodes
+    key: Path | None = None  # --key: every node's image must be signed by this public key
 
     def kind(self, command: str = "smoke") -> str:
         """``image``, ``command``, ``url`` or ``cluster`` (``--image`` with ``--cluster``); a
@@ -124,6 +126,8 @@ class TargetChoice:
             )
         if self.gpus is not None and self.image is None:
             raise UsageError("--gpus only applies to --image")
+        if self.key is not None and self.image is None:
+            raise UsageError("--key checks an image's signature: it only applies to --image")
         if self.cluster is not None:
             if self.image is None:
                 raise UsageError(
@@ -191,6 +195,10 @@ def make_target(
         argv = command_argv(choice.command, adapter, profile.model, port, profile.args)
         return ProcessTarget(argv, port=port, env=profile.env, log_path=log_path)
     assert choice.image is not None
+    if choice.key is not None:
+        from sparkbuild import dockerhost
+
+        check_signed(choice, [("this host", dockerhost.client())])
     settings = profile.container
     mounts, model, mount_env = container_mounts(profile)
     port = settings.port or adapter.default_port
@@ -208,6 +216,15 @@ def make_target(
         log_path=log_path,
         stage=stage,
     )
+
+
+def check_signed(choice: TargetChoice, nodes: list[tuple[str, Any]]) -> None:
+    """``--key``: refuse, naming the node, an image the key did not sign (engines.signed)."""
+    from sparkbuild.attest.keys import load_public
+    from sparkbuild.engines.signed import require_signed
+
+    assert choice.image is not None and choice.key is not None
+    require_signed(choice.image, nodes, load_public(choice.key))
 
 
 def make_cluster_target(
@@ -229,6 +246,14 @@ def make_cluster_target(
     name, spec = cluster
     profile = with_nan_switch(profile, adapter)
     check_cluster_profile(profile, adapter, len(spec.nodes), name)
+    if choice.key is not None:
+        from sparkbuild import dockerhost
+
+        check_signed(
+            choice,
+            [("this host", dockerhost.client())]
+            + [(n.name, dockerhost.client(endpoint=n.docker_endpoint)) for n in spec.nodes],
+        )
     settings = profile.container
     mounts, model, mount_env = container_mounts(profile)
     port = settings.port or adapter.default_port
@@ -273,6 +298,11 @@ def cluster_target(
             progress=console.info,
         )  # fmt: skip
     assert choice.image is not None
+    if choice.key is not None:
+        raise UsageError(
+            f"--key with cluster {name}: its Kubernetes nodes pull the image themselves",
+            "enforce signatures at admission with the policy `sparkbuild keys policy` prints",
+        )
     plan = lws_plan(profile, adapter, spec, spec.kubernetes, choice.image, stage)
     return KubeTarget(name, spec, adapter, plan, log_path=logs, progress=console.info)
 

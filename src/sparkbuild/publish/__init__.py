@@ -18,6 +18,7 @@ from sparkbuild.publish.destination import (
 )
 from sparkbuild.publish.push import PublishResult, publish_build
 from sparkbuild.publish.rollback import RollbackResult, choose_repository, rollback_build
+from sparkbuild.publish.signing import Signing
 
 __all__ = [
     "DEFAULT_ALIASES",
@@ -25,6 +26,7 @@ __all__ = [
     "Destination",
     "PublishResult",
     "RollbackResult",
+    "Signing",
     "choose_repository",
     "plan_destination",
     "publish_build",

@@ -17,9 +17,11 @@ from sparkbuild.errors import (
     PublishError,
 )
 from sparkbuild.preflight.gate import preflight_gate
-from sparkbuild.publish import layers, manifests
+from sparkbuild.publish import layers
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.gate import cluster_profiles, smoke_gate, smoke_verdicts
+from sparkbuild.publish.signing import Signing, already_signed, sign_publication
+from sparkbuild.registry import manifests
 from sparkbuild.registry.client import Manifest, RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
@@ -42,6 +44,7 @@ class PublishResult:
     verified: bool
     pushed: bool
     aliases: dict[str, str | None] = field(default_factory=dict)  # alias -> digest it left
+    signed: lockfile.SignedRecord | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class PublishResult:
             "aliases": {
                 alias: {"from": old, "to": self.digest} for alias, old in self.aliases.items()
             },
+            "signed": self.signed.to_json() if self.signed else None,
         }
 
 
@@ -216,6 +220,42 @@ def _write_publish(
     lock.write()
 
 
+def _sign(
+    build: Build,
+    settings: Settings,
+    entry: lockfile.BuildEntry,
+    destination: Destination,
+    client: RegistryClient,
+    manifest: Manifest,
+    image: lockfile.ImageSection,
+    verified: bool,
+    record: lockfile.PublishRecord,
+    signing: Signing | None,
+) -> lockfile.SignedRecord | None:
+    """The publication's signature and attestations, or None when it is not signed."""
+    if signing is None:
+        return None
+    if not verified:
+        console.warn(f"{build.name}: NOT SIGNED: the gates refused the image (--force)")
+        return None
+    before = next((h.signed for h in record.published() if h.digest == manifest.digest), None)
+    if already_signed(client, destination, before, manifest.digest, signing):
+        return before
+    spec, project = build.spec_file.resolve(), settings.project_dir.resolve()
+    spec_file = str(spec.relative_to(project)) if spec.is_relative_to(project) else spec.name
+    return sign_publication(
+        dockerhost.client(),
+        client,
+        build,
+        entry,
+        destination,
+        manifest,
+        image,
+        signing,
+        spec_file,
+    )
+
+
 def publish_build(
     build: Build,
     settings: Settings,
@@ -225,12 +265,14 @@ def publish_build(
     force: bool = False,
     max_layer_size: int | None = None,
     lock: lockfile.LockHandle | None = None,
+    signing: Signing | None = None,
 ) -> PublishResult:
     """Push ``build``'s pinned image to ``destination_of(build, tree)``, move its aliases, lock it.
 
     ``destination_of`` renders the destination once the lock's tree is known (see
     :func:`plan_destination`). ``lock`` is the command's lock handle (else one is opened):
     the gates read the build's entry from it, and the publication is its one write.
+    ``signing``: sign it and attach its attestations after the push (docs/verify.md).
     """
     lock = lock or lockfile.LockHandle.open(settings.lock_file)
     entry = lock.entry(build.name) or lockfile.BuildEntry()
@@ -265,6 +307,9 @@ def publish_build(
             "fix the build and publish a new image, or pass --force to move the aliases to it "
             "again",
         )
+    signed = _sign(
+        build, settings, entry, destination, client, manifest, image, verified, record, signing
+    )
     moved = move_aliases(client, destination, manifest, destination.aliases)
     publication = lockfile.Publication(
         digest=manifest.digest,
@@ -273,6 +318,8 @@ def publish_build(
         verified=verified,
         smoke=verdicts,
     )
+    if signed is not None:
+        publication.signed = signed
     _write_publish(lock, build, destination, publication)
     return PublishResult(
         build=build.name,
@@ -283,4 +330,5 @@ def publish_build(
         verified=verified,
         pushed=pushed,
         aliases=moved,
+        signed=signed,
     )

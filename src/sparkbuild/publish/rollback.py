@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbuild import console, lockfile
-from sparkbuild.errors import LockError, RollbackError, UsageError
+from sparkbuild.attest.keys import PUBLIC_KEY_ENV, PublicKey
+from sparkbuild.attest.verify import require_signature
+from sparkbuild.errors import LockError, RollbackError, SignatureError, UsageError
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.push import move_aliases
 from sparkbuild.registry.client import Registry, RegistryClient
@@ -102,6 +104,25 @@ def _rollback_choice(
     )
 
 
+def _check_signed(
+    client: RegistryClient,
+    repository: str,
+    digest: str,
+    chosen: lockfile.Publication,
+    public: PublicKey | None,
+    what: str,
+) -> None:
+    """With a key, the aliases move only to a digest it signed; without one, a digest that
+    was published signed is not moved to unchecked."""
+    if public is not None:
+        require_signature(client, repository, digest, public, what)
+    elif chosen.signed is not None:
+        raise SignatureError(
+            f"{what} was published signed, and no public key is configured to check it",
+            f"pass --key PUB (or set {PUBLIC_KEY_ENV}, or commit the project's cosign.pub)",
+        )
+
+
 def rollback_build(
     build: Build,
     settings: Settings,
@@ -111,11 +132,12 @@ def rollback_build(
     to_digest: str | None = None,
     force: bool = False,
     lock: lockfile.LockHandle | None = None,
+    public: PublicKey | None = None,
 ) -> RollbackResult:
     """Move the aliases of ``repository_key`` back to an earlier passing digest.
 
     ``lock`` is the command's lock handle (else one is opened); the new state is its one
-    write."""
+    write. ``public``: the project's key; the aliases move only to a digest it signed."""
     lock = lock or lockfile.LockHandle.open(settings.lock_file)
     record = published_repositories(lock.entry(build.name))[repository_key]
     aliases = tuple(record.aliases)
@@ -137,6 +159,8 @@ def rollback_build(
             f"{repository_key}@{chosen.digest} is gone from the registry",
             "pick another digest with --to, or publish again",
         )
+    what = f"{build.name}: {repository_key}@{manifest.digest}"
+    _check_signed(client, path, manifest.digest, chosen, public, what)
     for alias in aliases:
         now = client.manifest_digest(path, alias, push=True)
         if now not in (current, manifest.digest):

@@ -147,6 +147,12 @@ class Manifest:
         return str(digest) if digest else None
 
 
+@dataclass(frozen=True)
+class PutManifest:
+    digest: str
+    subject: str | None  # the OCI-Subject header: the registry indexed a referrer
+
+
 def checked_reference(repository: str, reference: str) -> str:
     """``reference`` if it is a tag or a sha256 digest: what may go into a manifest URL (a
     digest or alias read from a lock or an index is data, never a path)."""
@@ -271,10 +277,12 @@ class RegistryClient:
         data: bytes | None = None,
         max_body: int = MANIFEST_LIMIT,
         redirects: net.Redirects = "same-host",
+        params: dict[str, str] | None = None,
+        url: str | None = None,
     ) -> requests.Response:
         if repository is not None:
             checked_repository(repository)
-        url = f"{self.registry.api_base}/v2/{path}"
+        url = url or f"{self.registry.api_base}/v2/{path}"
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}" if repository else ""
         for attempt in range(2):
             response = self._raw(
@@ -282,6 +290,7 @@ class RegistryClient:
                 url,
                 headers={**(headers or {}), **self._auth_headers(scope)},
                 data=data,
+                params=params,
                 auth=self._basic_auth(),
                 max_body=max_body,
                 redirects=redirects,
@@ -388,11 +397,20 @@ class RegistryClient:
             # A token service may accept the login but refuse the repository scope.
             self.manifest_digest(repository, "sparkbuild-access-check", push=push)
 
-    def manifest(self, repository: str, reference: str, *, push: bool = False) -> Manifest | None:
+    def manifest(
+        self,
+        repository: str,
+        reference: str,
+        *,
+        push: bool = False,
+        max_body: int = MANIFEST_LIMIT,
+    ) -> Manifest | None:
         """The manifest ``repository:reference`` (tag or digest), or None when absent.
 
         Fetched by digest, its bytes must hash to that digest (else a RegistryError naming
-        the registry, the digest and what came back): what is used is what was asked for."""
+        the registry, the digest and what came back): what is used is what was asked for.
+        ``max_body`` caps what is read (a referrers index or a signature is far smaller
+        than an image's manifest may be)."""
         reference = checked_reference(repository, reference)
         response = self._request(
             "GET",
@@ -400,6 +418,7 @@ class RegistryClient:
             repository=repository,
             push=push,
             headers={"Accept": ", ".join(MANIFEST_TYPES)},
+            max_body=max_body,
         )
         if response.status_code == 404:
             return None
@@ -478,6 +497,100 @@ class RegistryClient:
             )
         return served
 
+    def put_manifest_bytes(
+        self, repository: str, reference: str, media_type: str, body: bytes
+    ) -> PutManifest:
+        """PUT ``body`` as ``repository:reference`` (a tag, or its own digest); what the
+        registry stored, and the ``OCI-Subject`` it answered with (a registry that serves
+        the referrers API names the subject it indexed)."""
+        reference = checked_reference(repository, reference)
+        digest = sha256_digest(body)
+        if DIGEST.match(reference) and reference != digest:
+            raise RegistryError(f"manifest bytes hash to {digest}, not {reference}")
+        response = self._request(
+            "PUT",
+            f"{repository}/manifests/{reference}",
+            repository=repository,
+            push=True,
+            headers={"Content-Type": media_type},
+            data=body,
+        )
+        self._expect_ok(response, f"PUT manifest {repository}:{reference}")
+        served = response.headers.get("Docker-Content-Digest") or digest
+        if served != digest:
+            raise RegistryError(
+                f"registry stored {repository}:{reference} as {served}, expected {digest}",
+                "the registry rewrote the manifest; do not publish through it",
+            )
+        return PutManifest(digest, response.headers.get("OCI-Subject"))
+
+    def blob_exists(self, repository: str, digest: str, *, push: bool = False) -> bool:
+        response = self._request(
+            "HEAD",
+            f"{repository}/blobs/{checked_reference(repository, digest)}",
+            repository=repository,
+            push=push,
+            redirects="content",
+        )
+        if response.status_code == 404:
+            return False
+        self._expect_ok(response, f"HEAD blob {repository}@{digest}")
+        return True
+
+    def put_blob(self, repository: str, data: bytes) -> str:
+        """Upload ``data`` (small: a payload, an envelope, a config) in one request; its
+        digest. Nothing is sent when the registry already holds it."""
+        digest = sha256_digest(data)
+        if self.blob_exists(repository, digest, push=True):
+            return digest
+        started = self._request(
+            "POST", f"{repository}/blobs/uploads/", repository=repository, push=True
+        )
+        self._expect_ok(started, f"POST blob upload {repository}")
+        location = self._upload_location(started, repository)
+        response = self._request(
+            "PUT",
+            "",
+            repository=repository,
+            push=True,
+            headers={"Content-Type": "application/octet-stream"},
+            data=data,
+            params={"digest": digest},
+            url=location,
+        )
+        self._expect_ok(response, f"PUT blob {repository}@{digest}")
+        return digest
+
+    def _upload_location(self, response: requests.Response, repository: str) -> str:
+        """Where the upload goes on: the registry's own address, never another host."""
+        location = response.headers.get("Location", "")
+        if location.startswith("/"):
+            location = self.registry.api_base + location
+        if not location.startswith(self.registry.api_base + "/"):
+            raise RegistryError(
+                f"registry {self.registry.host} sent the upload of {repository} elsewhere "
+                f"({location[:80]!r})",
+                "do not publish through a registry or proxy that redirects uploads",
+            )
+        return location
+
+    def referrers(self, repository: str, digest: str, artifact_type: str) -> bytes | None:
+        """The referrers API's index for ``digest`` (filtered by ``artifact_type`` where the
+        registry filters), or None when the registry does not serve the API (404, or an
+        answer that is not an index, as GHCR's redirect is)."""
+        response = self._request(
+            "GET",
+            f"{repository}/referrers/{checked_reference(repository, digest)}",
+            repository=repository,
+            headers={"Accept": "application/vnd.oci.image.index.v1+json"},
+            params={"artifactType": artifact_type},
+            redirects="none",
+        )
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        if response.status_code != 200 or media_type != "application/vnd.oci.image.index.v1+json":
+            return None
+        return response.content
+
     def _expect_ok(self, response: requests.Response, what: str) -> None:
         if not response.ok:
             raise RegistryError(
@@ -486,7 +599,9 @@ class RegistryClient:
             )
 
 
-def get_blob(client: RegistryClient, repository: str, digest: str) -> bytes:
+def get_blob(
+    client: RegistryClient, repository: str, digest: str, *, limit: int = BLOB_LIMIT
+) -> bytes:
     """A small blob (an image config) by digest, checked against its digest.
 
     Registries hand blobs out from storage on other hosts (S3, a CDN): a redirect there is
@@ -497,7 +612,7 @@ def get_blob(client: RegistryClient, repository: str, digest: str) -> bytes:
         "GET",
         f"{repository}/blobs/{digest}",
         repository=repository,
-        max_body=BLOB_LIMIT,
+        max_body=limit,
         redirects="content",
     )
     client._expect_ok(response, f"GET blob {repository}@{digest}")

@@ -249,6 +249,15 @@ def _count(number: int, noun: str, plural: str | None = None) -> str:
     return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
+def _signed_note(signed: lockfile.SignedRecord | None) -> str:
+    """The publication's signed and attested state, and its SBOM's size (docs/verify.md)."""
+    if signed is None:
+        return "not signed"
+    kinds = ", ".join(sorted(signed.attestations)) or "nothing"
+    packages = f"; SBOM: {_count(signed.sbom_packages, 'package')}" if signed.sbom_packages else ""
+    return f"signed by {str(signed.key)[:19]}; attested: {kinds}{packages}"
+
+
 def publish_cells(name: str, entry: lockfile.BuildEntry, context: Context) -> list[StageCell]:
     image_id = current_image(entry)
     cells = []
@@ -267,6 +276,7 @@ def publish_cells(name: str, entry: lockfile.BuildEntry, context: Context) -> li
             notes.append("published unverified (--force)")
         else:
             tone = "good"
+        notes.append(_signed_note(record.signed))
         cells.append(StageCell("publish", "published", tone, date, record.verified, repository,
                                tuple(notes)))  # fmt: skip
     return cells or [StageCell("publish", "not published", "none")]

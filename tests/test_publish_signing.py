@@ -1,0 +1,770 @@
+"""Signed, attested publications end to end: a real arm64 image, a real registry
+(Distribution 2.8: no referrers API, so the fallback tag), the CLI, and independent readers.
+
+A key pair made by `sparkbuild keys generate` signs a publication; `sparkbuild verify`
+passes it; the statements parse with the in-toto attestation library and the SBOM validates
+with CycloneDX's own validator; openssl checks the image signature from the registry's bytes;
+skopeo copies the image with its signature. Then each bad input fails by name, and nothing is
+signed or recorded: a key others may read, a wrong passphrase, a tampered signature, a
+statement about another digest, a referrer of another image, a huge or malformed referrers
+index. The private key and its passphrase appear in no output and no file written.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from google.protobuf import json_format
+from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+from in_toto_attestation.v1 import statement_pb2
+from in_toto_attestation.v1.statement import Statement
+
+from sparkbuild.attest import layout
+from tests.support.cli import CliResult
+from tests.support.docker_env import LocalRegistry, docker_cli, docker_login, require_command
+from tests.support.image_project import load_lock
+from tests.support.oci_push import push_blob, push_image, put_manifest
+from tests.support.preflight_lock import record_preflight
+from tests.support.publish_env import (
+    BUILD,
+    PROFILE,
+    PublishEnv,
+    publish_env,
+    record_smoke,
+    run_publish_cli,
+)
+
+pytestmark = [pytest.mark.docker]
+
+PASSPHRASE = "tr0ub4dor-and-3-more-words"
+REPOSITORY = "sparkbuild/sglang"
+
+
+@dataclass
+class Keys:
+    private: Path
+    public: Path
+
+
+@dataclass
+class Signed:
+    env: PublishEnv
+    keys: Keys
+    other: Keys  # another key pair: its signatures must not pass
+    outputs: list[str]  # every stdout and stderr of the signing commands
+
+    def sign_env(self, passphrase: str = PASSPHRASE) -> dict[str, str]:
+        return {**self.env.creds_env(), "SPARKBUILD_SIGNING_PASSWORD": passphrase}
+
+    def publish(
+        self,
+        *args: str,
+        lock: Path | None = None,
+        passphrase: str = PASSPHRASE,
+        key: Path | None = None,
+    ) -> CliResult:
+        result = self.env.publish(
+            "--sign-key",
+            str(key or self.keys.private),
+            *args,
+            lock=lock,
+            env=self.sign_env(passphrase),
+        )
+        self.outputs += [result.stdout, result.stderr]
+        return result
+
+    def verify(self, reference: str, *args: str, key: Path | None = None) -> CliResult:
+        result = run_publish_cli(
+            self.env.project,
+            "verify",
+            reference,
+            "--key",
+            str(key or self.keys.public),
+            *args,
+            env=self.env.creds_env(),
+            docker_config=self.env.empty_docker_config,
+        )
+        self.outputs += [result.stdout, result.stderr]
+        return result
+
+    def passing_lock(self, name: str) -> Path:
+        copy = self.env.lock_copy(name)
+        record_smoke(copy, BUILD, PROFILE)
+        record_preflight(copy, BUILD, PROFILE)
+        return copy
+
+
+def _generate(env: PublishEnv, prefix: Path) -> Keys:
+    result = run_publish_cli(
+        env.project,
+        "keys",
+        "generate",
+        "--output-prefix",
+        str(prefix),
+        env={"SPARKBUILD_SIGNING_PASSWORD": PASSPHRASE},
+    )
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert PASSPHRASE not in result.stdout + result.stderr
+    return Keys(prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub"))
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Signed]:
+    with publish_env(tmp_path_factory.mktemp("signing"), "sparkbuild-tests/signing-{build}") as env:
+        keys = _generate(env, env.work / "keys" / "cosign")
+        other = _generate(env, env.work / "keys" / "other")
+        yield Signed(env, keys, other, [])
+
+
+def _output(result: CliResult) -> str:
+    return result.stdout + result.stderr
+
+
+def _get(
+    registry: LocalRegistry, path: str, accept: str = layout.OCI_MANIFEST
+) -> requests.Response:
+    response = requests.get(
+        f"{registry.url}/v2/{path}", headers={"Accept": accept}, auth=registry.auth, timeout=30
+    )
+    response.raise_for_status()
+    return response
+
+
+def _publish_case(signed: Signed, case: str, *args: str, **kwargs: Any) -> tuple[CliResult, Path]:
+    lock = signed.passing_lock(case)
+    result = signed.publish(
+        "--repository", f"{case}/{{engine}}", "--no-alias", *args, lock=lock, **kwargs
+    )
+    return result, lock
+
+
+def _record(lock: Path, repository: str, registry: LocalRegistry) -> dict[str, Any] | None:
+    publish = yaml.safe_load(lock.read_text())["builds"][BUILD].get("publish") or {}
+    record: dict[str, Any] | None = publish.get(f"{registry.address}/{repository}")
+    return record
+
+
+def _statement(registry: LocalRegistry, repository: str, referrer: str) -> dict[str, Any]:
+    manifest = _get(registry, f"{repository}/manifests/{referrer}").json()
+    (layer,) = manifest["layers"]
+    assert layer["mediaType"] == layout.DSSE_ENVELOPE
+    envelope = _get(registry, f"{repository}/blobs/{layer['digest']}").json()
+    assert envelope["payloadType"] == "application/vnd.in-toto+json"
+    statement: dict[str, Any] = json.loads(base64.b64decode(envelope["payload"]))
+    return statement
+
+
+def test_keys_generate_writes_cosign_keys(signed: Signed) -> None:
+    private, public = signed.keys.private, signed.keys.public
+    assert oct(private.stat().st_mode & 0o777) == "0o600"
+    text = private.read_text()
+    assert text.startswith("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n")
+    body = json.loads(base64.b64decode("".join(text.splitlines()[1:-1])))
+    assert body["kdf"]["name"] == "scrypt" and body["kdf"]["params"] == {"N": 32768, "r": 8, "p": 1}
+    assert (
+        body["cipher"]["name"] == "nacl/secretbox"
+        and len(base64.b64decode(body["cipher"]["nonce"])) == 24
+    )
+    assert public.read_text().startswith("-----BEGIN PUBLIC KEY-----\n")
+    # openssl reads the public key as a P-256 key: a standard SubjectPublicKeyInfo PEM.
+    shown = subprocess.run(
+        [require_command("openssl"), "pkey", "-pubin", "-in", str(public), "-noout", "-text"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "prime256v1" in shown.stdout or "P-256" in shown.stdout
+    again = run_publish_cli(
+        signed.env.project,
+        "keys",
+        "generate",
+        "--output-prefix",
+        str(private.with_suffix("")),
+        env={"SPARKBUILD_SIGNING_PASSWORD": "x" * 8},
+    )
+    assert again.exit_code == 2 and "never overwritten" in again.stderr
+    assert private.read_text() == text
+
+
+def test_signed_publish_verifies(signed: Signed) -> None:
+    env = signed.env
+    record_smoke(env.lock, BUILD, PROFILE)
+    record_preflight(env.lock, BUILD, PROFILE)
+    result = signed.publish("--json")
+    assert result.exit_code == 0, _output(result)
+    (payload,) = json.loads(result.stdout)["results"]
+    digest = payload["digest"]
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None
+    signature = record["signed"]
+    assert signature == payload["signed"]
+    assert signature["referrers"] == "tag"  # Distribution 2.8 has no referrers API
+    assert set(signature["attestations"]) == {"sbom", "provenance", "verdicts"}
+    assert signature["sbom_packages"] > 50  # a debootstrap Debian and its Python
+    assert record["history"][-1]["signed"] == signature
+    assert (
+        env.registry.manifest_digest(REPOSITORY, layout.signature_tag(digest))
+        == signature["signature"]
+    )
+
+    reference = f"{env.registry.address}/{REPOSITORY}@{digest}"
+    verified = signed.verify(reference, "--json")
+    assert verified.exit_code == 0, _output(verified)
+    report = json.loads(verified.stdout)
+    assert report["ok"] is True and report["build"] == BUILD
+    assert {f["name"] for f in report["findings"]} == {
+        "signature",
+        "attestation:sbom",
+        "attestation:provenance",
+        "attestation:verdicts",
+        "provenance-lock",
+        "verdicts-smoke",
+    }
+    human = signed.verify(reference)
+    assert human.exit_code == 0 and "verified" in human.stdout
+
+    # Another key's view: every signature fails, by name.
+    other = signed.verify(reference, "--json", key=signed.other.public)
+    assert other.exit_code == 1
+    failed = {f["name"]: f for f in json.loads(other.stdout)["findings"] if not f["ok"]}
+    assert failed["signature"]["error"] == "SignatureError"
+    assert failed["attestation:provenance"]["error"] == "AttestationError"
+
+    # Publishing again changes nothing: the signature verifies, the lock stays byte-equal.
+    before = env.lock.read_bytes()
+    again = signed.publish()
+    assert again.exit_code == 0, _output(again)
+    assert env.lock.read_bytes() == before
+
+
+def test_statements_parse_with_the_in_toto_and_cyclonedx_libraries(signed: Signed) -> None:
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    digest, attestations = record["digest"], record["signed"]["attestations"]
+    parsed = {}
+    for kind, referrer in attestations.items():
+        data = _statement(env.registry, REPOSITORY, referrer)
+        message = json_format.ParseDict(data, statement_pb2.Statement())
+        statement = Statement.copy_from_pb(message)
+        statement.validate()
+        first = statement.pb.subject[0]
+        assert first.digest["sha256"] == digest.removeprefix("sha256:")
+        parsed[kind] = data
+    sbom = parsed["sbom"]["predicate"]
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(sbom)) is None
+    purls = [c.get("purl", "") for c in sbom["components"]]
+    assert any(p.startswith("pkg:deb/debian/libc6@") for p in purls)
+    assert any(p.startswith("pkg:deb/debian/python3") for p in purls)
+    engine = next(c for c in sbom["components"] if c["bom-ref"] == "engine")
+    (patch,) = engine["pedigree"]["patches"]
+    assert patch["type"] == "unofficial" and "greeting.patch" in patch["diff"]["url"]
+    locked = load_lock(env.project)["builds"][BUILD]
+    names = {p["name"]: p["value"] for p in engine["properties"]}
+    assert (
+        names["sparkbuild:patch:patches/sglang/greeting.patch:sha256"]
+        == locked["source"]["patches"][0]["sha256"]
+    )
+    assert engine["pedigree"]["commits"][0]["uid"] == locked["source"]["commit"]
+
+    provenance = json_format.ParseDict(
+        parsed["provenance"]["predicate"], provenance_pb2.Provenance()
+    )
+    assert provenance.build_definition.build_type.startswith("https://")
+    assert provenance.build_definition.external_parameters["build"] == BUILD
+    assert provenance.build_definition.external_parameters["specFile"] == "builds/sglang.yaml"
+    dependencies = {
+        d.name: dict(d.digest) for d in provenance.build_definition.resolved_dependencies
+    }
+    assert dependencies["source"] == {"gitCommit": locked["source"]["commit"]}
+    assert dependencies["base-image"]["sha256"] == locked["image"]["base_digest"].removeprefix(
+        "sha256:"
+    )
+    assert provenance.run_details.builder.version["sparkbuild"]
+
+    verdicts = parsed["verdicts"]["predicate"]
+    assert (
+        verdicts["smoke"][PROFILE]["verdict"] == "pass" and verdicts["smoke"][PROFILE]["verified"]
+    )
+    assert verdicts["image"]["imageId"] == locked["image"]["image_id"]
+
+
+def test_openssl_checks_the_signature_and_skopeo_copies_it(signed: Signed) -> None:
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    digest = record["digest"]
+    manifest = _get(env.registry, f"{REPOSITORY}/manifests/{layout.signature_tag(digest)}").json()
+    (layer,) = manifest["layers"]
+    assert layer["mediaType"] == "application/vnd.dev.cosign.simplesigning.v1+json"
+    payload = _get(env.registry, f"{REPOSITORY}/blobs/{layer['digest']}").content
+    assert json.loads(payload)["critical"]["image"]["docker-manifest-digest"] == digest
+    work = env.work / "openssl"
+    work.mkdir(exist_ok=True)
+    (work / "payload").write_bytes(payload)
+    (work / "sig").write_bytes(
+        base64.b64decode(layer["annotations"]["dev.cosignproject.cosign/signature"])
+    )
+    openssl = require_command("openssl")
+    check = [openssl, "dgst", "-sha256", "-signature", str(work / "sig"), str(work / "payload")]
+    ok = subprocess.run(
+        [*check[:2], "-verify", str(signed.keys.public), *check[2:]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0 and "Verified OK" in ok.stdout, ok.stderr
+    wrong = subprocess.run(
+        [*check[:2], "-verify", str(signed.other.public), *check[2:]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert wrong.returncode != 0
+
+    # `skopeo copy` with sigstore attachments (docs/verify.md) keeps the signature.
+    skopeo = require_command("skopeo")
+    copied = _skopeo(
+        env,
+        skopeo,
+        "copy",
+        "--preserve-digests",
+        f"docker://{env.registry.address}/{REPOSITORY}@{digest}",
+        f"docker://{env.registry.address}/mirror/sglang:copy",
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert env.registry.manifest_digest("mirror/sglang", layout.signature_tag(digest)) is not None
+
+
+def _skopeo(env: PublishEnv, skopeo: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """skopeo accepting any image, with sigstore attachments, to and from the test registry."""
+    policy = env.work / "accept-anything.json"
+    policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+    assert env.registry.auth is not None
+    creds = ":".join(env.registry.auth)
+    dest = ["--dest-creds", creds, "--dest-tls-verify=false"]
+    return _skopeo_with(env, skopeo, policy, args[0], *dest, *args[1:])
+
+
+def _nothing_signed(signed: Signed, case: str, lock: Path, digest: str | None = None) -> None:
+    assert _record(lock, f"{case}/sglang", signed.env.registry) is None
+    if digest is not None:
+        tag = layout.signature_tag(digest)
+        assert signed.env.registry.manifest_digest(f"{case}/sglang", tag) is None
+
+
+def test_a_key_others_may_read_or_a_wrong_passphrase_is_refused(signed: Signed) -> None:
+    exposed = signed.env.work / "keys" / "exposed.key"
+    exposed.write_bytes(signed.keys.private.read_bytes())
+    exposed.chmod(0o644)
+    result, lock = _publish_case(signed, "exposed", key=exposed)
+    assert result.exit_code == 1, _output(result)
+    assert "readable by other users" in result.stderr and "chmod 600" in result.stderr
+    _nothing_signed(signed, "exposed", lock)
+    assert signed.env.registry.manifest_digest("exposed/sglang", "0.5.12-sm121") is None
+
+    wrong, lock = _publish_case(signed, "wrong-passphrase", passphrase="not-" + PASSPHRASE)
+    assert wrong.exit_code == 1, _output(wrong)
+    assert "passphrase does not decrypt" in wrong.stderr
+    _nothing_signed(signed, "wrong-passphrase", lock)
+
+
+def _published(signed: Signed, case: str) -> tuple[str, Path]:
+    """Publish, signed, to ``case/sglang``; its digest and lock."""
+    result, lock = _publish_case(signed, case)
+    assert result.exit_code == 0, _output(result)
+    record = _record(lock, f"{case}/sglang", signed.env.registry)
+    assert record is not None
+    return str(record["digest"]), lock
+
+
+def _put(
+    registry: LocalRegistry, repository: str, reference: str | None, body: dict[str, Any]
+) -> str:
+    return put_manifest(registry, repository, reference, body).digest
+
+
+def _failed(result: CliResult) -> dict[str, dict[str, Any]]:
+    return {f["name"]: f for f in json.loads(result.stdout)["findings"] if not f["ok"]}
+
+
+def test_a_tampered_signature_fails_by_name(signed: Signed) -> None:
+    env = signed.env
+    digest, _ = _published(signed, "tampered")
+    repository, tag = "tampered/sglang", layout.signature_tag(digest)
+    manifest = _get(env.registry, f"{repository}/manifests/{tag}").json()
+    layer = manifest["layers"][0]
+    raw = bytearray(base64.b64decode(layer["annotations"][layout.SIGNATURE_ANNOTATION]))
+    raw[-1] ^= 1
+    layer["annotations"][layout.SIGNATURE_ANNOTATION] = base64.b64encode(bytes(raw)).decode()
+    _put(env.registry, repository, tag, manifest)
+    result = signed.verify(f"{env.registry.address}/{repository}@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)
+    assert set(failed) == {"signature"}
+    assert failed["signature"]["error"] == "SignatureError"
+    assert "does not verify with this key" in failed["signature"]["detail"]
+    assert "signature failed" in result.stderr
+
+
+def _envelope_layer(
+    signed: Signed, repository: str, statement: dict[str, Any], predicate: str
+) -> dict[str, Any]:
+    from sparkbuild.attest import keys, signing
+
+    key = keys.load_private(signed.keys.private, PASSPHRASE.encode())
+    envelope = json.dumps(
+        signing.envelope(json.dumps(statement).encode(), signing.KeySigner(key))
+    ).encode()
+    digest = push_blob(signed.env.registry, repository, envelope)
+    return {
+        "mediaType": layout.DSSE_ENVELOPE,
+        "digest": digest,
+        "size": len(envelope),
+        "annotations": {layout.PREDICATE_ANNOTATION: predicate},
+    }
+
+
+def _referrer(
+    signed: Signed, repository: str, subject: str, layer: dict[str, Any], predicate: str
+) -> dict[str, Any]:
+    """A referrer manifest (pushed by digest) and its index entry."""
+    push_blob(signed.env.registry, repository, layout.EMPTY_JSON)
+    body = {
+        "schemaVersion": 2,
+        "mediaType": layout.OCI_MANIFEST,
+        "artifactType": layout.ATTESTATION_ARTIFACT,
+        "config": {
+            "mediaType": layout.EMPTY_CONFIG,
+            "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
+            "size": 2,
+        },
+        "layers": [layer],
+        "subject": {"mediaType": layout.OCI_MANIFEST, "digest": subject, "size": 1},
+        "annotations": {layout.PREDICATE_ANNOTATION: predicate},
+    }
+    pushed = put_manifest(signed.env.registry, repository, None, body)
+    return {
+        "mediaType": layout.OCI_MANIFEST,
+        "digest": pushed.digest,
+        "size": pushed.size,
+        "artifactType": layout.ATTESTATION_ARTIFACT,
+        "annotations": {layout.PREDICATE_ANNOTATION: predicate},
+    }
+
+
+def _add_to_index(signed: Signed, repository: str, digest: str, entry: dict[str, Any]) -> None:
+    tag = layout.fallback_tag(digest)
+    index = _get(signed.env.registry, f"{repository}/manifests/{tag}", layout.OCI_INDEX).json()
+    index["manifests"].append(entry)
+    _put(signed.env.registry, repository, tag, index)
+
+
+def test_a_statement_about_another_digest_fails_by_name(signed: Signed) -> None:
+    env = signed.env
+    digest, _ = _published(signed, "elsewhere")
+    repository = "elsewhere/sglang"
+    other = push_image(env.registry, repository, "linux/arm64", "another image").digest
+    predicate = "https://sparkbuild.dev/attestation/verdicts/v1"
+    statement = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "predicateType": predicate,
+        "subject": [{"name": "x", "digest": {"sha256": other.removeprefix("sha256:")}}],
+        "predicate": {"smoke": {PROFILE: {"verdict": "pass"}}},
+    }
+    layer = _envelope_layer(signed, repository, statement, predicate)
+    _add_to_index(
+        signed, repository, digest, _referrer(signed, repository, digest, layer, predicate)
+    )
+    result = signed.verify(f"{env.registry.address}/{repository}@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)
+    assert failed["attestation:verdicts"]["error"] == "AttestationError"
+    assert f"a signed statement about {other}" in failed["attestation:verdicts"]["detail"]
+
+
+def test_a_referrer_of_another_image_is_refused_and_nothing_is_signed(signed: Signed) -> None:
+    env = signed.env
+    digest, lock = _published(signed, "stray")
+    repository = "stray/sglang"
+    other = push_image(env.registry, repository, "linux/arm64", "a stray image").digest
+    predicate = "https://slsa.dev/provenance/v1"
+    layer = _envelope_layer(
+        signed, repository, {"_type": "https://in-toto.io/Statement/v1"}, predicate
+    )
+    _add_to_index(
+        signed, repository, digest, _referrer(signed, repository, other, layer, predicate)
+    )
+    result = signed.verify(f"{env.registry.address}/{repository}@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)
+    assert failed["referrers"]["error"] == "ReferrersError"
+    assert f"but it refers to {other}" in failed["referrers"]["detail"]
+
+    # Publishing there again (a new alias) refuses before it writes anything.
+    signature = env.registry.manifest_digest(repository, layout.signature_tag(digest))
+    before = lock.read_bytes()
+    again = signed.publish("--repository", "stray/{engine}", "--alias", "next", lock=lock)
+    assert again.exit_code == 1, _output(again)
+    assert "refers to" in again.stderr and "Traceback" not in again.stderr
+    assert lock.read_bytes() == before
+    assert env.registry.manifest_digest(repository, "next") is None
+    assert env.registry.manifest_digest(repository, layout.signature_tag(digest)) == signature
+
+
+def _plant_index(
+    signed: Signed, repository: str, digest: str, entries: list[dict[str, Any]]
+) -> None:
+    index = {"schemaVersion": 2, "mediaType": layout.OCI_INDEX, "manifests": entries}
+    _put(signed.env.registry, repository, layout.fallback_tag(digest), index)
+
+
+def test_a_huge_or_malformed_referrers_index_is_refused(signed: Signed) -> None:
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    digest = str(record["digest"])  # the same image pushed elsewhere has the same digest
+    for case in ("huge", "malformed"):
+        repository = f"{case}/sglang"
+        stand_in = push_image(env.registry, repository, "linux/arm64", case)
+        entry = stand_in.descriptor(artifactType=layout.ATTESTATION_ARTIFACT)
+        if case == "huge":  # 300 entries, each with 2 kB of annotations: over 512 KiB
+            entries = [{**entry, "annotations": {"padding": "x" * 2000}}] * 300
+        else:
+            entries = [{**entry, "artifactType": 1234}]
+        _plant_index(signed, repository, digest, entries)
+        result, lock = _publish_case(signed, case)
+        assert result.exit_code == 1, _output(result)
+        assert "referrers index" in result.stderr and "Traceback" not in result.stderr
+        assert ("malformed" if case == "malformed" else "cannot be read") in result.stderr
+        _nothing_signed(signed, case, lock, digest)
+
+
+def test_rollback_moves_aliases_only_to_signed_digests(signed: Signed) -> None:
+    env = signed.env
+    digest, lock = _published(signed, "rollback")
+    repository = "rollback/sglang"
+    unsigned = push_image(env.registry, repository, "linux/arm64", "an unsigned image")
+    data = yaml.safe_load(lock.read_text())
+    record = data["builds"][BUILD]["publish"][f"{env.registry.address}/{repository}"]
+    signed_entry = record["history"][-1]
+    unsigned_entry = {**copy.deepcopy(signed_entry), "digest": unsigned.digest}
+    unsigned_entry.pop("signed")
+    record["aliases"] = ["latest"]
+    record["history"] = [unsigned_entry, signed_entry]
+    lock.write_text(yaml.safe_dump(data))
+
+    def rollback(*args: str) -> CliResult:
+        return run_publish_cli(
+            env.project,
+            "--lock-file",
+            str(lock),
+            "rollback",
+            BUILD,
+            "--registry",
+            env.registry.address,
+            "--repository",
+            "rollback/{engine}",
+            *args,
+            env=env.creds_env(),
+            docker_config=env.empty_docker_config,
+        )
+
+    refused = rollback("--key", str(signed.keys.public))
+    assert refused.exit_code == 1, _output(refused)
+    assert f"{repository}@{unsigned.digest}" in refused.stderr and "is not signed" in refused.stderr
+    assert env.registry.manifest_digest(repository, "latest") is None
+    assert yaml.safe_load(lock.read_text()) == data
+
+    # The signed digest is fine to move back to; without a key, a signed one is not.
+    record["history"] = [signed_entry, copy.deepcopy(unsigned_entry)]
+    record["digest"] = unsigned.digest
+    lock.write_text(yaml.safe_dump(data))
+    unchecked = rollback()
+    assert unchecked.exit_code == 1 and "no public key is configured" in unchecked.stderr
+    moved = rollback("--key", str(signed.keys.public))
+    assert moved.exit_code == 0, _output(moved)
+    assert env.registry.manifest_digest(repository, "latest") == digest
+
+
+def test_smoke_and_bench_key_refuses_an_unsigned_image_naming_the_node(
+    signed: Signed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--key` before an engine runs: the image on each node must be one the key signed
+    (engines.signed, called by make_target and make_cluster_target before anything starts)."""
+    from sparkbuild import dockerhost
+    from sparkbuild.attest.keys import load_public
+    from sparkbuild.engines.signed import require_signed
+    from sparkbuild.errors import SignatureError
+
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    login = docker_login(env.registry, env.work / "docker-config-pull")
+    by_digest = f"{env.registry.address}/{REPOSITORY}@{record['digest']}"
+    pull = subprocess.run(
+        [docker_cli(), "pull", by_digest], env=login, capture_output=True, text=True, check=False
+    )
+    assert pull.returncode == 0, pull.stderr
+    env.images.append(by_digest)
+    here = [("this host", dockerhost.client())]
+    monkeypatch.setenv("DOCKER_CONFIG", login["DOCKER_CONFIG"])  # the registry's login
+    require_signed(by_digest, here, load_public(signed.keys.public))  # passes
+    with pytest.raises(SignatureError, match=r"node this host: .* does not verify with this key"):
+        require_signed(by_digest, here, load_public(signed.other.public))
+    with pytest.raises(SignatureError, match=r"node this host: .* is not signed \(no sha256-"):
+        require_signed(env.base_ref, here, load_public(signed.keys.public))  # pulled, unsigned
+    local = "sparkbuild-tests/signing-imported:local"  # no registry digest to check
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("empty"), io.BytesIO(b""))
+    imported = subprocess.run(
+        [docker_cli(), "import", "-", local],
+        input=archive.getvalue(),
+        capture_output=True,
+        check=False,
+    )
+    assert imported.returncode == 0, imported.stderr
+    env.images.append(local)
+    with pytest.raises(SignatureError, match=r"node this host: .* no registry digest"):
+        require_signed(local, here, load_public(signed.keys.public))
+    usage = run_publish_cli(
+        env.project,
+        "smoke",
+        "--url",
+        "http://127.0.0.1:9",
+        "--profile",
+        PROFILE,
+        "--key",
+        str(signed.keys.public),
+    )
+    assert usage.exit_code == 2 and "only applies to --image" in usage.stderr
+
+
+DEBIAN_SIGSTORE_OFF = "sigstore disabled"
+
+
+def test_skopeo_verifies_the_signature_on_pull(signed: Signed) -> None:
+    """containers/image's own check: with a `sigstoreSigned` policy for our key, `skopeo copy`
+    of the published image succeeds, and fails for an unsigned image, one signed by another
+    key, and another image pushed under the same tag. Debian 12's skopeo is built with
+    sigstore disabled (it refuses every sigstore signature, ours or not), so there the test
+    is skipped, saying so; upstream skopeo runs it."""
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    skopeo = require_command("skopeo")
+    policy = env.work / "sigstore-policy.json"
+    requirement = {
+        "type": "sigstoreSigned",
+        "keyPath": str(signed.keys.public),
+        "signedIdentity": {"type": "matchRepository"},
+    }
+    policy.write_text(
+        json.dumps(
+            {
+                "default": [{"type": "reject"}],
+                "transports": {
+                    "docker": {env.registry.address: [requirement]},
+                    "dir": {"": [{"type": "insecureAcceptAnything"}]},
+                },
+            }
+        )
+    )
+
+    def pull(reference: str) -> subprocess.CompletedProcess[str]:
+        target = env.work / "pulled" / reference.replace("/", "_").replace(":", "_")
+        target.parent.mkdir(exist_ok=True)
+        return _skopeo_with(env, skopeo, policy, "copy", f"docker://{reference}", f"dir:{target}")
+
+    tag = record["tag"]
+    good = pull(f"{env.registry.address}/{REPOSITORY}:{tag}")
+    if good.returncode != 0 and DEBIAN_SIGSTORE_OFF in good.stderr:
+        pytest.skip(f"this skopeo is built without sigstore: {good.stderr.strip()[-120:]}")
+    assert good.returncode == 0, good.stderr
+    unsigned = push_image(env.registry, "unsigned/sglang", "linux/arm64", "unsigned")
+    put_manifest(
+        env.registry,
+        "unsigned/sglang",
+        "v1",
+        _get(env.registry, f"unsigned/sglang/manifests/{unsigned.digest}").json(),
+    )
+    assert pull(f"{env.registry.address}/unsigned/sglang:v1").returncode != 0
+    other, _ = _publish_case(signed, "other-key", key=signed.other.private)
+    assert other.exit_code == 0, _output(other)
+    assert pull(f"{env.registry.address}/other-key/sglang:{tag}").returncode != 0
+    put_manifest(
+        env.registry,
+        REPOSITORY,
+        tag,
+        _get(env.registry, f"unsigned/sglang/manifests/{unsigned.digest}").json(),
+    )
+    assert pull(f"{env.registry.address}/{REPOSITORY}:{tag}").returncode != 0  # re-pushed tag
+
+
+def _skopeo_with(
+    env: PublishEnv, skopeo: str, policy: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    registries = env.work / "registries.d"
+    registries.mkdir(exist_ok=True)
+    (registries / "sparkbuild.yaml").write_text(
+        yaml.safe_dump({"default-docker": {"use-sigstore-attachments": True}})
+    )
+    assert env.registry.auth is not None
+    return subprocess.run(
+        [
+            skopeo,
+            "--policy",
+            str(policy),
+            "--registries.d",
+            str(registries),
+            args[0],
+            "--src-creds",
+            ":".join(env.registry.auth),
+            "--src-tls-verify=false",
+            *args[1:],
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_the_key_and_passphrase_never_leak(signed: Signed) -> None:
+    """Every output of the signing commands, and every file under the test's work tree and
+    the registry's storage (except the key file itself), holds neither the passphrase nor any
+    line of the private key."""
+    secrets = [PASSPHRASE, *signed.keys.private.read_text().splitlines()[1:-1]]
+    secrets += signed.other.private.read_text().splitlines()[1:-1]
+    assert signed.outputs, "the signing tests ran first"
+    for text in signed.outputs:
+        assert not [s for s in secrets if s in text]
+    keys = {signed.keys.private, signed.other.private, signed.env.work / "keys" / "exposed.key"}
+    scanned = 0
+    for path in signed.env.work.rglob("*"):
+        if (
+            path.is_file()
+            and not path.is_symlink()
+            and path not in keys
+            and path.stat().st_size < 64 * 2**20
+        ):
+            data = path.read_bytes()
+            scanned += 1
+            assert not [s for s in secrets if s.encode() in data], path
+    assert scanned > 50
