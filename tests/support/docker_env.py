@@ -288,11 +288,18 @@ def debian_mirror() -> str:
 BUILD_ROOTFS = ("cmake", "g++", "make", "python3", "python3-dev", "python3-pip", "unzip")
 
 
-def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",), arch: str = "arm64") -> Path:
-    """A cached tarball of `debootstrap --arch=ARCH --variant=minbase bookworm` (arm64 unless
-    `arch` says otherwise, e.g. amd64 for native builds on this host).
+def debian_arm64_rootfs(
+    packages: tuple[str, ...] = ("python3",),
+    arch: str = "arm64",
+    *,
+    suite: str = "bookworm",
+    mirror: str | None = None,
+) -> Path:
+    """A cached tarball of `debootstrap --arch=ARCH --variant=minbase SUITE` (arm64 bookworm
+    unless `arch` or `suite` say otherwise, e.g. amd64 for native builds on this host).
 
-    `packages` go to `--include`; each distinct list has its own cached tarball.
+    `packages` go to `--include`; each distinct list has its own cached tarball. `mirror`
+    defaults to the one this machine's apt uses.
     """
     if arch == "arm64":
         require_arm64_emulation()
@@ -300,7 +307,7 @@ def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",), arch: str = "a
     cache = shared_test_cache() / "rootfs"
     cache.mkdir(parents=True, exist_ok=True)
     name = "-".join(sorted(packages)).replace("+", "p")
-    tarball = cache / f"debian-bookworm-{arch}-{name}-v{_ROOTFS_LAYOUT}.tar"
+    tarball = cache / f"debian-{suite}-{arch}-{name}-v{_ROOTFS_LAYOUT}.tar"
     if tarball.exists():
         return tarball
     with FileLock(str(tarball) + ".lock"):
@@ -310,7 +317,7 @@ def debian_arm64_rootfs(packages: tuple[str, ...] = ("python3",), arch: str = "a
             target = Path(tmp) / "root"
             include = ",".join(sorted(packages))
             cmd = [debootstrap, f"--arch={arch}", "--variant=minbase", f"--include={include}"]
-            run([*cmd, "bookworm", str(target), debian_mirror()], timeout=1800)
+            run([*cmd, suite, str(target), mirror or debian_mirror()], timeout=1800)
             partial = Path(tmp) / "rootfs.tar"
             # Drop apt lists and caches: they are large and no test needs them.
             for junk in ("var/lib/apt/lists", "var/cache/apt"):
