@@ -4,7 +4,9 @@
 A key pair made by `sparkbuild keys generate` signs a publication; `sparkbuild verify`
 passes it; the statements parse with the in-toto attestation library and the SBOM validates
 with CycloneDX's own validator; openssl checks the image signature from the registry's bytes;
-skopeo copies the image with its signature. Then each bad input fails by name, and nothing is
+skopeo copies the image with its signature. skopeo built with sigstore (Debian trixie's, in a
+container on a Debian 12 host: tests/support/skopeo_env.py) verifies it on pull, and signs
+with our key in a way `sparkbuild verify` accepts. Then each bad input fails by name, and nothing is
 signed or recorded: a key others may read, a wrong passphrase, a tampered signature, a
 statement about another digest, a referrer of another image, a huge or malformed referrers
 index. The private key and its passphrase appear in no output and no file written.
@@ -47,6 +49,15 @@ from tests.support.publish_env import (
     publish_env,
     record_smoke,
     run_publish_cli,
+)
+from tests.support.skopeo_env import (
+    KeyFiles,
+    NoSigstoreSkopeoError,
+    Skopeo,
+    accept_anything_policy,
+    sign_copy,
+    sigstore_policy,
+    sigstore_skopeo,
 )
 
 pytestmark = [pytest.mark.docker]
@@ -338,7 +349,7 @@ def test_openssl_checks_the_signature_and_skopeo_copies_it(signed: Signed) -> No
     assert wrong.returncode != 0
 
     # `skopeo copy` with sigstore attachments (docs/verify.md) keeps the signature.
-    skopeo = require_command("skopeo")
+    skopeo = Skopeo(require_command("skopeo"), "this host")  # copying needs no sigstore
     copied = _skopeo(
         env,
         skopeo,
@@ -351,7 +362,7 @@ def test_openssl_checks_the_signature_and_skopeo_copies_it(signed: Signed) -> No
     assert env.registry.manifest_digest("mirror/sglang", layout.signature_tag(digest)) is not None
 
 
-def _skopeo(env: PublishEnv, skopeo: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _skopeo(env: PublishEnv, skopeo: Skopeo, *args: str) -> subprocess.CompletedProcess[str]:
     """skopeo accepting any image, with sigstore attachments, to and from the test registry."""
     policy = env.work / "accept-anything.json"
     policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
@@ -656,36 +667,25 @@ def test_smoke_and_bench_key_refuses_an_unsigned_image_naming_the_node(
     assert usage.exit_code == 2 and "only applies to --image" in usage.stderr
 
 
-DEBIAN_SIGSTORE_OFF = "sigstore disabled"
+def _sigstore_skopeo() -> Skopeo:
+    """A skopeo built with sigstore: this host's, else Debian trixie's in a local image
+    (Debian 12's has it compiled out); the test is skipped, saying why, only without both."""
+    try:
+        return sigstore_skopeo()
+    except NoSigstoreSkopeoError as exc:
+        pytest.skip(str(exc))
 
 
 def test_skopeo_verifies_the_signature_on_pull(signed: Signed) -> None:
     """containers/image's own check: with a `sigstoreSigned` policy for our key, `skopeo copy`
     of the published image succeeds, and fails for an unsigned image, one signed by another
-    key, and another image pushed under the same tag. Debian 12's skopeo is built with
-    sigstore disabled (it refuses every sigstore signature, ours or not), so there the test
-    is skipped, saying so; upstream skopeo runs it."""
+    key, and another image pushed under the same tag."""
     env = signed.env
     record = _record(env.lock, REPOSITORY, env.registry)
     assert record is not None, "test_signed_publish_verifies publishes first"
-    skopeo = require_command("skopeo")
-    policy = env.work / "sigstore-policy.json"
-    requirement = {
-        "type": "sigstoreSigned",
-        "keyPath": str(signed.keys.public),
-        "signedIdentity": {"type": "matchRepository"},
-    }
-    policy.write_text(
-        json.dumps(
-            {
-                "default": [{"type": "reject"}],
-                "transports": {
-                    "docker": {env.registry.address: [requirement]},
-                    "dir": {"": [{"type": "insecureAcceptAnything"}]},
-                },
-            }
-        )
-    )
+    skopeo = _sigstore_skopeo()
+    accept_dir = {"dir": {"": [{"type": "insecureAcceptAnything"}]}}
+    policy = sigstore_policy(env.work / "sigstore-policy.json", signed.keys.public, accept_dir)
 
     def pull(reference: str) -> subprocess.CompletedProcess[str]:
         target = env.work / "pulled" / reference.replace("/", "_").replace(":", "_")
@@ -694,9 +694,7 @@ def test_skopeo_verifies_the_signature_on_pull(signed: Signed) -> None:
 
     tag = record["tag"]
     good = pull(f"{env.registry.address}/{REPOSITORY}:{tag}")
-    if good.returncode != 0 and DEBIAN_SIGSTORE_OFF in good.stderr:
-        pytest.skip(f"this skopeo is built without sigstore: {good.stderr.strip()[-120:]}")
-    assert good.returncode == 0, good.stderr
+    assert good.returncode == 0, f"{skopeo.where}: {good.stderr}"
     unsigned = push_image(env.registry, "unsigned/sglang", "linux/arm64", "unsigned")
     put_manifest(
         env.registry,
@@ -704,46 +702,86 @@ def test_skopeo_verifies_the_signature_on_pull(signed: Signed) -> None:
         "v1",
         _get(env.registry, f"unsigned/sglang/manifests/{unsigned.digest}").json(),
     )
-    assert pull(f"{env.registry.address}/unsigned/sglang:v1").returncode != 0
+    refused = pull(f"{env.registry.address}/unsigned/sglang:v1")
+    assert refused.returncode != 0 and "signature" in refused.stderr, refused.stderr
     other, _ = _publish_case(signed, "other-key", key=signed.other.private)
     assert other.exit_code == 0, _output(other)
-    assert pull(f"{env.registry.address}/other-key/sglang:{tag}").returncode != 0
-    put_manifest(
-        env.registry,
-        REPOSITORY,
-        tag,
-        _get(env.registry, f"unsigned/sglang/manifests/{unsigned.digest}").json(),
-    )
-    assert pull(f"{env.registry.address}/{REPOSITORY}:{tag}").returncode != 0  # re-pushed tag
+    refused = pull(f"{env.registry.address}/other-key/sglang:{tag}")
+    assert refused.returncode != 0 and "signature" in refused.stderr, refused.stderr
+    # Another image under the published tag; its blobs must be in the repository first.
+    repushed = push_image(env.registry, REPOSITORY, "linux/arm64", "another image")
+    manifest = _get(env.registry, f"{REPOSITORY}/manifests/{repushed.digest}").json()
+    put_manifest(env.registry, REPOSITORY, tag, manifest)
+    assert env.registry.manifest_digest(REPOSITORY, tag) == repushed.digest
+    refused = pull(f"{env.registry.address}/{REPOSITORY}:{tag}")
+    assert refused.returncode != 0 and "signature" in refused.stderr, refused.stderr
 
 
 def _skopeo_with(
-    env: PublishEnv, skopeo: str, policy: Path, *args: str
+    env: PublishEnv, skopeo: Skopeo, policy: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
+    """skopeo with ``policy`` and sigstore attachments, reading from the test registry
+    (every path it names is under the test's work directory)."""
+    assert env.registry.auth is not None
+    return skopeo.run(
+        "--policy",
+        str(policy),
+        "--registries.d",
+        str(_registries_d(env)),
+        args[0],
+        "--src-creds",
+        ":".join(env.registry.auth),
+        "--src-tls-verify=false",
+        *args[1:],
+        paths=[env.work],
+    )
+
+
+def _registries_d(env: PublishEnv) -> Path:
+    """A registries.d directory telling containers/image to use sigstore attachments."""
     registries = env.work / "registries.d"
     registries.mkdir(exist_ok=True)
     (registries / "sparkbuild.yaml").write_text(
         yaml.safe_dump({"default-docker": {"use-sigstore-attachments": True}})
     )
+    return registries
+
+
+def test_skopeo_signs_with_our_key_and_sparkbuild_verify_accepts_it(
+    signed: Signed, tmp_path: Path
+) -> None:
+    """Key-format interop: skopeo signs an unsigned image with the private key `sparkbuild
+    keys generate` wrote (cosign's encrypted format, with its passphrase), and `sparkbuild
+    verify` accepts that signature with our public key, and refuses one by the other key."""
+    env = signed.env
+    skopeo = _sigstore_skopeo()
+    source = push_image(env.registry, "interop-source/sglang", "linux/arm64", "interop")
+    passphrase = tmp_path / "passphrase"  # outside env.work, which the leak test reads
+    passphrase.write_text(PASSPHRASE)
+    passphrase.chmod(0o600)
+    anything = accept_anything_policy(env.work / "accept-anything.json")
     assert env.registry.auth is not None
-    return subprocess.run(
-        [
-            skopeo,
-            "--policy",
-            str(policy),
-            "--registries.d",
-            str(registries),
-            args[0],
-            "--src-creds",
-            ":".join(env.registry.auth),
-            "--src-tls-verify=false",
-            *args[1:],
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    creds = ":".join(env.registry.auth)
+    registry = ["--src-creds", creds, "--src-tls-verify=false"]
+    registry += ["--dest-creds", creds, "--dest-tls-verify=false", "--preserve-digests"]
+
+    def sign_and_verify(keys: Keys, repository: str) -> dict[str, Any]:
+        key = KeyFiles(keys.private, keys.public, passphrase)
+        source_ref = f"docker://{env.registry.address}/interop-source/sglang@{source.digest}"
+        dest_ref = f"docker://{env.registry.address}/{repository}:v1"
+        copied = sign_copy(
+            skopeo, key, anything, source_ref, dest_ref, *registry, registries=_registries_d(env)
+        )
+        assert copied.returncode == 0, f"{skopeo.where}: {copied.stderr}"
+        verified = signed.verify(f"{env.registry.address}/{repository}@{source.digest}", "--json")
+        findings = {f["name"]: f for f in json.loads(verified.stdout)["findings"]}
+        assert verified.exit_code == 1  # skopeo attached no attestations
+        return dict(findings["signature"])
+
+    ours = sign_and_verify(signed.keys, "interop/sglang")
+    assert ours["ok"] and ours["detail"].startswith("signed by "), ours
+    theirs = sign_and_verify(signed.other, "interop-other/sglang")
+    assert not theirs["ok"] and "does not verify with this key" in theirs["detail"], theirs
 
 
 def test_the_key_and_passphrase_never_leak(signed: Signed) -> None:
