@@ -122,6 +122,12 @@ RULES = [
     Rule(r"^nox -s bench -- --url", "check", "needs an engine serving at the URL"),
     Rule(r"^nox -s bump", "check", "needs SGLang's sources at the new release (GitHub)"),
     Rule(r"^nox -s preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
+    Rule(
+        r"^docker run .* skopeo copy ",
+        "check",
+        "skopeo in a trixie container against a published image: tests/test_publish_signing.py "
+        "runs it so, in the image tests/support/skopeo_env.py builds",
+    ),
     Rule(r"^(docker|spark\$|kubectl) ", "check", "needs docker buildx with a Spark or cluster"),
     Rule(r"^export SPARKBUILD_REGISTRY|SPARKBUILD_REGISTRY_USER=", "check", REGISTRY),
     Rule(r"^sparkbuild (publish|rollback|verify) ", "check", REGISTRY),
@@ -136,7 +142,8 @@ RULES = [
         r"^(skopeo|podman|cosign) ",
         "check",
         "an independent verifier against a published image (cosign does not install here; "
-        "Debian 12's skopeo and podman have sigstore disabled)",
+        "Debian 12's skopeo and podman have sigstore disabled): tests/test_publish_signing.py "
+        "runs skopeo copy with a sigstoreSigned policy, with Debian trixie's skopeo",
     ),
     Rule(r"^sparkbuild (smoke|bench) --image ", "check", SPARK),
     Rule(r"^sparkbuild bench --url ", "check", "needs an engine serving at the URL"),
