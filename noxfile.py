@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 import nox
 
@@ -11,8 +13,22 @@ nox.options.reuse_existing_virtualenvs = True
 
 
 def _cli(session: nox.Session, *args: str) -> None:
-    session.install("-e", ".")
+    _install(session)
     session.run("sparkbuild", *args, *session.posargs)
+
+
+def _install(session: nox.Session) -> None:
+    """``pip install -e .``, once per change of pyproject.toml: the install is editable, so the
+    code is read from this clone anyway, and pip's isolated build takes 15-20 s each time."""
+    location = getattr(getattr(session, "virtualenv", None), "location", None)
+    stamp = hashlib.sha256(Path("pyproject.toml").read_bytes()).hexdigest()
+    marker = Path(location) / ".sparkbuild-installed" if location else None
+    if marker is not None and marker.is_file() and marker.read_text() == stamp:
+        session.log("sparkbuild is installed (editable; pyproject.toml unchanged)")
+        return
+    session.install("-e", ".")
+    if marker is not None:
+        marker.write_text(stamp)
 
 
 @nox.session

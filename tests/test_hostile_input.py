@@ -756,7 +756,7 @@ def test_patches_json_reports_every_build(project: Project) -> None:
     assert [b["build"] for b in report["builds"]] == ["new"]
     assert [f["build"] for f in report["failed"]] == ["broken"]
     assert "v9.9.9" in report["failed"][0]["error"]
-    assert "1 build(s) could not be prepared: broken" in result.stderr
+    assert "1 build could not be prepared: broken" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -229,6 +229,11 @@ out = SafeConsole(highlight=False, soft_wrap=True)
 err_stream = cast(IO[str], SafeStream(lambda: sys.stderr))
 
 
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``1 build``, ``2 builds``: a count and its noun, in the number the count asks for."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
 def set_quiet(quiet: bool) -> None:
     _state["quiet"] = quiet
 

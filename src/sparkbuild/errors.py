@@ -82,6 +82,26 @@ class RemoteError(SparkbuildError):
     """A git remote could not be listed or fetched (after retries where they can help)."""
 
 
+class UnreachableError(SparkbuildError):
+    """A host that cannot be reached at all: its name does not resolve, it refuses the
+    connection, or no route leads to it. Not retried, and not asked again in the same run.
+
+    ``url`` is what was asked for and ``cause`` why it failed, so a command that stopped on
+    several builds names each URL and its cause once.
+    """
+
+    def __init__(
+        self, message: str, hint: str | None = None, *, url: str = "", cause: str = ""
+    ) -> None:
+        super().__init__(message, hint)
+        self.url = url
+        self.cause = cause
+
+
+class RemoteUnreachableError(UnreachableError, RemoteError):
+    """A git remote whose host cannot be reached at all (see :class:`UnreachableError`)."""
+
+
 class AnchorDriftError(SparkbuildError):
     """A source step did not find, in the upstream file, what it must change: the file has
     moved on from the form the step was checked against. The message names the file and
@@ -162,8 +182,9 @@ class CredentialsRejectedError(RegistryError):
     """Authentication failed: wrong or missing credentials (never quoted)."""
 
 
-class RegistryUnreachableError(SparkbuildError):
-    """The registry did not answer (after retries), or answered only with server errors."""
+class RegistryUnreachableError(UnreachableError):
+    """The registry did not answer (after retries), or answered only with server errors, or
+    cannot be reached at all (its name does not resolve, it refuses the connection)."""
 
 
 class CredentialStoreError(SparkbuildError):

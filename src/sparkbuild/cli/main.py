@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sparkbuild import __version__, console, interrupts, redact
+from sparkbuild import __version__, console, interrupts, redact, retries
 from sparkbuild.errors import (
     EXIT_FAILURE,
     FileSystemError,
@@ -92,16 +92,17 @@ def file_system_error(exc: OSError) -> FileSystemError:
     )
 
 
-def render_error(exc: SparkbuildError, *, build: str | None = None) -> None:
+def render_error(exc: SparkbuildError, *, build: str | None = None, hint: bool = True) -> None:
     """The one way an error reaches the user: ``error:`` and ``hint:`` lines, no markup
     interpreted, and (as everything the console prints) secrets masked and control
     characters escaped. ``build`` names the build it stopped, when a command goes on with
-    the others (unless the message already starts with its name)."""
+    the others (unless the message already starts with its name); ``hint`` off leaves out
+    a hint already given for an earlier build."""
     message = exc.message
     if build is not None and not message.startswith(f"{build}: "):
         message = f"{build}: {message}"
     console.err.print(f"error: {message}", style="red", markup=False)
-    if exc.hint:
+    if exc.hint and hint:
         console.err.print(f"hint: {exc.hint}", markup=False)
 
 
@@ -150,6 +151,7 @@ def main(
     """
     console.set_quiet(quiet)
     redact.forget_all()  # a new command: only its own secrets are remembered
+    retries.forget_unreachable()  # and asks every host again
     overrides = parse_repo_overrides(repos)  # a UsageError: rendered like every other error
     cache = (cache_dir or default_cache_dir()).expanduser().resolve()
     if cache.exists() and not cache.is_dir():

@@ -10,11 +10,41 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from sparkbuild import console
 from sparkbuild.cli.main import render_error
-from sparkbuild.errors import BuildsFailedError, SparkbuildError, VerdictFailedError
+from sparkbuild.console import plural
+from sparkbuild.errors import (
+    BuildsFailedError,
+    SparkbuildError,
+    UnreachableError,
+    VerdictFailedError,
+)
 from sparkbuild.outputs import check_writable, emit_json
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
     from sparkbuild.spec import Build
+
+
+def failed_json(failures: Sequence[tuple[str, SparkbuildError]]) -> list[dict[str, Any]]:
+    """The ``failed`` list of a command's JSON: each build that stopped, why, and what to do."""
+    return [{"build": name, "error": exc.message, "hint": exc.hint} for name, exc in failures]
+
+
+class FailurePrinter:
+    """Prints each build's error under its name as it happens, except that a URL which
+    could not be reached at all is named once, with its cause, for the first build it
+    stopped (offline, every build of an engine fails on the same URL; the command's last
+    line names every build that failed). A hint already given is not repeated."""
+
+    def __init__(self) -> None:
+        self._urls: set[tuple[str, str]] = set()
+        self._hints: set[str] = set()
+
+    def show(self, name: str, exc: SparkbuildError) -> None:
+        if isinstance(exc, UnreachableError) and exc.url:
+            if (exc.url, exc.cause) in self._urls:
+                return
+            self._urls.add((exc.url, exc.cause))
+        render_error(exc, build=name, hint=exc.hint not in self._hints)
+        self._hints.add(exc.hint or "")
 
 
 class _Reportable(Protocol):
@@ -56,27 +86,24 @@ def run_per_build(
     check_writable(json_path, "--json-file")  # before the first build runs, not after the last
     done: list[tuple[str, Result]] = []
     failures: list[tuple[str, SparkbuildError]] = []
+    printer = FailurePrinter()
     for build in builds:
         try:
             result = action(build)
         except SparkbuildError as exc:
-            if len(builds) == 1:
-                raise
             failures.append((build.name, exc))
-            render_error(exc, build=build.name)
+            if len(builds) > 1:
+                printer.show(build.name, exc)
             continue
         done.append((build.name, result))
         if json_path != "-":
             console.out.print(summary(result), markup=False)
     results = [result for _, result in done]
-    if json_path:
-        emit_json(
-            {
-                "results": [r.to_json() for r in results],
-                "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
-            },
-            json_path,
-        )
+    if json_path:  # one shape, for one build or many, whether they failed or not
+        payload = {"results": [r.to_json() for r in results], "failed": failed_json(failures)}
+        emit_json(payload, json_path)
+    if len(builds) == 1 and failures:
+        raise failures[0][1]  # the one build asked for: its own error, as is
     not_passed = _explain(done, verdicts) if verdicts is not None else []
     if record is not None:  # failing verdicts too: the lock says what ran and how it ended
         for result in results:
@@ -87,7 +114,10 @@ def run_per_build(
         raise VerdictFailedError(f"{verdicts.headline}: {', '.join(names)}", verdicts.hint)
     if failures:
         names_text = ", ".join(name for name, _ in failures)
-        raise BuildsFailedError(f"{len(failures)} of {len(builds)} {noun} failed: {names_text}")
+        raise BuildsFailedError(
+            f"{len(failures)} of {plural(len(builds), noun.removesuffix('s'), noun)} failed: "
+            f"{names_text}"
+        )
     return results
 
 

@@ -10,8 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import console, lockfile, requirements, source
-from sparkbuild.cli import check_directory, emit_json, options, render_error
-from sparkbuild.console import Breakable
+from sparkbuild.cli import check_directory, emit_json, options
+from sparkbuild.cli.output import FailurePrinter, failed_json
+from sparkbuild.console import Breakable, plural
 from sparkbuild.errors import (
     BuildsFailedError,
     ItemsDoNotApplyError,
@@ -33,9 +34,10 @@ _STATUS_STYLE = {
 
 
 def _prepare_all(
-    settings: Settings, names: tuple[str, ...], locked: bool
+    settings: Settings, names: tuple[str, ...], locked: bool, *, collect: bool = True
 ) -> tuple[list[source.PreparedSource], list[tuple[str, SparkbuildError]]]:
-    """Every build's report; a build that cannot be prepared at all is listed, not fatal."""
+    """Every build's report; a build that cannot be prepared at all is listed, not fatal
+    (unless ``collect`` is off: then the first such error is raised)."""
     builds: list[Build] = select(load_builds(settings), names)
     results: list[source.PreparedSource] = []
     failures: list[tuple[str, SparkbuildError]] = []
@@ -43,7 +45,7 @@ def _prepare_all(
         try:
             results.append(source.prepare_source(build, settings, locked=locked))
         except SparkbuildError as exc:
-            if len(builds) == 1:
+            if not collect:
                 raise
             failures.append((build.name, exc))
     return results, failures
@@ -104,21 +106,25 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
     """
     results, failures = _prepare_all(settings, builds, locked)
     checked = {r.build.name: requirements.check(r, settings) for r in results if r.ok}
-    if as_json:
+    if as_json:  # one shape, for one build or many, whether they failed or not
         emit_json(
             {
                 "builds": [_with_requirements(r.to_json(), checked) for r in results],
-                "failed": [{"build": n, "error": e.message, "hint": e.hint} for n, e in failures],
+                "failed": failed_json(failures),
             }
         )
-    else:
+    elif results:  # no header-only table beside the errors
         console.show_table(console.out, _table(results))
         _print_requirement_conflicts(checked)
-        for name, exc in failures:
-            render_error(exc, build=name)
+    if len(failures) == 1 and not results:
+        raise failures[0][1]  # the one build asked for: its own error, as is
     if failures:
+        if not as_json:
+            printer = FailurePrinter()
+            for name, exc in failures:
+                printer.show(name, exc)
         names = ", ".join(name for name, _ in failures)
-        raise BuildsFailedError(f"{len(failures)} build(s) could not be prepared: {names}")
+        raise BuildsFailedError(f"{plural(len(failures), 'build')} could not be prepared: {names}")
     if not all(r.ok for r in results):
         raise _failed_items(results)
     clashing = [name for name, report in checked.items() if report and not report.ok]
@@ -163,7 +169,7 @@ def prepare(
 ) -> None:
     """Check out BUILD's patched tree and print its tree hash."""
     check_directory(out, "--out")  # before the fetch and the patching, not after
-    (prepared,), _ = _prepare_all(settings, (build,), locked)
+    (prepared,), _ = _prepare_all(settings, (build,), locked, collect=False)
     target = Path(out) if out else source.default_checkout_dir(settings, prepared.build)
     path = source.checkout(prepared, target, force=force)
     if as_json:

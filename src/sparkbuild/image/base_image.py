@@ -7,13 +7,15 @@ daemon's insecure-registry rules, so no separate registry client is needed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import docker.errors
 
-from sparkbuild.errors import BaseImageError, PlatformError
-from sparkbuild.imageref import digest_of, strip_digest
+from sparkbuild import retries
+from sparkbuild.errors import BaseImageError, PlatformError, RegistryUnreachableError
+from sparkbuild.imageref import DOCKER_HUB, digest_of, split_reference, strip_digest
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -35,9 +37,18 @@ def resolve(api: DockerClient, reference: str, platform: str, *, where: str) -> 
 
     ``where`` names the spec field for error messages.
     """
+    registry = _registry_url(reference)
+    earlier = retries.unreachable(registry)
+    if earlier is not None:
+        raise _unreachable(reference, registry, earlier, where, again=True)
     try:
         data = api.images.get_registry_data(reference)
     except (docker.errors.NotFound, docker.errors.APIError) as exc:
+        cause = retries.unreachable_cause(_explain(exc))
+        if cause is not None:  # the daemon never reached the registry: not a wrong image
+            registry = _asked(_explain(exc)) or registry
+            retries.remember_unreachable(registry, cause)
+            raise _unreachable(reference, registry, cause, where, again=False) from exc
         raise BaseImageError(
             f"base image {reference} not found in its registry ({_explain(exc)})",
             f"check {where}; BuildKit fetches FROM through a registry, so an image that is only "
@@ -58,6 +69,31 @@ def resolve(api: DockerClient, reference: str, platform: str, *, where: str) -> 
 def pinned(reference: str, digest: str) -> BaseImage:
     """The base a lock pins, used as is (the registry is asked nothing)."""
     return BaseImage(reference=strip_digest(reference), digest=digest)
+
+
+def _registry_url(reference: str) -> str:
+    host, _ = split_reference(reference)
+    return f"https://{'registry-1.docker.io' if host == DOCKER_HUB else host}/v2/"
+
+
+def _asked(explanation: str) -> str | None:
+    """The URL the daemon asked (``Get "https://registry-1.docker.io/v2/": dial tcp: ...``)."""
+    match = re.search(r'"(https?://[^"\s]+)"', explanation)
+    return match.group(1) if match else None
+
+
+def _unreachable(
+    reference: str, registry: str, cause: str, where: str, *, again: bool
+) -> RegistryUnreachableError:
+    host = retries.host_of(registry)
+    when = "found earlier in this run; not asked again" if again else "not retried"
+    return RegistryUnreachableError(
+        f"cannot reach the registry of base image {reference}: {host} {cause} ({when})",
+        "the image may well exist: check this host's network and DNS (the Docker daemon asks "
+        f"the registry); a base image in a registry you can reach goes in {where}",
+        url=registry,
+        cause=f"{host} {cause}",
+    )
 
 
 def _explain(exc: Exception) -> str:

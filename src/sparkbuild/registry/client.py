@@ -19,6 +19,7 @@ import requests
 from tenacity import RetryError, Retrying, retry_if_exception_type
 
 from sparkbuild import console, imageref, jsontext, net, retries
+from sparkbuild.console import plural
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
@@ -232,7 +233,11 @@ class RegistryClient:
 
     def _raw(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         """One HTTP exchange (bounded: see :mod:`sparkbuild.net`), retried while the registry
-        is unreachable or overloaded."""
+        is overloaded or does not answer; not when it cannot be reached at all (its name does
+        not resolve, it refuses the connection), which is not asked again in this run."""
+        earlier = retries.unreachable(url)
+        if earlier is not None:
+            raise self._unreachable(method, url, earlier, again=True)
         try:
             for attempt in self._retrying():
                 with attempt:
@@ -241,6 +246,10 @@ class RegistryClient:
                     except net.DeadlineExceeded as exc:
                         raise _TransientError(str(exc)) from None
                     except (requests.ConnectionError, requests.Timeout) as exc:
+                        cause = retries.unreachable_cause(str(exc))
+                        if cause is not None:
+                            retries.remember_unreachable(url, cause)
+                            raise self._unreachable(method, url, cause, again=False) from None
                         raise _TransientError(type(exc).__name__) from None
                     except requests.RequestException as exc:  # too large, a foreign redirect
                         raise RegistryError(
@@ -255,12 +264,24 @@ class RegistryClient:
             last = exc.last_attempt.exception()
             detail = last.detail if isinstance(last, _TransientError) else str(last)
             raise RegistryUnreachableError(
-                f"registry unreachable: {method} {url} failed {exc.last_attempt.attempt_number} "
-                f"times (last: {detail})",
+                f"registry unreachable: {method} {url} failed "
+                f"{plural(exc.last_attempt.attempt_number, 'time')} (last: {detail})",
                 "check the --registry address and your network; the registry may be down "
                 "(SPARKBUILD_NET_ATTEMPTS sets the number of attempts)",
             ) from None
         raise AssertionError("unreachable")  # pragma: no cover - Retrying always returns/raises
+
+    def _unreachable(
+        self, method: str, url: str, cause: str, *, again: bool
+    ) -> RegistryUnreachableError:
+        when = "found earlier in this run; not asked again" if again else "not retried"
+        host = self.registry.host
+        return RegistryUnreachableError(
+            f"registry unreachable: {method} {url}: {host} {cause} ({when})",
+            "check the --registry address and this host's network and DNS",
+            url=url,
+            cause=f"{host} {cause}",
+        )
 
     def _auth_headers(self, scope: str) -> dict[str, str]:
         token = self._tokens.get(scope)

@@ -29,7 +29,13 @@ from filelock import FileLock
 from tenacity import RetryError, Retrying, retry_if_exception
 
 from sparkbuild import console, git, retries, validate
-from sparkbuild.errors import MissingContentsError, RemoteError, UsageError
+from sparkbuild.console import plural
+from sparkbuild.errors import (
+    MissingContentsError,
+    RemoteError,
+    RemoteUnreachableError,
+    UsageError,
+)
 from sparkbuild.redact import redact, strip_userinfo
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -51,7 +57,13 @@ def _slug(url: str) -> str:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, git.GitError) and not any(marker in exc.stderr for marker in _PERMANENT)
+    """A failure a retry may fix: not a refusal by the remote, and not a host that cannot be
+    reached at all (offline, a retry only makes the failure slower)."""
+    return (
+        isinstance(exc, git.GitError)
+        and not any(marker in exc.stderr for marker in _PERMANENT)
+        and retries.unreachable_cause(exc.stderr) is None
+    )
 
 
 def _retrying() -> Retrying:
@@ -229,7 +241,11 @@ def _network(
     input: bytes | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """A git command that talks to a remote: retried while the failure may pass."""
+    """A git command that talks to a remote: retried while the failure may pass; a host
+    found unreachable earlier in this run is not asked again."""
+    earlier = retries.unreachable(shown_url)
+    if earlier is not None:
+        raise _unreachable(what, shown_url, earlier, again=True)
     try:
         for attempt in _retrying():
             with attempt:
@@ -244,12 +260,28 @@ def _network(
         raise RemoteError(
             f"cannot {what} {shown_url}: {redact(_first_line(detail))}",
             f"check the URL and your network, or point the engine elsewhere with "
-            f"--repo ENGINE=URL (tried {exc.last_attempt.attempt_number} times)",
+            f"--repo ENGINE=URL (tried {plural(exc.last_attempt.attempt_number, 'time')})",
         ) from exc
     except git.GitError as exc:
+        cause = retries.unreachable_cause(exc.stderr)
+        if cause is not None:
+            retries.remember_unreachable(shown_url, cause)
+            raise _unreachable(what, shown_url, cause, again=False) from exc
         detail = redact(exc.stderr)
         raise RemoteError(f"cannot {what} {shown_url}: {detail}") from exc
     raise AssertionError("unreachable")
+
+
+def _unreachable(what: str, shown_url: str, cause: str, *, again: bool) -> RemoteUnreachableError:
+    host = retries.host_of(shown_url)
+    when = "found earlier in this run; not asked again" if again else "not retried"
+    return RemoteUnreachableError(
+        f"cannot {what} {shown_url}: {host} {cause} ({when})",
+        "check your network and DNS; offline, fetch from a local mirror or repository for "
+        'this run with --repo ENGINE=PATH (docs/source.md, "Working offline")',
+        url=shown_url,
+        cause=f"{host} {cause}",
+    )
 
 
 def _progress_flag() -> list[str]:
