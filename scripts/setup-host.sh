@@ -2,7 +2,9 @@
 # Prepare a Debian/Ubuntu host for sparkbuild builds and tests, idempotently:
 #   - install what is missing: docker.io, qemu-user-static, binfmt-support, docker-registry,
 #     debootstrap, apache2-utils (htpasswd), chromium and chromium-driver (the report's
-#     browser test), skopeo (copies a signed image with its signature, docs/verify.md);
+#     browser test), skopeo (copies a signed image with its signature, docs/verify.md),
+#     openssh-server (the ssh:// cluster test starts its own sshd on 127.0.0.1; the
+#     package's own daemon is not started here);
 #   - start a Docker daemon when none answers;
 #   - on non-arm64 hosts, enable linux/arm64 emulation (binfmt_misc + qemu-aarch64).
 # As root it does all of this; as another user it prints the exact commands to run instead.
@@ -28,6 +30,7 @@ missing_packages() {
         "chromium:chromium"
         "chromedriver:chromium-driver"
         "skopeo:skopeo"
+        "sshd:openssh-server"
     )
     if need_emulation; then
         pairs+=("qemu-aarch64-static:qemu-user-static" "update-binfmts:binfmt-support")

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -33,6 +34,7 @@ from tests.support.cluster_env import (
     write_cluster_project,
 )
 from tests.support.smoke_cli import run_smoke_cli
+from tests.support.sshd import LoopbackSshd, loopback_sshd, sshd_available
 from tests.support.vllm_image import MODEL_IN_IMAGE, vllm_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.docker]
@@ -57,24 +59,42 @@ def network() -> Iterator[Network]:
         yield made
 
 
+def _pinned_project(project: Path, image: str, network: Network, **kwargs: Any) -> str:
+    """The two-node profile, a cluster file, and a lock pinning ``image``."""
+    _, cluster = write_cluster_project(project, network, **kwargs)
+    lock = {"schema": 1, "builds": {"cpu": {"image": {"image_id": _image_id(image)}}}}
+    (project / "images.lock").write_text(yaml.safe_dump(lock))
+    return cluster
+
+
 @pytest.fixture
 def project(tmp_path: Path, image: str, network: Network) -> tuple[Path, str]:
     """A project with the two-node profile, a cluster file, and a lock pinning ``image``."""
-    _, cluster = write_cluster_project(tmp_path, network)
-    lock = {"schema": 1, "builds": {"cpu": {"image": {"image_id": _image_id(image)}}}}
-    (tmp_path / "images.lock").write_text(yaml.safe_dump(lock))
-    return tmp_path, cluster
+    return tmp_path, _pinned_project(tmp_path, image, network)
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[LoopbackSshd]:
+    missing = sshd_available()
+    if missing:
+        pytest.fail(f"the ssh:// cluster test needs a loopback sshd: {missing}")
+    with loopback_sshd() as daemon:
+        yield daemon
 
 
 def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
-    project: tuple[Path, str], image: str
+    tmp_path: Path, image: str, network: Network, sshd: LoopbackSshd
 ) -> None:
-    project_dir, cluster_name = project
+    """The leader on this host's daemon, the worker over ssh:// (a real sshd on 127.0.0.1,
+    to this machine's own daemon): the endpoint a Spark pair's cluster file names, on a
+    fresh install (the docker SDK needs paramiko for it)."""
+    cluster_name = _pinned_project(tmp_path, image, network, endpoints=("local", sshd.endpoint))
+    project_dir = tmp_path
     image_id = _image_id(image)
 
     run = run_smoke_cli(
         project_dir, "--image", image, "--profile", "cpu-tp2", "--cluster", cluster_name,
-        "--model", MODEL_IN_IMAGE, "--record", "cpu", timeout=1200,
+        "--model", MODEL_IN_IMAGE, "--record", "cpu", timeout=1200, env=sshd.env(),
     )  # fmt: skip
 
     assert run.returncode == 0, run.explain()
@@ -87,6 +107,7 @@ def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
     assert cluster["launcher"] == "mp"
     assert [(n["name"], n["rank"], n["image_id"]) for n in cluster["nodes"]] == [
         ("node-1", 0, image_id), ("node-2", 1, image_id)]  # fmt: skip
+    assert [n["endpoint"] for n in cluster["nodes"]] == ["local", sshd.endpoint]
     record = yaml.safe_load((project_dir / "images.lock").read_text())["builds"]["cpu"]["smoke"]
     entry = record[image_id]["cpu-tp2"]
     assert entry["verified"] is True and entry["image_id"] == image_id

@@ -206,3 +206,24 @@ def test_a_plot_says_which_cells_it_left_out(run_cli: RunCli, tmp_path: Path) ->
     warning = " ".join(result.stderr.split())
     assert f"warning: {plot} leaves out 1 cell(s):" in warning
     assert "pp=32 tg=16 depth=0 c=2: only burst runs (no client decode rate)" in warning
+
+
+def test_an_ssh_endpoint_that_does_not_answer_names_the_ssh_command_to_try() -> None:
+    """The docker SDK imports paramiko for any ssh:// address (a dependency now: without it
+    this failed with "Install paramiko package"), then runs the `ssh` command."""
+    import socket
+
+    from sparkbuild import dockerhost
+    from sparkbuild.errors import DockerUnavailableError
+
+    with socket.socket() as probe:  # a loopback port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"ssh://root@127.0.0.1:{port}"
+    with pytest.raises(DockerUnavailableError) as raised:
+        dockerhost.client(timeout=30, endpoint=endpoint)
+    assert f"no Docker daemon answers at {endpoint}" in raised.value.message
+    assert "paramiko" not in raised.value.message
+    assert raised.value.hint is not None
+    assert f"`ssh -p {port} root@127.0.0.1 docker info`" in raised.value.hint
+    assert "without a prompt" in raised.value.hint

