@@ -64,6 +64,13 @@ _KEY_VALUE = re.compile(
     r"(?i)(?<![\w-])([\"']?(?:[a-z0-9]+[_-])?(?:password|passwd|secret|token|identitytoken|auth)"
     r"[\"']?\s*[:=]\s*[\"']?)(?!\*\*\*)([^\s\"',}&]+)"
 )
+# What follows ``NAME_TOKEN`` that is no value: a reference to a variable (``${HF_TOKEN}``,
+# ``$HF_TOKEN``), or, after ``: `` (prose, not ``key=value``), a lowercase word of our own
+# messages ("env HF_TOKEN: refers to the shell's environment"). A secret the run knows is
+# masked whatever its shape (:func:`_mask_forms`).
+_REFERENCE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+_PROSE_WORD = re.compile(r"[a-z]+[.,;!?)]*")
+_PROSE_SEPARATOR = re.compile(r":\s+$")
 
 _known: set[str] = set()
 
@@ -89,7 +96,13 @@ def _shapes(text: str) -> str:
     text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
     text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
     text = _SCHEME_TOKEN.sub(lambda m: m.group(1) + MASK, text)
-    return _KEY_VALUE.sub(lambda m: m.group(1) + MASK, text)
+    return _KEY_VALUE.sub(_masked_value, text)
+
+
+def _masked_value(match: re.Match[str]) -> str:
+    key, value = match.group(1), match.group(2)
+    prose = _PROSE_SEPARATOR.search(key) and _PROSE_WORD.fullmatch(value)
+    return match.group(0) if prose or _REFERENCE.fullmatch(value) else key + MASK
 
 
 def _mask_forms(text: str, forms: Iterable[str]) -> str:
