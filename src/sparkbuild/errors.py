@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: Nothing failed, but a check could not be judged here (a preflight ``skip``).
+EXIT_SKIPPED = 3
 
 
 class SparkbuildError(Exception):
@@ -277,6 +279,13 @@ class RequirementsClashError(SparkbuildError):
 class VerdictFailedError(SparkbuildError):
     """A check ran and did not pass (a smoke or preflight verdict): the run worked, the
     engine or the build did not."""
+
+
+class VerdictSkippedError(SparkbuildError):
+    """Nothing failed, but a check could not run here (a preflight ``skip``): exit status 3,
+    so a script can tell "not judged" from "failed"."""
+
+    exit_code = EXIT_SKIPPED
 
 
 class EngineUnreachableError(SparkbuildError):

@@ -16,6 +16,7 @@ from sparkbuild.errors import (
     SparkbuildError,
     UnreachableError,
     VerdictFailedError,
+    VerdictSkippedError,
 )
 from sparkbuild.outputs import check_writable, emit_json
 
@@ -64,6 +65,9 @@ class Verdicts(Generic[Result]):
     reasons: Callable[[Result], list[str]]  # one line each
     headline: str  # e.g. "preflight did not pass"
     hint: str
+    # When every result that did not pass is "skip" and no build failed: the headline and
+    # hint of a VerdictSkippedError (exit status 3) instead.
+    skipped: tuple[str, str] | None = None
 
 
 def run_per_build(
@@ -111,6 +115,10 @@ def run_per_build(
     if verdicts is not None and (not_passed or failures):
         names = [f"{n} ({verdicts.verdict(r)})" for n, r in not_passed]
         names += [f"{n} (error)" for n, _ in failures]
+        only_skips = all(verdicts.verdict(r) == "skip" for _, r in not_passed)
+        if verdicts.skipped is not None and only_skips and not failures:
+            headline, hint = verdicts.skipped
+            raise VerdictSkippedError(f"{headline}: {', '.join(names)}", hint)
         raise VerdictFailedError(f"{verdicts.headline}: {', '.join(names)}", verdicts.hint)
     if failures:
         names_text = ", ".join(name for name, _ in failures)

@@ -11,15 +11,22 @@ from sparkbuild.cli import options, run_per_build
 from sparkbuild.cli.output import Verdicts
 from sparkbuild.errors import ItemsDoNotApplyError, UsageError
 from sparkbuild.preflight import PreflightReport, Where, record, run_preflight
+from sparkbuild.preflight.where import version_differs
 from sparkbuild.settings import Settings
 from sparkbuild.source import prepare_source
 from sparkbuild.spec import Build, load_builds, select
 
 VERDICTS: Verdicts[PreflightReport] = Verdicts(
     verdict=lambda report: report.verdict,
-    reasons=PreflightReport.failures,
+    reasons=PreflightReport.reasons,
     headline="preflight did not pass",
     hint="fix what each failure names, then run `sparkbuild preflight` again",
+    skipped=(
+        "preflight could not judge every check here, and nothing failed",
+        "a skip is not a failure: the check could not run on this machine (each line above "
+        "names why, e.g. a package with no wheel for it); `sparkbuild preflight BUILD "
+        "--in-image` runs it in the built image. Exit status 3 means skipped, 1 failed",
+    ),
 )
 
 
@@ -30,7 +37,11 @@ def _profiles(build: Build, chosen: tuple[str, ...]) -> list[str]:
 
 
 def _summary(report: PreflightReport) -> str:
-    lines = [f"{report.build} ({report.engine} {report.version}, {report.where}): {report.verdict}"]
+    found = report.versions.get(report.engine)
+    judged = f"{report.engine} {report.version}, {report.where}"
+    if version_differs(found, report.version):  # only with --allow-version-mismatch
+        judged += f" with {report.engine} {found}: ANOTHER RELEASE than the build's"
+    lines = [f"{report.build} ({judged}): {report.verdict}"]
     lines += [f"  {c.name:<9} {c.status:<4} {c.detail}" for c in report.package_checks]
     for profile in report.profiles:
         lines.append(f"  {profile.profile}: {report.verdict_for(profile)}")
@@ -91,6 +102,12 @@ def _selected(settings: Settings, names: tuple[str, ...], recorded: tuple[str, .
     default=None,
     help="Run under this interpreter (e.g. a vLLM CPU venv's bin/python) instead of a cached venv.",
 )
+@click.option(
+    "--allow-version-mismatch",
+    is_flag=True,
+    help="Judge the build with --python even when its engine is another release than the "
+    "build's (the header names both).",
+)
 @options.locked(help="Prepare exactly what images.lock pins.")
 @options.json()
 @options.json_file(help="Write the report as JSON to FILE.")
@@ -107,6 +124,7 @@ def preflight_command(
     image: str | None,
     in_image: bool,
     python: Path | None,
+    allow_version_mismatch: bool,
     locked: bool,
     as_json: bool,
     json_file: str | None,
@@ -122,7 +140,11 @@ def preflight_command(
 
     def check(build: Build) -> PreflightReport:
         pinned = lockfile.pinned_image_id(settings.lock_file, build.name) if in_image else None
-        where = Where(image=image or pinned, python=python.absolute() if python else None)
+        where = Where(
+            image=image or pinned,
+            python=python.absolute() if python else None,
+            allow_version_mismatch=allow_version_mismatch,
+        )
         return preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)
 
     def record_verdict(report: PreflightReport) -> None:

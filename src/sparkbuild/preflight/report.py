@@ -72,6 +72,21 @@ class PreflightReport:
             ]
         return lines
 
+    def skips(self) -> list[str]:
+        """The checks that could not run here, each with its reason."""
+        lines = [f"{c.name}: skip: {c.detail}" for c in self.package_checks if c.status == "skip"]
+        for profile in self.profiles:
+            lines += [
+                f"{profile.profile} {c.name}: skip: {c.detail}"
+                for c in profile.checks
+                if c.status == "skip"
+            ]
+        return lines
+
+    def reasons(self) -> list[str]:
+        """Why the verdict is not ``pass``: every failure, then every skip."""
+        return [*self.failures(), *self.skips()]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "build": self.build,

