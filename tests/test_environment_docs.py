@@ -3,10 +3,10 @@ variable documented there is read somewhere.
 
 Read means: ``os.environ.get("X")``, ``os.environ["X"]``, ``os.getenv("X")``, click's
 ``envvar="X"``, any string that is a whole ``SPARKBUILD_*`` name (``WHEELS_ENV =
-"SPARKBUILD_WHEELS"``, a build argument's key), and ``${SPARKBUILD_*}`` in the scripts and Dockerfiles. The
-code scanned is what users and CI run: the package (with the helpers it ships into images),
-the noxfile, the test support and conftest; in test files, only direct reads (a test may
-make up a variable name to set).
+"SPARKBUILD_WHEELS"``, a build argument's key), and ``${SPARKBUILD_*}`` in the scripts and
+Dockerfiles. The code scanned is what users and CI run: the package (with the helpers it
+ships into images), the noxfile, the test support and conftest; in test files, only direct
+reads (a test may make up a variable name to set).
 """
 
 from __future__ import annotations
