@@ -324,3 +324,24 @@ def test_nothing_is_written_outside_the_project(tmp_path: Path) -> None:
     with pytest.raises(SparkbuildError, match="outside the project"):
         _inside(settings, "../elsewhere/x-1.1.0.patch")
     assert _inside(settings, "patches/sglang/x-1.1.0.patch").name == "x-1.1.0.patch"
+
+
+def test_a_build_with_nothing_to_carry_prints_no_empty_table(
+    upstream: DemoUpstream, tmp_path: Path
+) -> None:
+    from tests.support.gitrepos import commit_all
+
+    project = make_demo_project(tmp_path, upstream, [])
+    bare = (
+        "engine: sglang\nrepo: https://example.invalid/demo.git\nbase_branch: main\n"
+        "package_dir: python/pkg\nbuilds:\n  demo-1.0.0-spark:\n    ref: v1.0.0\n"
+        "    base_image: example.invalid/demo:v1.0.0\n"
+    )
+    (project / "builds" / "sglang.yaml").write_text(bare)
+    commit_all(project, "no PRs or patches")
+
+    result = _run(project, upstream, "bump", "sglang", "--to", "v1.1.0")
+
+    assert result.exit_code == 0, result.output
+    assert "nothing to carry: demo-1.0.0-spark has no PRs or patches" in result.stdout
+    assert "┏" not in result.stdout and "decision" not in result.stdout

@@ -227,3 +227,23 @@ def test_an_ssh_endpoint_that_does_not_answer_names_the_ssh_command_to_try() -> 
     assert raised.value.hint is not None
     assert f"`ssh -p {port} root@127.0.0.1 docker info`" in raised.value.hint
     assert "without a prompt" in raised.value.hint
+
+
+def test_a_recipe_host_flag_is_dropped_not_changed(run_cli: RunCli, tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model: m\nruntime: vllm\ncommand: vllm serve m --host 0.0.0.0 --port 8000\n")
+    result = run_cli("--project", str(tmp_path), "profile", "import", str(recipe))
+    assert result.exit_code == 0, result.output
+    assert "dropped  --host 0.0.0.0: sparkbuild's launcher sets it" in result.stdout
+    assert "changed  --host" not in result.stdout
+
+
+def test_the_smoke_headline_is_whole_when_piped(run_cli: RunCli, tmp_path: Path) -> None:
+    result = run_cli(
+        "--project", str(ROOT), "smoke", "--command", "false", "--profile", "cpu-reference",
+        "--model", str(tmp_path), "--boot-timeout", "30", "--log", str(tmp_path / "e.log"),
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    headline = next(line for line in result.stdout.splitlines() if line.startswith("smoke FAIL"))
+    assert "…" not in headline
+    assert headline.endswith('"prompt_lookup_min":1}\''), headline  # the last argument

@@ -44,7 +44,12 @@ def _table(plan: BumpPlan) -> Table:
 
 
 def _show(plan: BumpPlan, write: bool) -> None:
-    console.show_table(console.out, _table(plan))
+    if plan.decisions:
+        console.show_table(console.out, _table(plan))
+    else:  # no header-only table
+        console.out.print(
+            f"nothing to carry: {plan.from_build.name} has no PRs or patches", markup=False
+        )
     if not write:
         console.out.print(plan.spec_diff(), markup=False, end="")
         for path, data in plan.files.items():

@@ -361,7 +361,8 @@ def _serve(engine: str, words: list[str], recipe: RecipeFile, notes: _Notes, bas
         elif flag in _MODEL_FLAGS[engine] and values:
             model = values[0]
         elif flag in _LAUNCHER_FLAGS:
-            notes.add(f"{flag} {' '.join(values)}", "changed", "sparkbuild's launcher sets it")
+            # the recipe's value is not kept: the launcher sets its own
+            notes.add(f"{flag} {' '.join(values)}", "dropped", "sparkbuild's launcher sets it")
         elif flag in _PARALLEL_FLAGS[engine]:
             sizes[_PARALLEL_FLAGS[engine][flag]] = values[0] if values else "true"
             if _PARALLEL_FLAGS[engine][flag] == "rank":

@@ -34,10 +34,12 @@ def _short(text: str, limit: int = 90) -> str:
 def render(result: SmokeResult, console: Console) -> None:
     """A summary that fits one screen: verdict, checks, and on failure diagnosis + log tail."""
     style = _STYLE[result.verdict]
+    # Cut to one line for a person at a terminal; whole for a pipe, a file or CI's log.
+    target = _short(result.target) if console.is_terminal else result.target
     headline = Text.assemble(
         ("smoke ", "bold"),
         (result.verdict.upper(), f"bold {style}"),
-        f"  {result.profile} · {result.engine} · {result.target_kind} {_short(result.target)}",
+        f"  {result.profile} · {result.engine} · {result.target_kind} {target}",
     )
     console.print(headline)
     table = Table(show_header=True, header_style="bold", expand=False, pad_edge=False)
