@@ -199,3 +199,28 @@ def test_an_unreachable_registry_is_named_as_such_not_as_a_wrong_image(
     assert errors[1:] == ["error: 2 of 2 builds failed: one, two"], result.stderr
     assert "not found" not in result.stderr
     assert "the image may well exist" in result.stderr
+
+
+def test_lock_check_without_the_repo_it_was_locked_from_names_that_mirror(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """Locked offline from a local repository with --repo; checked without it: the pinned
+    commits are in the cache, under the local repository's mirror, not the spec's URL."""
+    upstream = tmp_path / "upstream"
+    (upstream / "python" / "sglang").mkdir(parents=True)
+    (upstream / "python" / "sglang" / "__init__.py").write_text("")
+    tagged_repo(upstream, "v1.0.0", "release")
+    project = tmp_path / "project"
+    _spec(project, "sglang", f"{NOWHERE}/sgl-project/sglang.git", ["one"])
+    common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
+    assert run_cli(*common, "--repo", f"sglang={upstream}", "lock").exit_code == 0
+
+    unproven = run_cli(*common, "lock", "--check")
+
+    assert unproven.exit_code == 0, unproven.output
+    said = " ".join(unproven.stderr.split())
+    assert f"The pinned commits are in the cache's mirror of {upstream}" in said, said
+    assert f"`sparkbuild --repo sglang={upstream} lock --check` proves them" in said
+    proven = run_cli(*common, "--repo", f"sglang={upstream}", "lock", "--check")
+    assert proven.exit_code == 0, proven.output
+    assert "not proven offline" not in proven.stderr

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from sparkbuild import console, lockfile
+from sparkbuild import console, git, lockfile
 from sparkbuild.errors import LockError, MissingContentsError
 from sparkbuild.settings import Settings
 from sparkbuild.source import lockproof
@@ -50,6 +50,38 @@ def check_lock(settings: Settings, builds: list[Build], all_builds: bool) -> Non
     console.info(f"images.lock matches the specs ({len(builds)} build(s))")
 
 
+def _unproven(settings: Settings, build: Build, locked: lockfile.SourceSection | None) -> str:
+    """What is not proven offline, and why: no mirror of the build's URL holds the pinned
+    commits. When another mirror in the cache does (the lock was made with ``--repo``), it
+    is named with the command that proves them."""
+    fields = ", ".join(lockproof.UNPROVEN_OFFLINE)
+    other = _mirror_holding(settings, locked) if locked is not None else None
+    if other is not None:
+        return (
+            f"{build.name}: not proven offline: {fields}. The pinned commits are in the "
+            f"cache's mirror of {other}, not of {build.repo} (was it locked with --repo?); "
+            f"`sparkbuild --repo {build.engine}={other} lock --check` proves them"
+        )
+    return (
+        f"{build.name}: not proven offline (no mirror of {build.repo} in the cache holds the "
+        f"pinned commits): {fields}; `sparkbuild prepare --locked {build.name}` fetches and "
+        "proves them"
+    )
+
+
+def _mirror_holding(settings: Settings, locked: lockfile.SourceSection) -> str | None:
+    """The URL of a mirror in the cache that holds the locked entry's commits, if any."""
+    for path in sorted((settings.cache_dir / "mirrors").glob("*.git")):
+        url = (
+            git.run(["config", "--get", "remote.origin.url"], git_dir=path, check=False)
+            .stdout.decode(errors="replace")
+            .strip()
+        )
+        if url and lockproof.mirror_has(Mirror(settings.cache_dir, url), locked):
+            return url
+    return None
+
+
 def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) -> list[str]:
     """Re-derive the locked tree from the local mirror, when it holds the pinned commits."""
     entry = lock.entry(build.name)
@@ -60,11 +92,7 @@ def _prove_offline(settings: Settings, build: Build, lock: lockfile.LockFile) ->
                 lockproof.check_spec_fields(build, locked)
             except LockError as exc:
                 return [exc.message]
-        console.info(
-            f"{build.name}: not proven offline (no local mirror holds the pinned commits): "
-            f"{', '.join(lockproof.UNPROVEN_OFFLINE)}; `sparkbuild prepare --locked "
-            f"{build.name}` fetches and proves them"
-        )
+        console.info(_unproven(settings, build, locked))
         return []
     try:
         prepared = prepare_source(build, settings, locked=True, offline=True, lock=lock)
