@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 QUICK_START = "## Quick start without a GPU"
+OFFLINE = ("docs/source.md", "### Working offline")
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class DocCommand:
     line: int
     text: str
     quick_start: bool
+    section: str = ""
 
     @property
     def id(self) -> str:
@@ -86,7 +89,7 @@ def _commands_in(path: Path) -> Iterator[DocCommand]:
         pending.append(words.removesuffix("\\").strip())
         if not text.rstrip().endswith("\\"):
             doc = str(path.relative_to(ROOT))
-            yield DocCommand(doc, start, " ".join(pending), section == QUICK_START)
+            yield DocCommand(doc, start, " ".join(pending), section == QUICK_START, section)
             pending = []
 
 
@@ -97,7 +100,7 @@ def documented_commands() -> list[DocCommand]:
 @dataclass(frozen=True)
 class Rule:
     pattern: str
-    kind: str  # quick-start | bench-report | source | releases | check
+    kind: str  # quick-start | offline | bench-report | source | releases | check
     reason: str = ""
 
 
@@ -109,6 +112,9 @@ VENV = "makes a venv and installs into it: this test runs in the venv it was ins
 
 # First match wins; a documented command no rule matches fails the test.
 RULES = [
+    Rule(r"^git clone --mirror /media/usb/vllm\.git ~/mirrors/vllm\.git$", "offline"),
+    Rule(r"^sparkbuild --repo vllm=\$HOME/mirrors/vllm\.git (patches|lock) ", "offline"),
+    Rule(r"^sparkbuild report --attach vllm-0\.33\.0-spark=benchmarks/", "offline"),
     Rule(r"^eval \"\$\(python tests/support/vllm_cpu\.py \|\| echo false\)\"$", "quick-start"),
     Rule(r"^export ENGINE=", "quick-start"),
     Rule(r"^sparkbuild (smoke|bench) --command \"\$ENGINE\"", "quick-start"),
@@ -183,6 +189,8 @@ def rule_for(command: DocCommand) -> Rule:
         if re.search(rule.pattern, command.text):
             if rule.kind == "quick-start" and not command.quick_start:
                 continue
+            if rule.kind == "offline" and (command.doc, command.section) != OFFLINE:
+                continue
             return rule
     raise AssertionError(
         f"{command.id}: `{command.text}` matches no rule in tests/test_docs_commands.py: "
@@ -196,6 +204,7 @@ COMMANDS = documented_commands()
 def test_the_docs_have_the_commands_this_test_expects() -> None:
     kinds = [rule_for(c).kind for c in COMMANDS]
     assert kinds.count("quick-start") == 6, [c.text for c in COMMANDS if c.quick_start]
+    assert kinds.count("offline") == 5, [c.text for c in COMMANDS if c.section == OFFLINE[1]]
     assert kinds.count("source") >= 4 and kinds.count("bench-report") >= 3
     assert kinds.count("releases") >= 1
     readme = [c.text for c in COMMANDS if c.doc == "README.md"]
@@ -343,6 +352,74 @@ def _quick_start_command(quick_start: QuickStart, command: DocCommand) -> None:
         assert "A → B" in stdout and "…" not in stdout
 
 
+# --- the offline path: a local mirror, a lock, a report ----------------------------------------
+
+
+@dataclass
+class OfflinePath:
+    workdir: Path
+    outputs: dict[int, tuple[str, str]]
+    exit_code: int
+
+
+@pytest.fixture(scope="module")
+def offline_path(tmp_path_factory: pytest.TempPathFactory) -> OfflinePath:
+    """docs/source.md's offline block, as written, in a clone-like directory with no lock,
+    a new HOME and cache, and no network but the repository standing for the USB copy."""
+    tmp = tmp_path_factory.mktemp("offline")
+    usb = tmp / "usb-copy"
+    (usb / "vllm").mkdir(parents=True)
+    (usb / "vllm" / "__init__.py").write_text('__version__ = "0.33.0"\n')
+    tagged_repo(usb, "v0.33.0", "vLLM 0.33.0, as copied")
+    work = tmp / "clone"  # the project's own files, copied: a patch may not lead outside it
+    for name in ("builds", "patches", "smoke", "claims", "clusters", "benchmarks"):
+        shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp / "home").mkdir()
+    run = [c for c in COMMANDS if rule_for(c).kind == "offline"]
+    script = ["set -eu -o pipefail"]
+    for number, command in enumerate(run):
+        text = command.text.replace("/media/usb/vllm.git", str(usb))
+        script += [f"echo '@@@ {number}'", f"echo '@@@ {number}' >&2", text]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKBUILD_", "GIT_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # this venv
+    env.update(HOME=str(tmp / "home"), SPARKBUILD_CACHE_DIR=str(tmp / "cache"))
+    env.update(SPARKBUILD_NET_ATTEMPTS="1")  # nothing here may need the network
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    out = re.split(r"^@@@ (\d+)\n", done.stdout, flags=re.M)
+    err = re.split(r"^@@@ (\d+)\n", done.stderr, flags=re.M)
+    outputs = {int(n): (o, e) for n, o, e in zip(out[1::2], out[2::2], err[2::2], strict=False)}
+    return OfflinePath(work, {run[n].line: v for n, v in outputs.items()}, done.returncode)
+
+
+def _offline_command(offline: OfflinePath, command: DocCommand) -> None:
+    assert command.line in offline.outputs, (
+        f"the offline path stopped before `{command.text}` (exit {offline.exit_code}):\n"
+        + "\n".join(f"{o}\n{e}" for o, e in offline.outputs.values())[-4000:]
+    )
+    stdout, stderr = offline.outputs[command.line]
+    later = [line for line in offline.outputs if line > command.line]
+    assert later or offline.exit_code == 0, f"exit {offline.exit_code}: {stderr[-3000:]}"
+    text = command.text
+    if text.startswith("git clone"):
+        assert (offline.workdir.parent / "home" / "mirrors" / "vllm.git" / "HEAD").is_file()
+    elif " patches " in text:
+        assert "vllm-0.33.0-spark" in stdout and "(no PRs or patches)" in stdout, stdout
+    elif " lock --check " in text:
+        assert "images.lock matches the specs (1 build(s))" in stderr, stderr
+        assert "not proven offline" not in stderr  # re-derived from the local mirror
+    elif " lock " in text:
+        assert "locked vllm-0.33.0-spark" in stderr, stderr
+        lock = yaml.safe_load((offline.workdir / "images.lock").read_text())
+        source = lock["builds"]["vllm-0.33.0-spark"]["source"]
+        assert source["repo"] == "https://github.com/vllm-project/vllm.git"  # the spec's URL
+    elif text.startswith("sparkbuild report"):
+        page = (offline.workdir / "report" / "builds" / "vllm-0.33.0-spark.html").read_text()
+        assert "cpu-reference.json" in page and "attached with <code>--attach</code>" in page
+
+
 # --- the source commands on a local upstream --------------------------------------------------
 
 
@@ -391,6 +468,8 @@ def test_documented_command(command: DocCommand, request: pytest.FixtureRequest)
         pytest.skip(f"{command.id} `{command.text[:60]}`: {rule.reason}")
     if rule.kind == "quick-start":
         _quick_start_command(request.getfixturevalue("quick_start"), command)
+    elif rule.kind == "offline":
+        _offline_command(request.getfixturevalue("offline_path"), command)
     elif rule.kind == "bench-report":
         quick_start: QuickStart = request.getfixturevalue("quick_start")
         result = _bench_report_command(quick_start, command)

@@ -224,3 +224,24 @@ def test_lock_check_without_the_repo_it_was_locked_from_names_that_mirror(
     proven = run_cli(*common, "--repo", f"sglang={upstream}", "lock", "--check")
     assert proven.exit_code == 0, proven.output
     assert "not proven offline" not in proven.stderr
+
+
+def test_report_attach_names_a_build_that_is_not_in_the_lock(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    upstream = tmp_path / "upstream"
+    (upstream / "python" / "sglang").mkdir(parents=True)
+    (upstream / "python" / "sglang" / "__init__.py").write_text("")
+    tagged_repo(upstream, "v1.0.0", "release")
+    project = tmp_path / "project"
+    _spec(project, "sglang", str(upstream), ["one"])
+    common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
+    assert run_cli(*common, "lock").exit_code == 0
+    run = str(Path(__file__).resolve().parents[1] / "benchmarks" / "cpu-reference.json")
+
+    result = run_cli(*common, "report", "--attach", f"two={run}", "--out", str(tmp_path / "r"))
+
+    assert result.exit_code == 2, result.output
+    assert f"--attach two={run}: no build 'two' in the lock" in result.stderr
+    assert "name one of: one" in result.stderr
+    assert not (tmp_path / "r").exists()

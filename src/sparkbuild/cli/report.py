@@ -38,6 +38,14 @@ from sparkbuild.settings import Settings
     "and claims beside the lock's medians.",
 )
 @click.option(
+    "--attach",
+    "attach",
+    multiple=True,
+    metavar="BUILD=FILE",
+    help="Show the bench run FILE (a `bench --json-file` report; a --command run such as the "
+    "quick start's names no image) on BUILD's page, marked attached (repeatable).",
+)
+@click.option(
     "--stale-days",
     type=click.FloatRange(min=0),
     default=30,
@@ -51,6 +59,7 @@ def report(
     out: Path | None,
     diff_sides: tuple[str, str] | None,
     bench_runs: tuple[Path, ...],
+    attach: tuple[str, ...],
     stale_days: float,
     as_json: bool,
 ) -> None:
@@ -66,14 +75,17 @@ def report(
 
     target = out or settings.project_dir / ".sparkbuild" / "report"
     if diff_sides:
-        if bench_runs:
+        if bench_runs or attach:
             raise UsageError(
-                "--bench-runs is for the whole report, not --diff",
-                "leave out --bench-runs (a diff compares what the lock records)",
+                "--bench-runs and --attach are for the whole report, not --diff",
+                "leave them out (a diff compares what the lock records)",
             )
         result = write_diff(settings, diff_sides, target)
     else:
-        result = write_site(settings, ReportOptions(target, bench_runs, stale_days))
+        attached = tuple(_attachment(value) for value in attach)
+        result = write_site(
+            settings, ReportOptions(target, bench_runs, stale_days, attached=attached)
+        )
     if as_json:
         emit_json(result.to_json())
         return
@@ -85,6 +97,15 @@ def report(
             markup=False,
         )
     console.out.print(f"open {result.index}", markup=False)
+
+
+def _attachment(value: str) -> tuple[str, Path]:
+    build, sep, file = value.partition("=")
+    if not sep or not build or not file:
+        raise UsageError(
+            f"--attach {value!r}: expected BUILD=FILE", "e.g. --attach cpu=my-run.json"
+        )
+    return build, Path(file)
 
 
 COMMANDS = [report]

@@ -46,6 +46,7 @@ class RunMatch:
     image_id: str
     recorded: bool  # the lock has this very run (same key and `created`)
     claims: claims_report.ClaimsComparison | None = None
+    attached: bool = False  # named for the build by the user (`report --attach BUILD=FILE`)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,28 @@ def read_runs(directories: Sequence[Path]) -> tuple[list[RunFile], list[tuple[Pa
             except UsageError as exc:
                 skipped.append((path, exc.message))
     return runs, skipped
+
+
+def attach_runs(
+    lock: lockfile.LockFile, attached: Sequence[tuple[str, Path]], claims: Sequence[LoadedClaim]
+) -> list[RunMatch]:
+    """Runs the user names for a build (``--attach BUILD=FILE``): a ``--command`` or
+    ``--url`` run, such as the quick start's, names no image to match by. It is shown as
+    attached, never as the build's record."""
+    matched = []
+    for build, path in attached:
+        if build not in lock.builds:
+            raise UsageError(
+                f"--attach {build}={path}: no build {build!r} in the lock",
+                f"name one of: {', '.join(sorted(lock.builds)) or '(none: run `sparkbuild lock`)'}",
+            )
+        report = load_report(path)
+        comparison = claims_report.compare_claims(report, claims) if claims else None
+        if comparison is not None and not comparison.rows:
+            comparison = None
+        image_id = report.target.image_id or ""
+        matched.append(RunMatch(RunFile(path, report), build, image_id, False, comparison, True))
+    return matched
 
 
 def match_runs(

@@ -41,6 +41,7 @@ class ReportOptions:
     out: Path
     bench_runs: tuple[Path, ...] = ()
     stale_days: float = 30.0
+    attached: tuple[tuple[str, Path], ...] = ()  # (build, run JSON): `--attach BUILD=FILE`
     now: datetime | None = None  # the report's clock (ages of records); default: now
 
 
@@ -189,9 +190,10 @@ def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
     context = view.Context(lock_dates, now, options.stale_days, settings.project_dir)
     specs = _specs(settings)
     run_files, skipped = runs.read_runs(options.bench_runs)
-    claims = runs.project_claims(settings) if run_files else []
+    claims = runs.project_claims(settings) if run_files or options.attached else []
     bench_runs = runs.match_runs(lock, run_files, claims)
-    bench_runs = runs.BenchRuns(bench_runs.matched, (*bench_runs.unmatched, *skipped))
+    attached = runs.attach_runs(lock, options.attached, claims)
+    bench_runs = runs.BenchRuns((*bench_runs.matched, *attached), (*bench_runs.unmatched, *skipped))
     notes = [lock_dates.note] if lock_dates.note else []
     history = sides.LockHistory(settings.lock_file, lock)
 
