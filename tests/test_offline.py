@@ -245,3 +245,34 @@ def test_report_attach_names_a_build_that_is_not_in_the_lock(
     assert f"--attach two={run}: no build 'two' in the lock" in result.stderr
     assert "name one of: one" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_lock_without_images_reports_the_next_commands_not_empty_tables(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """What an offline lock gives (no image yet): the build page names the smoke command as
+    it names the image's, and a diff says neither side has an image instead of a table of
+    dashes."""
+    upstream = tmp_path / "upstream"
+    (upstream / "python" / "sglang").mkdir(parents=True)
+    (upstream / "python" / "sglang" / "__init__.py").write_text("")
+    tagged_repo(upstream, "v1.0.0", "release")
+    project = tmp_path / "project"
+    _spec(project, "sglang", str(upstream), ["one"])
+    common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
+    assert run_cli(*common, "lock").exit_code == 0
+
+    site = run_cli(*common, "report", "--out", str(tmp_path / "site"))
+    diff = run_cli(*common, "report", "--diff", "one", "one", "--out", str(tmp_path / "diff"))
+
+    assert site.exit_code == 0 and diff.exit_code == 0, site.output + diff.output
+    page = (tmp_path / "site" / "builds" / "one.html").read_text()
+    assert "Not built: <code>sparkbuild build one</code>" in page
+    assert "<code>sparkbuild smoke --image IMAGE --profile P --record one</code>" in page
+    (diff_page,) = (tmp_path / "diff").rglob("*.html")
+    text = diff_page.read_text()
+    assert "Neither side has an image yet: <code>sparkbuild build one</code>" in text
+    assert (
+        'id="image-fields"><thead>' not in text
+        and '<table class="data sides" id="image-fields"' not in text
+    )

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -21,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+if __name__ == "__main__" and not __package__:  # run by path: make `tests` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.support.smoke_cli import CPU_REFERENCE
 from tests.support.vllm_image import MODEL_IN_IMAGE, os_mounts
@@ -48,6 +53,18 @@ class Network:
 def bridge_network() -> Iterator[Network]:
     """A user-defined bridge network with a subnet of its own (fixed rank addresses need
     one); a /24 picked at random from 10.213.0.0/16, another tried when one is taken."""
+    network = make_bridge_network()
+    try:
+        yield network
+    finally:
+        remove_network(network.name)
+
+
+def remove_network(name: str) -> None:
+    subprocess.run(["docker", "network", "rm", name], capture_output=True, check=False)
+
+
+def make_bridge_network() -> Network:
     name = f"sparkbuild-test-{uuid.uuid4().hex[:8]}"
     for _ in range(20):
         prefix = f"10.213.{random.randrange(1, 255)}"
@@ -61,10 +78,7 @@ def bridge_network() -> Iterator[Network]:
             raise RuntimeError(f"docker network create failed: {done.stderr.strip()}")
     else:
         raise RuntimeError("no free /24 in 10.213.0.0/16 for the test network")
-    try:
-        yield Network(name, prefix)
-    finally:
-        subprocess.run(["docker", "network", "rm", name], capture_output=True, check=False)
+    return Network(name, prefix)
 
 
 @dataclass(frozen=True)
@@ -196,3 +210,60 @@ def cluster_containers(label_value: str, endpoint: str | None = None) -> list[st
          "--format", "{{.Names}}"], capture_output=True, text=True, check=False,
     )  # fmt: skip
     return done.stdout.split()
+
+
+# --- `python tests/support/cluster_env.py start|stop DIR`: docs/cluster.md's demo ---------------
+
+_STATE = ".cluster-network"  # in DIR: the network to remove on stop
+
+
+def start_demo(project: Path, worker_endpoint: str) -> dict[str, str]:
+    """A two-node project in ``project`` (the leader on this host's daemon, the worker at
+    ``worker_endpoint``) on a new bridge network, a lock pinning the CPU image as build
+    ``cpu``, and the image itself: what ``smoke --cluster`` needs. Returns the exports."""
+    from tests.support.vllm_image import MODEL_IN_IMAGE, vllm_image
+
+    image = vllm_image()
+    project.mkdir(parents=True, exist_ok=True)
+    network = make_bridge_network()
+    (project / _STATE).write_text(network.name + "\n", encoding="utf-8")
+    _, cluster = write_cluster_project(project, network, endpoints=("local", worker_endpoint))
+    image_id = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", image],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    lock = {"schema": 1, "builds": {"cpu": {"image": {"image_id": image_id}}}}
+    (project / "images.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
+    return {"CLUSTER": cluster, "CPU_IMAGE": image, "CPU_MODEL": MODEL_IN_IMAGE}
+
+
+def stop_demo(project: Path) -> None:
+    state = project / _STATE
+    if state.is_file():
+        remove_network(state.read_text(encoding="utf-8").strip())
+        state.unlink()
+
+
+def main(argv: list[str]) -> int:
+    """``start DIR ENDPOINT``: prints the exports; ``stop DIR``: removes the network."""
+    wanted = {"start": 3, "stop": 2}
+    if not argv or wanted.get(argv[0]) != len(argv):
+        usage = "usage: python tests/support/cluster_env.py start DIR ENDPOINT | stop DIR"
+        print(usage, file=sys.stderr)
+        return 2
+    project = Path(argv[1]).absolute()
+    if argv[0] == "stop":
+        stop_demo(project)
+        return 0
+    try:
+        exports = start_demo(project, argv[2])
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"error: the two-node demo could not be set up: {exc}", file=sys.stderr)
+        stop_demo(project)
+        return 1
+    print("".join(f"export {k}={shlex.quote(v)}\n" for k, v in exports.items()), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
