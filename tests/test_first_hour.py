@@ -247,3 +247,24 @@ def test_the_smoke_headline_is_whole_when_piped(run_cli: RunCli, tmp_path: Path)
     headline = next(line for line in result.stdout.splitlines() if line.startswith("smoke FAIL"))
     assert "…" not in headline
     assert headline.endswith('"prompt_lookup_min":1}\''), headline  # the last argument
+
+
+def test_a_long_plot_title_wraps_inside_the_figure(tmp_path: Path) -> None:
+    """Two long labels made a title wider than the figure, cut at both ends."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sparkbuild.bench.plot import plot_title
+
+    labels = ["cpu-reference · command: vllm 0.32.0 · tiny-llama-v1 (build machine)"] * 2
+    title = plot_title(labels)
+    figure, axes = plt.subplots(figsize=(8, 5), dpi=120)  # as the plot draws it
+    shown = axes.set_title(title, fontsize="medium")
+    figure.tight_layout()
+    figure.canvas.draw()
+    box = shown.get_window_extent()
+    plt.close(figure)
+    assert title.replace("\n", " ") == f"Decode throughput: {' vs '.join(labels)}"
+    assert box.x0 >= 0 and box.x1 <= figure.bbox.x1, (box, figure.bbox)

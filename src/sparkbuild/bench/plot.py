@@ -5,6 +5,7 @@ matplotlib is an optional extra (``pip install 'sparkbuild[plot]'``); it is impo
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,7 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> list[str]:
     axes.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
     axes.set_xlabel("concurrent requests")
     axes.set_ylabel("decode tokens/s (all streams)")
-    title = reports[0].label if len(reports) == 1 else " vs ".join(r.label for r in reports)
-    axes.set_title(f"Decode throughput: {redact(title)}")  # a PNG is a record too
+    axes.set_title(plot_title([r.label for r in reports]), fontsize="medium")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize="small")
     if left_out:
@@ -100,3 +100,15 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> list[str]:
     figure.savefig(path, format="png")
     plt.close(figure)
     return left_out
+
+
+#: Characters of a title line that fit the 8-inch figure at the title's size.
+TITLE_WIDTH = 70
+
+
+def plot_title(labels: Sequence[str]) -> str:
+    """ "Decode throughput: A vs B", wrapped to lines that fit the figure: a title wider
+    than the figure is clipped at both ends (it is centred). Redacted: a PNG is a record
+    too."""
+    title = f"Decode throughput: {redact(' vs '.join(labels))}"
+    return "\n".join(textwrap.wrap(title, TITLE_WIDTH, break_on_hyphens=False)) or title
