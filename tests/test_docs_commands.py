@@ -315,32 +315,48 @@ def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
     tmp = tmp_path_factory.mktemp("quick-start")
     work = _clone_like(tmp)
     run = [c for c in COMMANDS if c.quick_start and rule_for(c).kind == "quick-start"]
-    script = ["set -eu -o pipefail"]
-    for number, command in enumerate(run):
-        script += [f"echo '@@@ {number}'", f"echo '@@@ {number}' >&2", command.text]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKBUILD_", "VLLM_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # this venv
     env["SPARKBUILD_CACHE_DIR"] = str(tmp / "cache")  # a new user's empty cache
     if "SPARKBUILD_TEST_CACHE" in os.environ:
         env["SPARKBUILD_TEST_CACHE"] = os.environ["SPARKBUILD_TEST_CACHE"]
+    outputs, exit_code = run_block([c.text for c in run], work, env, timeout=1500)
+    return QuickStart(work, {run[n].line: v for n, v in outputs.items()}, exit_code)
+
+
+def run_block(
+    commands: list[str], work: Path, env: dict[str, str], *, timeout: float
+) -> tuple[dict[int, tuple[str, str]], int]:
+    """A documented block as one ``set -e`` bash script in ``work`` (this venv first on
+    PATH): each command's (stdout, stderr) by its index, for those that began, and the exit
+    status."""
+    script = ["set -eu -o pipefail"]
+    for number, command in enumerate(commands):
+        script += [f"echo '@@@ {number}'", f"echo '@@@ {number}' >&2", command]
+    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"}
     done = subprocess.run(
         ["bash", "-c", "\n".join(script)],
-        cwd=work, env=env, capture_output=True, text=True, timeout=1500, check=False,
+        cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
     out = re.split(r"^@@@ (\d+)\n", done.stdout, flags=re.M)
     err = re.split(r"^@@@ (\d+)\n", done.stderr, flags=re.M)
     outputs = {int(n): (o, e) for n, o, e in zip(out[1::2], out[2::2], err[2::2], strict=False)}
-    return QuickStart(work, {run[n].line: v for n, v in outputs.items()}, done.returncode)
+    return outputs, done.returncode
+
+
+def _outputs_of(run: QuickStart, command: DocCommand, block: str) -> tuple[str, str]:
+    """The command's (stdout, stderr) in the block's run; it began and did not stop it."""
+    assert command.line in run.outputs, (
+        f"{block} stopped before `{command.text}` (exit {run.exit_code}):\n"
+        + "\n".join(f"{o}\n{e}" for o, e in run.outputs.values())[-4000:]
+    )
+    stdout, stderr = run.outputs[command.line]
+    later = [line for line in run.outputs if line > command.line]
+    assert later or run.exit_code == 0, f"exit {run.exit_code}: {stderr[-3000:]}"
+    return stdout, stderr
 
 
 def _quick_start_command(quick_start: QuickStart, command: DocCommand) -> None:
-    assert command.line in quick_start.outputs, (
-        f"the quick start stopped before `{command.text}` (exit {quick_start.exit_code}):\n"
-        + "\n".join(f"{o}\n{e}" for o, e in quick_start.outputs.values())[-4000:]
-    )
-    stdout, stderr = quick_start.outputs[command.line]
-    later = [line for line in quick_start.outputs if line > command.line]
-    assert later or quick_start.exit_code == 0, f"exit {quick_start.exit_code}: {stderr[-3000:]}"
+    stdout, stderr = _outputs_of(quick_start, command, "the quick start")
     text = command.text
     if text.startswith("eval"):
         assert Path(os.environ.get("SPARKBUILD_TEST_CACHE", Path.home())).exists()
@@ -364,11 +380,7 @@ def _quick_start_command(quick_start: QuickStart, command: DocCommand) -> None:
 # --- the offline path: a local mirror, a lock, a report ----------------------------------------
 
 
-@dataclass
-class OfflinePath:
-    workdir: Path
-    outputs: dict[int, tuple[str, str]]
-    exit_code: int
+OfflinePath = QuickStart  # the same record: a documented block run in a directory
 
 
 @pytest.fixture(scope="module")
@@ -385,32 +397,16 @@ def offline_path(tmp_path_factory: pytest.TempPathFactory) -> OfflinePath:
         shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp / "home").mkdir()
     run = [c for c in COMMANDS if rule_for(c).kind == "offline"]
-    script = ["set -eu -o pipefail"]
-    for number, command in enumerate(run):
-        text = command.text.replace("/media/usb/vllm.git", str(usb))
-        script += [f"echo '@@@ {number}'", f"echo '@@@ {number}' >&2", text]
+    texts = [c.text.replace("/media/usb/vllm.git", str(usb)) for c in run]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKBUILD_", "GIT_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # this venv
     env.update(HOME=str(tmp / "home"), SPARKBUILD_CACHE_DIR=str(tmp / "cache"))
     env.update(SPARKBUILD_NET_ATTEMPTS="1")  # nothing here may need the network
-    done = subprocess.run(
-        ["bash", "-c", "\n".join(script)],
-        cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    out = re.split(r"^@@@ (\d+)\n", done.stdout, flags=re.M)
-    err = re.split(r"^@@@ (\d+)\n", done.stderr, flags=re.M)
-    outputs = {int(n): (o, e) for n, o, e in zip(out[1::2], out[2::2], err[2::2], strict=False)}
-    return OfflinePath(work, {run[n].line: v for n, v in outputs.items()}, done.returncode)
+    outputs, exit_code = run_block(texts, work, env, timeout=600)
+    return OfflinePath(work, {run[n].line: v for n, v in outputs.items()}, exit_code)
 
 
 def _offline_command(offline: OfflinePath, command: DocCommand) -> None:
-    assert command.line in offline.outputs, (
-        f"the offline path stopped before `{command.text}` (exit {offline.exit_code}):\n"
-        + "\n".join(f"{o}\n{e}" for o, e in offline.outputs.values())[-4000:]
-    )
-    stdout, stderr = offline.outputs[command.line]
-    later = [line for line in offline.outputs if line > command.line]
-    assert later or offline.exit_code == 0, f"exit {offline.exit_code}: {stderr[-3000:]}"
+    stdout, stderr = _outputs_of(offline, command, "the offline path")
     text = command.text
     if text.startswith("git clone"):
         assert (offline.workdir.parent / "home" / "mirrors" / "vllm.git" / "HEAD").is_file()

@@ -54,6 +54,24 @@ def _logging_git(tmp: Path) -> tuple[dict[str, str], Path]:
     return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", **SLOW_RETRIES}, log
 
 
+def _local_upstream(tmp_path: Path) -> Path:
+    """A one-commit SGLang-shaped repository on this machine, tagged v1.0.0."""
+    upstream = tmp_path / "upstream"
+    (upstream / "python" / "sglang").mkdir(parents=True)
+    (upstream / "python" / "sglang" / "__init__.py").write_text("")
+    tagged_repo(upstream, "v1.0.0", "release")
+    return upstream
+
+
+def _locked_project(run_cli: RunCli, tmp_path: Path) -> list[str]:
+    """A project whose build ``one`` is locked from a local upstream; its global options."""
+    project = tmp_path / "project"
+    _spec(project, "sglang", str(_local_upstream(tmp_path)), ["one"])
+    common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
+    assert run_cli(*common, "lock").exit_code == 0
+    return common
+
+
 def _remote_calls(log: Path) -> list[str]:
     calls = log.read_text().splitlines() if log.exists() else []
     return [c for c in calls if {"ls-remote", "fetch"} & set(c.split())]
@@ -141,10 +159,7 @@ def test_patches_json_has_one_shape_for_one_build_or_many(
 
 
 def test_patches_json_on_success_has_the_same_shape(run_cli: RunCli, tmp_path: Path) -> None:
-    upstream = tmp_path / "upstream"
-    (upstream / "python" / "sglang").mkdir(parents=True)
-    (upstream / "python" / "sglang" / "__init__.py").write_text("")
-    tagged_repo(upstream, "v1.0.0", "release")
+    upstream = _local_upstream(tmp_path)
     project = tmp_path / "project"
     _spec(project, "sglang", str(upstream), ["local"])
 
@@ -178,10 +193,7 @@ def test_build_offline_fails_once_per_url(
 def test_an_unreachable_registry_is_named_as_such_not_as_a_wrong_image(
     run_cli: RunCli, tmp_path: Path
 ) -> None:
-    upstream = tmp_path / "upstream"
-    (upstream / "python" / "sglang").mkdir(parents=True)
-    (upstream / "python" / "sglang" / "__init__.py").write_text("")
-    tagged_repo(upstream, "v1.0.0", "release")
+    upstream = _local_upstream(tmp_path)
     project = tmp_path / "project"
     base = "registry.sparkbuild-test.invalid/sglang:v1.0.0"
     _spec(project, "sglang", str(upstream), ["one", "two"], base_image=base)
@@ -206,10 +218,7 @@ def test_lock_check_without_the_repo_it_was_locked_from_names_that_mirror(
 ) -> None:
     """Locked offline from a local repository with --repo; checked without it: the pinned
     commits are in the cache, under the local repository's mirror, not the spec's URL."""
-    upstream = tmp_path / "upstream"
-    (upstream / "python" / "sglang").mkdir(parents=True)
-    (upstream / "python" / "sglang" / "__init__.py").write_text("")
-    tagged_repo(upstream, "v1.0.0", "release")
+    upstream = _local_upstream(tmp_path)
     project = tmp_path / "project"
     _spec(project, "sglang", f"{NOWHERE}/sgl-project/sglang.git", ["one"])
     common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
@@ -229,14 +238,7 @@ def test_lock_check_without_the_repo_it_was_locked_from_names_that_mirror(
 def test_report_attach_names_a_build_that_is_not_in_the_lock(
     run_cli: RunCli, tmp_path: Path
 ) -> None:
-    upstream = tmp_path / "upstream"
-    (upstream / "python" / "sglang").mkdir(parents=True)
-    (upstream / "python" / "sglang" / "__init__.py").write_text("")
-    tagged_repo(upstream, "v1.0.0", "release")
-    project = tmp_path / "project"
-    _spec(project, "sglang", str(upstream), ["one"])
-    common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
-    assert run_cli(*common, "lock").exit_code == 0
+    common = _locked_project(run_cli, tmp_path)
     run = str(Path(__file__).resolve().parents[1] / "benchmarks" / "cpu-reference.json")
 
     result = run_cli(*common, "report", "--attach", f"two={run}", "--out", str(tmp_path / "r"))
@@ -253,14 +255,7 @@ def test_a_lock_without_images_reports_the_next_commands_not_empty_tables(
     """What an offline lock gives (no image yet): the build page names the smoke command as
     it names the image's, and a diff says neither side has an image instead of a table of
     dashes."""
-    upstream = tmp_path / "upstream"
-    (upstream / "python" / "sglang").mkdir(parents=True)
-    (upstream / "python" / "sglang" / "__init__.py").write_text("")
-    tagged_repo(upstream, "v1.0.0", "release")
-    project = tmp_path / "project"
-    _spec(project, "sglang", str(upstream), ["one"])
-    common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
-    assert run_cli(*common, "lock").exit_code == 0
+    common = _locked_project(run_cli, tmp_path)
 
     site = run_cli(*common, "report", "--out", str(tmp_path / "site"))
     diff = run_cli(*common, "report", "--diff", "one", "one", "--out", str(tmp_path / "diff"))

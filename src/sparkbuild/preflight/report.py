@@ -63,23 +63,19 @@ class PreflightReport:
         return f"{self.tree}+{self.deps_digest}"
 
     def failures(self) -> list[str]:
-        lines = [f"{c.name}: {c.detail}" for c in self.package_checks if c.status == "fail"]
-        for profile in self.profiles:
-            lines += [
-                f"{profile.profile} {c.name}: {c.detail}"
-                for c in profile.checks
-                if c.status == "fail"
-            ]
-        return lines
+        return self._lines("fail", "")
 
     def skips(self) -> list[str]:
         """The checks that could not run here, each with its reason."""
-        lines = [f"{c.name}: skip: {c.detail}" for c in self.package_checks if c.status == "skip"]
+        return self._lines("skip", "skip: ")
+
+    def _lines(self, status: Status, prefix: str) -> list[str]:
+        lines = [f"{c.name}: {prefix}{c.detail}" for c in self.package_checks if c.status == status]
         for profile in self.profiles:
             lines += [
-                f"{profile.profile} {c.name}: skip: {c.detail}"
+                f"{profile.profile} {c.name}: {prefix}{c.detail}"
                 for c in profile.checks
-                if c.status == "skip"
+                if c.status == status
             ]
         return lines
 
