@@ -271,3 +271,16 @@ def test_a_lock_without_images_reports_the_next_commands_not_empty_tables(
         'id="image-fields"><thead>' not in text
         and '<table class="data sides" id="image-fields"' not in text
     )
+
+
+@pytest.mark.parametrize("names", [["sg-a"], ["sg-a", "sg-b"]], ids=["one", "many"])
+def test_build_json_has_one_shape_for_one_build_or_many(
+    run_cli: RunCli, offline_project: Path, tmp_path: Path, names: list[str]
+) -> None:
+    result = run_cli("--project", str(offline_project), "--cache-dir", str(tmp_path / "c"),
+                     "build", "--json", *names)  # fmt: skip
+
+    assert result.exit_code == 1, result.output
+    payload = json.loads(result.stdout)
+    assert payload["results"] == [] and [f["build"] for f in payload["failed"]] == names
+    assert "does not resolve" in payload["failed"][0]["error"]
