@@ -284,3 +284,25 @@ def test_build_json_has_one_shape_for_one_build_or_many(
     payload = json.loads(result.stdout)
     assert payload["results"] == [] and [f["build"] for f in payload["failed"]] == names
     assert "does not resolve" in payload["failed"][0]["error"]
+
+
+def test_a_commit_locked_from_a_local_mirror_gets_no_upstream_link(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    """Its page on the spec's host may not exist: the cache shows the commit came from the
+    local repository (--repo), not from the spec's URL."""
+    upstream = _local_upstream(tmp_path)
+    project = tmp_path / "project"
+    _spec(project, "sglang", f"{NOWHERE}/sgl-project/sglang.git", ["one"])
+    common = ["--project", str(project), "--cache-dir", str(tmp_path / "c")]
+    assert run_cli(*common, "--repo", f"sglang={upstream}", "lock").exit_code == 0
+    commit = yaml.safe_load((project / "images.lock").read_text())["builds"]["one"]["source"][
+        "commit"
+    ]
+
+    result = run_cli(*common, "report", "--out", str(tmp_path / "site"))
+
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "site" / "builds" / "one.html").read_text()
+    assert f"<dd>{commit}</dd>" in page, page[:3000]
+    assert "/commit/" not in page

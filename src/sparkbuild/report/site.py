@@ -122,9 +122,11 @@ def _page_name(text: str) -> str:
 class _Writer:
     """Renders pages into a staging directory."""
 
-    def __init__(self, staging: Path, common: dict[str, Any]) -> None:
+    def __init__(self, staging: Path, common: dict[str, Any], cache_dir: Path) -> None:
         self.staging = staging
         self.env = render.environment()
+        # No link to the upstream's page of a commit that came from a local mirror (--repo).
+        self.env.globals["commit_link"] = view.commit_links(cache_dir)
         self.common = common
         self.pages: list[Page] = []
 
@@ -200,7 +202,9 @@ def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        writer = _Writer(staging, _common(settings.lock_file, now, len(run_files)))
+        writer = _Writer(
+            staging, _common(settings.lock_file, now, len(run_files)), settings.cache_dir
+        )
         rows, previous = [], {}
         for name, entry in lock.builds.items():
             spec = specs.get(name)
@@ -272,7 +276,7 @@ def write_diff(
     page = Page("diff", f"diff/{_page_name(given[0])}--{_page_name(given[1])}.html", b.build)
     staging = Path(tempfile.mkdtemp(prefix=".diff.", dir=_existing_parent(out)))
     try:
-        writer = _Writer(staging, _common(settings.lock_file, now, index=False))
+        writer = _Writer(staging, _common(settings.lock_file, now, index=False), settings.cache_dir)
         writer.write(page, "diff.html", diff=result)
         target = out / page.path
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,20 +9,23 @@ older image, another source tree) or older than ``stale_days``.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkbuild import lockfile, validate
+from sparkbuild import git, lockfile, validate
 from sparkbuild.checks import Status, combined
+from sparkbuild.errors import SparkbuildError
 from sparkbuild.image import labels as image_labels
 from sparkbuild.redact import strip_userinfo
 from sparkbuild.report.charts import CellFigures, Chart, bench_charts
 from sparkbuild.report.dates import LockDates, RecordDate
 from sparkbuild.report.runs import BenchRuns, RunMatch
+from sparkbuild.source.mirror import Mirror
 
 Tone = Literal["good", "bad", "warn", "stale", "none"]
 STAGES = ("source", "image", "preflight", "smoke", "bench", "publish")
@@ -337,6 +340,36 @@ def pr_link(repo: str | None, number: int) -> str | None:
 def commit_link(repo: str | None, sha: str | None) -> str | None:
     base = web_base(repo)
     return f"{base}/commit/{sha}" if base and sha else None
+
+
+def commit_links(cache_dir: Path) -> Callable[[str | None, str | None], str | None]:
+    """:func:`commit_link`, except for a commit the cache shows came from a local mirror or
+    repository (``--repo``): the mirror of ``repo`` lacks it and another mirror holds it, so
+    the upstream's page of it may not exist."""
+    mirrors = sorted((cache_dir / "mirrors").glob("*.git"))
+
+    @functools.cache
+    def elsewhere(repo: str, sha: str) -> bool:
+        try:
+            own = Mirror(cache_dir, repo)
+        except SparkbuildError:
+            return False
+        if (own.path / "HEAD").exists() and own.has_commit(sha):
+            return False
+        return any(_holds(path, sha) for path in mirrors if path != own.path)
+
+    def link(repo: str | None, sha: str | None) -> str | None:
+        if repo and sha and elsewhere(repo, sha):
+            return None
+        return commit_link(repo, sha)
+
+    return link
+
+
+def _holds(git_dir: Path, sha: str) -> bool:
+    args = ["cat-file", "-e", "--end-of-options", f"{sha}^{{commit}}"]
+    done = git.run(args, git_dir=git_dir, check=False)
+    return done.returncode == 0
 
 
 def compare_link(repo: str | None, a: str | None, b: str | None) -> str | None:
