@@ -229,12 +229,13 @@ def test_an_ssh_endpoint_that_does_not_answer_names_the_ssh_command_to_try() -> 
     assert "without a prompt" in raised.value.hint
 
 
-def test_a_recipe_host_flag_is_dropped_not_changed(run_cli: RunCli, tmp_path: Path) -> None:
+def test_a_recipe_host_flag_is_replaced_not_changed(run_cli: RunCli, tmp_path: Path) -> None:
+    """The recipe's --host is not kept (it was labelled "changed"): the launcher sets its own."""
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("model: m\nruntime: vllm\ncommand: vllm serve m --host 0.0.0.0 --port 8000\n")
     result = run_cli("--project", str(tmp_path), "profile", "import", str(recipe))
     assert result.exit_code == 0, result.output
-    assert "dropped  --host 0.0.0.0: sparkbuild's launcher sets it" in result.stdout
+    assert "replaced --host 0.0.0.0: sparkbuild's launcher sets it" in result.stdout
     assert "changed  --host" not in result.stdout
 
 

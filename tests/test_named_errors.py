@@ -86,10 +86,15 @@ def test_every_named_error_is_a_sparkbuild_error_with_message_and_hint() -> None
         if not (isinstance(cls, type) and issubclass(cls, SparkbuildError)) or cls in special:
             continue
         made = cls("the message naming the build", "the next command")
+        expected_exit = (
+            errors.EXIT_USAGE if issubclass(cls, errors.UsageError) else errors.EXIT_FAILURE
+        )
+        if cls is errors.VerdictSkippedError:  # nothing failed: a status of its own
+            expected_exit = errors.EXIT_SKIPPED
         assert (made.message, made.hint, made.exit_code) == (
             "the message naming the build",
             "the next command",
-            errors.EXIT_USAGE if issubclass(cls, errors.UsageError) else errors.EXIT_FAILURE,
+            expected_exit,
         ), name
         redacted = Redactor(["secret-value"]).error(cls("a secret-value here", None))
         assert type(redacted) is cls and redacted.message == "a *** here", name

@@ -42,7 +42,8 @@ from sparkbuild.redact import strip_userinfo
 from sparkbuild.yamlfile import load_model
 
 Scalar = str | bool | int | float | None
-Status = Literal["carried", "changed", "dropped"]
+# replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
+Status = Literal["carried", "changed", "replaced", "dropped"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -361,8 +362,7 @@ def _serve(engine: str, words: list[str], recipe: RecipeFile, notes: _Notes, bas
         elif flag in _MODEL_FLAGS[engine] and values:
             model = values[0]
         elif flag in _LAUNCHER_FLAGS:
-            # the recipe's value is not kept: the launcher sets its own
-            notes.add(f"{flag} {' '.join(values)}", "dropped", "sparkbuild's launcher sets it")
+            notes.add(f"{flag} {' '.join(values)}", "replaced", "sparkbuild's launcher sets it")
         elif flag in _PARALLEL_FLAGS[engine]:
             sizes[_PARALLEL_FLAGS[engine][flag]] = values[0] if values else "true"
             if _PARALLEL_FLAGS[engine][flag] == "rank":
