@@ -89,16 +89,18 @@ def _two_reports(report_a: Path, report_b: Path, outputs: CompareOutputs) -> Com
     json_path = outputs.json_path
     if json_path:
         payload = {"a": str(report_a), "b": str(report_b), "subject": subject}
-        emit_json({**payload, "warnings": warnings, "cells": rows}, json_path)
+        hosts = {"a": a.host.model_dump(), "b": b.host.model_dump()}
+        emit_json({**payload, "hosts": hosts, "warnings": warnings, "cells": rows}, json_path)
     if outputs.markdown_path:
         write_redacted(
             outputs.markdown_path,
-            bench_report.markdown_compare(rows, label_a, label_b),
+            bench_report.markdown_compare(rows, label_a, label_b, bench_report.host_rows(a, b)),
             "--markdown",
         )
     if outputs.plot_path:
         both = [a.model_copy(update={"label": label_a}), b.model_copy(update={"label": label_b})]
         warn_left_out(plot_decode(both, outputs.plot_path), outputs.plot_path)
-    if json_path != "-":
+    if json_path != "-":  # the hosts first: what the percentages are measured on
+        bench_report.render_hosts(a, b, console.out)
         bench_report.render_compare(rows, label_a, label_b, console.out)
     return Comparison(subject, tuple(warnings), tuple(rows))

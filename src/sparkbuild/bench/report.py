@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import fileio, jsontext, lockfile
-from sparkbuild.bench.results import SCHEMA_VERSION, BenchReport, CellResult, Stat
+from sparkbuild.bench.results import SCHEMA_VERSION, BenchReport, CellResult, HostInfo, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.console import show_table
 from sparkbuild.errors import UsageError
@@ -208,7 +208,8 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
     note("engine build", _build_id(a), _build_id(b))
     if a.engine.args != b.engine.args:
         found["engine arguments"] = argument_changes(a.engine.args, b.engine.args)
-    note("engine environment", a.engine.env, b.engine.env)
+    if a.engine.env != b.engine.env:
+        found["engine environment"] = setting_changes(a.engine.env, b.engine.env)
     note("model", a.engine.model, b.engine.model)
     note("engine", a.engine.name, b.engine.name)
     note("harness version", a.harness.version, b.harness.version)
@@ -224,7 +225,6 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
     note("runs per cell", a.sweep.runs, b.sweep.runs)
     note("warm-up", a.sweep.warmup, b.sweep.warmup)
     note("prefix caching", a.sweep.prefix_caching, b.sweep.prefix_caching)
-    note("host", a.host.summary, b.host.summary)
     return found
 
 
@@ -261,7 +261,12 @@ def _arg_settings(args: Sequence[str]) -> dict[str, str]:
 def argument_changes(a: Sequence[str], b: Sequence[str]) -> str:
     """What changed between two engine argument lists, setting by setting:
     ``num_speculative_tokens 3 → 1``, not both full command lines."""
-    left, right = _arg_settings(a), _arg_settings(b)
+    return setting_changes(_arg_settings(a), _arg_settings(b))
+
+
+def setting_changes(left: Mapping[str, str], right: Mapping[str, str]) -> str:
+    """``NAME a → b`` for each setting that differs (``(unset)`` on the side that lacks it):
+    a diff to read, never two dictionaries printed side by side."""
     changes = [
         f"{name} {left.get(name, '(unset)')} → {right.get(name, '(unset)')}"
         for name in dict.fromkeys([*left, *right])
@@ -282,11 +287,56 @@ def _build_id(report: BenchReport) -> str:
 SUBJECTS = ("engine build", "engine arguments", "engine environment", "model", "engine")
 
 
+#: Per-core load (the busier of start and end, 1-minute) that two runs may differ by before
+#: their host's load is named as a difference: half of every core busy with other work.
+LOAD_GAP = 0.5
+
+
+def _host_words(host: HostInfo) -> str:
+    parts = [host.hostname, host.cpu_model or "CPU model not recorded"]
+    parts.append(f"{host.cpus} cpus" if host.cpus else "cpus not recorded")
+    if host.memory_gib is not None:
+        parts.append(f"{host.memory_gib:g} GiB")
+    return ", ".join(parts)
+
+
+def _hardware(host: HostInfo) -> tuple[object, ...]:
+    return (host.cpu_model, host.cpus, host.machine, host.memory_gib)
+
+
+def host_warnings(a: BenchReport, b: BenchReport) -> list[str]:
+    """What the two hosts make of the percentages: other machines, or the same machine under
+    another load. Printed before any percentage."""
+    warnings = []
+    ha, hb = a.host, b.host
+    same = _hardware(ha) == _hardware(hb)
+    if not same or ha.hostname != hb.hostname:
+        warnings.append(
+            f"the runs come from different hosts: A {_host_words(ha)}; B {_host_words(hb)}. "
+            "The percentages measure the machines as much as the settings"
+        )
+    loads = {"A": ha.load_per_core(), "B": hb.load_per_core()}
+    unknown = [label for label, load in loads.items() if load is None]
+    for label in unknown:
+        warnings.append(
+            f"{label} does not record its host's load average (a report made before "
+            "sparkbuild recorded it, or another harness's): how busy that host was is unknown"
+        )
+    la, lb = loads["A"], loads["B"]
+    if la is not None and lb is not None and abs(la - lb) >= LOAD_GAP:
+        warnings.append(
+            f"the hosts' load differs: A {la:g}, B {lb:g} per core (1-minute load average, "
+            "the busier of the run's start and end): a busy host serves and measures slower"
+        )
+    return warnings
+
+
 def compare_warnings(a: BenchReport, b: BenchReport) -> tuple[str | None, list[str]]:
     """(what is compared, warnings about everything else that differs)."""
     found = _differences(a, b)
     subjects = [name for name in SUBJECTS if name in found]
-    warnings = [f"{name} differs: {found[name]}" for name in found if name not in SUBJECTS]
+    warnings = host_warnings(a, b)
+    warnings += [f"{name} differs: {found[name]}" for name in found if name not in SUBJECTS]
     if len(subjects) > 1:
         warnings.insert(
             0,
@@ -315,10 +365,20 @@ def compare_warnings(a: BenchReport, b: BenchReport) -> tuple[str | None, list[s
     return subject, warnings
 
 
-def delta_percent(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or a == 0:
+def delta_percent(a: float | None, b: float | None, digits: int | None = None) -> float | None:
+    """B against A in percent of A; None when either is missing or A is ~0 (see
+    :func:`near_zero`): a percentage over nothing is noise, "+111036.4 %"."""
+    if a is None or b is None or near_zero(a, digits):
         return None
     return round((b - a) / abs(a) * 100.0, 2)
+
+
+def near_zero(value: float | None, digits: int | None = None) -> bool:
+    """Whether ``value`` shows as zero at its column's precision (0.0004 ms is "0.00")."""
+    return value is not None and float(number(value, digits)) == 0.0
+
+
+NEAR_ZERO_TEXT = "n/a (baseline ~0)"
 
 
 def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
@@ -340,7 +400,12 @@ def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
         }
         for column in COLUMNS:
             va, vb = central(column.value(left)), central(column.value(right))
-            row[column.title] = {"a": va, "b": vb, "delta_pct": delta_percent(va, vb)}
+            row[column.title] = {
+                "a": va,
+                "b": vb,
+                "delta_pct": delta_percent(va, vb, column.digits),
+                "baseline_near_zero": near_zero(va, column.digits) and vb is not None,
+            }
         rows.append(row)
     return rows
 
@@ -348,11 +413,48 @@ def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
 def _delta_text(cell: dict[str, Any], column: Column) -> str:
     a, b, delta = cell["a"], cell["b"], cell["delta_pct"]
     text = f"{number(a, column.digits)} → {number(b, column.digits)}"
+    if cell.get("baseline_near_zero"):
+        return f"{text} [dim]({NEAR_ZERO_TEXT})[/dim]"
     if delta is None:
         return text
     better = (delta > 0) == column.higher_is_better
     style = "green" if better and abs(delta) >= 1 else "red" if abs(delta) >= 1 else "dim"
     return f"{text} [{style}]({delta:+.1f}%)[/{style}]"
+
+
+def _load_text(load: list[float] | None) -> str:
+    return "not recorded" if not load else " / ".join(f"{value:g}" for value in load)
+
+
+def host_rows(a: BenchReport, b: BenchReport) -> list[tuple[str, str, str]]:
+    """(fact, A, B) for the two hosts, as compare shows them side by side."""
+
+    def facts(host: HostInfo) -> list[str]:
+        per_core = host.load_per_core()
+        return [
+            host.hostname,
+            host.cpu_model or "not recorded",
+            str(host.cpus) if host.cpus else "not recorded",
+            f"{host.memory_gib:g} GiB" if host.memory_gib is not None else "not recorded",
+            _load_text(host.load_start),
+            _load_text(host.load_end),
+            f"{per_core:g}" if per_core is not None else "not recorded",
+        ]
+
+    names = ["host", "CPU", "cores", "memory", "load at start (1/5/15 min)", "load at end"]
+    names.append("load per core")
+    return list(zip(names, facts(a.host), facts(b.host), strict=True))
+
+
+def render_hosts(a: BenchReport, b: BenchReport, console: Console) -> None:
+    """The two hosts side by side, before any percentage."""
+    table = Table(title="hosts", header_style="bold", pad_edge=False)
+    for title in ("", "A", "B"):
+        table.add_column(title)
+    for name, left, right in host_rows(a, b):
+        style = "yellow" if left != right else ""
+        table.add_row(Text(name), Text(left, style=style), Text(right, style=style))
+    show_table(console, table)
 
 
 def render_compare(
@@ -371,8 +473,17 @@ def render_compare(
     show_table(console, table)
 
 
-def markdown_compare(rows: Sequence[dict[str, Any]], label_a: str, label_b: str) -> str:
+def markdown_compare(
+    rows: Sequence[dict[str, Any]],
+    label_a: str,
+    label_b: str,
+    hosts: Sequence[tuple[str, str, str]] = (),
+) -> str:
     out = [f"## Benchmark comparison: A = {label_a}, B = {label_b}", ""]
+    if hosts:
+        out += ["| host | A | B |", "|---|---|---|"]
+        out += [f"| {name} | {left} | {right} |" for name, left, right in hosts]
+        out.append("")
     header = [*CELL_HEADERS, *(c.title for c in COLUMNS)]
     out.append("| " + " | ".join(header) + " |")
     out.append("|" + "|".join("---:" for _ in header) + "|")
@@ -383,7 +494,11 @@ def markdown_compare(rows: Sequence[dict[str, Any]], label_a: str, label_b: str)
             cell = row[column.title]
             delta = cell["delta_pct"]
             text = f"{number(cell['a'], column.digits)} → {number(cell['b'], column.digits)}"
-            values.append(text + (f" ({delta:+.1f}%)" if delta is not None else ""))
+            if cell.get("baseline_near_zero"):
+                text += f" ({NEAR_ZERO_TEXT})"
+            elif delta is not None:
+                text += f" ({delta:+.1f}%)"
+            values.append(text)
         out.append("| " + " | ".join([*words, *values]) + " |")
     return "\n".join(out) + "\n"
 

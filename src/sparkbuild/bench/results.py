@@ -195,6 +195,19 @@ class HostInfo(_Model):
     machine: str
     cpus: int | None
     python: str
+    # Recorded since sparkbuild-bench reports carry them; None in older reports.
+    cpu_model: str | None = None
+    memory_gib: float | None = None
+    load_start: list[float] | None = None  # 1-, 5-, 15-minute load average when the run began
+    load_end: list[float] | None = None  # ... and when it ended
+
+    def load_per_core(self) -> float | None:
+        """The busier of the 1-minute load at start and end, per core: ~0 an idle host,
+        1 every core busy with other work."""
+        loads = [load[0] for load in (self.load_start, self.load_end) if load]
+        if not loads or not self.cpus:
+            return None
+        return round(max(loads) / self.cpus, 2)
 
     @property
     def summary(self) -> str:

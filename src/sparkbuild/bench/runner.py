@@ -15,10 +15,6 @@ What the engine says about itself (model, length, version, token counts) is aske
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
-import socket
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,6 +31,7 @@ from sparkbuild.bench.engine_timing import (
     engine_delta,
     snapshot_timing,
 )
+from sparkbuild.bench.host import host_info, load_average
 from sparkbuild.bench.progress import Progress, SilentProgress
 from sparkbuild.bench.prompts import PROMPT_RECIPE, BenchPrompt, PromptFactory
 from sparkbuild.bench.results import (
@@ -44,7 +41,6 @@ from sparkbuild.bench.results import (
     EngineInfo,
     EngineTiming,
     HarnessInfo,
-    HostInfo,
     NodeInfo,
     PromptInfo,
     RunFigures,
@@ -98,16 +94,6 @@ class BenchPlan:
     boot_timeout_s: float = 900.0
     request_timeout_s: float = STREAM_TIMEOUT_S
     topology: Parallel | None = None  # the profile's parallel layout; None: unknown
-
-
-def host_info() -> HostInfo:
-    return HostInfo(
-        hostname=socket.gethostname(),
-        platform=platform.platform(),
-        machine=platform.machine(),
-        cpus=os.cpu_count(),
-        python=sys.version.split()[0],
-    )
 
 
 def _target_info(target: Target) -> TargetInfo:
@@ -448,6 +434,7 @@ def run_bench(
     """
     progress = progress or SilentProgress()
     began = time.monotonic()
+    load_start = load_average()  # before the engine boots: the load of other work
     sweep = plan.sweep
     with target:
         boot_seconds = _boot(target, adapter, plan, progress)
@@ -500,7 +487,7 @@ def run_bench(
             sparkbuild=__version__,
             http_client=f"httpx {httpx.__version__}",
         ),
-        host=host_info(),
+        host=host_info(load_start),
         target=_target_info(target),
         engine=engine_info,
         topology=plan.topology.model_copy(update={"launcher": None}) if plan.topology else None,
