@@ -323,6 +323,21 @@ def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
     return QuickStart(work, {run[n].line: v for n, v in outputs.items()}, exit_code)
 
 
+def _both_hosts_shown(quick_start: QuickStart, stdout: str, stderr: str) -> None:
+    """The user's run against the shipped reference: both hosts before the figures, and a
+    warning when they are other machines or under another load."""
+    from sparkbuild.bench.report import host_warnings, load_report
+
+    reference = load_report(ROOT / "benchmarks" / "cpu-reference.json")
+    mine = load_report(quick_start.workdir / "my-run.json")
+    assert stdout.index("hosts") < stdout.index("A → B")
+    for host in (reference.host, mine.host):
+        assert host.hostname in stdout and str(host.cpu_model) in stdout
+    said = " ".join(stderr.split())
+    for warning in host_warnings(reference, mine):  # what differs is said, each time
+        assert " ".join(warning.split()) in said, said
+
+
 def run_block(
     commands: list[str], work: Path, env: dict[str, str], *, timeout: float
 ) -> tuple[dict[int, tuple[str, str]], int]:
@@ -375,6 +390,7 @@ def _quick_start_command(quick_start: QuickStart, command: DocCommand) -> None:
         assert "claims against" in stdout and "S2 pp=512 tg=128 depth=0 c=1" in stdout
     elif text.startswith("sparkbuild bench compare"):
         assert "A → B" in stdout and "…" not in stdout
+        _both_hosts_shown(quick_start, stdout, stderr)
 
 
 # --- the offline path: a local mirror, a lock, a report ----------------------------------------
