@@ -11,13 +11,23 @@ from pathlib import Path
 import pytest
 
 from sparkbuild import redact
+from sparkbuild.attest import keys
 from sparkbuild.registry import credentials
 from tests.support.cli import RunCli
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "sparkbuild"
-SECRET_NAMES = {*redact.SECRET_ENV, credentials.USER_ENV, credentials.PASSWORD_ENV}
+SECRET_NAMES = {
+    *redact.SECRET_ENV,
+    credentials.USER_ENV,
+    credentials.PASSWORD_ENV,
+    keys.KEY_ENV,
+    keys.KEY_FILE_ENV,
+    keys.PASSWORD_ENV,
+}
 # The constants a message may name a variable through: f"set {PASSWORD_ENV}".
 CONSTANTS = {
+    "KEY_ENV": keys.KEY_ENV,
+    "KEY_FILE_ENV": keys.KEY_FILE_ENV,
     "PASSWORD_ENV": credentials.PASSWORD_ENV,
     "USER_ENV": credentials.USER_ENV,
     "REGISTRY_PASSWORD_ENV": redact.REGISTRY_PASSWORD_ENV,
