@@ -9,9 +9,12 @@ second one behind htpasswd auth to publish to, and one image built by the image 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,25 +138,67 @@ def test_wrong_credentials_fail_without_showing_them(env: Env) -> None:
     assert "publish" not in yaml.safe_load(passing.read_text())["builds"][BUILD]
 
 
-def test_unreachable_registry_is_retried_then_named(env: Env) -> None:
-    passing = env.lock_copy("unreachable")
-    record_smoke(passing, BUILD, PROFILE)
-    record_preflight(passing, BUILD, PROFILE)
-    closed = "127.0.0.1:9"  # discard port: nothing listens
-    result = run_publish_cli(
+def _publish_to(env: Env, lock: Path, registry: str) -> CliResult:
+    return run_publish_cli(
         env.project,
         "--lock-file",
-        str(passing),
+        str(lock),
         "publish",
         BUILD,
         "--registry",
-        closed,
-        env={**env.creds_env(), "SPARKBUILD_NET_ATTEMPTS": "3"},
+        registry,
+        env={**env.creds_env(), "SPARKBUILD_NET_ATTEMPTS": "3", "SPARKBUILD_NET_BACKOFF": "0"},
         docker_config=env.empty_docker_config,
     )
+
+
+def test_refused_registry_is_named_at_once_without_retries(env: Env) -> None:
+    passing = env.lock_copy("refused")
+    record_smoke(passing, BUILD, PROFILE)
+    record_preflight(passing, BUILD, PROFILE)
+    closed = "127.0.0.1:9"  # discard port: nothing listens
+    result = _publish_to(env, passing, closed)
     assert result.exit_code == 1, _output(result)
     assert "registry unreachable" in result.stderr
-    assert f"http://{closed}/v2/" in result.stderr and "3 times" in result.stderr
+    assert f"http://{closed}/v2/" in result.stderr and "refused the connection" in result.stderr
+    assert "not retried" in result.stderr and "times" not in result.stderr
+
+
+@contextlib.contextmanager
+def _dropping_server() -> Iterator[tuple[str, list[int]]]:
+    """A TCP port that accepts every connection and closes it unanswered: a registry that is
+    up but failing, which is worth retrying (unlike a refused connection)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+
+
+def test_dropping_registry_is_retried_then_named(env: Env) -> None:
+    passing = env.lock_copy("dropping")
+    record_smoke(passing, BUILD, PROFILE)
+    record_preflight(passing, BUILD, PROFILE)
+    with _dropping_server() as (address, accepted):
+        result = _publish_to(env, passing, address)
+    assert result.exit_code == 1, _output(result)
+    assert "registry unreachable" in result.stderr
+    assert f"http://{address}/v2/" in result.stderr and "3 times" in result.stderr
+    assert len(accepted) >= 3  # each attempt reached the server
+    assert "publish" not in yaml.safe_load(passing.read_text())["builds"][BUILD]
 
 
 def test_lock_and_local_image_must_agree(env: Env) -> None:
