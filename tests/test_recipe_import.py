@@ -258,3 +258,87 @@ def test_the_real_registry_recipes_import(tmp_path: Path, path: str) -> None:
     imported = import_recipe(local)
     assert imported.profile["args"] and imported.source.container
     assert not any(w.startswith("{") and w.endswith("}") for w in imported.profile["args"])
+
+
+# Each ends the comment line it lands in, if nothing escapes it, and says what a profile
+# must never hold: the host's root mounted, or a shell as the launcher.
+INJECTIONS = (
+    "x\ncontainer:\n  mounts: ['/:/host:rw']",
+    "x\r\ncontainer: {launcher: [sh, -c, 'touch /tmp/pwned']}",
+    "x\x85container: {mounts: ['/:/host:rw']}",
+    "x\u2028container: {mounts: ['/:/host:rw']}",
+    "x\n---\ncontainer: &a {mounts: ['/:/host:rw']}\nexpect: *a",
+    "# x: y\n#",
+)
+# The recipe fields an import writes into the profile (its data or its comment), each one
+# set to the injection. The file name reaches the comment too: tested below.
+HOSTILE_FIELDS: dict[str, Any] = {
+    "container": "{}",
+    "description": "{}",
+    "model_revision": "{}",
+    "mods": ["{}"],
+    "pre_exec": ["{}"],
+    "env": {"HOSTILE": "{}"},
+    "executor_config": {"{}": "yes"},
+    "runtime_config": {"{}": 1},
+    "{}": "an unknown top-level key",
+    "metadata": {"description": "{}"},
+}
+
+
+def _hostile_recipe(path: Path, field: str, text: str) -> Path:
+    recipe: dict[str, Any] = yaml.safe_load(NO_COMMAND.read_text())
+    value = HOSTILE_FIELDS[field]
+    filled = json.loads(json.dumps(value).replace('"{}"', json.dumps(text)))
+    recipe[text if field == "{}" else field] = filled
+    if field == "executor_config":
+        recipe[field] = {text: "yes"}
+    if field == "runtime_config":
+        recipe[field] = {text: 1}
+    path.write_text(yaml.safe_dump(recipe, allow_unicode=True))
+    return path
+
+
+def _read_back(written: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(written.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.mark.parametrize("text", INJECTIONS, ids=range(len(INJECTIONS)))
+@pytest.mark.parametrize("field", list(HOSTILE_FIELDS))
+def test_no_recipe_field_writes_the_profile_it_is_imported_into(
+    run_cli: RunCli, tmp_path: Path, field: str, text: str
+) -> None:
+    """Issue 34, critical: a newline in a recipe field ended the header comment and wrote
+    YAML of its own (the host's root mounted, a shell as launcher). Whatever a field holds,
+    the written profile reads back as exactly the profile the import made."""
+    recipe = _hostile_recipe(tmp_path / "hostile.yaml", field, text)
+    imported = import_recipe(recipe)
+    result = _import(run_cli, tmp_path, str(recipe), "--name", "hostile")
+    assert result.exit_code == 0, result.output
+    data = _read_back(tmp_path / "smoke" / "hostile.yaml")
+    assert imported.parallel is None and data == imported.profile
+    assert set(data.get("container", {})) <= {"gpus", "ipc", "shm_size"}, data
+    settings = Settings(project_dir=tmp_path, cache_dir=tmp_path / "cache")
+    _, profile = load_profile(settings, "hostile")
+    assert profile.recipe is not None and profile.recipe.sha256 == imported.source.sha256
+
+
+@pytest.mark.parametrize("text", INJECTIONS, ids=range(len(INJECTIONS)))
+def test_a_recipe_file_name_stays_in_the_comment_of_profile_and_claims(
+    run_cli: RunCli, tmp_path: Path, text: str
+) -> None:
+    """The recipe's file name is written in the profile's and the claims file's comments."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    recipe = folder / f"{text.replace('/', '_')}.yaml"
+    recipe.write_bytes(NO_COMMAND.read_bytes())
+    imported = import_recipe(recipe, name="hostile")
+    result = _import(
+        run_cli, tmp_path, str(recipe), "--name", "hostile", "--figure", "decode_tps=10"
+    )
+    assert result.exit_code == 0, result.output
+    assert _read_back(tmp_path / "smoke" / "hostile.yaml") == imported.profile
+    claims = _read_back(tmp_path / "claims" / "hostile.yaml")
+    assert set(claims) == {"source", "date", "setups", "claims"}, claims
+    assert load_claims(tmp_path / "claims" / "hostile.yaml")

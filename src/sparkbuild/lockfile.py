@@ -656,23 +656,11 @@ def check(path: Path) -> tuple[LockFile | None, list[str]]:
 # --- writing -------------------------------------------------------------------------------
 
 
-class _CanonicalDumper(yaml.SafeDumper):
-    """Never writes anchors or aliases: the lock is read back with aliases refused."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def dumps(lock: LockFile) -> str:
     """Canonical text: sorted keys, block style, no timestamps added here."""
-    body = yaml.dump(
-        lock.to_json(),
-        Dumper=_CanonicalDumper,
-        sort_keys=True,
-        default_flow_style=False,
-        allow_unicode=True,
-    )
-    return HEADER + redact(body)  # every record: an address's userinfo or token never lands
+    header = HEADER.removeprefix("# ").rstrip("\n")
+    text = yamlfile.dump_yaml(lock.to_json(), comment=[header], sort_keys=True, width=80)
+    return redact(text)  # every record: an address's userinfo or token never lands
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -39,7 +38,7 @@ from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.redact import strip_userinfo
-from sparkbuild.yamlfile import load_model
+from sparkbuild.yamlfile import dump_yaml, load_model
 
 Scalar = str | bool | int | float | None
 # replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
@@ -115,20 +114,20 @@ class ImportedRecipe:
         return [n for n in self.notes if n.status == "dropped"]
 
     def yaml_text(self) -> str:
-        """The profile file: a header naming the recipe and what was not carried, then YAML."""
-        lines = [
-            "# Imported by `sparkbuild profile import` from the Spark Arena recipe "
-            f"{self.source.file}",
-            f"# (sha256 {self.source.sha256[:16]}, runtime {self.source.runtime}, container "
+        """The profile file: a comment naming the recipe and what was not carried, then the
+        profile. The recipe's words reach the comment only through ``dump_yaml``, which
+        writes each line as one comment line whatever it holds."""
+        comment = [
+            "Imported by `sparkbuild profile import` from the Spark Arena recipe "
+            + self.source.file,
+            f"(sha256 {self.source.sha256[:16]}, runtime {self.source.runtime}, container "
             f"{self.source.container or '(none given)'}).",
+            *(f"Not carried: {note.item}: {note.detail}" for note in self.dropped),
         ]
-        for note in self.dropped:
-            lines.append(f"# Not carried: {note.item}: {note.detail}")
         data = dict(self.profile)
         if self.parallel is not None:
             data["parallel"] = self.parallel
-        body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-        return "\n".join(lines) + "\n" + body
+        return dump_yaml(data, comment=comment)
 
     def to_json(self) -> dict[str, Any]:
         return {
