@@ -6,8 +6,9 @@ a file of many gigabytes. Every such read goes through :func:`read_bytes`, which
 blocking, refuses what is not a regular file and stops at a size limit. Its errors are
 ``OSError`` with a readable ``strerror``, so each caller's "cannot read FILE: why" covers them.
 
-Outputs (``--markdown``, ``--csv``, the lock, checkouts) go through :func:`write_output`, which
-turns a full or read-only disk into one error naming the file and what to do.
+Outputs (``--markdown``, ``--csv``, ``--json-file``, imported profiles) go through
+:func:`write_output`, which writes them whole or not at all (:func:`write_atomic`) and turns a
+full or read-only disk into one error naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from sparkbuild.errors import OutputError
@@ -93,14 +95,34 @@ def reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def write_output(path: Path, data: str | bytes, option: str) -> None:
-    """Write an output file (``--markdown FILE``); a full or read-only disk is an error naming
-    the file, not a traceback."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """``data`` whole at ``path`` or not at all: written to a temporary file beside it,
+    flushed to disk, then renamed over it. Interrupted or failed at any point, the previous
+    file is intact and the temporary one gone. A new file is 0644, a replaced one keeps its
+    mode (mkstemp's 0600 would follow the rename)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        if isinstance(data, bytes):
-            path.write_bytes(data)
-        else:
-            path.write_text(data, encoding="utf-8")
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(scratch, path)
+    except BaseException:  # Ctrl-C and SIGTERM (interrupts.py) too: no scratch is left
+        Path(scratch).unlink(missing_ok=True)
+        raise
+
+
+def write_output(path: Path, data: str | bytes, option: str) -> None:
+    """Write an output file (``--markdown FILE``) atomically (:func:`write_atomic`); a full
+    or read-only disk is an error naming the file, not a traceback."""
+    try:
+        write_atomic(path, data)
     except OSError as exc:
         raise OutputError(
             f"{option} {path}: cannot write: {reason(exc)}",
@@ -114,5 +136,6 @@ __all__ = [
     "read_bytes",
     "read_text",
     "reason",
+    "write_atomic",
     "write_output",
 ]
