@@ -75,6 +75,12 @@ class ProbeError(SparkbuildError):
     """The preflight probe did not run to a report."""
 
 
+class UntrustedCacheError(PreflightSetupError):
+    """A preflight cache directory others could write (not the user's own, or writable by
+    group or others), or a cached item that cannot be removed to be made again: refused,
+    never used."""
+
+
 class GateClosedError(SparkbuildError):
     """Publishing refused: the pinned image lacks a passing verdict (``--force`` overrides,
     recorded unverified)."""
