@@ -23,6 +23,7 @@ from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
+from sparkbuild.templates import MAX_EXPANDED
 from tests.support.cli import RunCli
 
 RECIPES = Path(__file__).parent / "data" / "recipes"
@@ -342,3 +343,20 @@ def test_a_recipe_file_name_stays_in_the_comment_of_profile_and_claims(
     claims = _read_back(tmp_path / "claims" / "hostile.yaml")
     assert set(claims) == {"source", "date", "setups", "claims"}, claims
     assert load_claims(tmp_path / "claims" / "hostile.yaml")
+
+
+def test_defaults_that_repeat_each_other_are_refused_naming_the_limit(tmp_path: Path) -> None:
+    """Issue 34, high: eight defaults of a few bytes each, each repeating the next eight
+    times, made a command of 8**7 bytes (and, ten deep, gigabytes) from a 200-byte recipe.
+    The one template expander stops at its size limit, saying so."""
+    names = "abcdefgh"
+    defaults = {n: ("{" + names[i + 1] + "}") * 8 if i + 1 < len(names) else "x"
+                for i, n in enumerate(names)}  # fmt: skip
+    recipe = tmp_path / "bomb.yaml"
+    command = "vllm serve {model} --x {a}"
+    recipe.write_text(yaml.safe_dump({"model": "m", "defaults": defaults, "command": command}))
+    assert recipe.stat().st_size < 300
+    with pytest.raises(UsageError) as raised:
+        import_recipe(recipe)
+    assert f"expands past {MAX_EXPANDED} bytes (the limit)" in raised.value.message
+    assert raised.value.hint == "fix the defaults values"

@@ -358,6 +358,11 @@ class ReportError(UsageError):
     or build, or an output directory that holds something other than a report."""
 
 
+class TemplateTooLargeError(UsageError):
+    """A template whose values hold placeholders expands past a limit (its size, or the
+    number of fills): a few hundred bytes of recipe would otherwise make gigabytes."""
+
+
 class UnknownPlaceholderError(ValueError):
     """A tag or repository template names a placeholder that does not exist. Internal: the
     image and publish stages turn it into a SpecError or UsageError naming the field."""

@@ -38,6 +38,7 @@ from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.redact import strip_userinfo
+from sparkbuild.templates import expand
 from sparkbuild.yamlfile import dump_yaml, load_model
 
 Scalar = str | bool | int | float | None
@@ -47,7 +48,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHELL = ("&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1")
-MAX_PASSES = 10  # a template that still changes after this many fills refers to itself
 
 
 class RecipeFile(BaseModel):
@@ -190,20 +190,11 @@ def _scalar_text(value: Scalar) -> str:
 
 def render_command(template: str, values: Mapping[str, Scalar]) -> str:
     """``{key}`` placeholders filled from ``values`` until nothing changes (a value may hold
-    another placeholder); unknown ones are left as they are, as sparkrun leaves them."""
-    text = template.strip()
-    for _ in range(MAX_PASSES):
-        filled = _PLACEHOLDER.sub(
-            lambda m: _scalar_text(values[m[1]]) if m[1] in values else m[0], text
-        )
-        if filled == text:
-            return re.sub(r"\\[ \t]+\n", "\\\n", text)
-        text = filled
-    raise UsageError(
-        f"the command template still changes after {MAX_PASSES} fills: a defaults value "
-        "refers to itself",
-        "fix the recipe's defaults",
-    )
+    another placeholder); unknown ones are left as they are, as sparkrun leaves them. Bounded
+    in fills and size by the one template expander (``templates.expand``)."""
+    texts = {key: _scalar_text(value) for key, value in values.items()}
+    text = expand(template.strip(), texts, what="the recipe's command template", source="defaults")
+    return re.sub(r"\\[ \t]+\n", "\\\n", text)
 
 
 #: The defaults keys each runtime renders into flags when a recipe has no ``command``
