@@ -13,12 +13,15 @@ full or read-only disk into one error naming the file and what to do.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
 
+from sparkbuild import interrupts
 from sparkbuild.errors import OutputError
 
 MIB = 1024 * 1024
@@ -118,6 +121,42 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the directories ``a`` and ``b`` in one step (Linux renameat2); False where the
+    system or file system cannot."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    done = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def replace_dir(staging: Path, target: Path) -> None:
+    """The directory ``staging`` becomes ``target``, and what was there before goes: in one
+    step where the system can swap them, and never interrupted between steps (Ctrl-C and
+    SIGTERM wait for it, ``interrupts.deferred``). Stopped at any point, ``target`` holds
+    the previous directory or the new one, and no scratch is left beside it."""
+    with interrupts.deferred():
+        if not os.path.lexists(target):
+            staging.rename(target)
+            return
+        if not _exchange(staging, target):
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            target.rename(old)
+            staging.rename(target)
+            staging = old
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def write_output(path: Path, data: str | bytes, option: str) -> None:
     """Write an output file (``--markdown FILE``) atomically (:func:`write_atomic`); a full
     or read-only disk is an error naming the file, not a traceback."""
@@ -136,6 +175,7 @@ __all__ = [
     "read_bytes",
     "read_text",
     "reason",
+    "replace_dir",
     "write_atomic",
     "write_output",
 ]

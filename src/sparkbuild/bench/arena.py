@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import __version__
+from sparkbuild import __version__, interrupts
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport
@@ -413,9 +413,10 @@ def write_submission(
             path = scratch / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(redact(contents[key]).encode("utf-8"))
-        if target.exists():
-            target.rmdir()  # empty (checked above)
-        scratch.rename(target)
+        with interrupts.deferred():  # the empty directory and the submission: one step
+            if target.exists():
+                target.rmdir()  # empty (checked above)
+            scratch.rename(target)
     except BaseException as exc:  # interrupted too: no half-written scratch is left behind
         shutil.rmtree(scratch, ignore_errors=True)
         if isinstance(exc, OSError):

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import jinja2
 
-from sparkbuild import lockfile
+from sparkbuild import fileio, lockfile
 from sparkbuild.errors import ReportError
 from sparkbuild.preflight.gate import preflight_verdicts
 from sparkbuild.publish.gate import smoke_verdicts
@@ -173,17 +173,6 @@ def _is_report(out: Path) -> bool:
     return isinstance(data, dict) and data.get("generator") == GENERATOR
 
 
-def _swap_in(staging: Path, out: Path) -> None:
-    """``staging`` becomes ``out``; a previous report there goes only once it has."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-    staging.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
     now = options.now or datetime.now(UTC)
     out = options.out.resolve()
@@ -226,7 +215,7 @@ def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
         (staging / MANIFEST).write_text(
             json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
-        _swap_in(staging, out)
+        fileio.replace_dir(staging, out)  # the previous report or this one, never neither
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
