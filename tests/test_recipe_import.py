@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -360,3 +362,31 @@ def test_defaults_that_repeat_each_other_are_refused_naming_the_limit(tmp_path: 
         import_recipe(recipe)
     assert f"expands past {MAX_EXPANDED} bytes (the limit)" in raised.value.message
     assert raised.value.hint == "fix the defaults values"
+
+
+@pytest.mark.parametrize("step", ["fchmod", "fsync", "replace"])
+def test_an_interrupted_import_leaves_the_previous_profile_and_no_scratch(
+    run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """Issue 34, What 4: outputs are written to a temporary file and renamed. Ctrl-C (a real
+    SIGINT) before each step leaves the previous profile whole and nothing beside it."""
+    assert _import(run_cli, tmp_path, str(NO_COMMAND), "--name", "p").exit_code == 0
+    profile = tmp_path / "smoke" / "p.yaml"
+    before = profile.read_text()
+    owner: Any = os
+    original = getattr(owner, step)
+
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(*args, **kwargs)
+
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, step, stop)
+            result = _import(run_cli, tmp_path, str(QWEN_MTP), "--name", "p", "--force")
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert result.exit_code == 130, result.output
+    assert profile.read_text() == before
+    assert sorted(p.name for p in profile.parent.iterdir()) == ["p.yaml"]
