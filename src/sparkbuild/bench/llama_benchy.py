@@ -379,8 +379,8 @@ def json_to_csv(data: Mapping[str, Any]) -> str:
 
 # --- its CSV, read -----------------------------------------------------------------------
 
-_ROW = re.compile(r"^(?P<kind>pp|tg)(?P<size>\d+)(?: @ d(?P<depth>\d+))?(?: \(c(?P<c>\d+)\))?$")
-_CONTEXT_ROW = re.compile(r"^ctx_(pp|tg) @ d\d+(?: \(c\d+\))?$")
+_ROW = re.compile(r"^(?P<kind>pp|tg)(?P<size>\d+)(?: @ d(?P<depth>\d+))?(?: \(c(?P<c>\d+)\))?\Z")
+_CONTEXT_ROW = re.compile(r"^ctx_(pp|tg) @ d\d+(?: \(c\d+\))?\Z")
 
 
 def is_csv(text: str) -> bool:

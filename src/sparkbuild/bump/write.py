@@ -32,7 +32,7 @@ def swap_version(value: str | None, old: Version, new: Version) -> str | None:
 # -- carried patches ---------------------------------------------------------------------
 
 
-VERSION_SUFFIX = re.compile(r"-v?\d+(?:\.\d+)+(?:\.post\d+)?$")
+VERSION_SUFFIX = re.compile(r"-v?\d+(?:\.\d+)+(?:\.post\d+)?\Z")
 
 
 # The file a diff patches, from git's header or (in a plain unified diff) the "+++" line.

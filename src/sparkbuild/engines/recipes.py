@@ -44,9 +44,9 @@ from sparkbuild.yamlfile import dump_yaml, load_model
 Scalar = str | bool | int | float | None
 # replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
 Status = Literal["carried", "changed", "replaced", "dropped"]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _SHELL = ("&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1")
 
 

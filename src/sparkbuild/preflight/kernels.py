@@ -68,7 +68,7 @@ _NOT_UNPACKED = re.compile(
 # the packages in deps.CUDA_ONLY); any other dependency is installed for real.
 CUDA_PACKAGE = re.compile(
     r"^(?:nvidia-|cuda-|flashinfer|sgl-|sglang-kernel|tilelang|tokenspeed|torch-c-dlpack|"
-    r"quack-kernels|humming-kernels|flash-attn|deep-)|-cu1[0-9]$"
+    r"quack-kernels|humming-kernels|flash-attn|deep-)|-cu1[0-9]\Z"
 )
 # Left out of the venv but CPU libraries at heart: their real package (this host's wheel of
 # the release's pin) is imported, and only the binaries it loads for kernel packages are

@@ -322,7 +322,7 @@ def build_row(
 
 # --- links --------------------------------------------------------------------------------
 
-_WEB = re.compile(r"^https?://[^\s/@]+/[^\s?#]+$")
+_WEB = re.compile(r"^https?://[^\s/@]+/[^\s?#]+\Z")
 
 
 def web_base(repo: str | None) -> str | None:
