@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from sparkbuild import source
+from sparkbuild import fileio, source
 from sparkbuild.bump import specedit
 from sparkbuild.errors import BumpError
 from sparkbuild.settings import Settings
@@ -190,7 +190,8 @@ def write_plan(settings: Settings, plan: BumpPlan) -> None:
     targets.append((plan.spec_file, plan.spec_after.encode("utf-8")))
     for path, data in targets:
         try:
-            specedit.write_atomic(path, data)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fileio.write_atomic(path, data)
         except OSError as exc:
             raise BumpError(
                 f"cannot write {path}: {exc.strerror or exc}",

@@ -395,8 +395,8 @@ def _site_problem(site: Path, packages: tuple[KernelStandin, ...]) -> str | None
         return "its manifest lists no links"
     roots = [p.root.resolve() for p in packages]
 
-    def same(link: Path, target: str) -> bool:
-        if not link.is_symlink() or os.readlink(link) != target:
+    def same(link: str, target: str) -> bool:
+        if not os.path.islink(link) or os.readlink(link) != target:
             return False
         return any(Path(target).resolve().is_relative_to(r) for r in roots)
 

@@ -145,11 +145,19 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """Every entry under ``root`` (relative path, lstat), symlinks not followed."""
-    for directory, dirs, files in os.walk(root):
-        for name in sorted([*dirs, *files]):
-            path = Path(directory, name)
-            yield str(path.relative_to(root)), os.lstat(path)
+    """Every entry under ``root`` (relative path with ``/``, lstat), symlinks not followed.
+    Strings, not Paths: a tree of thousands of files is walked on every check."""
+    base = str(root)
+    pending = [""]
+    while pending:
+        folder = pending.pop()
+        with os.scandir(os.path.join(base, folder) if folder else base) as entries:
+            for entry in entries:
+                relative = f"{folder}/{entry.name}" if folder else entry.name
+                info = entry.stat(follow_symlinks=False)
+                yield relative, info
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(relative)
 
 
 def file_hashes(root: Path, *, skip: frozenset[str] = frozenset()) -> dict[str, str]:
@@ -162,8 +170,8 @@ def file_hashes(root: Path, *, skip: frozenset[str] = frozenset()) -> dict[str, 
     }
 
 
-def _same_sha256(path: Path, expected: str) -> bool:
-    return not path.is_symlink() and sha256_of(path) == expected
+def _same_sha256(path: str, expected: str) -> bool:
+    return not os.path.islink(path) and sha256_of(Path(path)) == expected
 
 
 #: Items whose files passed in this process, by root and manifest: the stat of each entry
@@ -184,7 +192,7 @@ def files_problem(
     expected: Mapping[str, str],
     *,
     skip: frozenset[str] = frozenset(),
-    same: Callable[[Path, str], bool] = _same_sha256,
+    same: Callable[[str, str], bool] = _same_sha256,
     within: Path | None = None,
 ) -> str | None:
     """Why the files under ``root`` are not exactly ``expected`` (relative path -> what
@@ -216,19 +224,19 @@ def _entry_problem(
     relative: str,
     info: os.stat_result,
     expected: Mapping[str, str],
-    same: Callable[[Path, str], bool],
+    same: Callable[[str, str], bool],
     within: Path,
 ) -> str | None:
     link = stat.S_ISLNK(info.st_mode)
     why = None if link else _mode_problem(info, own=True)  # a link's own mode means nothing
     if why is not None or stat.S_ISDIR(info.st_mode):
         return why
-    path = root / relative
-    if PYCACHE in Path(relative).parts:
+    if PYCACHE in relative.split("/"):
         return trust_pycache(relative, info)
     if relative not in expected:
         return "is not one of the files it was made with"
-    if link and not inside(path, within):
+    path = os.path.join(root, relative)
+    if link and not inside(Path(path), within):
         return f"is a symlink out of {within}"
     if not link and not stat.S_ISREG(info.st_mode):
         return "is not a regular file"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,11 @@ def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> P
 def tree_problem(mirror: Path, commit_or_tree: str, package_dir: str, dest: Path) -> str | None:
     """Why ``dest`` does not hold exactly ``package_dir`` of ``commit_or_tree`` as the
     mirror's objects have it (every file's git object id, computed from its bytes), or None."""
+    if dest.is_symlink():
+        return "is a symlink, not the tree exported there"
+    why = trust.chain_problem(dest)
+    if why is not None:
+        return why
     listing = git.run(
         ["ls-tree", "-r", "-z", "--full-tree", commit_or_tree, "--", package_dir],
         git_dir=mirror,
@@ -104,16 +110,20 @@ def tree_problem(mirror: Path, commit_or_tree: str, package_dir: str, dest: Path
     return trust.files_problem(dest, expected, same=_git_object)
 
 
-def _git_object(path: Path, expected: str) -> bool:
+def _git_object(path: str, expected: str) -> bool:
     """Whether the file at ``path`` is the blob ``expected`` (``MODE OID``) names: the same
     bytes (git's object id over them), a symlink with the same target, the same x bit."""
     mode, oid = expected.split()
+    info = os.lstat(path)
     if mode == "120000":
-        data = os.readlink(path).encode("utf-8", "surrogateescape")
-    elif path.is_symlink() or bool(path.stat().st_mode & 0o100) != (mode == "100755"):
+        if not stat.S_ISLNK(info.st_mode):
+            return False
+        data = os.fsencode(os.readlink(path))
+    elif stat.S_ISLNK(info.st_mode) or bool(info.st_mode & 0o100) != (mode == "100755"):
         return False
     else:
-        data = path.read_bytes()
+        with open(path, "rb") as handle:
+            data = handle.read()
     digest = hashlib.sha256() if len(oid) == 64 else hashlib.sha1(usedforsecurity=False)
     digest.update(b"blob %d\0" % len(data))
     digest.update(data)
