@@ -102,20 +102,32 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     """``data`` whole at ``path`` or not at all: written to a temporary file beside it,
     flushed to disk, then renamed over it. Interrupted or failed at any point, the previous
     file is intact and the temporary one gone. A new file is 0644, a replaced one keeps its
-    mode (mkstemp's 0600 would follow the rename)."""
+    mode (mkstemp's 0600 would follow the rename). Through a symlink, the file it points to
+    is replaced (the link stays); a device or FIFO (``--json-file /dev/stdout``) is written
+    as it is: there is nothing to swap."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    target = Path(os.path.realpath(path))
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
+        info: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
-        mode = 0o644
-    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    # /dev/stdout is a link to whatever fd 1 is, a redirected file too: write through it.
+    streams = path.is_absolute() and path.parts[1:2] in (("dev",), ("proc",))
+    if streams or (info is not None and not stat.S_ISREG(info.st_mode)):
+        with open(path, "wb") as stream:
+            stream.write(raw)
+        return
+    mode = stat.S_IMODE(info.st_mode) if info is not None else 0o644
+    fd, scratch = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)
             handle.write(raw)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(scratch, path)
+        os.replace(scratch, target)
     except BaseException:  # Ctrl-C and SIGTERM (interrupts.py) too: no scratch is left
         Path(scratch).unlink(missing_ok=True)
         raise
