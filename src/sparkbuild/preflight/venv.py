@@ -272,7 +272,9 @@ def _create(target: Path, deps: DependencySet, base: LocalVenv | None, made_from
         unavailable = _install_all(python, wanted, constraints) if wanted else []
     drop = [str(python), "-m", "pip", "uninstall", "-y", "-q", *_DROP_AFTER]
     subprocess.run(drop, check=False, capture_output=True)
-    more = {"deps": deps.to_json(), "unavailable": unavailable}
+    more: Manifest = {"deps": deps.to_json(), "unavailable": unavailable}
+    if base is not None:
+        more["layer_over"] = str(base.path)
     _seal(target, python, made_from, **more, distributions=_installed(python))
 
 
