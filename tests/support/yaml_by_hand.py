@@ -10,7 +10,9 @@ together around a dump is how a recipe field holding a newline wrote
 - ``dump-joined``: YAML text put together with other text (``+``, ``%``, an f-string,
   ``str.join``, ``str.format``), directly or through a name or a call holding it. YAML text
   is what a dumper returns: ``dump_yaml``, and every function whose returns all hold YAML
-  text (found over the whole package, so ``recipe_claims`` and ``lockfile.dumps`` are);
+  text (found over the whole package, so ``recipe_claims`` and ``lockfile.dumps`` are).
+  A dumper is known by its module and name (``lockfile.dumps``, not ``json.dumps``; a
+  method by its name on any object);
 - ``yaml-write``: a write to a ``.yaml``/``.yml`` path of anything but YAML text (an
   f-string template, lines joined by hand).
 """
@@ -58,6 +60,32 @@ def _called_name(node: ast.Call) -> str | None:
     return func.id if isinstance(func, ast.Name) else None
 
 
+def _call_keys(node: ast.Call, module: str, imported: dict[str, str]) -> set[str]:
+    """What a call may be, as dumpers are keyed: ``module.function`` (this module's, or one
+    imported by name), ``alias.function`` for a module called through its name, and
+    ``*.method`` for a call on any other object."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return {f"{imported.get(func.id, module)}.{func.id}"}
+    if isinstance(func, ast.Attribute):
+        keys = {f"*.{func.attr}"}
+        if isinstance(func.value, ast.Name):
+            keys.add(f"{func.value.id}.{func.attr}")
+        return keys
+    return set()
+
+
+def _imports(tree: ast.AST) -> dict[str, str]:
+    """Names imported from a module (``from sparkbuild.yamlfile import dump_yaml``) -> the
+    module's last part (``yamlfile``)."""
+    return {
+        (alias.asname or alias.name): (node.module or "").rsplit(".", 1)[-1]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
 def _is_library_dump(node: ast.AST, ruamel: bool) -> bool:
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False
@@ -78,9 +106,13 @@ class _Function(ast.NodeVisitor):
     """One function body: which names hold YAML text or a YAML path, and where YAML text
     meets other text or a YAML path gets other text."""
 
-    def __init__(self, dumpers: set[str], ruamel: bool) -> None:
+    def __init__(
+        self, dumpers: set[str], ruamel: bool, module: str, imported: dict[str, str]
+    ) -> None:
         self.dumpers = dumpers
         self.ruamel = ruamel
+        self.module = module
+        self.imported = imported
         self.tainted: set[str] = set()
         self.yaml_paths: set[str] = set()
         self.found: list[tuple[int, str]] = []
@@ -94,7 +126,7 @@ class _Function(ast.NodeVisitor):
         if isinstance(node, ast.Name):
             return node.id in self.tainted
         if isinstance(node, ast.Call):
-            if _called_name(node) in self.dumpers:
+            if _call_keys(node, self.module, self.imported) & self.dumpers:
                 return True
             # text.strip(), redact(text): still the dump's text
             receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
@@ -159,30 +191,51 @@ class _Function(ast.NodeVisitor):
             self.found.append((node.lineno, "yaml-write"))
 
 
-def _functions(tree: ast.AST) -> Iterable[ast.FunctionDef | ast.AsyncFunctionDef]:
-    return (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+def _functions(
+    tree: ast.AST,
+) -> Iterable[tuple[str | None, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function, with its class's name (None for a module-level one)."""
+    classes = {
+        id(child): node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for child in node.body
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield classes.get(id(node)), node
 
 
 def _visit(
-    function: ast.FunctionDef | ast.AsyncFunctionDef, dumpers: set[str], ruamel: bool
+    function: ast.FunctionDef | ast.AsyncFunctionDef,
+    dumpers: set[str],
+    ruamel: bool,
+    module: str,
+    imported: dict[str, str],
 ) -> _Function:
-    visitor = _Function(dumpers, ruamel)
+    visitor = _Function(dumpers, ruamel, module, imported)
     for statement in function.body:
         visitor.visit(statement)
     return visitor
 
 
+def _stem(name: str) -> str:
+    return Path(name).stem
+
+
 def yaml_dumpers(modules: dict[str, str]) -> set[str]:
-    """Names of the functions (over every module) whose returns all hold YAML text."""
-    dumpers = {"dump_yaml"}
-    trees = [(ast.parse(text), "ruamel" in text) for text in modules.values()]
+    """The functions (over every module) whose returns all hold YAML text, keyed as
+    ``module.function`` or ``*.method``."""
+    dumpers = {"yamlfile.dump_yaml"}
+    trees = [(_stem(n), ast.parse(text), "ruamel" in text) for n, text in modules.items()]
     while True:
         found = set(dumpers)
-        for tree, ruamel in trees:
-            for function in _functions(tree):
-                visited = _visit(function, dumpers, ruamel)
+        for module, tree, ruamel in trees:
+            imported = _imports(tree)
+            for owner, function in _functions(tree):
+                visited = _visit(function, dumpers, ruamel, module, imported)
                 if visited.returns and all(map(visited.holds_yaml, visited.returns)):
-                    found.add(function.name)
+                    found.add(f"{'*' if owner else module}.{function.name}")
         if found == dumpers:
             return dumpers
         dumpers = found
@@ -195,6 +248,7 @@ def findings(source: str, name: str, dumpers: set[str] | None = None) -> list[Fi
     tree = ast.parse(source)
     ruamel = "ruamel" in source
     dumpers = dumpers if dumpers is not None else yaml_dumpers({name: source})
+    module, imported = _stem(name), _imports(tree)
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if _is_library_dump(node, ruamel):
@@ -202,8 +256,8 @@ def findings(source: str, name: str, dumpers: set[str] | None = None) -> list[Fi
             if name not in (DUMP_ALLOWED if library else RUAMEL_ALLOWED):
                 found.append((getattr(node, "lineno", 0), "dump-call"))
     if name not in DUMP_ALLOWED:
-        for function in _functions(tree):
-            found += _visit(function, dumpers, ruamel).found
+        for _, function in _functions(tree):
+            found += _visit(function, dumpers, ruamel, module, imported).found
     return [Finding(name, line, idiom) for line, idiom in sorted(set(found))]
 
 
