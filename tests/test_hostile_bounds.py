@@ -846,6 +846,40 @@ def test_compare_outputs_and_nested_reports(project: Project, tmp_path: Path) ->
     assert "--json-file" in said(result) and "is a directory" in said(result)
 
 
+def _benchy_csv(rows: int) -> str:
+    from sparkbuild.bench.llama_benchy import CSV_COLUMNS
+
+    lines = [",".join(CSV_COLUMNS)]
+    for n in range(rows // 2):
+        for kind in ("pp", "tg"):
+            lines.append(",".join(["m", f"{kind}{n + 1}", "1.0", *[""] * 13]))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "said_text"),
+    [
+        # Rows: 20,000 short ones held a cell each, 150 times the file's size for a 64 MiB
+        # file (issue 34, high).
+        (lambda: _benchy_csv(20_002), "more than 10000 rows (the limit)"),
+        (lambda: _benchy_csv(0).strip() + ",x" * 100_000 + "\n", "over 64 (the limit)"),
+        (lambda: _benchy_csv(2) + "m,pp9," + "9" * 20_000 + "\n", "over 16384 characters"),
+        (lambda: _benchy_csv(2).replace("pp1", "pp\0"), "is not llama-benchy's"),
+        (lambda: _benchy_csv(2) + "m,pp9,1," + "9," * 70 + "\n", "fields, the header has 16"),
+    ],
+    ids=["rows", "columns", "field", "nul", "fields"],
+)
+def test_a_csv_past_compares_limits_is_refused_naming_the_limit(
+    project: Project, tmp_path: Path, content: Callable[[], str], said_text: str
+) -> None:
+    path = tmp_path / "run.csv"
+    path.write_text(content())
+    result = project.run("bench", "compare", str(path), str(path))
+    assert result.exit_code == 2, said(result)
+    assert "is not a sparkbuild bench report or a llama-benchy 0.4 JSON or CSV" in said(result)
+    assert said_text in said(result)
+
+
 def test_claims_refuse_figures_that_are_not_finite(project: Project, tmp_path: Path) -> None:
     claims = tmp_path / "claims.yaml"
     report = tmp_path / "run.json"

@@ -23,14 +23,17 @@ import yaml
 from sparkbuild import validate
 from sparkbuild.bench.client import StreamResult, make_client, stream_completion
 from sparkbuild.cli import main
+from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.errors import RegistryError, SparkbuildError
 from sparkbuild.preflight.runner import ImageTarget
 from sparkbuild.preflight.where import image_id_of
 from sparkbuild.redact import redact, strip_userinfo
 from sparkbuild.registry.client import Registry, RegistryClient
 from sparkbuild.registry.credentials import Credentials
+from sparkbuild.report.site import diff_page, page_file
 from tests.support.cli import run_cli
 from tests.support.docker_env import docker_cli
+from tests.support.dollar_anchors import dollar_anchored, scan
 from tests.support.gitrepos import Upstream, make_upstream
 from tests.support.hostile_project import SPEC, Project, assert_one_screen, hostile_project
 
@@ -1012,3 +1015,51 @@ def test_an_image_name_never_becomes_a_docker_option(image: str) -> None:
     with pytest.raises(SparkbuildError) as inspect:
         image_id_of(image, docker_cli())
     assert f"image {image} is not in the local Docker store" in inspect.value.message
+
+
+# --- names: the whole value, not a line of it (issue 34, What 8) -----------------------------
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "sparkbuild"
+
+
+def test_no_name_check_ends_in_a_dollar() -> None:
+    """Python's ``$`` matches before a trailing newline: ``^[a-z]+$`` accepts "name\\n".
+    Every whole-value check in the package ends in ``\\Z`` instead (a test over the source)."""
+    assert scan(PACKAGE) == []
+    assert dollar_anchored('import re\nNAME = re.compile(r"^[a-z]+$")\n') == [2]
+    assert dollar_anchored('import re\nok = re.match(rf"^{x}$", y)\n') == [2]
+    assert dollar_anchored('import re\nNAME = re.compile(r"^[a-z]+\\Z")\n') == []
+    assert dollar_anchored('import re\nLINE = re.compile(r"^x: .*$", re.M)\n') == []
+    assert dollar_anchored('import re\nCOST = re.compile(r"\\$")\n') == []
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda: validate.build_name("pkg\n"),
+        lambda: validate.git_ref("v1.0\n"),
+        lambda: validate.identifier("name\n"),
+        lambda: validate.repo_url("https://example.com/r.git\n"),
+    ],
+    ids=["build", "ref", "identifier", "url"],
+)
+def test_a_trailing_newline_is_not_part_of_a_valid_name(check: Any) -> None:
+    with pytest.raises((SparkbuildError, ValueError)):
+        check()
+
+
+def test_a_profile_name_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: m\ncommand: vllm serve {model}\n")
+    with pytest.raises(SparkbuildError, match="profile name 'p\\\\n'"):
+        import_recipe(recipe, name="p\n")
+
+
+def test_report_page_names_fit_a_file_name() -> None:
+    """Two 128-character build names side by side made a 266-byte file name: refused by
+    every file system. Cut to 255 bytes, two long names still make two pages."""
+    a, b = "a" * 128 + "@HEAD", "a" * 128 + "@published~1"
+    page = diff_page(a, b)
+    assert len(page.rsplit("/", 1)[1].encode()) <= 255 and page.startswith("diff/aaaa")
+    assert diff_page(a, b) != diff_page(a, "a" * 128 + "@published~2")
+    assert page_file("builds", "b" * 128) == f"builds/{'b' * 128}.html"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.preflight.deps import TORCH, DependencySet, requirement_name
-from sparkbuild.preflight.venv import ensure_torch_base, ensure_venv
+from sparkbuild.preflight.venv import ensure_torch_base, ensure_venv, venv_dir
 from tests.support.preflight_env import venv_root
 
 RELEASE_PIN = "zipp==3.23.0"
@@ -63,7 +63,8 @@ def test_build_pins_are_a_layer_over_the_release_venv_and_win(tmp_path: Path) ->
 
     layer = ensure_venv(tmp_path, build, release)
 
-    release_dir = tmp_path / f"sglang-0.5.12-{release.digest.removeprefix('sha256:')[:16]}"
+    release_dir = venv_dir(tmp_path, release)
+    assert release_dir.name == f"sglang-0.5.12-m2-{release.digest.removeprefix('sha256:')[:16]}"
     assert layer.layer_over == release_dir
     assert layer.path.name.endswith(f"-over-{release.digest.removeprefix('sha256:')[:8]}")
     manifest = json.loads((layer.path / "sparkbuild-preflight.json").read_text())

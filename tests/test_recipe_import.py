@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from sparkbuild.engines.profiles import load_profile
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
+from sparkbuild.templates import MAX_EXPANDED
 from tests.support.cli import RunCli
 
 RECIPES = Path(__file__).parent / "data" / "recipes"
@@ -258,3 +261,132 @@ def test_the_real_registry_recipes_import(tmp_path: Path, path: str) -> None:
     imported = import_recipe(local)
     assert imported.profile["args"] and imported.source.container
     assert not any(w.startswith("{") and w.endswith("}") for w in imported.profile["args"])
+
+
+# Each ends the comment line it lands in, if nothing escapes it, and says what a profile
+# must never hold: the host's root mounted, or a shell as the launcher.
+INJECTIONS = (
+    "x\ncontainer:\n  mounts: ['/:/host:rw']",
+    "x\r\ncontainer: {launcher: [sh, -c, 'touch /tmp/pwned']}",
+    "x\x85container: {mounts: ['/:/host:rw']}",
+    "x\u2028container: {mounts: ['/:/host:rw']}",
+    "x\n---\ncontainer: &a {mounts: ['/:/host:rw']}\nexpect: *a",
+    "# x: y\n#",
+)
+# The recipe fields an import writes into the profile (its data or its comment), each one
+# set to the injection. The file name reaches the comment too: tested below.
+HOSTILE_FIELDS: dict[str, Any] = {
+    "container": "{}",
+    "description": "{}",
+    "model_revision": "{}",
+    "mods": ["{}"],
+    "pre_exec": ["{}"],
+    "env": {"HOSTILE": "{}"},
+    "executor_config": {"{}": "yes"},
+    "runtime_config": {"{}": 1},
+    "{}": "an unknown top-level key",
+    "metadata": {"description": "{}"},
+}
+
+
+def _hostile_recipe(path: Path, field: str, text: str) -> Path:
+    recipe: dict[str, Any] = yaml.safe_load(NO_COMMAND.read_text())
+    value = HOSTILE_FIELDS[field]
+    filled = json.loads(json.dumps(value).replace('"{}"', json.dumps(text)))
+    recipe[text if field == "{}" else field] = filled
+    if field == "executor_config":
+        recipe[field] = {text: "yes"}
+    if field == "runtime_config":
+        recipe[field] = {text: 1}
+    path.write_text(yaml.safe_dump(recipe, allow_unicode=True))
+    return path
+
+
+def _read_back(written: Path) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(written.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.mark.parametrize("text", INJECTIONS, ids=range(len(INJECTIONS)))
+@pytest.mark.parametrize("field", list(HOSTILE_FIELDS))
+def test_no_recipe_field_writes_the_profile_it_is_imported_into(
+    run_cli: RunCli, tmp_path: Path, field: str, text: str
+) -> None:
+    """Issue 34, critical: a newline in a recipe field ended the header comment and wrote
+    YAML of its own (the host's root mounted, a shell as launcher). Whatever a field holds,
+    the written profile reads back as exactly the profile the import made."""
+    recipe = _hostile_recipe(tmp_path / "hostile.yaml", field, text)
+    imported = import_recipe(recipe)
+    result = _import(run_cli, tmp_path, str(recipe), "--name", "hostile")
+    assert result.exit_code == 0, result.output
+    data = _read_back(tmp_path / "smoke" / "hostile.yaml")
+    assert imported.parallel is None and data == imported.profile
+    assert set(data.get("container", {})) <= {"gpus", "ipc", "shm_size"}, data
+    settings = Settings(project_dir=tmp_path, cache_dir=tmp_path / "cache")
+    _, profile = load_profile(settings, "hostile")
+    assert profile.recipe is not None and profile.recipe.sha256 == imported.source.sha256
+
+
+@pytest.mark.parametrize("text", INJECTIONS, ids=range(len(INJECTIONS)))
+def test_a_recipe_file_name_stays_in_the_comment_of_profile_and_claims(
+    run_cli: RunCli, tmp_path: Path, text: str
+) -> None:
+    """The recipe's file name is written in the profile's and the claims file's comments."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    recipe = folder / f"{text.replace('/', '_')}.yaml"
+    recipe.write_bytes(NO_COMMAND.read_bytes())
+    imported = import_recipe(recipe, name="hostile")
+    result = _import(
+        run_cli, tmp_path, str(recipe), "--name", "hostile", "--figure", "decode_tps=10"
+    )
+    assert result.exit_code == 0, result.output
+    assert _read_back(tmp_path / "smoke" / "hostile.yaml") == imported.profile
+    claims = _read_back(tmp_path / "claims" / "hostile.yaml")
+    assert set(claims) == {"source", "date", "setups", "claims"}, claims
+    assert load_claims(tmp_path / "claims" / "hostile.yaml")
+
+
+def test_defaults_that_repeat_each_other_are_refused_naming_the_limit(tmp_path: Path) -> None:
+    """Issue 34, high: eight defaults of a few bytes each, each repeating the next eight
+    times, made a command of 8**7 bytes (and, ten deep, gigabytes) from a 200-byte recipe.
+    The one template expander stops at its size limit, saying so."""
+    names = "abcdefgh"
+    defaults = {n: ("{" + names[i + 1] + "}") * 8 if i + 1 < len(names) else "x"
+                for i, n in enumerate(names)}  # fmt: skip
+    recipe = tmp_path / "bomb.yaml"
+    command = "vllm serve {model} --x {a}"
+    recipe.write_text(yaml.safe_dump({"model": "m", "defaults": defaults, "command": command}))
+    assert recipe.stat().st_size < 300
+    with pytest.raises(UsageError) as raised:
+        import_recipe(recipe)
+    assert f"expands past {MAX_EXPANDED} bytes (the limit)" in raised.value.message
+    assert raised.value.hint == "fix the defaults values"
+
+
+@pytest.mark.parametrize("step", ["fchmod", "fsync", "replace"])
+def test_an_interrupted_import_leaves_the_previous_profile_and_no_scratch(
+    run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """Issue 34, What 4: outputs are written to a temporary file and renamed. Ctrl-C (a real
+    SIGINT) before each step leaves the previous profile whole and nothing beside it."""
+    assert _import(run_cli, tmp_path, str(NO_COMMAND), "--name", "p").exit_code == 0
+    profile = tmp_path / "smoke" / "p.yaml"
+    before = profile.read_text()
+    owner: Any = os
+    original = getattr(owner, step)
+
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(*args, **kwargs)
+
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, step, stop)
+            result = _import(run_cli, tmp_path, str(QWEN_MTP), "--name", "p", "--force")
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert result.exit_code == 130, result.output
+    assert profile.read_text() == before
+    assert sorted(p.name for p in profile.parent.iterdir()) == ["p.yaml"]

@@ -7,15 +7,19 @@ are read as files.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import shutil
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkbuild import lockfile
+from sparkbuild import fileio, lockfile
+from sparkbuild.publish.gate import _counted_verdict
 from sparkbuild.report import view
 from sparkbuild.report.dates import lock_dates, tree_dates
 from sparkbuild.report.runs import BenchRuns
@@ -338,3 +342,92 @@ def test_an_entry_read_from_git_alone_is_the_entry_the_whole_lock_holds(
     assert parse_entry(decoy + text, build, "images.lock")[0] == whole.entry(build)
     gapped = text.replace(f"  {build}:\n", f"  {build}:\n\n", 1)  # blank line: read it whole
     assert parse_entry(gapped, build, "images.lock")[0] == whole.entry(build)
+
+
+def _report_files(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): p.read_text() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_an_interrupted_report_leaves_the_previous_one_or_the_new_one(
+    project: ReportProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, high: a report stopped between its two renames left no report at --out.
+    Ctrl-C (a real SIGINT) lands before each step in turn, every file written, renamed or
+    removed: --out holds a whole report every time, the previous one or the new one, and
+    no scratch is left beside it."""
+    out = tmp_path / "site"
+    report_json(project, "--out", str(out))
+    (out / "from-before.html").write_text("the previous report")  # tells the two apart
+    previous = _report_files(out)
+    steps = [(Path, "rename"), (Path, "write_text"), (Path, "mkdir"), (os, "replace"),
+             (os, "rename"), (shutil, "rmtree"), (fileio, "_exchange")]  # fmt: skip
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupted = 0
+        for step in itertools.count(1):
+            stop = _StopAt(step)
+            with monkeypatch.context() as patch:
+                for owner, name in steps:
+                    if hasattr(owner, name):
+                        patch.setattr(owner, name, stop.before(getattr(owner, name)))
+                result = project.run("report", "--out", str(out))
+            files = _report_files(out)
+            assert "index.html" in files and MANIFEST in files, (step, sorted(files))
+            if "from-before.html" in files:
+                assert files == previous, step
+            pages = json.loads(files[MANIFEST])["pages"]
+            assert {p["path"] for p in pages} <= set(files), step
+            assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], step
+            if stop.calls < step:
+                break
+            assert result.exit_code == 130 and "interrupted" in result.stderr, result.output
+            interrupted += 1
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert interrupted > 10 and "from-before.html" not in _report_files(out)
+
+
+class _StopAt:
+    """Sends this process SIGINT just before the ``step``-th call of what it wraps."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.calls = 0
+
+    def before(self, original: Any) -> Any:
+        def stop_here(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            if self.calls == self.step:
+                os.kill(os.getpid(), signal.SIGINT)
+            return original(*args, **kwargs)
+
+        return stop_here
+
+
+def test_a_url_verdict_marked_verified_is_counted_and_shown_as_a_url_verdict(
+    project: ReportProject, tmp_path: Path
+) -> None:
+    """Issue 34, high: a smoke record of a --url target marked verified (a hand-edited lock,
+    or a forged one) was shown and counted as an image-verified pass. Only a run of the
+    image itself is; the others are labelled by what ran."""
+    lock = lockfile.load(project.lock_path)
+    entry = lock.builds["pkg-new"]
+    image_id = view.current_image(entry)
+    assert image_id is not None and entry.smoke is not None
+    by_url = entry.smoke[image_id]["cpu-url"]
+    forged = by_url.model_copy(update={"verified": True, "image_id": image_id})
+    entry.smoke[image_id]["cpu-url"] = forged
+    context = view.Context(lock_dates(project.lock_path, ""), datetime.now(UTC), 30, None)
+    cells = view.build_row("pkg-new", entry, (PROFILE,), context).cells["smoke"]
+    url_cell = next(c for c in cells if c.label == "cpu-url")
+    assert (url_cell.tone, url_cell.verified) == ("warn", False)
+    assert url_cell.notes[0].startswith("unverified: a url run (url:")
+    assert view.obtained(forged, image_id).startswith("a url run (")
+    assert _counted_verdict(forged, image_id).startswith("unverified pass (url:")
+    # As the report shows it: the page and the index call it unverified.
+    project.lock_path.write_text(lockfile.dumps(lock))
+    out = tmp_path / "site"
+    report_json(project, "--out", str(out))
+    index = (out / "index.html").read_text()
+    cell = index[index.index('data-label="cpu-url"') :][:800]
+    assert "tag-unverified" in cell and "tag-verified" not in cell

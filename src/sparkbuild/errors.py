@@ -75,6 +75,12 @@ class ProbeError(SparkbuildError):
     """The preflight probe did not run to a report."""
 
 
+class UntrustedCacheError(PreflightSetupError):
+    """A preflight cache directory others could write (not the user's own, or writable by
+    group or others), or a cached item that cannot be removed to be made again: refused,
+    never used."""
+
+
 class GateClosedError(SparkbuildError):
     """Publishing refused: the pinned image lacks a passing verdict (``--force`` overrides,
     recorded unverified)."""
@@ -350,6 +356,11 @@ class BumpError(SparkbuildError):
 class ReportError(UsageError):
     """``sparkbuild report`` cannot do what was asked: a ``BUILD@WHERE`` that names no lock
     or build, or an output directory that holds something other than a report."""
+
+
+class TemplateTooLargeError(UsageError):
+    """A template whose values hold placeholders expands past a limit (its size, or the
+    number of fills): a few hundred bytes of recipe would otherwise make gigabytes."""
 
 
 class UnknownPlaceholderError(ValueError):

@@ -6,17 +6,22 @@ a file of many gigabytes. Every such read goes through :func:`read_bytes`, which
 blocking, refuses what is not a regular file and stops at a size limit. Its errors are
 ``OSError`` with a readable ``strerror``, so each caller's "cannot read FILE: why" covers them.
 
-Outputs (``--markdown``, ``--csv``, the lock, checkouts) go through :func:`write_output`, which
-turns a full or read-only disk into one error naming the file and what to do.
+Outputs (``--markdown``, ``--csv``, ``--json-file``, imported profiles) go through
+:func:`write_output`, which writes them whole or not at all (:func:`write_atomic`) and turns a
+full or read-only disk into one error naming the file and what to do.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
+from sparkbuild import interrupts
 from sparkbuild.errors import OutputError
 
 MIB = 1024 * 1024
@@ -93,14 +98,82 @@ def reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def write_output(path: Path, data: str | bytes, option: str) -> None:
-    """Write an output file (``--markdown FILE``); a full or read-only disk is an error naming
-    the file, not a traceback."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """``data`` whole at ``path`` or not at all: written to a temporary file beside it,
+    flushed to disk, then renamed over it. Interrupted or failed at any point, the previous
+    file is intact and the temporary one gone. A new file is 0644, a replaced one keeps its
+    mode (mkstemp's 0600 would follow the rename). Through a symlink, the file it points to
+    is replaced (the link stays); a device or FIFO (``--json-file /dev/stdout``) is written
+    as it is: there is nothing to swap."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    target = Path(os.path.realpath(path))
     try:
-        if isinstance(data, bytes):
-            path.write_bytes(data)
-        else:
-            path.write_text(data, encoding="utf-8")
+        info: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    # /dev/stdout is a link to whatever fd 1 is, a redirected file too: write through it.
+    streams = path.is_absolute() and path.parts[1:2] in (("dev",), ("proc",))
+    if streams or (info is not None and not stat.S_ISREG(info.st_mode)):
+        with open(path, "wb") as stream:
+            stream.write(raw)
+        return
+    mode = stat.S_IMODE(info.st_mode) if info is not None else 0o644
+    fd, scratch = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(scratch, target)
+    except BaseException:  # Ctrl-C and SIGTERM (interrupts.py) too: no scratch is left
+        Path(scratch).unlink(missing_ok=True)
+        raise
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the directories ``a`` and ``b`` in one step (Linux renameat2); False where the
+    system or file system cannot."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    done = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def replace_dir(staging: Path, target: Path) -> None:
+    """The directory ``staging`` becomes ``target``, and what was there before goes: in one
+    step where the system can swap them, and never interrupted between steps (Ctrl-C and
+    SIGTERM wait for it, ``interrupts.deferred``). Stopped at any point, ``target`` holds
+    the previous directory or the new one, and no scratch is left beside it."""
+    with interrupts.deferred():
+        if not os.path.lexists(target):
+            staging.rename(target)
+            return
+        if not _exchange(staging, target):
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            target.rename(old)
+            staging.rename(target)
+            staging = old
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_output(path: Path, data: str | bytes, option: str) -> None:
+    """Write an output file (``--markdown FILE``) atomically (:func:`write_atomic`); a full
+    or read-only disk is an error naming the file, not a traceback."""
+    try:
+        write_atomic(path, data)
     except OSError as exc:
         raise OutputError(
             f"{option} {path}: cannot write: {reason(exc)}",
@@ -114,5 +187,7 @@ __all__ = [
     "read_bytes",
     "read_text",
     "reason",
+    "replace_dir",
+    "write_atomic",
     "write_output",
 ]

@@ -17,11 +17,11 @@ PLACEHOLDERS = ("engine", "version", "tree_short", "build")
 DOCKER_HUB = "docker.io"
 _COMPONENT_TEXT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _TAG_TEXT = r"[\w][\w.-]{0,127}"
-COMPONENT = re.compile(rf"^{_COMPONENT_TEXT}$")
-TAG = re.compile(rf"^{_TAG_TEXT}$")
+COMPONENT = re.compile(rf"^{_COMPONENT_TEXT}\Z")
+TAG = re.compile(rf"^{_TAG_TEXT}\Z")
 # [host[:port]/]component(/component)*[:tag]
 REFERENCE = re.compile(
-    rf"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT_TEXT}(?:/{_COMPONENT_TEXT})*(?::{_TAG_TEXT})?$"
+    rf"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT_TEXT}(?:/{_COMPONENT_TEXT})*(?::{_TAG_TEXT})?\Z"
 )
 
 

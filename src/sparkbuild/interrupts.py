@@ -28,3 +28,35 @@ def signals_interrupt() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, Ctrl-C, SIGTERM and SIGHUP wait and take effect as it ends: for the
+    few steps that must happen together (two directories swapped, a scratch removed), so a
+    stop leaves the old state or the new one, never half of each. Python runs signal
+    handlers in the main thread only, whichever thread the signal reached, so holding them
+    there holds them all."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[signal.Signals] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        caught.append(signal.Signals(signum))
+
+    previous = {sig: signal.signal(sig, hold) for sig in _STOPS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            handler = previous[caught[0]]
+            if callable(handler):
+                handler(caught[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(caught[0])

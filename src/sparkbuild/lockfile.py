@@ -327,6 +327,18 @@ class SmokeRecord(_Section):
             ]
         return record
 
+    @property
+    def target_kind(self) -> str:
+        """What ran: image, cluster, command or url (``target`` is ``KIND:WHAT``)."""
+        return (self.target or "").partition(":")[0] or "unknown"
+
+    def image_verified(self, image_id: str) -> bool:
+        """A verdict about ``image_id`` as it ran: marked verified, of that id, and from a
+        run of the image itself (an image or cluster target). A --url or --command run
+        shows nothing of what ran, whatever its record says."""
+        kinds = ("image", "cluster")
+        return self.verified is True and self.image_id == image_id and self.target_kind in kinds
+
     def every_node_ran(self, image_id: str) -> bool:
         """A cluster record whose every node ran ``image_id`` (False for one box)."""
         return bool(self.nodes) and all(node.image_id == image_id for node in self.nodes)
@@ -656,23 +668,11 @@ def check(path: Path) -> tuple[LockFile | None, list[str]]:
 # --- writing -------------------------------------------------------------------------------
 
 
-class _CanonicalDumper(yaml.SafeDumper):
-    """Never writes anchors or aliases: the lock is read back with aliases refused."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def dumps(lock: LockFile) -> str:
     """Canonical text: sorted keys, block style, no timestamps added here."""
-    body = yaml.dump(
-        lock.to_json(),
-        Dumper=_CanonicalDumper,
-        sort_keys=True,
-        default_flow_style=False,
-        allow_unicode=True,
-    )
-    return HEADER + redact(body)  # every record: an address's userinfo or token never lands
+    header = HEADER.removeprefix("# ").rstrip("\n")
+    text = yamlfile.dump_yaml(lock.to_json(), comment=[header], sort_keys=True, width=80)
+    return redact(text)  # every record: an address's userinfo or token never lands
 
 
 def write_atomic(path: Path, text: str) -> None:

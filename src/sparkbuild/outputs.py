@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sparkbuild import jsontext
+from sparkbuild import fileio, jsontext
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import redact
 
@@ -23,7 +23,7 @@ def emit_json(payload: Any, path: str | None = None, *, option: str = "--json-fi
         sys.stdout.write(text)
         return
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        fileio.write_atomic(Path(path), text)
     except OSError as exc:
         raise UsageError(
             f"{option} {path}: cannot write: {exc.strerror or exc}",

@@ -70,7 +70,7 @@ _KEY_VALUE = re.compile(
 # masked whatever its shape (:func:`_mask_forms`).
 _REFERENCE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
 _PROSE_WORD = re.compile(r"[a-z]+[.,;!?)]*")
-_PROSE_SEPARATOR = re.compile(r":\s+$")
+_PROSE_SEPARATOR = re.compile(r":\s+\Z")
 
 _known: set[str] = set()
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from sparkbuild.redact import redact
 
 ALLOWED_SCHEMES = ("https", "http", "ssh", "git", "file")
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.S)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)\Z", re.S)
 # git's "<transport>::<address>" runs a remote helper; ext:: runs any command.
 _TRANSPORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")
 # scp-like ssh: [user@]host:path (git reads "host:path" so when no slash precedes the colon).
-_SCP = re.compile(r"^(?:[A-Za-z0-9._~%+-]+@)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?!/?/)(.+)$")
+_SCP = re.compile(r"^(?:[A-Za-z0-9._~%+-]+@)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?!/?/)(.+)\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_BUILD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
+_BUILD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*\Z")
 MAX_BUILD_NAME = 128
 
 
@@ -111,7 +111,7 @@ def tree_path(path: str) -> str:
     return path
 
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*\Z")
 
 
 def identifier(name: str) -> str:

@@ -1,4 +1,5 @@
-"""Loading YAML files for pydantic models, with errors that name file, line and field.
+"""Loading YAML files for pydantic models, with errors that name file, line and field, and
+the one way sparkbuild writes YAML (:func:`dump_yaml`).
 
 Used for build specs, smoke profiles, claims and cluster files alike.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -280,3 +281,57 @@ def named_file(
         f"no {name_kind} {name_or_path!r} in {directory}",
         f"{known}: {', '.join(names)}" if names else otherwise,
     )
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+class SafeDumper(yaml.SafeDumper):
+    """Plain data only, and never an anchor or alias: every file sparkbuild writes is read
+    back by a loader that refuses aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+#: Line breaks YAML 1.1 knows beside \n and \r. PyYAML writes them as they are in a
+#: plain or single-quoted scalar, which reads back as a space: double quotes escape them.
+OTHER_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
+def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = '"' if any(b in value for b in OTHER_BREAKS) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+SafeDumper.add_representer(str, represent_str)
+
+
+def comment_line(text: str) -> str:
+    """``text`` as one YAML comment line. Every character that is not printable is written
+    as its escape (``\\n``, ``\\r``, ``\\x85``, ``\\u2028``: the line breaks YAML knows, and
+    the rest), so nothing in ``text`` can end the comment and start YAML of its own."""
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return f"# {escaped}" if escaped else "#"
+
+
+def dump_yaml(
+    data: Any,
+    *,
+    comment: Iterable[str] = (),
+    dumper: type[yaml.SafeDumper] = SafeDumper,
+    sort_keys: bool = False,
+    width: int = 100,
+) -> str:
+    """The one way sparkbuild writes YAML: ``data`` through the YAML library's dumper, after
+    ``comment``'s lines, each one comment line (:func:`comment_line`). Text is never
+    assembled into YAML anywhere else (tests/test_yaml_written.py reads the source)."""
+    body = yaml.dump(
+        data,
+        Dumper=dumper,
+        sort_keys=sort_keys,
+        allow_unicode=True,
+        width=width,
+        default_flow_style=False,
+    )
+    return "".join(f"{comment_line(line)}\n" for line in comment) + body

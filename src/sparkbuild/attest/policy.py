@@ -7,19 +7,19 @@ Kyverno reads signatures and attestations through cosign's library: the signatur
 beside the OCI referrers. Key-signed images have no transparency-log entry, so the policy
 skips the log and the certificate timestamps (``ignoreTlog``, ``ignoreSCT``).
 
-The document is built from pydantic models with Kyverno's field names and dumped with
-PyYAML; the tests validate it against Kyverno's own CRD schema.
+The document is built from pydantic models with Kyverno's field names and dumped by
+``yamlfile.dump_yaml``; the tests validate it against Kyverno's own CRD schema.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from sparkbuild.attest import statements
 from sparkbuild.attest.keys import PublicKey
+from sparkbuild.yamlfile import dump_yaml
 
 
 class _Model(BaseModel):
@@ -127,4 +127,4 @@ def kyverno_policy(public: PublicKey, images: list[str], name: str) -> dict[str,
 
 
 def render(document: dict[str, Any]) -> str:
-    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+    return dump_yaml(document)

@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import __version__
+from sparkbuild import __version__, interrupts
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport
@@ -45,6 +45,7 @@ from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipes import ImportedRecipe, problems_of
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import MASK, redact, strip_userinfo
+from sparkbuild.yamlfile import OTHER_BREAKS, SafeDumper, dump_yaml, represent_str
 
 NAMED_SWEEPS = ("spark-arena-v2",)
 SUBMISSION_FILES = {
@@ -207,12 +208,12 @@ def recipe_claims(
         raise UsageError(
             f"the claim does not validate: {problems_of(exc)}", "fix --figure/--cell/--claim-date"
         ) from None
-    header = (
-        f"# Published figures for the Spark Arena recipe {imported.source.file}, imported as\n"
-        f"# profile {imported.name} by `sparkbuild profile import`. Reproduce:\n"
-        f"#   sparkbuild bench --image IMAGE --profile {imported.name} --claims {imported.name}\n"
+    comment = (
+        f"Published figures for the Spark Arena recipe {imported.source.file}, imported as",
+        f"profile {imported.name} by `sparkbuild profile import`. Reproduce:",
+        f"  sparkbuild bench --image IMAGE --profile {imported.name} --claims {imported.name}",
     )
-    return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    return dump_yaml(data, comment=comment)
 
 
 # --- submissions -------------------------------------------------------------------------
@@ -236,13 +237,14 @@ def check_submission_dir(directory: Path) -> None:
         raise UsageError(f"--arena {directory}: {parent} is not a writable directory")
 
 
-class _RecipeDumper(yaml.SafeDumper):
+class _RecipeDumper(SafeDumper):
     """Multi-line strings (the command) as literal blocks, as sparkrun's export writes them."""
 
 
 def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    if "\n" in value and not any(b in value for b in OTHER_BREAKS):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return represent_str(dumper, value)
 
 
 _RecipeDumper.add_representer(str, _literal)
@@ -314,8 +316,7 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> s
         **({"env": _env(report.engine.env)} if report.engine.env else {}),
         "command": " \\\n  ".join(lines) + "\n",
     }
-    text = yaml.dump(recipe, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=True, width=100)
-    return redact(text)
+    return redact(dump_yaml(recipe, dumper=_RecipeDumper))
 
 
 def _timing(report: BenchReport) -> dict[str, Any]:
@@ -412,10 +413,13 @@ def write_submission(
             path = scratch / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(redact(contents[key]).encode("utf-8"))
-        if target.exists():
-            target.rmdir()  # empty (checked above)
-        scratch.rename(target)
-    except OSError as exc:
+        with interrupts.deferred():  # the empty directory and the submission: one step
+            if target.exists():
+                target.rmdir()  # empty (checked above)
+            scratch.rename(target)
+    except BaseException as exc:  # interrupted too: no half-written scratch is left behind
         shutil.rmtree(scratch, ignore_errors=True)
-        raise UsageError(f"--arena {directory}: cannot write: {exc.strerror or exc}") from exc
+        if isinstance(exc, OSError):
+            raise UsageError(f"--arena {directory}: cannot write: {exc.strerror or exc}") from exc
+        raise
     return Submission(target, {k: target / v for k, v in SUBMISSION_FILES.items()})

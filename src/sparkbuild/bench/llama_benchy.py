@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -378,8 +379,8 @@ def json_to_csv(data: Mapping[str, Any]) -> str:
 
 # --- its CSV, read -----------------------------------------------------------------------
 
-_ROW = re.compile(r"^(?P<kind>pp|tg)(?P<size>\d+)(?: @ d(?P<depth>\d+))?(?: \(c(?P<c>\d+)\))?$")
-_CONTEXT_ROW = re.compile(r"^ctx_(pp|tg) @ d\d+(?: \(c\d+\))?$")
+_ROW = re.compile(r"^(?P<kind>pp|tg)(?P<size>\d+)(?: @ d(?P<depth>\d+))?(?: \(c(?P<c>\d+)\))?\Z")
+_CONTEXT_ROW = re.compile(r"^ctx_(pp|tg) @ d\d+(?: \(c\d+\))?\Z")
 
 
 def is_csv(text: str) -> bool:
@@ -410,15 +411,60 @@ def _csv_cell(pp: Mapping[str, str], tg: Mapping[str, str] | None, key: re.Match
     )  # fmt: skip
 
 
+#: A llama-benchy CSV holds a row per test (tens, for a sweep); these bound what a file
+#: within the 64 MiB read limit can make a compare hold or do.
+MAX_CSV_ROWS = 10_000
+MAX_CSV_COLUMNS = 64
+MAX_CSV_FIELD = 16 * 1024  # characters: the flags column holds a run's engine arguments
+
+
+def _lines(text: str) -> Iterator[str]:
+    """``text`` line by line, as the csv reader takes it, without a copy of the whole."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row by column name) of a CSV, read as it streams: more than
+    ``MAX_CSV_ROWS`` rows, ``MAX_CSV_COLUMNS`` columns or ``MAX_CSV_FIELD`` characters in a
+    field, or what the csv module refuses (a NUL byte, a field over its own limit), is a
+    ValueError naming the line and the limit."""
+    reader = csv.reader(_lines(text))
+    try:
+        header = next(reader, [])
+        if len(header) > MAX_CSV_COLUMNS:
+            raise ValueError(f"line 1: {len(header)} columns, over {MAX_CSV_COLUMNS} (the limit)")
+        for count, fields in enumerate(reader, start=1):
+            if count > MAX_CSV_ROWS:
+                raise ValueError(f"more than {MAX_CSV_ROWS} rows (the limit)")
+            if len(fields) > len(header):
+                raise ValueError(
+                    f"line {reader.line_num}: {len(fields)} fields, the header has {len(header)}"
+                )
+            if any(len(field) > MAX_CSV_FIELD for field in fields):
+                raise ValueError(
+                    f"line {reader.line_num}: a field over {MAX_CSV_FIELD} characters (the limit)"
+                )
+            yield reader.line_num, dict(itertools.zip_longest(header, fields, fillvalue=""))
+    except csv.Error as exc:  # a NUL byte, an unclosed quote, a field over csv's own limit
+        raise ValueError(f"line {reader.line_num}: {exc}") from None
+
+
 def csv_to_report(text: str, path: Path) -> BenchReport:
     """A llama-benchy CSV as a (client-side only) report for ``bench compare``: each pp row
     with the tg row after it is one cell; context-load rows are left out, as in its JSON.
     The CSV holds means and deviations only, so each figure is one number (``n`` 1).
-    Raises ValueError on a row that does not have llama-benchy's shape."""
-    rows = list(csv.DictReader(io.StringIO(text)))
+    Raises ValueError on a row that does not have llama-benchy's shape, and past the
+    limits of :func:`csv_rows`."""
     cells: list[CellResult] = []
     pending: tuple[dict[str, str], re.Match[str]] | None = None
-    for number, row in enumerate(rows, start=2):
+    model = ""
+    for number, row in csv_rows(text):
+        model = model or row.get("model") or ""
         name = (row.get("test_name") or "").strip()
         if _CONTEXT_ROW.match(name):
             continue
@@ -440,7 +486,7 @@ def csv_to_report(text: str, path: Path) -> BenchReport:
         cells.append(_csv_cell(pending[0], None, pending[1], 0))
     if not cells:
         raise ValueError("no benchmark rows")
-    model = rows[0].get("model") or "unknown"
+    model = model or "unknown"
     return BenchReport(
         created="",
         label=f"llama-benchy CSV · {model} ({path.name})",

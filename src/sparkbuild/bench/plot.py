@@ -5,11 +5,13 @@ matplotlib is an optional extra (``pip install 'sparkbuild[plot]'``); it is impo
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sparkbuild import fileio
 from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.errors import MissingExtraError, PlotError
 from sparkbuild.redact import redact
@@ -97,8 +99,10 @@ def plot_decode(reports: Sequence[BenchReport], path: Path) -> list[str]:
         figure.text(0.01, 0.01, f"left out: {shown}", fontsize="x-small", wrap=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
-    figure.savefig(path, format="png")
+    image = io.BytesIO()
+    figure.savefig(image, format="png")
     plt.close(figure)
+    fileio.write_atomic(path, image.getvalue())  # whole or not at all
     return left_out
 
 

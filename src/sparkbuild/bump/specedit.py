@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -78,22 +76,3 @@ def copy_build(entry: CommentedMap) -> CommentedMap:
     copied = copy.deepcopy(entry)
     assert isinstance(copied, CommentedMap)
     return copied
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` next to ``path`` and rename it into place: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from sparkbuild import source
+from sparkbuild import fileio, source
 from sparkbuild.bump import specedit
 from sparkbuild.errors import BumpError
 from sparkbuild.settings import Settings
@@ -32,7 +32,7 @@ def swap_version(value: str | None, old: Version, new: Version) -> str | None:
 # -- carried patches ---------------------------------------------------------------------
 
 
-VERSION_SUFFIX = re.compile(r"-v?\d+(?:\.\d+)+(?:\.post\d+)?$")
+VERSION_SUFFIX = re.compile(r"-v?\d+(?:\.\d+)+(?:\.post\d+)?\Z")
 
 
 # The file a diff patches, from git's header or (in a plain unified diff) the "+++" line.
@@ -190,7 +190,8 @@ def write_plan(settings: Settings, plan: BumpPlan) -> None:
     targets.append((plan.spec_file, plan.spec_after.encode("utf-8")))
     for path, data in targets:
         try:
-            specedit.write_atomic(path, data)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fileio.write_atomic(path, data)
         except OSError as exc:
             raise BumpError(
                 f"cannot write {path}: {exc.strerror or exc}",

@@ -8,9 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-import yaml
-
-from sparkbuild import console
+from sparkbuild import console, fileio
 from sparkbuild.engines.adapters import adapter_for
 from sparkbuild.engines.cluster import KubernetesTarget, load_cluster
 from sparkbuild.engines.cluster_kube import render_lws
@@ -18,6 +16,7 @@ from sparkbuild.engines.launch import LaunchSettings, lws_plan
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
+from sparkbuild.yamlfile import dump_yaml
 
 
 def write_manifest(
@@ -42,9 +41,9 @@ def write_manifest(
     # enough for the pod suffixes (`-0-3`).
     label = re.sub(r"[^a-z0-9-]+", "-", f"sparkbuild-{name}".lower())[:52].strip("-")
     plan = dataclasses.replace(plan, name=label)
-    text = yaml.safe_dump(render_lws(adapter, plan), sort_keys=False)
+    text = dump_yaml(render_lws(adapter, plan), width=80)
     if path == "-":
         sys.stdout.write(text)
     else:
-        Path(path).write_text(text, encoding="utf-8")
+        fileio.write_output(Path(path), text, "--print-manifest")
         console.info(f"wrote the LeaderWorkerSet for {name} on {choice.cluster} to {path}")

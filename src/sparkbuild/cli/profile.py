@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import datetime
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 import yaml
 
-from sparkbuild import console
+from sparkbuild import console, fileio
 from sparkbuild.cli import emit_json, options
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
@@ -38,17 +36,12 @@ def _overrides(values: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _write(path: Path, text: str) -> None:
-    """Whole or not at all: a temporary file beside ``path``, renamed over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, scratch = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    """Whole or not at all (``fileio.write_atomic``)."""
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(scratch, 0o644)
-        os.replace(scratch, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fileio.write_atomic(path, text)
     except OSError as exc:
-        Path(scratch).unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+        raise UsageError(f"{path}: cannot write: {fileio.reason(exc)}") from exc
 
 
 def _free(path: Path, force: bool, what: str) -> None:

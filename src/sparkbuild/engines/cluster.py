@@ -20,10 +20,10 @@ from sparkbuild.settings import Settings
 from sparkbuild.yamlfile import load_model, named_file
 
 MAX_NODES = 8
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")  # a DNS label: also a pod suffix
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
-_CONTEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?\Z")  # a DNS label: also a pod suffix
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})\Z")
+_CONTEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 LOCAL = "local"
 
 
@@ -46,7 +46,7 @@ def check_endpoint(value: str) -> str:
     if scheme not in ("ssh", "tcp"):
         raise ValueError(f"{value!r}: scheme {scheme!r} is not unix, ssh or tcp")
     user, at, hostport = rest.rpartition("@")
-    if at and not re.match(r"^[A-Za-z0-9._-]+$", user):
+    if at and not re.match(r"^[A-Za-z0-9._-]+\Z", user):
         raise ValueError(f"{value!r}: the user name has characters ssh would not take")
     host, colon, port = hostport.partition(":")
     if not _HOST.match(host) or host.startswith("-"):

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -39,16 +38,16 @@ from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.redact import strip_userinfo
-from sparkbuild.yamlfile import load_model
+from sparkbuild.templates import expand
+from sparkbuild.yamlfile import dump_yaml, load_model
 
 Scalar = str | bool | int | float | None
 # replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
 Status = Literal["carried", "changed", "replaced", "dropped"]
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _SHELL = ("&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1")
-MAX_PASSES = 10  # a template that still changes after this many fills refers to itself
 
 
 class RecipeFile(BaseModel):
@@ -115,20 +114,20 @@ class ImportedRecipe:
         return [n for n in self.notes if n.status == "dropped"]
 
     def yaml_text(self) -> str:
-        """The profile file: a header naming the recipe and what was not carried, then YAML."""
-        lines = [
-            "# Imported by `sparkbuild profile import` from the Spark Arena recipe "
-            f"{self.source.file}",
-            f"# (sha256 {self.source.sha256[:16]}, runtime {self.source.runtime}, container "
+        """The profile file: a comment naming the recipe and what was not carried, then the
+        profile. The recipe's words reach the comment only through ``dump_yaml``, which
+        writes each line as one comment line whatever it holds."""
+        comment = [
+            "Imported by `sparkbuild profile import` from the Spark Arena recipe "
+            + self.source.file,
+            f"(sha256 {self.source.sha256[:16]}, runtime {self.source.runtime}, container "
             f"{self.source.container or '(none given)'}).",
+            *(f"Not carried: {note.item}: {note.detail}" for note in self.dropped),
         ]
-        for note in self.dropped:
-            lines.append(f"# Not carried: {note.item}: {note.detail}")
         data = dict(self.profile)
         if self.parallel is not None:
             data["parallel"] = self.parallel
-        body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-        return "\n".join(lines) + "\n" + body
+        return dump_yaml(data, comment=comment)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -191,20 +190,11 @@ def _scalar_text(value: Scalar) -> str:
 
 def render_command(template: str, values: Mapping[str, Scalar]) -> str:
     """``{key}`` placeholders filled from ``values`` until nothing changes (a value may hold
-    another placeholder); unknown ones are left as they are, as sparkrun leaves them."""
-    text = template.strip()
-    for _ in range(MAX_PASSES):
-        filled = _PLACEHOLDER.sub(
-            lambda m: _scalar_text(values[m[1]]) if m[1] in values else m[0], text
-        )
-        if filled == text:
-            return re.sub(r"\\[ \t]+\n", "\\\n", text)
-        text = filled
-    raise UsageError(
-        f"the command template still changes after {MAX_PASSES} fills: a defaults value "
-        "refers to itself",
-        "fix the recipe's defaults",
-    )
+    another placeholder); unknown ones are left as they are, as sparkrun leaves them. Bounded
+    in fills and size by the one template expander (``templates.expand``)."""
+    texts = {key: _scalar_text(value) for key, value in values.items()}
+    text = expand(template.strip(), texts, what="the recipe's command template", source="defaults")
+    return re.sub(r"\\[ \t]+\n", "\\\n", text)
 
 
 #: The defaults keys each runtime renders into flags when a recipe has no ``command``

@@ -215,7 +215,7 @@ def _base_user(build: Build, base: base_image.BaseImage, platform: str) -> str:
         return base_config.base_user(base, platform)
 
 
-_OVERLAY_LINE = re.compile(r"sparkbuild overlay: (error|hint): (.*)$")
+_OVERLAY_LINE = re.compile(r"sparkbuild overlay: (error|hint): (.*?)\s*\Z")
 
 
 def overlay_failure(build: Build, failure: BuildFailedError) -> BuildFailedError:

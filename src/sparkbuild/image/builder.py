@@ -166,7 +166,7 @@ def build_command(client: BuildClient, request: BuildRequest, iidfile: Path) -> 
     return cmd
 
 
-_CACHE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._:/@-]*$")
+_CACHE_REF = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._:/@-]*\Z")
 
 
 def check_cache_ref(reference: str, option: str) -> str:

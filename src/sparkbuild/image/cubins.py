@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 WHEELS_ENV = "SPARKBUILD_WHEELS"
 HELPER = "list_cubins.py"
-_CODE_NAME = re.compile(r"\.(sm_\d+[a-z]?)\.(cubin|ptx)$")
-_ARCH = re.compile(r"^(\d+)\.(\d+)([a-z]?)$")
+_CODE_NAME = re.compile(r"\.(sm_\d+[a-z]?)\.(cubin|ptx)\Z")
+_ARCH = re.compile(r"^(\d+)\.(\d+)([a-z]?)\Z")
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def list_code(
     }
 
 
-_SM = re.compile(r"^sm_(\d+)(\d)([af]?)$")
+_SM = re.compile(r"^sm_(\d+)(\d)([af]?)\Z")
 
 
 def runs_on(cubin: str, target: str) -> bool:

@@ -4,10 +4,15 @@ For each package the local venv leaves out (``deps.CUDA_ONLY``), the release's o
 downloaded as the Spark's wheel (linux/aarch64, CPython 3.11) and unpacked into the cache:
 its Python files as they are, and each native binary as a placeholder beside an index of
 what the real file provides (``native.index_binary``: symbols, op schemas, names). The wheel
-itself is not kept. The probe puts these directories on ``sys.path`` and serves the native
-loads from the indexes (``native.install``). Their dependencies that the venv lacks come
-the same way when they are CUDA packages too; any other (a CPU library such as ml-dtypes or
-tabulate) is this host's own wheel, unpacked whole and imported for real.
+itself is not kept: it is checked against the package index's sha256 before it is read
+(``wheels.py``), and each stand-in's manifest holds that sha256 and every file it unpacked,
+by sha256, checked before each use (``trust.py``; docs/preflight.md, "What the caches
+trust"): a stand-in that fails is made again, with a note.
+
+The probe puts these directories on ``sys.path`` and serves the native loads from the
+indexes (``native.install``). Their dependencies that the venv lacks come the same way when
+they are CUDA packages too; any other (a CPU library such as ml-dtypes or tabulate) is this
+host's own wheel, unpacked whole and imported for real.
 """
 
 from __future__ import annotations
@@ -17,8 +22,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Iterable
@@ -32,6 +35,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from sparkbuild import console
+from sparkbuild.preflight import trust
 from sparkbuild.preflight.deps import CUDA_ONLY, STANDIN_ALSO_INSTALLED
 from sparkbuild.preflight.native import (
     INDEX_VERSION,
@@ -40,6 +44,7 @@ from sparkbuild.preflight.native import (
     index_binary,
     is_native,
 )
+from sparkbuild.preflight.wheels import IndexFile, download, on_index
 
 # What the Spark runs: the stand-ins are its wheels, whatever this host is.
 PLATFORM_ARGS = (
@@ -63,7 +68,7 @@ _NOT_UNPACKED = re.compile(
 # the packages in deps.CUDA_ONLY); any other dependency is installed for real.
 CUDA_PACKAGE = re.compile(
     r"^(?:nvidia-|cuda-|flashinfer|sgl-|sglang-kernel|tilelang|tokenspeed|torch-c-dlpack|"
-    r"quack-kernels|humming-kernels|flash-attn|deep-)|-cu1[0-9]$"
+    r"quack-kernels|humming-kernels|flash-attn|deep-)|-cu1[0-9]\Z"
 )
 # Left out of the venv but CPU libraries at heart: their real package (this host's wheel of
 # the release's pin) is imported, and only the binaries it loads for kernel packages are
@@ -79,7 +84,9 @@ CUDA_LIBRARIES = re.compile(
 )
 _MAX_MEMBER = 4 * 1024 * 1024  # larger data files are kernels or test data, not Python
 _READY = ".sparkbuild-standin.json"
-_LAYOUT = "1"
+# In every folder's name: stand-ins made before their manifests were checked (layout 1) are
+# left where they are, never used nor removed under a run of an older sparkbuild.
+_LAYOUT = "2"
 
 
 @dataclass(frozen=True)
@@ -177,17 +184,15 @@ def _unpack(wheel: Path, dest: Path, *, real: bool) -> tuple[list[str], list[str
     return _wheel_top_level(names), requires
 
 
-def _download(requirement: str, into: Path, *, real: bool) -> tuple[Path | None, str]:
-    """The Spark's wheel of a CUDA package; this host's wheel of a real dependency."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    cmd += [] if real else list(PLATFORM_ARGS)
-    cmd += ["--quiet", "--disable-pip-version-check", "-d", str(into)]
-    done = subprocess.run([*cmd, requirement], capture_output=True, text=True, check=False)
-    wheels = sorted(into.glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        lines = [x for x in done.stderr.splitlines() if x.startswith("ERROR")]
-        return None, (lines[0] if lines else f"pip download exited {done.returncode}")
-    return wheels[0], ""
+def _download(requirement: str, into: Path, *, real: bool) -> tuple[Path, IndexFile] | str:
+    """The Spark's wheel of a CUDA package, this host's wheel of a real dependency: checked
+    against the index's sha256; or why it cannot be had."""
+    args = [] if real else list(PLATFORM_ARGS)
+    found = on_index(requirement, args)
+    if isinstance(found, str):
+        return found
+    got = download(found, args, into)
+    return got if isinstance(got, str) else (got, found)
 
 
 def _parse_wheel_name(wheel: str) -> tuple[str, str]:
@@ -210,43 +215,51 @@ class StandinCache:
     def get(self, requirement: str, *, real: bool = False) -> KernelStandin | str:
         """The stand-in (or, ``real``, the real package) for ``requirement``, or why it
         cannot be had."""
+        trust.private_dir(self.root, "the kernel stand-in cache")
         resolved = self._resolved_file(requirement, real)
-        if resolved.is_file():
-            found = self._load(json.loads(resolved.read_text(encoding="utf-8"))["wheel"])
+        record = trust.read_manifest(resolved)
+        if record is not None and record.get("requirement") == requirement:
+            found = self._load(str(record.get("wheel")), requirement)
             if found is not None:
                 return found
-        self.root.mkdir(parents=True, exist_ok=True)
         with (
             FileLock(str(self.root / ".lock")),
             tempfile.TemporaryDirectory(dir=self.root, prefix=".dl-") as tmp,
         ):
-            wheel, why = _download(requirement, Path(tmp), real=real)
-            if wheel is None:
-                return why
-            made = self._load(wheel.stem) or self._make(wheel, real=real)
-            resolved.parent.mkdir(parents=True, exist_ok=True)
-            resolved.write_text(json.dumps({"wheel": wheel.stem}), encoding="utf-8")
+            got = _download(requirement, Path(tmp), real=real)
+            if isinstance(got, str):
+                return got
+            wheel, index = got
+            made = self._load(wheel.stem, requirement) or self._make(wheel, index, real=real)
+            trust.private_dir(resolved.parent, "the kernel stand-in cache")
+            trust.write_manifest(resolved, {"requirement": requirement, "wheel": wheel.stem})
             return made
 
     def _folder(self, stem: str) -> Path:
-        return self.root / f"{stem}.i{INDEX_VERSION}"
+        return self.root / f"{stem}.i{INDEX_VERSION}.m{_LAYOUT}"
 
-    def _load(self, stem: str) -> KernelStandin | None:
-        ready = self._folder(stem) / _READY
-        if not ready.is_file():
+    def _load(self, stem: str, requirement: str | None = None) -> KernelStandin | None:
+        """The stand-in made from the wheel ``stem``, when it passes its checks (for
+        ``requirement``: a version it allows); else None, a failing one removed."""
+        folder = self._folder(stem)
+        if Path(stem).name != stem or not os.path.lexists(folder):
             return None
-        data = json.loads(ready.read_text(encoding="utf-8"))
+        data = trust.read_manifest(folder / _READY)
+        why = _standin_problem(folder, data, stem, requirement)
+        if why is not None or data is None:
+            trust.discard(folder, "the kernel stand-in", why or "no manifest")
+            return None
         return KernelStandin(
             dist=data["dist"],
             version=data["version"],
             wheel=stem + ".whl",
-            root=self._folder(stem),
+            root=folder,
             modules=tuple(data["modules"]),
             requires=tuple(data["requires"]),
             real=bool(data.get("real")),
         )
 
-    def _make(self, wheel: Path, *, real: bool) -> KernelStandin:
+    def _make(self, wheel: Path, index: IndexFile, *, real: bool) -> KernelStandin:
         dist, version = _parse_wheel_name(wheel.name)
         what = "dependency" if real else "stand-in"
         console.err.print(f"preflight: unpacking the {dist} {version} {what} ({wheel.name})")
@@ -254,15 +267,38 @@ class StandinCache:
         work = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(work, ignore_errors=True)
         modules, requires = _unpack(wheel, work, real=real)
-        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        trust.seal_modes(work)
         ready: dict[str, Any] = {"dist": dist, "version": version, "real": real}
-        ready |= {"modules": modules, "requires": requires}
-        (work / _READY).write_text(json.dumps({**ready, "sha256": digest}), encoding="utf-8")
+        ready |= {"modules": modules, "requires": requires, "wheel": index.to_json()}
+        ready["files"] = trust.file_hashes(work)
+        trust.write_manifest(work / _READY, ready)
         shutil.rmtree(target, ignore_errors=True)
         work.rename(target)
         made = self._load(wheel.stem)
         assert made is not None
         return made
+
+
+def _standin_problem(
+    folder: Path, data: dict[str, Any] | None, stem: str, requirement: str | None
+) -> str | None:
+    """Why the stand-in ``folder`` is not the one its manifest says it was made from."""
+    why = trust.chain_problem(folder)
+    if why is not None:
+        return why
+    if data is None:
+        return "it has no manifest, or not the one it was written with (unfinished?)"
+    wheel = data.get("wheel")
+    if not isinstance(wheel, dict) or wheel.get("file") != stem + ".whl":
+        return "its manifest is for another wheel"
+    if requirement is not None and not Requirement(requirement).specifier.contains(
+        str(data.get("version")), prereleases=True
+    ):
+        return f"it holds {data.get('version')}, which {requirement} does not allow"
+    files = data.get("files")
+    if not isinstance(files, dict):
+        return "its manifest lists no files"
+    return trust.files_problem(folder, files, skip=frozenset({_READY}))
 
 
 def _wanted(requirement: Requirement, extras: set[str]) -> bool:
@@ -316,28 +352,62 @@ def merged_site(root: Path, packages: tuple[KernelStandin, ...]) -> Path | None:
     ones as pip installs them: packages that share a folder (the CuTe DSL's libs-base,
     libs-core and libs-cu13 all fill ``nvidia_cutlass_dsl/``) meet as they do when
     installed, and their ``.pth`` files are processed. Links resolve into each package's
-    own directory, which is how the probe knows whose binary a path is."""
+    own directory, which is how the probe knows whose binary a path is. Its manifest lists
+    every link; a site whose links are not those is made again."""
     if not packages:
         return None
     # By the packages' folders, which carry the index version: links into old ones are stale.
     key = hashlib.sha256("\n".join(str(p.root) for p in packages).encode()).hexdigest()[:24]
-    site = root / "sites" / key
-    if (site / _READY).is_file():
-        return site
+    sites = trust.private_dir(root / "sites", "the kernel stand-in cache")
+    site = sites / key
+    if os.path.lexists(site):
+        why = _site_problem(site, packages)
+        if why is None:
+            return root / "sites" / key
+        trust.discard(site, "the stand-ins' site", why)
     work = site.with_name(f"{key}.tmp{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
+    links: dict[str, str] = {}
     for package in packages:
         for path in package.root.rglob("*"):
-            if path.is_dir() or path.name == _READY:
+            if path.is_dir() or path.name == _READY or trust.PYCACHE in path.parts:
                 continue
-            link = work / path.relative_to(package.root)
+            relative = path.relative_to(package.root)
+            link = work / relative
             link.parent.mkdir(parents=True, exist_ok=True)
             link.unlink(missing_ok=True)
             link.symlink_to(path)
-    (work / _READY).write_text(json.dumps([p.wheel for p in packages]), encoding="utf-8")
+            links[str(relative)] = str(path)
+    trust.seal_modes(work)
+    trust.write_manifest(work / _READY, {"wheels": [p.wheel for p in packages], "links": links})
     shutil.rmtree(site, ignore_errors=True)
     work.rename(site)
-    return site
+    return root / "sites" / key
+
+
+def _site_problem(site: Path, packages: tuple[KernelStandin, ...]) -> str | None:
+    """Why ``site`` is not the links its manifest lists, each into one of ``packages``."""
+    data = trust.read_manifest(site / _READY)
+    if data is None or data.get("wheels") != [p.wheel for p in packages]:
+        return "its manifest is missing, or for other stand-ins"
+    links = data.get("links")
+    if not isinstance(links, dict):
+        return "its manifest lists no links"
+    roots = [p.root.resolve() for p in packages]
+
+    def same(link: str, target: str) -> bool:
+        if not os.path.islink(link) or os.readlink(link) != target:
+            return False
+        return any(Path(target).resolve().is_relative_to(r) for r in roots)
+
+    return trust.files_problem(
+        site, links, skip=frozenset({_READY}), same=same, within=root_of(packages)
+    )
+
+
+def root_of(packages: tuple[KernelStandin, ...]) -> Path:
+    """The stand-in cache the packages' folders are in."""
+    return packages[0].root.parent
 
 
 def is_cuda_package(name: str) -> bool:

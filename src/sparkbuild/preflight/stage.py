@@ -7,10 +7,13 @@ import hashlib
 import json
 import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from sparkbuild import fileio
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.signatures import diagnose
+from sparkbuild.preflight import trust
 from sparkbuild.preflight.compare import compare_with_release
 from sparkbuild.preflight.kernels import KernelStandins
 from sparkbuild.preflight.plan import (
@@ -107,17 +110,34 @@ def _baseline(
         [prepared.base_commit, chosen.deps_digest, plan, probe_digest()], sort_keys=True
     )
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
-    path = settings.cache_dir / "preflight-baselines" / f"{key}.json"
-    if path.exists():
-        cached = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(cached, dict):
+    folder = trust.private_dir(settings.cache_dir / "preflight-baselines", "the baseline cache")
+    path = folder / f"{key}.json"
+    if os.path.lexists(path):
+        cached = _cached_baseline(path)
+        if cached is not None:
             return cached
     data = chosen.base.run(plan)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    tmp.replace(path)
+    fileio.write_atomic(path, json.dumps(data))
     return data
+
+
+def _cached_baseline(path: Path) -> dict[str, Any] | None:
+    """A cached baseline read as a verdict input: a regular file of the user's, written by
+    no one else (never a symlink), holding a JSON object; else None, the file removed."""
+    why = trust.path_problem(path)
+    if why is None and (path.is_symlink() or not path.is_file()):
+        why = "is not a regular file"
+    if why is None:
+        try:
+            cached = json.loads(fileio.read_text(path))
+        except (OSError, ValueError) as exc:
+            why = f"cannot be read as JSON ({exc})"
+        else:
+            if isinstance(cached, dict):
+                return cached
+            why = "is not a JSON object"
+    trust.discard(path, "the cached baseline", why)
+    return None
 
 
 def with_remedy(check: CheckResult, engine: str) -> CheckResult:

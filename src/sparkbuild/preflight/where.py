@@ -4,17 +4,20 @@ interpreter, or a cached venv of the release's own dependencies with the tree ov
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild import git
 from sparkbuild.dockerhost import SETUP_HINT
 from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
+from sparkbuild.preflight import trust, wheels
 from sparkbuild.preflight.deps import (
     CUDA_ONLY,
     STANDIN_ALSO_INSTALLED,
@@ -59,10 +62,18 @@ def build_pins(build: Build) -> list[str]:
 
 
 def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> Path:
-    """The tree's package directory on disk (cached by object id); returns its parent."""
-    dest = cache / "preflight-trees" / commit_or_tree
+    """The tree's package directory on disk (cached by object id, and checked against the
+    mirror's objects before each use: a tree that is not the one named is made again);
+    returns its parent."""
+    trees = trust.private_dir(cache / "preflight-trees", "the preflight tree cache")
+    dest = trees / commit_or_tree
     package_dir = prepared.build.package_dir.strip("/")
-    if not (dest / package_dir).is_dir():
+    with FileLock(str(dest) + ".lock"):
+        if os.path.lexists(dest):
+            why = tree_problem(prepared.mirror, commit_or_tree, package_dir, dest)
+            if why is None:
+                return (dest / package_dir).parent
+            trust.discard(dest, "the exported tree", why)
         tmp = dest.with_name(dest.name + ".tmp")
         subprocess.run(["rm", "-rf", str(tmp)], check=True)
         tmp.mkdir(parents=True)
@@ -71,30 +82,73 @@ def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> P
             git_dir=prepared.mirror,
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        trust.seal_modes(tmp)  # git archive's default tar.umask leaves files group-writable
         tmp.rename(dest)
     return (dest / package_dir).parent
 
 
+def tree_problem(mirror: Path, commit_or_tree: str, package_dir: str, dest: Path) -> str | None:
+    """Why ``dest`` does not hold exactly ``package_dir`` of ``commit_or_tree`` as the
+    mirror's objects have it (every file's git object id, computed from its bytes), or None."""
+    if dest.is_symlink():
+        return "is a symlink, not the tree exported there"
+    why = trust.chain_problem(dest)
+    if why is not None:
+        return why
+    listing = git.run(
+        ["ls-tree", "-r", "-z", "--full-tree", commit_or_tree, "--", package_dir],
+        git_dir=mirror,
+    ).stdout
+    expected: dict[str, str] = {}
+    for entry in listing.split(b"\0"):
+        if not entry:
+            continue
+        meta, _, path = entry.partition(b"\t")
+        mode, kind, oid = meta.decode().split()
+        if kind == "blob":
+            expected[path.decode("utf-8", "surrogateescape")] = f"{mode} {oid}"
+    return trust.files_problem(dest, expected, same=_git_object)
+
+
+def _git_object(path: str, expected: str) -> bool:
+    """Whether the file at ``path`` is the blob ``expected`` (``MODE OID``) names: the same
+    bytes (git's object id over them), a symlink with the same target, the same x bit."""
+    mode, oid = expected.split()
+    info = os.lstat(path)
+    if mode == "120000":
+        if not stat.S_ISLNK(info.st_mode):
+            return False
+        data = os.fsencode(os.readlink(path))
+    elif stat.S_ISLNK(info.st_mode) or bool(info.st_mode & 0o100) != (mode == "100755"):
+        return False
+    else:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    digest = hashlib.sha256() if len(oid) == 64 else hashlib.sha1(usedforsecurity=False)
+    digest.update(b"blob %d\0" % len(data))
+    digest.update(data)
+    return digest.hexdigest() == oid
+
+
 def release_wheel(settings: Settings, build: Build) -> Path:
-    """The engine release's linux/aarch64 CPython 3.11 wheel (downloaded once)."""
-    wheels = settings.cache_dir / "wheels"
-    found = sorted(wheels.glob(f"{build.engine}-{build.version}-*.whl"))
-    if found:
-        return found[0]
-    wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    cmd += ["--platform", "manylinux_2_34_aarch64", "--python-version", "3.11"]
-    cmd += ["--implementation", "cp", "--abi", "cp311", "--quiet", "-d", str(wheels)]
-    cmd.append(f"{build.engine}=={build.version}")
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    found = sorted(wheels.glob(f"{build.engine}-{build.version}-*.whl"))
-    if done.returncode != 0 or not found:
+    """The engine release's linux/aarch64 CPython 3.11 wheel: downloaded once, checked
+    against the package index's sha256 (preflight/wheels.py), and read only while its bytes
+    still are the index's. Any other wheel of that name in the cache is never read."""
+    folder = trust.private_dir(settings.cache_dir / "wheels", "the wheel cache")
+    record = folder / f"{build.engine}-{build.version}.preflight.json"
+    found = wheels.cached(folder, record)
+    if found is not None:
+        return folder / found.file
+    args = ["--platform", "manylinux_2_34_aarch64", "--python-version", "3.11"]
+    args += ["--implementation", "cp", "--abi", "cp311"]
+    got = wheels.fetch(f"{build.engine}=={build.version}", args, folder, record)
+    if isinstance(got, str):
         raise PreflightSetupError(
             f"{build.name}: cannot download the {build.engine} {build.version} wheel "
-            f"for its dependency list:\n{done.stderr[-1500:]}",
+            f"for its dependency list: {got}",
             "preflight inside the built image instead: sparkbuild preflight BUILD --image IMAGE",
         )
-    return found[0]
+    return got
 
 
 def local_venv(settings: Settings, build: Build, where: Where) -> tuple[LocalVenv, list[str]]:

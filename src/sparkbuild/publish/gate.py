@@ -21,7 +21,7 @@ def _counted_verdict(
         return "missing"
     if result.verdict != "pass":
         return result.verdict
-    if not (result.verified is True and result.image_id == image_id):
+    if not result.image_verified(image_id):
         return f"unverified pass ({result.target or 'unknown target'})"
     if (cluster or result.nodes) and not result.every_node_ran(image_id):
         why = "not a cluster run" if not result.nodes else "a node ran another image"

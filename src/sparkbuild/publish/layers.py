@@ -34,7 +34,7 @@ _UNITS = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*\Z")
 
 
 @dataclass(frozen=True)

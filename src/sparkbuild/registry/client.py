@@ -44,7 +44,7 @@ _TIMEOUT_S = 60.0
 MANIFEST_LIMIT = 4 * net.MIB
 BLOB_LIMIT = 16 * net.MIB
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 class _TransientError(Exception):

@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from sparkbuild import git, lockfile, yamlfile
 from sparkbuild.errors import BadYAMLError, ReportError
 
-_PUBLISHED = re.compile(r"^published(?:~(\d+))?$")
+_PUBLISHED = re.compile(r"^published(?:~(\d+))?\Z")
 # What git accepts as a revision, minus anything that could be read as an option or a path.
-_REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/~^{}@-]*$")
+_REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/~^{}@-]*\Z")
 HISTORY_LIMIT = 200  # revisions of the lock searched for a published image
 LIST_HINT = "`git log --oneline -- images.lock` lists the revisions that changed the lock"
 

@@ -10,6 +10,7 @@ was. :func:`write_diff` writes one page comparing two ``BUILD@WHERE`` (see
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from typing import Any, Literal
 
 import jinja2
 
-from sparkbuild import lockfile
+from sparkbuild import fileio, lockfile
 from sparkbuild.errors import ReportError
 from sparkbuild.preflight.gate import preflight_verdicts
 from sparkbuild.publish.gate import smoke_verdicts
@@ -119,6 +120,27 @@ def _page_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "side"
 
 
+#: The longest file name (in bytes) the file systems a report is written to hold.
+NAME_MAX = 255
+
+
+def page_file(folder: str, stem: str) -> str:
+    """``folder/stem.html``, its file name at most ``NAME_MAX`` bytes: a longer one (two
+    128-character build names side by side) keeps its start and ends in a digest of the
+    whole, so two long names stay two pages."""
+    name = f"{stem}.html"
+    if len(name.encode()) > NAME_MAX:
+        digest = hashlib.sha256(stem.encode()).hexdigest()[:16]
+        keep = stem.encode()[: NAME_MAX - len(digest) - len("-.html")]
+        name = f"{keep.decode(errors='ignore')}-{digest}.html"
+    return f"{folder}/{name}"
+
+
+def diff_page(a: str, b: str) -> str:
+    """The page of ``BUILD@A`` against ``BUILD@B``."""
+    return page_file("diff", f"{_page_name(a)}--{_page_name(b)}")
+
+
 class _Writer:
     """Renders pages into a staging directory."""
 
@@ -173,17 +195,6 @@ def _is_report(out: Path) -> bool:
     return isinstance(data, dict) and data.get("generator") == GENERATOR
 
 
-def _swap_in(staging: Path, out: Path) -> None:
-    """``staging`` becomes ``out``; a previous report there goes only once it has."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-    staging.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
     now = options.now or datetime.now(UTC)
     out = options.out.resolve()
@@ -213,11 +224,11 @@ def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
             rows.append(row)
             page_diff = _previous_diff(name, entry, history, context, now)
             if page_diff is not None:
-                previous[name] = f"diff/{name}--previous.html"
+                previous[name] = page_file("diff", f"{name}--previous")
                 writer.write(Page("previous", previous[name], name), "diff.html", diff=page_diff)
             page = view.build_page(name, entry, row, bench_runs, context,
                                    _gate(settings, spec, entry))  # fmt: skip
-            writer.write(Page("build", f"builds/{name}.html", name), "build.html", page=page,
+            writer.write(Page("build", page_file("builds", name), name), "build.html", page=page,
                         previous_page=previous.get(name))  # fmt: skip
         writer.write(Page("index", "index.html"), "index.html", rows=rows, previous=previous,
                     runs=bench_runs, notes=notes, stale_days=f"{options.stale_days:g}")  # fmt: skip
@@ -226,7 +237,7 @@ def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
         (staging / MANIFEST).write_text(
             json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
-        _swap_in(staging, out)
+        fileio.replace_dir(staging, out)  # the previous report or this one, never neither
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -273,7 +284,7 @@ def write_diff(
     out = out.resolve()
     if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out} is a file", "pass a directory for the report")
-    page = Page("diff", f"diff/{_page_name(given[0])}--{_page_name(given[1])}.html", b.build)
+    page = Page("diff", diff_page(given[0], given[1]), b.build)
     staging = Path(tempfile.mkdtemp(prefix=".diff.", dir=_existing_parent(out)))
     try:
         writer = _Writer(staging, _common(settings.lock_file, now, index=False), settings.cache_dir)

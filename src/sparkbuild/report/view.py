@@ -193,8 +193,8 @@ def smoke_cells(
             other_id, old = older[profile]
             note = f"for an older image ({short(other_id, 19)})"
             date = context.dates.of("builds", name, "smoke", other_id, profile)
-            cells.append(StageCell("smoke", str(old.verdict), "stale", date, old.verified,
-                                   profile, (note,)))  # fmt: skip
+            cells.append(StageCell("smoke", str(old.verdict), "stale", date,
+                                   old.image_verified(other_id), profile, (note,)))  # fmt: skip
         else:
             hint = f"sparkbuild smoke --image IMAGE --profile {profile} --record {name}"
             cells.append(StageCell("smoke", "missing", "bad", label=profile, notes=(hint,)))
@@ -205,13 +205,16 @@ def _smoke_cell(
     name: str, image_id: str, profile: str, record: lockfile.SmokeRecord, context: Context
 ) -> StageCell:
     date = context.dates.of("builds", name, "smoke", image_id, profile)
-    verified = record.verified is True and record.image_id == image_id
+    verified = record.image_verified(image_id)
     if record.verdict == "fail":
         failed = [check for check, status in record.checks.items() if status == "fail"]
         return StageCell("smoke", "fail", "bad", date, verified, profile,
                          (f"failed: {', '.join(failed)}",) if failed else ())  # fmt: skip
     if not verified:
-        note = f"unverified: {record.target or 'unknown target'} (publish does not count it)"
+        note = (
+            f"unverified: a {record.target_kind} run "
+            f"({record.target or 'unknown target'}; publish does not count it)"
+        )
         return StageCell("smoke", str(record.verdict), "warn", date, False, profile, (note,))
     return StageCell("smoke", str(record.verdict), "good", date, True, profile)
 
@@ -319,7 +322,7 @@ def build_row(
 
 # --- links --------------------------------------------------------------------------------
 
-_WEB = re.compile(r"^https?://[^\s/@]+/[^\s?#]+$")
+_WEB = re.compile(r"^https?://[^\s/@]+/[^\s?#]+\Z")
 
 
 def web_base(repo: str | None) -> str | None:
@@ -436,12 +439,12 @@ def extra_fields(record: lockfile.SmokeRecord | lockfile.BenchRecord) -> dict[st
 def obtained(record: lockfile.SmokeRecord, image_id: str) -> str:
     """How the verdict was obtained, in words."""
     kind, _, what = (record.target or "").partition(":")
-    if record.verified and record.image_id == image_id:
-        return f"a container of the image (id {short(record.image_id, 19)} read from it): verified"
-    if record.verified:
-        return f"a container of another image ({short(record.image_id, 19)})"
-    if kind in ("command", "url"):
+    if kind in ("command", "url"):  # whatever the record says: nothing shows what ran
         return f"a {kind} run ({what}): nothing shows which image ran, so unverified"
+    if record.image_verified(image_id):
+        return f"a container of the image (id {short(record.image_id, 19)} read from it): verified"
+    if record.verified and kind in ("image", "cluster"):
+        return f"a container of another image ({short(record.image_id, 19)})"
     return "unknown: not verified"
 
 

@@ -38,7 +38,7 @@ from sparkbuild.errors import (
 )
 from sparkbuild.redact import redact, strip_userinfo
 
-_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_SHA = re.compile(r"^[0-9a-f]{7,40}\Z")
 _INIT = ".init-"  # a mirror being made: NAME.git.init-PID, renamed to NAME.git when done
 # Errors that no retry can fix: the remote answered and said no.
 _PERMANENT = ("couldn't find remote ref", "not our ref", "invalid refspec")
@@ -289,7 +289,7 @@ def _progress_flag() -> list[str]:
     return ["--progress"] if console.interactive() else ["--quiet"]
 
 
-_METER = re.compile(r"^(?:remote: )?([A-Za-z ]+):\s+(\d+%.*?)(?:, done\.)?$")
+_METER = re.compile(r"^(?:remote: )?([A-Za-z ]+):\s+(\d+%.*?)(?:, done\.)?\s*\Z")
 
 
 def _shorten(update: Callable[[str], None]) -> Callable[[str], None]:
