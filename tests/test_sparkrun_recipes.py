@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, sparkrun_flags
 from tests.support.sparkrun_peer import Sparkrun, recipes_md, sparkrun_or_skip
 
 pytestmark = pytest.mark.upstream
@@ -93,3 +94,15 @@ def test_sparkrun_renders_every_corpus_recipe_but_the_registry_include(
     loaded = [a for a in rendered.values() if "error" not in a]
     assert len(loaded) == len(recipe_files()) - len(SPARKRUN_REFUSES) >= 40
     assert all(a["argv"] and a["runtime"] for a in loaded)
+
+
+def test_the_shipped_flag_maps_are_sparkruns_own(sparkrun: Sparkrun) -> None:
+    theirs = sparkrun.one({"op": "flag_maps"})
+    ours = sparkrun_flags()
+    assert ours.sparkrun == SPARKRUN_VERSION == "0.4.2"
+    for engine in ("vllm", "sglang"):
+        mine = ours.engines[engine]
+        assert list(mine.flags.items()) == list(theirs[engine]["flags"].items()), engine
+        assert sorted(mine.booleans) == theirs[engine]["booleans"]
+        assert sorted(mine.negatable) == theirs[engine]["negatable"]
+    assert (len(ours.engines["vllm"].flags), len(ours.engines["sglang"].flags)) == (76, 48)

@@ -18,6 +18,7 @@ process (sparkrun's start-up is most of a request's time), one answer each:
 * ``csv`` ``{benchmark_json}``: sparkrun's ``json_to_csv`` of a llama-benchy JSON;
 * ``resume`` ``{benchmark_json, args, schedule}``: llama-benchy's task list for a profile
   (``build_task_list``) and which tasks sparkrun's gap detection finds covered by the JSON;
+* ``flag_maps``: the vLLM and SGLang maps from defaults keys to flags (names only);
 * ``metadata`` ``{path, ...}``: the submission metadata sparkrun's ``generate_metadata``
   writes for this recipe (no image resolution, hosts pseudonymised).
 """
@@ -169,7 +170,27 @@ def metadata(request: dict[str, Any]) -> dict[str, Any]:
         framework_name=request.get("framework", "llama-benchy"),
         category=request.get("category", "performance"),
     )
+    if request.get("pinned"):  # the image as sparkrun records one it resolved to a digest
+        execution.container_image_sha = request["container"]
+        execution.container_image_sha_pinned = True
     return {"metadata": _plain(execution.generate_metadata(resolve_image=False))}
+
+
+def flag_maps(request: dict[str, Any]) -> dict[str, Any]:
+    from sparkrun.runtimes import _vllm_common, sglang
+
+    return {
+        "vllm": {
+            "flags": dict(_vllm_common.VLLM_FLAG_MAP),
+            "booleans": sorted(_vllm_common.VLLM_BOOL_FLAGS),
+            "negatable": sorted(_vllm_common.VLLM_NEGATABLE_BOOL_FLAGS),
+        },
+        "sglang": {
+            "flags": dict(sglang._SGLANG_FLAG_MAP),
+            "booleans": sorted(sglang._SGLANG_BOOL_FLAGS),
+            "negatable": [],
+        },
+    }
 
 
 OPS = {
@@ -179,6 +200,7 @@ OPS = {
     "csv": to_csv,
     "resume": resume,
     "metadata": metadata,
+    "flag_maps": flag_maps,
 }
 
 
