@@ -106,3 +106,5 @@ def test_the_shipped_flag_maps_are_sparkruns_own(sparkrun: Sparkrun) -> None:
         assert sorted(mine.booleans) == theirs[engine]["booleans"]
         assert sorted(mine.negatable) == theirs[engine]["negatable"]
     assert (len(ours.engines["vllm"].flags), len(ours.engines["sglang"].flags)) == (76, 48)
+    assert ours.read_keys == theirs["read_keys"]
+    assert list(ours.read_keys) == theirs["read_key_reasons"]

@@ -177,9 +177,12 @@ def metadata(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def flag_maps(request: dict[str, Any]) -> dict[str, Any]:
+    from sparkrun.core import validation
     from sparkrun.runtimes import _vllm_common, sglang
 
     return {
+        "read_keys": {k: list(v) for k, v in validation._FLAG_ALIASES.items()},
+        "read_key_reasons": list(validation.SPARKRUN_READ_CONFIG_KEYS),
         "vllm": {
             "flags": dict(_vllm_common.VLLM_FLAG_MAP),
             "booleans": sorted(_vllm_common.VLLM_BOOL_FLAGS),

@@ -19,7 +19,8 @@ from sparkbuild.settings import Settings
 
 @click.group("profile")
 def profile() -> None:
-    """Smoke profiles: import one from a Spark Arena / sparkrun recipe."""
+    """Smoke profiles: import one from a Spark Arena / sparkrun recipe, or export one as a
+    recipe that runs a build's image."""
 
 
 def _overrides(values: tuple[str, ...]) -> dict[str, Any]:
@@ -179,6 +180,112 @@ def _show(notes: Any, profile_path: Path, claims_path: Path | None) -> None:
     if claims_path is not None:
         console.out.print(f"wrote {claims_path}", markup=False)
     console.info(f"next: sparkbuild preflight BUILD --profile {profile_path.stem}")
+
+
+def _published_image(settings: Settings, build: str, repository: str | None) -> tuple[str, Any]:
+    """The reference by digest of ``build``'s image in a registry (what ``publish`` pushed,
+    else the digest ``build`` recorded), and the build's lock entry."""
+    from sparkbuild.lockfile import LockHandle
+
+    entry = LockHandle.open(settings.lock_file).entry(build)
+    if entry is None:
+        raise UsageError(
+            f"build {build!r} is not in {settings.lock_file}", f"sparkbuild build {build}"
+        )
+    published = {
+        repo: f"{repo}@{record.digest}"
+        for repo, record in (entry.publish or {}).items()
+        if record.digest and (repository is None or repo == repository)
+    }
+    if len(published) > 1:
+        raise UsageError(
+            f"build {build} is published to {len(published)} repositories: "
+            + ", ".join(sorted(published)),
+            "pick one with --repository REPO",
+        )
+    if published:
+        return next(iter(published.values())), entry
+    image = entry.image
+    if repository is None and image is not None and image.repo_digest and "@" in image.repo_digest:
+        return image.repo_digest, entry
+    where = f" to {repository}" if repository else ""
+    raise UsageError(
+        f"build {build} has no image in a registry{where}: nothing a recipe can pull by digest",
+        f"sparkbuild publish {build} --repository REPO, or pass --image REPO@sha256:...",
+    )
+
+
+def _origin(build: str | None, entry: Any, profile_name: str) -> dict[str, Any]:
+    """Where the recipe's image came from, and the smoke verdict this profile got on it."""
+    if build is None or entry is None or entry.image is None:
+        return {}
+    image_id = entry.image.image_id
+    record = ((entry.smoke or {}).get(image_id) or {}).get(profile_name) if image_id else None
+    verdict = record.verdict if record is not None else None
+    if verdict != "pass":
+        console.warn(
+            f"profile {profile_name} has no passing smoke verdict on build {build}'s image "
+            f"({verdict or 'none recorded'}): the recipe runs an image not checked with it"
+        )
+    return {"build": build, "image_id": image_id, "smoke": verdict}
+
+
+@profile.command("export")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option("--build", metavar="BUILD", help="Run this build's published image (by digest).")
+@click.option("--image", metavar="REPO@sha256:DIGEST", help="Run this image instead of a build's.")
+@click.option("--repository", metavar="REPO", help="The build's repository, if several.")
+@options.model(help="Serve this model instead of the profile's (a hub id or absolute path).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the recipe here [default: print it].",
+)
+@click.option("--force", is_flag=True, help="Replace an existing --out file.")
+@options.json()
+@click.pass_obj
+def export_recipe_command(
+    settings: Settings,
+    profile_name: str,
+    build: str | None,
+    image: str | None,
+    repository: str | None,
+    model: str | None,
+    out: Path | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Write a sparkrun recipe that runs PROFILE's engine from a build's image, by digest.
+
+    The flags sparkrun's map knows go to `defaults` with {placeholders} (so `-o KEY=VALUE`
+    changes them); the rest stay in the command; env and the parallel layout come along.
+    `sparkrun recipe validate --strict` passes it with no findings.
+    """
+    from sparkbuild.engines.profiles import load_profile
+    from sparkbuild.engines.recipe_writer import export_recipe, recipe_yaml
+
+    if (build is None) == (image is None):
+        raise UsageError("pass --build BUILD or --image REPO@sha256:DIGEST (one of them)")
+    if repository and image:
+        raise UsageError("--repository picks a build's repository", "drop it with --image")
+    name, loaded = load_profile(settings, profile_name, model=model, need_model=False)
+    if build is not None:
+        image, entry = _published_image(settings, build, repository)
+    else:
+        entry = None
+    document = export_recipe(name, loaded, str(image), origin=_origin(build, entry, name))
+    text = recipe_yaml(document)
+    if out is not None:
+        _free(out, force, "recipe")
+        _write(out, text)
+    if as_json:
+        emit_json({"profile": name, "container": image, "build": build,
+                   "recipe": str(out) if out else None, "text": text})  # fmt: skip
+    elif out is None:
+        click.echo(text, nl=False)
+    else:
+        console.out.print(f"wrote {out}", markup=False)
+        console.info(f"check it: sparkrun recipe validate --strict {out}")
 
 
 COMMANDS: list[click.Command] = [profile]

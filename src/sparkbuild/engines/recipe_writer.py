@@ -22,7 +22,10 @@ from typing import Any
 
 import yaml
 
-from sparkbuild.engines.sparkrun_flags import engine_flags
+from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.sparkrun_flags import engine_flags, sparkrun_flags
+from sparkbuild.errors import UsageError
+from sparkbuild.imageref import REFERENCE
 
 #: The serve command's first line, and how each engine spells the parallel sizes there.
 SERVE = {
@@ -47,6 +50,7 @@ class RecipeSpec:
     container: str | None = None
     description: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    min_nodes: int = 1
 
 
 def flag_groups(args: Sequence[str]) -> list[list[str]]:
@@ -85,7 +89,7 @@ def _templated(engine: str, args: Sequence[str], defaults: dict[str, Any]) -> li
     known = engine_flags(engine)
     lines: list[str] = []
     for flag, *values in flag_groups(args):
-        key = known.key_of(flag)
+        key = sparkrun_flags().defaults_key(engine, flag)
         spot = _placeholder(key, values[0]) if key and len(values) == 1 else None
         if key and spot and key not in defaults and key not in known.booleans:
             defaults[key] = _scalar(values[0])
@@ -111,6 +115,7 @@ def recipe_document(spec: RecipeSpec) -> dict[str, Any]:
         "recipe_version": "2",
         "model": spec.model,
         "runtime": spec.runtime,
+        **({"min_nodes": spec.min_nodes} if spec.min_nodes > 1 else {}),
         **({"container": spec.container} if spec.container else {}),
         "metadata": {"description": spec.description or spec.model, **spec.metadata},
         "defaults": defaults,
@@ -144,3 +149,75 @@ def effective_yaml(document: Mapping[str, Any], container: str | None) -> str:
     ``effective_hash``): plain YAML in the same key order, with the container that ran
     (null for none, last when the recipe names none)."""
     return yaml.safe_dump({**document, "container": container}, sort_keys=False)
+
+
+# --- profile export ------------------------------------------------------------------------
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_BY_DIGEST = re.compile(r"^(?P<name>[^@\s]+)@sha256:[0-9a-f]{64}$")
+
+
+def _checked_container(container: str) -> str:
+    match = _BY_DIGEST.match(container)
+    if match is None or not REFERENCE.match(match["name"]):
+        raise UsageError(
+            f"image {container!r} is not a reference by digest (REPOSITORY@sha256:<64 hex>)",
+            "a recipe runs exactly one image: name it by the digest publish pushed",
+        )
+    return container
+
+
+def _shell_free(where: str, value: str) -> None:
+    if "${" in value or "$(" in value:
+        raise UsageError(
+            f"{where} {value!r} refers to the environment, which a recipe cannot: sparkrun "
+            "passes recipe values literally",
+            "pass the value itself (profile export --model for the model)",
+        )
+
+
+def _exported_model(profile: SmokeProfile, model: str | None) -> str:
+    served = model or profile.model
+    _shell_free("the model", served)
+    if not (served.startswith("/") or _HUB_ID.match(served)):
+        raise UsageError(
+            f"the model {served!r} is neither a hub id (org/name) nor an absolute path, the two "
+            "a recipe can name (a path must exist on every node)",
+            "pass --model with one of those",
+        )
+    return served
+
+
+def _parallel_args(profile: SmokeProfile) -> list[str]:
+    """The expert-parallel flag the launcher adds for the profile's layout."""
+    ep = profile.parallel.ep
+    if ep <= 1:
+        return []
+    return ["--enable-expert-parallel"] if profile.engine == "vllm" else ["--ep-size", str(ep)]
+
+
+def export_recipe(
+    name: str,
+    profile: SmokeProfile,
+    container: str,
+    *,
+    model: str | None = None,
+    origin: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The sparkrun recipe that runs ``profile``'s engine from the image ``container`` (by
+    digest): its flags (the tunable ones in ``defaults``), env and parallel layout."""
+    for key, value in profile.env.items():
+        _shell_free(f"env {key}", value)
+    for word in profile.args:
+        _shell_free("the flag value", word)
+    parallel = profile.parallel
+    launcher = parallel.launcher or ("native" if profile.engine == "sglang" else "mp")
+    runtime = {"native": "sglang", "ray": "vllm-ray", "mp": "vllm"}[launcher]
+    spec = RecipeSpec(
+        engine=profile.engine, runtime=runtime, model=_exported_model(profile, model),
+        args=[*profile.args, *_parallel_args(profile)], env=dict(profile.env),
+        tp=parallel.tp, pp=parallel.pp, container=_checked_container(container),
+        description=profile.description or name,
+        metadata={"sparkbuild": {"profile": name, **(origin or {})}}, min_nodes=parallel.nodes,
+    )  # fmt: skip
+    return recipe_document(spec)

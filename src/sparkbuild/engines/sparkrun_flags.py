@@ -60,6 +60,13 @@ class SparkrunFlags(BaseModel):
 
     sparkrun: str
     engines: dict[str, EngineFlags]
+    read_keys: dict[str, list[str]]  # keys sparkrun reads itself, and their flags' spellings
+
+    def defaults_key(self, engine: str, flag: str) -> str | None:
+        """The defaults key a command's ``flag`` stands for: the engine map's, else one of
+        the keys sparkrun reads itself (``--tp`` is ``tensor_parallel`` for its validator)."""
+        key = self.engines[engine].key_of(flag)
+        return key or next((k for k, flags in self.read_keys.items() if flag in flags), None)
 
 
 def is_true(value: Any) -> bool:
