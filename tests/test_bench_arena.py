@@ -37,7 +37,13 @@ from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.errors import UsageError
 from tests.support.cli import RunCli
-from tests.support.llama_benchy import check_schema, csv_of, report_schema, write_outputs
+from tests.support.llama_benchy import (
+    check_schema,
+    csv_of,
+    report_schema,
+    sample_json,
+    write_outputs,
+)
 from tests.support.sparkrun_peer import Sparkrun, sparkrun_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,6 +286,22 @@ def test_compare_takes_llama_benchys_own_csv(run_cli: RunCli, tmp_path: Path) ->
                      "--json-file", str(out))  # fmt: skip
     assert result.exit_code == 0, result.output
     assert len(json.loads(out.read_text())["cells"]) == 4
+
+
+@pytest.mark.upstream
+def test_compare_reads_prefix_caching_from_llama_benchys_own_sample(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    sample = sample_json()
+    assert json.loads(sample.read_text())["prefix_caching_enabled"] is True
+    assert load_report(sample).sweep.prefix_caching is True
+    # Against a run without it, compare names the difference (it used to read "off" twice).
+    ours = tmp_path / "ours.json"
+    plain = _report().model_copy(update={"sweep": _report().sweep.model_copy(
+        update={"prefix_caching": False})})  # fmt: skip
+    ours.write_text(plain.model_dump_json())
+    result = run_cli("bench", "compare", str(ours), str(sample))
+    assert "warning: prefix caching differs: False vs True" in result.stderr, result.output
 
 
 def test_our_submission_csv_compares_with_its_report(

@@ -7,8 +7,10 @@ read the real format of the real release rather than a copy of it.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 from tests.support.cache import build_once, shared_test_cache
@@ -129,3 +131,31 @@ def check_schema(report_json: Path, schema: Path) -> subprocess.CompletedProcess
         [str(checker), "--schemafile", str(schema), str(report_json)],
         check=False, capture_output=True, text=True,
     )  # fmt: skip
+
+
+def sample_json() -> Path:
+    """llama-benchy 0.4.0's own sample report (``schemas/sample.json``, from its sdist on
+    PyPI; cached): the file its repository ships beside the schema."""
+    folder = build_once(
+        shared_test_cache() / f"llama-benchy-{LLAMA_BENCHY_VERSION}-sample", _unpack_sample,
+        f"llama-benchy=={LLAMA_BENCHY_VERSION} sdist\n",
+    )  # fmt: skip
+    return folder / "sample.json"
+
+
+def _unpack_sample(target: Path) -> None:
+    download = target.with_name(target.name + ".download")
+    shutil.rmtree(download, ignore_errors=True)
+    subprocess.run(
+        [str(llama_benchy_python()), "-m", "pip", "--disable-pip-version-check", "-q",
+         "download", "--no-deps", "--no-binary", ":all:",
+         f"llama-benchy=={LLAMA_BENCHY_VERSION}", "-d", str(download)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (archive,) = download.glob("llama_benchy-*.tar.gz")
+    target.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(f"llama_benchy-{LLAMA_BENCHY_VERSION}/schemas/sample.json")
+        assert member is not None
+        (target / "sample.json").write_bytes(member.read())
+    shutil.rmtree(download, ignore_errors=True)
