@@ -288,4 +288,67 @@ def export_recipe_command(
         console.info(f"check it: sparkrun recipe validate --strict {out}")
 
 
+@profile.command("fit")
+@click.argument("profile_name", metavar="PROFILE")
+@options.model(help="Estimate this model instead of the profile's.")
+@options.engine_version(help="The engine release (SGLang counts the draft from 0.5.14).")
+@click.option("--context", metavar="TOKENS", help="Context per sequence [default: the profile's].")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True)
+@click.option(
+    "--draft-memory-patch",
+    is_flag=True,
+    help="The image carries sparkbuild's SGLang draft-memory patch (the draft counted first).",
+)
+@click.option(
+    "--memory-gib",
+    type=click.FloatRange(1, 4096),
+    default=119.0,
+    show_default=True,
+    help="Memory of one node (a DGX Spark: 119).",
+)
+@options.json()
+@click.pass_obj
+def fit_command(
+    settings: Settings,
+    profile_name: str,
+    model: str | None,
+    engine_version: str | None,
+    context: str | None,
+    concurrency: int,
+    draft_memory_patch: bool,
+    memory_gib: float,
+    as_json: bool,
+) -> None:
+    """Estimate whether PROFILE's engine fits a DGX Spark's memory, before any boot.
+
+    Weights, the KV cache at the context and concurrency, the draft model and where the
+    engine release puts it, and recurrent (Mamba) state; exit 1 when it does not fit.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    from sparkbuild.engines.memory_fit import describe, parse_size, profile_fit
+    from sparkbuild.engines.profiles import load_profile
+
+    try:
+        version = Version(engine_version) if engine_version else None
+    except InvalidVersion:
+        raise UsageError(f"--engine-version {engine_version!r} is not a version") from None
+    name, loaded = load_profile(settings, profile_name, model=model, need_model=False)
+    fit = profile_fit(
+        loaded.engine, loaded.model, loaded.args, version=version,
+        context=parse_size(context) if context else None, concurrency=concurrency,
+        tp=loaded.parallel.tp, pp=loaded.parallel.pp, draft_patched=draft_memory_patch,
+        memory_gib=memory_gib,
+    )  # fmt: skip
+    if isinstance(fit, str):
+        raise UsageError(fit, "pass --model with a local model directory (its config.json)")
+    if as_json:
+        emit_json({"profile": name, **fit.to_json()})
+    else:
+        for line in describe(fit):
+            console.out.print(line, markup=False)
+    if not fit.fits:
+        raise SystemExit(1)
+
+
 COMMANDS: list[click.Command] = [profile]
