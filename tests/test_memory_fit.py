@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,69 @@ def test_dropping_the_page_cache_without_root_is_a_clear_error() -> None:
     assert done.returncode == 0, done.stderr
     assert "writing /proc/sys/vm/drop_caches needs root (uid 65534" in done.stdout
     assert "run as root (or with sudo), or leave out --drop-caches" in done.stdout
+
+
+# --- before the boot: smoke and bench refuse what cannot fit, drop the page cache ----------
+
+
+def _smoke(run_cli: RunCli, tmp_path: Path, *args: str) -> Any:
+    return run_cli("--project", str(ROOT), "smoke", "--command", "false", "--profile", SEED,
+                   "--engine-version", "0.5.12", "--boot-timeout", "20",
+                   "--log", str(tmp_path / "engine.log"), *args)  # fmt: skip
+
+
+def test_on_a_spark_a_launch_that_cannot_fit_is_refused_before_anything_starts(
+    run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This machine is no GB10: only the host check stands in for one.
+    monkeypatch.setattr("sparkbuild.engines.boot_prep.spark_here", lambda: True)
+    refused = _smoke(run_cli, tmp_path)
+    assert refused.exit_code == 2, refused.output
+    assert f"error: profile {SEED} does not fit a DGX Spark's memory: out of memory" in (
+        refused.stderr
+    )
+    assert "pass --force to boot anyway" in refused.stderr
+    assert "does not fit (peak 120.1 of 119 GiB)" in refused.stderr  # printed first
+    assert not (tmp_path / "engine.log").exists()  # nothing was started
+    out = tmp_path / "smoke.json"
+    forced = _smoke(run_cli, tmp_path, "--force", "--json-file", str(out))
+    assert forced.exit_code == 1, forced.output  # `false` exits at once: a failed boot
+    recorded = json.loads(out.read_text())["before_boot"]
+    assert recorded["spark"] and recorded["forced"] and recorded["fit"]["fits"] is False
+    assert recorded["page_cache_dropped"] == []  # a --command run: off unless asked
+
+
+def test_off_a_spark_there_is_no_estimate_and_the_run_says_so(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    out = tmp_path / "smoke.json"
+    result = _smoke(run_cli, tmp_path, "--json-file", str(out))
+    assert result.exit_code == 1, result.output  # booted (and failed): nothing refused
+    assert json.loads(out.read_text())["before_boot"] == {
+        "spark": False, "fit": None, "no_estimate": "not a DGX Spark: no memory estimate",
+        "forced": False, "page_cache_dropped": [],
+    }  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is missing")
+def test_drop_caches_without_root_stops_the_run_before_the_boot() -> None:
+    home = Path(tempfile.mkdtemp(prefix="sparkbuild-nobody-"))  # pytest's tmp is root's only
+    home.chmod(0o777)
+    log = home / "engine.log"
+    try:
+        _smoke_as_nobody(home, log)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _smoke_as_nobody(home: Path, log: Path) -> None:
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+         "sparkbuild", "--project", str(ROOT), "smoke", "--command", "false", "--profile",
+         SEED, "--drop-caches", "--log", str(log)],
+        capture_output=True, text=True, check=False, env={"PATH": "/usr/bin:/bin",
+                                                          "HOME": str(home)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: --drop-caches: writing /proc/sys/vm/drop_caches needs root" in done.stderr
+    assert "Traceback" not in done.stderr and not log.exists()

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -272,6 +272,8 @@ class BenchReport(_Model):
     error: str | None = None
     pending_cells: list[str] = []
     cells: list[CellResult] = Field(default_factory=list)
+    # Before the boot on a DGX Spark: the memory fit and the page cache (engines/boot_prep).
+    before_boot: dict[str, Any] | None = None
 
     def cell(self, key: CellKey) -> CellResult | None:
         return next((c for c in self.cells if c.key == key), None)

@@ -94,6 +94,7 @@ class BenchPlan:
     boot_timeout_s: float = 900.0
     request_timeout_s: float = STREAM_TIMEOUT_S
     topology: Parallel | None = None  # the profile's parallel layout; None: unknown
+    before_boot: Mapping[str, Any] | None = None  # the memory fit and page cache (boot_prep)
 
 
 def _target_info(target: Target) -> TargetInfo:
@@ -499,4 +500,5 @@ def run_bench(
         error=report_error,
         pending_cells=[k.label() for k in sweep.cells() if k not in done],
         cells=sweeper.cells,
+        before_boot=dict(plan.before_boot) if plan.before_boot else None,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import requests
@@ -35,6 +35,7 @@ from sparkbuild.engines.adapters import (
     adapter_for,
     first_model,
 )
+from sparkbuild.engines.boot_prep import before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import cluster_pin
 from sparkbuild.engines.launch import (
@@ -229,14 +230,24 @@ def _with_profile(
     )
     plan = fit_plan(plan, adapter)  # before the boot: a sweep that cannot fit stops here
     logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    cluster = None
     if choice.cluster is not None and choice.image is not None:
         cluster = load_cluster(settings, choice.cluster)
         check_cluster_size(profile, len(cluster[1].nodes), cluster[0])
+    elif choice.url is None:
+        check_single_box(profile, name)
+    cells = list(plan.sweep.cells())
+    prep = before_boot(
+        name, profile, launch, None, cluster,
+        concurrency=max(c.concurrency for c in cells),
+        context=max(c.prompt_tokens + c.tg for c in cells),
+    )  # fmt: skip
+    plan = replace(plan, before_boot=prep.to_json())
+    if cluster is not None:
+        assert choice.image is not None
         pin = cluster_pin(cluster[1], choice.image)
         target = cluster_target(choice, profile, adapter, logs, "bench", cluster, pin)
     else:
-        if choice.url is None:
-            check_single_box(profile, name)
         target = make_target(choice, profile, adapter, logs, stage="bench")
     return BenchRun(target, adapter, plan)
 
