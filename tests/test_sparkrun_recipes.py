@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkbuild.engines.recipe_writer import flag_groups
+from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, sparkrun_flags
+from sparkbuild.errors import UsageError
 from tests.support.sparkrun_peer import Sparkrun, recipes_md, sparkrun_or_skip
 
 pytestmark = pytest.mark.upstream
@@ -108,3 +111,109 @@ def test_the_shipped_flag_maps_are_sparkruns_own(sparkrun: Sparkrun) -> None:
     assert (len(ours.engines["vllm"].flags), len(ours.engines["sglang"].flags)) == (76, 48)
     assert ours.read_keys == theirs["read_keys"]
     assert list(ours.read_keys) == theirs["read_key_reasons"]
+
+
+# --- import: the same engine command as sparkrun's own renderer, or a note for each flag ------
+
+#: Recipes the import refuses, and the true reason it gives.
+WE_REFUSE = {
+    "include-registry-vllm.yaml": "is a registry recipe: only sparkrun's registries",
+    "gguf-llama-cpp.yaml": "runtime 'llama-cpp': sparkbuild launches vLLM and SGLang only",
+    "trtllm.yaml": "runtime 'trtllm': sparkbuild launches vLLM and SGLang only",
+    "atlas.yaml": "runtime 'atlas': sparkbuild launches vLLM and SGLang only",
+    "env-templates-launch-vllm.yaml": "{launch.model_path} is the prepared model directory",
+}
+_PREFIXES = (
+    ("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"),
+    ("python3", "-m", "sglang.launch_server"), ("python", "-m", "sglang.launch_server"),
+    ("sglang", "serve"),
+)  # fmt: skip
+_LAUNCHER = {"--host", "--port"}
+_SIZES = {"-tp": "tp", "--tensor-parallel-size": "tp", "--tp-size": "tp", "--tp": "tp",
+          "-pp": "pp", "--pipeline-parallel-size": "pp", "--pp-size": "pp",
+          "--ep-size": "ep", "--enable-expert-parallel": "ep"}  # fmt: skip
+
+
+def _their_groups(argv: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str]]:
+    """sparkrun's command as flag groups, the serve prefix and model left out; the parallel
+    sizes apart (a profile holds them as its layout)."""
+    prefix = next(p for p in _PREFIXES if tuple(argv[: len(p)]) == p)
+    rest = argv[len(prefix) :]
+    if rest and not rest[0].startswith("-"):
+        rest = rest[1:]  # vllm serve MODEL
+    groups, sizes = [], {}
+    for flag, *values in flag_groups(rest):
+        if flag in ("--model-path", "--model") or flag in _LAUNCHER:
+            continue
+        if flag in _SIZES:
+            sizes[_SIZES[flag]] = values[0] if values else "on"
+            continue
+        groups.append((flag, *values))
+    return groups, sizes
+
+
+def _named(flag: str, notes: list[dict[str, str]], engine: str) -> bool:
+    """A note names the flag (or the defaults key sparkrun renders as it)."""
+    keys = [k for k, f in sparkrun_flags().engines[engine].flags.items() if f == flag]
+    names = [flag, flag.removeprefix("--no-"), *(f"defaults.{k}" for k in keys)]
+    return any(n in note["item"] or n in note["detail"] for note in notes for n in names)
+
+
+def differences(theirs: dict[str, Any], imported: Any) -> list[str]:
+    """Every flag on one side only that no note names (the test's failure list)."""
+    engine = imported.profile["engine"]
+    groups, sizes = _their_groups(theirs["argv"])
+    ours = [tuple(g) for g in flag_groups(imported.profile["args"])]
+    notes = [n.to_json() for n in imported.notes]
+    unnamed = [f"sparkrun only: {' '.join(g)}" for g in groups
+               if g not in ours and not _named(g[0], notes, engine)]  # fmt: skip
+    unnamed += [f"import only: {' '.join(g)}" for g in ours
+                if g not in groups and not _named(g[0], notes, engine)]  # fmt: skip
+    layout = imported.parallel or {"tp": 1, "pp": 1, "ep": 1}
+    for size in ("tp", "pp"):
+        if int(sizes.get(size, "1")) != layout[size] and not _named("parallel", notes, engine):
+            unnamed.append(f"{size}: sparkrun {sizes.get(size, 1)}, layout {layout[size]}")
+    return unnamed
+
+
+@pytest.mark.parametrize("name", [p.name for p in recipe_files()])
+def test_the_import_renders_what_sparkrun_renders_or_says_why_not(
+    rendered: dict[str, dict[str, Any]], name: str
+) -> None:
+    path = next(p for p in recipe_files() if p.name == name)
+    if name in WE_REFUSE:
+        with pytest.raises(UsageError) as refused:
+            import_recipe(path)
+        assert WE_REFUSE[name] in str(refused.value)
+        return
+    imported = import_recipe(path)
+    assert differences(rendered[name], imported) == [], [n.to_json() for n in imported.notes]
+    # The env sparkrun hands the container, template tokens filled, shell references apart.
+    for key, value in rendered[name]["env"].items():
+        if "{" not in value and "$" not in value:
+            assert imported.profile["env"][key] == value
+
+
+def test_a_speculative_recipe_never_imports_without_its_speculation(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    speculative = []
+    for path in recipe_files():
+        argv = rendered[path.name].get("argv") or []
+        if path.name in WE_REFUSE or not (
+            {"--speculative-config", "--speculative-algorithm"} & set(argv)
+        ):
+            continue
+        speculative.append(path.name)
+        imported = import_recipe(path)
+        assert imported.profile["expect"]["speculation"] is True, path.name
+    assert len(speculative) >= 9, speculative
+
+
+def test_the_comparison_can_fail() -> None:
+    """A flag sparkrun renders that the import lost, unnamed by any note, is reported."""
+    path = CORPUS / "structured-mtp-vllm.yaml"
+    imported = import_recipe(path)
+    argv = ["vllm", "serve", "m", "--max-num-seqs", "16", "--brand-new-flag", "7"]
+    lost = differences({"argv": argv}, imported)
+    assert "sparkrun only: --brand-new-flag 7" in lost

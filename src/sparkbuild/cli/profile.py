@@ -121,7 +121,7 @@ def import_recipe_command(
     claim_harness: str,
     as_json: bool,
 ) -> None:
-    """Make a smoke profile from a Spark Arena / sparkrun recipe (recipe_version 2).
+    """Make a smoke profile from a Spark Arena / sparkrun recipe (as sparkrun 0.4.2 reads it).
 
     The flags are rendered from the recipe's command with its defaults (and -o overrides);
     env is kept; tensor/pipeline parallel sizes become the profile's parallel layout; the
