@@ -7,13 +7,12 @@ read the real format of the real release rather than a copy of it.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 from tests.support.cache import build_once, shared_test_cache
+from tests.support.pypi import make_venv, sdist_member
 
 LLAMA_BENCHY_VERSION = "0.4.0"
 
@@ -58,19 +57,10 @@ def llama_benchy_python(cache_dir: Path | None = None) -> Path:
     cache = cache_dir or shared_test_cache()
     venv = build_once(
         cache / f"llama-benchy-{LLAMA_BENCHY_VERSION}",
-        _make_venv,
+        lambda venv: make_venv(Path(sys.executable), venv, f"llama-benchy=={LLAMA_BENCHY_VERSION}"),
         f"llama-benchy=={LLAMA_BENCHY_VERSION}\n",
     )
     return venv / "bin" / "python"
-
-
-def _make_venv(venv: Path) -> None:
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q",
-         "install", f"llama-benchy=={LLAMA_BENCHY_VERSION}"],
-        check=True, capture_output=True,
-    )  # fmt: skip
 
 
 def write_outputs(directory: Path) -> dict[str, Path]:
@@ -137,25 +127,11 @@ def sample_json() -> Path:
     """llama-benchy 0.4.0's own sample report (``schemas/sample.json``, from its sdist on
     PyPI; cached): the file its repository ships beside the schema."""
     folder = build_once(
-        shared_test_cache() / f"llama-benchy-{LLAMA_BENCHY_VERSION}-sample", _unpack_sample,
+        shared_test_cache() / f"llama-benchy-{LLAMA_BENCHY_VERSION}-sample",
+        lambda target: sdist_member(
+            llama_benchy_python(), f"llama-benchy=={LLAMA_BENCHY_VERSION}",
+            "schemas/sample.json", target / "sample.json",
+        ),
         f"llama-benchy=={LLAMA_BENCHY_VERSION} sdist\n",
     )  # fmt: skip
     return folder / "sample.json"
-
-
-def _unpack_sample(target: Path) -> None:
-    download = target.with_name(target.name + ".download")
-    shutil.rmtree(download, ignore_errors=True)
-    subprocess.run(
-        [str(llama_benchy_python()), "-m", "pip", "--disable-pip-version-check", "-q",
-         "download", "--no-deps", "--no-binary", ":all:",
-         f"llama-benchy=={LLAMA_BENCHY_VERSION}", "-d", str(download)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    (archive,) = download.glob("llama_benchy-*.tar.gz")
-    target.mkdir(parents=True)
-    with tarfile.open(archive) as tar:
-        member = tar.extractfile(f"llama_benchy-{LLAMA_BENCHY_VERSION}/schemas/sample.json")
-        assert member is not None
-        (target / "sample.json").write_bytes(member.read())
-    shutil.rmtree(download, ignore_errors=True)

@@ -18,12 +18,12 @@ import json
 import os
 import shutil
 import subprocess
-import tarfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from tests.support.cache import build_once, shared_test_cache
+from tests.support.pypi import make_venv, sdist_member
 
 SPARKRUN_VERSION = "0.4.2"
 PROBE = Path(__file__).with_name("sparkrun_probe.py")
@@ -62,19 +62,10 @@ def sparkrun_python() -> Path | None:
         return None
     venv = build_once(
         shared_test_cache() / f"sparkrun-{SPARKRUN_VERSION}",
-        lambda path: _make_venv(base, path),
+        lambda path: make_venv(base, path, f"sparkrun=={SPARKRUN_VERSION}"),
         f"sparkrun=={SPARKRUN_VERSION}\n{base}\n",
     )
     return venv / "bin" / "python"
-
-
-def _make_venv(base: Path, venv: Path) -> None:
-    subprocess.run([str(base), "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q",
-         "install", f"sparkrun=={SPARKRUN_VERSION}"],
-        check=True, capture_output=True,
-    )  # fmt: skip
 
 
 def sandbox_env(home: Path) -> dict[str, str]:
@@ -113,29 +104,12 @@ def recipes_md(python: Path) -> str:
     Requires-Python)."""
     sdist = build_once(
         shared_test_cache() / f"sparkrun-{SPARKRUN_VERSION}-sdist",
-        lambda target: _unpack_sdist(python, target),
+        lambda target: sdist_member(
+            python, f"sparkrun=={SPARKRUN_VERSION}", "RECIPES.md", target / "RECIPES.md"
+        ),
         f"sparkrun=={SPARKRUN_VERSION} sdist\n",
     )
     return (sdist / "RECIPES.md").read_text(encoding="utf-8")
-
-
-def _unpack_sdist(python: Path, target: Path) -> None:
-    download = target.with_name(target.name + ".download")
-    shutil.rmtree(download, ignore_errors=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", "download",
-         "--no-deps", "--no-binary", ":all:", f"sparkrun=={SPARKRUN_VERSION}", "-d",
-         str(download)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    (archive,) = download.glob("sparkrun-*.tar.gz")
-    target.mkdir(parents=True)
-    with tarfile.open(archive) as tar:
-        member = tar.getmember(f"sparkrun-{SPARKRUN_VERSION}/RECIPES.md")
-        extracted = tar.extractfile(member)
-        assert extracted is not None
-        (target / "RECIPES.md").write_bytes(extracted.read())
-    shutil.rmtree(download, ignore_errors=True)
 
 
 class Sparkrun:
