@@ -6,15 +6,17 @@ submissions in its layout.
   ``benchmarking/spark-arena-v2.yaml``): its grid, prefix caching, runs and fixed order.
 * ``profile import ... --figure``: a claims file (``claims/``, bench/claims.py) for a
   recipe's published figure, so a run of the imported profile is held against it.
-* ``--arena DIR``: the three files ``sparkrun arena benchmark`` uploads, in the folders it
-  uploads them to (src/sparkrun/cli/_arena.py, commit 0041b8f8fc):
-  ``recipes/recipe.yaml`` (the recipe as it ran, in sparkrun's export order),
-  ``logs/benchmark.csv`` (llama-benchy's CSV: sparkrun makes it from llama-benchy's JSON with
-  the same rows and columns, ``benchmarking/llama_benchy.py`` ``json_to_csv``) and
-  ``metadata/metadata.json`` (the keys ``BenchmarkResult.generate_metadata`` writes, in
-  ``benchmarking/base.py``: recipe, timing, cluster, benchmark, model, runtime_info). Beside
-  them, not uploaded: ``logs/benchmark.json`` (llama-benchy's JSON, which its schema
-  validates) and ``logs/sparkbuild-bench.json`` (the whole report, engine figures included).
+* ``--arena DIR``: the three files ``sparkrun benchmark RECIPE --arena`` uploads, in the
+  folders it uploads them to (sparkrun 0.4.2, ``plugins/sparkarena/integration.py``):
+  ``recipes/recipe.yaml`` (the recipe as it ran, written by engines/recipe_writer so that
+  sparkrun's validator finds nothing in it), ``logs/benchmark.csv`` (llama-benchy's CSV:
+  sparkrun makes the same rows from llama-benchy's JSON, ``benchmarking/llama_benchy.py``
+  ``json_to_csv``) and ``metadata/metadata.json`` (the keys 0.4.2's
+  ``BenchmarkExecution.generate_metadata`` writes, in ``benchmarking/base.py``: recipe with its
+  text and hashes, timing, cluster with pseudonymous hosts, benchmark, model, runtime_info,
+  sparkrun). Beside them, not uploaded: ``logs/benchmark.json`` (llama-benchy's JSON, which
+  its schema validates) and ``logs/sparkbuild-bench.json`` (the whole report, engine figures
+  included). The tests hold all of it against sparkrun 0.4.2's own code.
 """
 
 from __future__ import annotations
