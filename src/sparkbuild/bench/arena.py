@@ -55,6 +55,7 @@ from sparkbuild.engines.recipes import ImportedRecipe, problems_of
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import MASK, redact, strip_userinfo
+from sparkbuild.yamlfile import load_model
 
 NAMED_SWEEPS = ("spark-arena-v2",)
 SUBMISSION_FILES = {
@@ -115,10 +116,24 @@ class NamedSweep(_Strict):
 
 
 def named_sweep(name: str) -> NamedSweep:
-    if name not in NAMED_SWEEPS:
-        raise UsageError(f"no named sweep {name!r}", f"known: {', '.join(NAMED_SWEEPS)}")
-    text = (resources.files("sparkbuild") / "data" / "bench" / f"{name}.yaml").read_text("utf-8")
-    return NamedSweep.model_validate(yaml.safe_load(text))
+    """A published sweep by name (``spark-arena-v2``), or a sweep file in the same format
+    (``src/sparkbuild/data/bench/spark-arena-v2.yaml``: a grid, its runs and its order)."""
+    if name in NAMED_SWEEPS:
+        data = resources.files("sparkbuild") / "data" / "bench" / f"{name}.yaml"
+        return NamedSweep.model_validate(yaml.safe_load(data.read_text("utf-8")))
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        raise UsageError(
+            f"no named sweep {name!r}",
+            f"known: {', '.join(NAMED_SWEEPS)}; or a .yaml sweep file in their format "
+            "(src/sparkbuild/data/bench/spark-arena-v2.yaml)",
+        )
+    named = load_model(path, NamedSweep)
+    try:
+        named.sweep()
+    except ValueError as exc:  # the schedule must cover the grid once
+        raise UsageError(f"{path}: {exc}") from None
+    return named
 
 
 def refuse_unfit(sweep: Sweep, max_len: int | None, where: str, flag: str) -> None:
@@ -369,7 +384,7 @@ def submission_metadata(
             "format": "llama-benchy 0.4",
             "profile": profile_name,
             "args": args,
-            "resumed": False,
+            "resumed": report.resumed_from is not None,
             "category": "performance",
         },
         "model": {},
