@@ -10,6 +10,7 @@ generated from that model), and its CSV is what its own writer makes of our JSON
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -36,7 +37,14 @@ from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.errors import UsageError
 from tests.support.cli import RunCli
-from tests.support.llama_benchy import check_schema, csv_of, report_schema, write_outputs
+from tests.support.llama_benchy import (
+    check_schema,
+    csv_of,
+    report_schema,
+    sample_json,
+    write_outputs,
+)
+from tests.support.sparkrun_peer import Sparkrun, sparkrun_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 PP, TG, DEPTH = 32, 16, 64
@@ -177,14 +185,18 @@ def test_a_submission_has_spark_arenas_layout_and_metadata_keys(
     meta = json.loads((root / "metadata" / "metadata.json").read_text())
     # The keys sparkrun's BenchmarkResult.generate_metadata writes (sparkbuild's own beside).
     assert set(meta) == {"recipe", "timing", "cluster", "benchmark", "model", "runtime_info",
-                         "sparkbuild"}  # fmt: skip
+                         "sparkrun", "sparkbuild"}  # fmt: skip
     assert set(meta["recipe"]) == {
         "name", "qualified_name", "type", "model", "hf_model", "raw_container", "container",
         "container_pinned", "runtime", "runtime_full", "registry", "registry_git", "hash",
+        "text", "effective_hash",
     }  # fmt: skip
+    # No sparkrun ran: its layout, not its version. Hosts only as pseudonyms.
+    assert meta["sparkrun"] == {"version": None, "format": "0.4.2"}
+    assert meta["cluster"]["hosts"] == ["node-" + hashlib.sha256(b"h").hexdigest()[:8]]
+    assert meta["cluster"]["hosts_redacted"] is True
+    assert meta["benchmark"]["category"] == "performance" and meta["benchmark"]["resumed"] is False
     recipe_text = (root / "recipes" / "recipe.yaml").read_text()
-    import hashlib
-
     assert meta["recipe"]["hash"] == hashlib.sha256(recipe_text.encode()).hexdigest()
     assert meta["timing"] == {"start": "2026-11-22T00:59:10+00:00",
                               "end": "2026-11-22T01:00:00+00:00", "duration": 50.0}  # fmt: skip
@@ -276,6 +288,22 @@ def test_compare_takes_llama_benchys_own_csv(run_cli: RunCli, tmp_path: Path) ->
     assert len(json.loads(out.read_text())["cells"]) == 4
 
 
+@pytest.mark.upstream
+def test_compare_reads_prefix_caching_from_llama_benchys_own_sample(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    sample = sample_json()
+    assert json.loads(sample.read_text())["prefix_caching_enabled"] is True
+    assert load_report(sample).sweep.prefix_caching is True
+    # Against a run without it, compare names the difference (it used to read "off" twice).
+    ours = tmp_path / "ours.json"
+    plain = _report().model_copy(update={"sweep": _report().sweep.model_copy(
+        update={"prefix_caching": False})})  # fmt: skip
+    ours.write_text(plain.model_dump_json())
+    result = run_cli("bench", "compare", str(ours), str(sample))
+    assert "warning: prefix caching differs: False vs True" in result.stderr, result.output
+
+
 def test_our_submission_csv_compares_with_its_report(
     submission: arena.Submission, run_cli: RunCli, tmp_path: Path
 ) -> None:
@@ -316,3 +344,141 @@ def test_an_image_run_names_its_digest_and_the_recipe_it_was_imported_from(
     assert (meta["container"], meta["container_pinned"]) == (digest, True)
     assert meta["raw_container"] == "ghcr.io/spark-arena/dgx-vllm-eugr-nightly:latest"
     assert meta["name"] == "qwen3.6-27b-fp8-vllm" and meta["runtime_full"] == "vllm-distributed"
+
+
+# --- held against sparkrun 0.4.2's own code -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sparkrun(tmp_path_factory: pytest.TempPathFactory) -> Sparkrun:
+    return sparkrun_or_skip(tmp_path_factory.mktemp("sparkrun"))
+
+
+def _image_submission(tmp_path: Path) -> arena.Submission:
+    """A run of an image pinned by digest, from a profile imported from a recipe."""
+    imported = import_recipe(ROOT / "tests" / "data" / "recipes" / "qwen3.6-27b-fp8-vllm.yaml")
+    profile = SmokeProfile.model_validate(imported.profile)
+    report = _report().model_copy(update={"target": TargetInfo(
+        kind="image", value="127.0.0.1:5000/sparkbuild/vllm:0.32-spark",
+        image_id="sha256:" + "ab" * 32,
+        repo_digests=["127.0.0.1:5000/sparkbuild/vllm@sha256:" + "cd" * 32],
+    )})  # fmt: skip
+    return arena.write_submission(tmp_path / "image-sub", report, "qwen", profile)
+
+
+@pytest.mark.upstream
+def test_sparkrun_takes_our_submissions_recipe_without_a_question(
+    sparkrun: Sparkrun, submission: arena.Submission, tmp_path: Path
+) -> None:
+    recipes = [submission.files["recipe"], _image_submission(tmp_path).files["recipe"]]
+    # The recipe sparkbuild wrote before: a serve flag sparkrun reads, hardcoded.
+    hardcoded = tmp_path / "hardcoded.yaml"
+    text = submission.files["recipe"].read_text()
+    hardcoded.write_text(text.replace("--max-model-len {max_model_len}", "--max-model-len 1024")
+                         .replace("  max_model_len: 1024\n", ""))  # fmt: skip
+    asked = sparkrun.ask(
+        [{"op": op, "path": str(p)} for p in (*recipes, hardcoded) for op in ("validate",
+                                                                                "submission")]
+    )  # fmt: skip
+    for validated, gate in zip(asked[0:4:2], asked[1:4:2], strict=True):
+        assert validated == {"issues": []}  # `recipe validate --strict`: nothing at all
+        assert gate == {"said": [], "asked": [], "error": None}  # no "Continue?"
+    # The gate can refuse: the hardcoded flag is a suggestion, and its question's default
+    # answer (No) stops the submission.
+    validated, gate = asked[4:]
+    assert [i["code"] for i in validated["issues"]] == ["hardcoded-serve-flag"]
+    assert gate["asked"] == ["Continue with the benchmark and submission?"]
+    assert gate["error"] == "BenchmarkFailed: Aborted."
+
+
+@pytest.mark.upstream
+def test_sparkrun_renders_our_recipe_to_the_flags_that_ran(
+    sparkrun: Sparkrun, submission: arena.Submission
+) -> None:
+    rendered = sparkrun.one({"op": "render", "path": str(submission.files["recipe"])})
+    argv = rendered["argv"]
+    assert argv[:3] == ["vllm", "serve", "tiny/llama"]
+    assert argv[3:7] == ["--host", "0.0.0.0", "--port", "8000"]
+    # sparkrun names the served model itself when the template does not.
+    assert argv[7:-2] == _report().engine.args and argv[-2:] == [
+        "--served-model-name",
+        "tiny/llama",
+    ]
+    assert rendered["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def _nested_keys(data: Any, prefix: str = "") -> set[str]:
+    if not isinstance(data, dict):
+        return set()
+    found: set[str] = set()
+    for key, value in data.items():
+        found |= {f"{prefix}{key}"} | _nested_keys(value, f"{prefix}{key}.")
+    return found
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("kind", ["command", "image"])
+def test_our_metadata_has_every_key_sparkrun_writes_and_its_hashes(
+    sparkrun: Sparkrun, submission: arena.Submission, tmp_path: Path, kind: str
+) -> None:
+    done = submission if kind == "command" else _image_submission(tmp_path)
+    ours = json.loads(done.files["metadata"].read_text())
+    theirs = sparkrun.one({
+        "op": "metadata", "path": str(done.files["recipe"]),
+        "start": ours["timing"]["start"], "end": ours["timing"]["end"],
+        "cluster_id": ours["cluster"]["cluster_id"], "hosts": ["h"],
+        "container": ours["recipe"]["container"], "pinned": ours["recipe"]["container_pinned"],
+        "runtime_info": ours["runtime_info"], "profile": ours["benchmark"]["profile"],
+        "args": ours["benchmark"]["args"], "framework": ours["benchmark"]["framework"],
+    })["metadata"]  # fmt: skip
+    assert _nested_keys(theirs) - _nested_keys(ours) == set()
+    for key in ("hash", "effective_hash", "text", "container", "container_pinned"):
+        assert ours["recipe"][key] == theirs["recipe"][key], key
+    assert ours["cluster"]["hosts"] == theirs["cluster"]["hosts"]  # the same pseudonym
+    assert ours["timing"] == {k: theirs["timing"][k] for k in ("start", "end", "duration")}
+    assert theirs["sparkrun"] == {"version": "0.4.2"} and ours["sparkrun"]["version"] is None
+
+
+@pytest.mark.upstream
+def test_sparkruns_csv_writer_makes_our_csv(
+    sparkrun: Sparkrun, submission: arena.Submission
+) -> None:
+    answer = sparkrun.one(
+        {"op": "csv", "benchmark_json": str(submission.files["llama_benchy_json"])}
+    )
+    ours = submission.files["csv"].read_text()
+    # Line for line the same; sparkrun's csv module ends lines with CRLF, llama-benchy's own
+    # writer (which ours matches byte for byte) with LF.
+    assert answer["csv"] == ours.replace("\n", "\r\n")
+
+
+def _arena_report(left_out: set[tuple[int, int]]) -> BenchReport:
+    """A complete-looking spark-arena-v2 run, less the (depth, concurrency) cells named."""
+    named = arena.named_sweep("spark-arena-v2")
+    cells = [
+        _cell(d, c).model_copy(update={"pp": 2048, "tg": 128})
+        for d, c in named.schedule
+        if (d, c) not in left_out
+    ]
+    return _report().model_copy(update={"sweep": named.sweep(), "cells": cells})
+
+
+@pytest.mark.upstream
+def test_sparkruns_resume_logic_sees_every_cell_of_a_spark_arena_v2_sweep(
+    sparkrun: Sparkrun, tmp_path: Path
+) -> None:
+    named = arena.named_sweep("spark-arena-v2")
+    gaps = {(65535, 10), (100000, 1), (0, 2)}
+    requests = []
+    for name, left_out in (("whole", set()), ("gaps", gaps)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(llama_benchy.to_json(_arena_report(left_out))))
+        requests.append({
+            "op": "resume", "benchmark_json": str(path),
+            "args": named.benchmark_args(),
+            "schedule": [{"depth": d, "concurrency": c} for d, c in named.schedule],
+        })  # fmt: skip
+    whole, holed = sparkrun.ask(requests)
+    assert [tuple(t) for t in whole["tasks"]] == named.schedule
+    assert len(whole["covered"]) == 28 and whole["missing"] == []
+    assert {tuple(t) for t in holed["missing"]} == gaps  # the check can fail

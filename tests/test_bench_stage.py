@@ -108,7 +108,7 @@ def _options_of(command: click.Command) -> list[str]:
 def test_smoke_and_bench_list_the_launch_group_in_one_order() -> None:
     commands = every_command()
     group = ["image", "command", "url", "cluster", "key_path", "profile_name", "model", "gpus"]
-    group += ["boot_timeout", "request_timeout", "log_path"]
+    group += ["boot_timeout", "request_timeout", "log_path", "force", "drop_caches"]
     for path in ("smoke", "bench"):
         names = _options_of(commands[path])
         start = names.index("image")

@@ -1,8 +1,9 @@
 """`sparkbuild bench` end to end against real vLLM on the CPU (tiny random-weight Llama).
 
 Two engines per module: one booted by `bench --command` itself (n-gram speculation on) and
-one started here and reached with `bench --url` (speculation off); the second one is killed in
-the middle of a sweep in the last test. Each boot takes 20-40 s on two cores.
+one started here and reached with `bench --url` (speculation off); the second one also serves
+a spark-arena-v2-shaped sweep interrupted and resumed, and is killed in the middle of a sweep
+in the last test. Each boot takes 20-40 s on two cores.
 """
 
 from __future__ import annotations
@@ -288,6 +289,103 @@ def test_burst_runs_are_flagged_and_the_engine_rate_reported(
     reported = cell["decode_tps_request"]["max"]
     assert reported is None or reported <= 1.5 * cell["decode_tps_engine"]["max"]
     assert "burst" in (project / "bursts.md").read_text()
+
+
+ARENA_CPU = Path(__file__).parent / "data" / "sweeps" / "spark-arena-v2-cpu.yaml"
+
+
+def _keys(report: dict[str, Any]) -> list[tuple[int, int, int, int]]:
+    return [(c["depth"], c["concurrency"], c["pp"], c["tg"]) for c in report["cells"]]
+
+
+def _interrupted(project: Path, url: str, out: Path, after_cells: int) -> dict[str, Any]:
+    """A spark-arena-v2-shaped sweep in its own process, stopped with SIGINT once its
+    --json-file holds ``after_cells`` cells: what it leaves there."""
+    argv = [
+        installed_entry_point(),
+        "--project",
+        str(project),
+        "--quiet",
+        "bench",
+        "--url",
+        url,
+        "--profile",
+        "cpu-plain",
+        "--sweep",
+        str(ARENA_CPU),
+        "--json-file",
+        str(out),
+    ]
+    bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not out.exists() or len(json.loads(out.read_text())["cells"]) < after_cells:
+            assert bench.poll() is None, bench.communicate()
+            assert time.monotonic() < deadline, "the sweep made no progress"
+            time.sleep(0.05)  # each read parses whole: the file is replaced, never rewritten
+        bench.send_signal(signal.SIGINT)
+        stdout, stderr = bench.communicate(timeout=120)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert bench.returncode != 0, stdout + stderr
+    kept: dict[str, Any] = json.loads(out.read_text())
+    return kept
+
+
+def test_an_interrupted_spark_arena_sweep_resumes_to_the_same_28_cells(
+    project: Path, plain_server: ProcessTarget
+) -> None:
+    """An uninterrupted sweep's cells are its schedule's, in order (test_bench_arena); the
+    resumed one must end with exactly those, the finished ones carried as measured and the
+    rest measured with the prompts the whole sweep would have sent (exact lengths). A whole
+    reference sweep here would cost three more minutes of CI."""
+    schedule = [tuple(pair) for pair in yaml.safe_load(ARENA_CPU.read_text())["schedule"]]
+    part = project / "arena-part.json"
+    kept = _interrupted(project, plain_server.base_url, part, 10)
+    assert kept["complete"] is False and kept["error"].startswith("interrupted")
+    assert 10 <= len(kept["cells"]) < 28 == len(schedule)
+    assert len(kept["cells"]) + len(kept["pending_cells"]) == 28
+    assert [k[:2] for k in _keys(kept)] == schedule[: len(kept["cells"])]
+
+    resumed_file = project / "arena-resumed.json"
+    again = _bench(project, "--url", plain_server.base_url, "--profile", "cpu-plain",
+                   "--resume", str(part), "--json-file", str(resumed_file))  # fmt: skip
+    assert again.exit_code == 0, again.output
+    resumed = json.loads(resumed_file.read_text())
+    assert resumed["complete"] is True and resumed["pending_cells"] == []
+    assert _keys(resumed) == [(d, c, 32, 8) for d, c in schedule]  # the same 28, in order
+    carried = {(c["depth"], c["concurrency"]): c for c in kept["cells"]}
+    assert resumed["resumed_from"]["cells"] == [
+        f"pp=32 tg=8 depth={d} c={c}" for d, c in carried
+    ]  # fmt: skip
+    for cell in resumed["cells"]:
+        key = (cell["depth"], cell["concurrency"])
+        if key in carried:
+            assert cell == carried[key]  # as measured then, not again
+            continue
+        assert cell["errors"] == 0 and cell["requests"] == cell["concurrency"]
+        assert cell["prompt_tokens"] == cell["prompt_tokens_target"] == key[0] + 32
+        assert cell["completion_tokens"] == 8
+        if key[0] >= 128:  # whole cache blocks (vLLM CPU: 128 tokens) of context were hit
+            assert cell["prefix_cache_hit_tokens"] >= 128 * cell["concurrency"]
+    assert resumed["prompts"]["exact"] is True
+
+
+def test_a_resume_against_another_engine_is_refused_before_the_sweep(project: Path) -> None:
+    part = project / "arena-part.json"
+    if not part.exists():
+        pytest.skip("needs the interrupted sweep of the test before")
+    other = _bench(project, "--url", "http://127.0.0.1:9", "--profile", "cpu-spec",
+                   "--resume", str(part))  # fmt: skip
+    assert other.exit_code == 2, other.output
+    assert "this run's engine differs from that sweep's (profile: cpu-plain then, " in (
+        other.stderr
+    )
+    assert f"with --speculative-config {NGRAM}" in other.stderr
+    typed = _bench(project, "--url", "http://127.0.0.1:9", "--profile", "cpu-plain",
+                   "--resume", str(part), "--pp", "64")  # fmt: skip
+    assert typed.exit_code == 2 and "--pp would be ignored" in typed.stderr
 
 
 def test_engine_dying_mid_sweep_keeps_finished_cells(

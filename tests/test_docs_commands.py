@@ -180,6 +180,21 @@ RULES = [
         "writes into the project's smoke/; tests/test_recipe_import.py runs it on these recipes",
     ),
     Rule(
+        r"^sparkbuild profile export ",
+        "check",
+        "needs a build published to a registry; tests/test_profile_export.py runs it on a lock",
+    ),
+    Rule(
+        r"^sparkbuild profile fit ",
+        "check",
+        "tests/test_memory_fit.py runs it on these profiles and checks each verdict",
+    ),
+    Rule(
+        r"^sparkrun ",
+        "check",
+        "sparkrun (Python >= 3.12, a Spark): tests/support/sparkrun_peer.py asks its own code",
+    ),
+    Rule(
         r"^sparkbuild bench compare \S+ submission/",
         "check",
         "compares a submission "

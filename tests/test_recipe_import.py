@@ -136,9 +136,10 @@ def test_an_sglang_recipe_keeps_its_flags_and_reports_docker_settings() -> None:
 
 def test_a_recipe_without_a_command_renders_the_keys_sparkrun_knows() -> None:
     imported = import_recipe(NO_COMMAND)
+    # In sparkrun's order: its flag map's, not the recipe's.
     assert imported.profile["args"] == [
         "--gpu-memory-utilization", "0.9", "--max-model-len", "32768",
-        "--trust-remote-code", "--enable-prefix-caching",
+        "--enable-prefix-caching", "--trust-remote-code",
     ]  # fmt: skip
     (dropped,) = imported.dropped
     assert dropped.item == "defaults.compilation_level"
@@ -177,8 +178,19 @@ def test_a_figure_makes_a_claims_file_bench_reads(run_cli: RunCli, tmp_path: Pat
 @pytest.mark.parametrize(
     ("recipe", "args", "message"),
     [
-        ('recipe_version: "1"\nmodel: m\ncontainer: c\nbuild_args: [--tf5]\n', [],
-         "recipe_version '1': sparkbuild reads version 2 recipes"),
+        ('recipe_version: "3"\nmodel: m\n', [], "recipe_version '3': sparkrun 0.4.2 reads "
+         "versions 1 and 2"),
+        ('include: "@official/qwen3.6-27b-fp8-mtp-vllm"\n', [], "include "
+         "'@official/qwen3.6-27b-fp8-mtp-vllm' is a registry recipe"),
+        ("include: ../elsewhere\nmodel: m\n", [], "include '../elsewhere' is not a sibling"),
+        ("include: recipe\nmodel: m\n", [], "include loops: recipe.yaml -> recipe.yaml"),
+        ("include: nowhere\nmodel: m\n", [], "include 'nowhere': no nowhere.yaml or"),
+        ("model: m\ndefaults: {tensor_parallel: 2}\nenv: {R: '{launch.node_rank}'}\n", [],
+         "env R: {launch.node_rank} is each of the 2 nodes has its own"),
+        ("model: m\nenv: {P: '{launch.model_path}'}\n", [], "env P: {launch.model_path} is the "
+         "prepared model directory"),
+        ("model: m\nenv: {P: '{config.missing}'}\n", [], "env P: {config.missing} needs a "
+         "scalar defaults.missing"),
         ("model: m\nruntime: llama-cpp\ncommand: llama-server -hf {model}\n", [],
          "runtime 'llama-cpp': sparkbuild launches vLLM and SGLang only"),
         ("model: m\ncommand: vllm serve {model} --max-model-len {max_len}\n", [],

@@ -93,7 +93,7 @@ def test_a_message_naming_a_secret_variable_is_printed_as_written(where: str, te
     ("text", "shown"),
     [
         # our own words and references: kept
-        ("env HF_TOKEN: refers to the shell's environment", None),
+        ("env HF_TOKEN: refers to a shell variable", None),
         ("env HF_TOKEN: ${HF_TOKEN}", None),
         ("HF_TOKEN=$HF_TOKEN", None),
         # values: masked, in every form a log or a config echoes them
@@ -121,5 +121,5 @@ def test_profile_import_says_the_dropped_token_refers_to_the_shell(
     result = run_cli("--project", str(tmp_path), "profile", "import", str(recipe),
                      env={"HF_TOKEN": "hf_reallysecret123"})  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "env HF_TOKEN: refers to the shell's environment" in result.stdout, result.stdout
+    assert "env HF_TOKEN: refers to a shell variable" in result.stdout, result.stdout
     assert "hf_reallysecret123" not in result.output

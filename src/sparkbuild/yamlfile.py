@@ -335,3 +335,10 @@ def dump_yaml(
         default_flow_style=False,
     )
     return "".join(f"{comment_line(line)}\n" for line in comment) + body
+
+
+def peer_yaml(data: Any) -> str:
+    """``data`` as PyYAML's ``safe_dump`` writes it with its defaults but key order kept:
+    the exact text a peer hashes (sparkrun's ``effective_hash`` over its recipe text), which
+    :func:`dump_yaml`'s choices (unicode kept, 100 columns) would change."""
+    return yaml.safe_dump(data, sort_keys=False)

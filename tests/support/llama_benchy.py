@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.support.cache import build_once, shared_test_cache
+from tests.support.pypi import make_venv, sdist_member
 
 LLAMA_BENCHY_VERSION = "0.4.0"
 
@@ -56,19 +57,10 @@ def llama_benchy_python(cache_dir: Path | None = None) -> Path:
     cache = cache_dir or shared_test_cache()
     venv = build_once(
         cache / f"llama-benchy-{LLAMA_BENCHY_VERSION}",
-        _make_venv,
+        lambda venv: make_venv(Path(sys.executable), venv, f"llama-benchy=={LLAMA_BENCHY_VERSION}"),
         f"llama-benchy=={LLAMA_BENCHY_VERSION}\n",
     )
     return venv / "bin" / "python"
-
-
-def _make_venv(venv: Path) -> None:
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q",
-         "install", f"llama-benchy=={LLAMA_BENCHY_VERSION}"],
-        check=True, capture_output=True,
-    )  # fmt: skip
 
 
 def write_outputs(directory: Path) -> dict[str, Path]:
@@ -129,3 +121,17 @@ def check_schema(report_json: Path, schema: Path) -> subprocess.CompletedProcess
         [str(checker), "--schemafile", str(schema), str(report_json)],
         check=False, capture_output=True, text=True,
     )  # fmt: skip
+
+
+def sample_json() -> Path:
+    """llama-benchy 0.4.0's own sample report (``schemas/sample.json``, from its sdist on
+    PyPI; cached): the file its repository ships beside the schema."""
+    folder = build_once(
+        shared_test_cache() / f"llama-benchy-{LLAMA_BENCHY_VERSION}-sample",
+        lambda target: sdist_member(
+            llama_benchy_python(), f"llama-benchy=={LLAMA_BENCHY_VERSION}",
+            "schemas/sample.json", target / "sample.json",
+        ),
+        f"llama-benchy=={LLAMA_BENCHY_VERSION} sdist\n",
+    )  # fmt: skip
+    return folder / "sample.json"

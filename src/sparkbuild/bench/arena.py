@@ -6,15 +6,17 @@ submissions in its layout.
   ``benchmarking/spark-arena-v2.yaml``): its grid, prefix caching, runs and fixed order.
 * ``profile import ... --figure``: a claims file (``claims/``, bench/claims.py) for a
   recipe's published figure, so a run of the imported profile is held against it.
-* ``--arena DIR``: the three files ``sparkrun arena benchmark`` uploads, in the folders it
-  uploads them to (src/sparkrun/cli/_arena.py, commit 0041b8f8fc):
-  ``recipes/recipe.yaml`` (the recipe as it ran, in sparkrun's export order),
-  ``logs/benchmark.csv`` (llama-benchy's CSV: sparkrun makes it from llama-benchy's JSON with
-  the same rows and columns, ``benchmarking/llama_benchy.py`` ``json_to_csv``) and
-  ``metadata/metadata.json`` (the keys ``BenchmarkResult.generate_metadata`` writes, in
-  ``benchmarking/base.py``: recipe, timing, cluster, benchmark, model, runtime_info). Beside
-  them, not uploaded: ``logs/benchmark.json`` (llama-benchy's JSON, which its schema
-  validates) and ``logs/sparkbuild-bench.json`` (the whole report, engine figures included).
+* ``--arena DIR``: the three files ``sparkrun benchmark RECIPE --arena`` uploads, in the
+  folders it uploads them to (sparkrun 0.4.2, ``plugins/sparkarena/integration.py``):
+  ``recipes/recipe.yaml`` (the recipe as it ran, written by engines/recipe_writer so that
+  sparkrun's validator finds nothing in it), ``logs/benchmark.csv`` (llama-benchy's CSV:
+  sparkrun makes the same rows from llama-benchy's JSON, ``benchmarking/llama_benchy.py``
+  ``json_to_csv``) and ``metadata/metadata.json`` (the keys 0.4.2's
+  ``BenchmarkExecution.generate_metadata`` writes, in ``benchmarking/base.py``: recipe with its
+  text and hashes, timing, cluster with pseudonymous hosts, benchmark, model, runtime_info,
+  sparkrun). Beside them, not uploaded: ``logs/benchmark.json`` (llama-benchy's JSON, which
+  its schema validates) and ``logs/sparkbuild-bench.json`` (the whole report, engine figures
+  included). The tests hold all of it against sparkrun 0.4.2's own code.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -42,10 +44,18 @@ from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport
 from sparkbuild.bench.sweep import Scheduled, Sweep
 from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.recipe_writer import (
+    SERVE,
+    RecipeSpec,
+    effective_yaml,
+    recipe_document,
+    recipe_yaml,
+)
 from sparkbuild.engines.recipes import ImportedRecipe, problems_of
+from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import MASK, redact, strip_userinfo
-from sparkbuild.yamlfile import OTHER_BREAKS, SafeDumper, dump_yaml, represent_str
+from sparkbuild.yamlfile import dump_yaml, load_model
 
 NAMED_SWEEPS = ("spark-arena-v2",)
 SUBMISSION_FILES = {
@@ -106,10 +116,24 @@ class NamedSweep(_Strict):
 
 
 def named_sweep(name: str) -> NamedSweep:
-    if name not in NAMED_SWEEPS:
-        raise UsageError(f"no named sweep {name!r}", f"known: {', '.join(NAMED_SWEEPS)}")
-    text = (resources.files("sparkbuild") / "data" / "bench" / f"{name}.yaml").read_text("utf-8")
-    return NamedSweep.model_validate(yaml.safe_load(text))
+    """A published sweep by name (``spark-arena-v2``), or a sweep file in the same format
+    (``src/sparkbuild/data/bench/spark-arena-v2.yaml``: a grid, its runs and its order)."""
+    if name in NAMED_SWEEPS:
+        data = resources.files("sparkbuild") / "data" / "bench" / f"{name}.yaml"
+        return NamedSweep.model_validate(yaml.safe_load(data.read_text("utf-8")))
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        raise UsageError(
+            f"no named sweep {name!r}",
+            f"known: {', '.join(NAMED_SWEEPS)}; or a .yaml sweep file in their format "
+            "(src/sparkbuild/data/bench/spark-arena-v2.yaml)",
+        )
+    named = load_model(path, NamedSweep)
+    try:
+        named.sweep()
+    except ValueError as exc:  # the schedule must cover the grid once
+        raise UsageError(f"{path}: {exc}") from None
+    return named
 
 
 def refuse_unfit(sweep: Sweep, max_len: int | None, where: str, flag: str) -> None:
@@ -237,36 +261,6 @@ def check_submission_dir(directory: Path) -> None:
         raise UsageError(f"--arena {directory}: {parent} is not a writable directory")
 
 
-class _RecipeDumper(SafeDumper):
-    """Multi-line strings (the command) as literal blocks, as sparkrun's export writes them."""
-
-
-def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    if "\n" in value and not any(b in value for b in OTHER_BREAKS):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    return represent_str(dumper, value)
-
-
-_RecipeDumper.add_representer(str, _literal)
-
-_SERVE = {
-    "vllm": ("vllm serve {model}", "-tp {tensor_parallel}", "-pp {pipeline_parallel}"),
-    "sglang": ("python3 -m sglang.launch_server --model-path {model}", "--tp-size "
-               "{tensor_parallel}", "--pp-size {pipeline_parallel}"),
-}  # fmt: skip
-
-
-def _flag_lines(args: Sequence[str]) -> list[str]:
-    """Each flag with its values on one line, shell-quoted."""
-    lines: list[str] = []
-    for word in args:
-        if (word.startswith("-") and not re.match(r"^-\d", word)) or not lines:
-            lines.append(shlex.quote(word))
-        else:
-            lines[-1] += " " + shlex.quote(word)
-    return lines
-
-
 def _env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: MASK if _SECRET_NAME.search(k) else redact(v) for k, v in env.items()}
 
@@ -286,37 +280,23 @@ def _container(report: BenchReport) -> tuple[str | None, bool]:
     return report.target.value, False
 
 
-def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> str:
-    """The recipe as the run used it (engine, model, flags and env of the report), in
-    sparkrun's export order; the imported recipe's provenance in ``metadata``."""
-    engine = report.engine.name if report.engine.name in _SERVE else profile.engine
-    serve, tp_flag, pp_flag = _SERVE[engine]
+def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> dict[str, Any]:
+    """The recipe as the run used it (engine, model, flags and env of the report), written
+    as sparkrun wants one (engines/recipe_writer); the imported recipe's provenance in
+    ``metadata``."""
+    engine = report.engine.name if report.engine.name in SERVE else profile.engine
     layout = _layout(profile)
-    lines = [serve, "--host {host}", "--port {port}"]
-    lines += [tp_flag] if layout["tp"] > 1 else []
-    lines += [pp_flag] if layout["pp"] > 1 else []
-    lines += _flag_lines(report.engine.args)
-    defaults: dict[str, Any] = {"port": 8000, "host": "0.0.0.0"}
-    if layout["tp"] > 1:
-        defaults["tensor_parallel"] = layout["tp"]
-    if layout["pp"] > 1:
-        defaults["pipeline_parallel"] = layout["pp"]
     origin: dict[str, Any] = {"profile": name, "target": report.target.kind}
     if profile.recipe is not None:
         origin["imported_from"] = {"file": profile.recipe.file, "sha256": profile.recipe.sha256,
                                    "container": profile.recipe.container}  # fmt: skip
-    container, _ = _container(report)
-    recipe: dict[str, Any] = {
-        "recipe_version": "2",
-        "model": report.engine.model,
-        "runtime": profile.recipe.runtime if profile.recipe else engine,
-        **({"container": container} if container else {}),
-        "metadata": {"description": profile.description or name, "sparkbuild": origin},
-        "defaults": defaults,
-        **({"env": _env(report.engine.env)} if report.engine.env else {}),
-        "command": " \\\n  ".join(lines) + "\n",
-    }
-    return redact(dump_yaml(recipe, dumper=_RecipeDumper))
+    spec = RecipeSpec(
+        engine=engine, runtime=profile.recipe.runtime if profile.recipe else engine,
+        model=report.engine.model, args=report.engine.args, env=_env(report.engine.env),
+        tp=layout["tp"], pp=layout["pp"], container=_container(report)[0],
+        description=profile.description or name, metadata={"sparkbuild": origin},
+    )  # fmt: skip
+    return recipe_document(spec)
 
 
 def _timing(report: BenchReport) -> dict[str, Any]:
@@ -330,20 +310,44 @@ def _timing(report: BenchReport) -> dict[str, Any]:
     return {"start": start.isoformat(), "end": end.isoformat(), "duration": round(seconds, 2)}
 
 
+def pseudonyms(hosts: Sequence[str]) -> list[str]:
+    """Hosts as sparkrun 0.4.2 publishes them: ``node-`` and the first 8 hex digits of the
+    name's sha256, so two rows from one node still match and no address leaves."""
+    return ["node-" + hashlib.sha256(h.encode("utf-8")).hexdigest()[:8] for h in hosts]
+
+
+def _hosts(report: BenchReport) -> list[str]:
+    """The machines the engine ran on: a cluster's nodes, a URL's host, else this host."""
+    if report.target.nodes:
+        return [node.name for node in report.target.nodes]
+    if report.target.kind == "url":
+        return [urlsplit(report.target.value).hostname or report.target.value]
+    return [report.host.hostname]
+
+
+def _cluster(report: BenchReport, layout: Mapping[str, int]) -> dict[str, Any]:
+    hosts = _hosts(report)
+    cluster: dict[str, Any] = {
+        "cluster_id": "sparkbuild-" + hashlib.sha256(
+            f"{report.label}|{report.created}".encode()).hexdigest()[:12],
+        "node_count": len(hosts),
+        "hosts": pseudonyms(hosts),
+        "hosts_redacted": True,
+    }  # fmt: skip
+    cluster.update({k: v for k, v in layout.items() if v != 1})
+    return cluster
+
+
 def submission_metadata(
-    report: BenchReport, name: str, profile: SmokeProfile, recipe_text: str
+    report: BenchReport, name: str, profile: SmokeProfile, recipe: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The keys sparkrun's ``generate_metadata`` writes, filled with what this run knows."""
+    """The keys sparkrun 0.4.2's ``generate_metadata`` writes, filled with what this run
+    knows; ``recipe`` is the submission's recipe (``effective_recipe``)."""
     engine = report.engine.name
     container, pinned = _container(report)
     layout = _layout(profile)
     imported = profile.recipe
-    cluster: dict[str, Any] = {
-        "cluster_id": "sparkbuild-" + hashlib.sha256(
-            f"{report.label}|{report.created}".encode()).hexdigest()[:12],
-        "node_count": layout["tp"] * layout["pp"],
-    }  # fmt: skip
-    cluster.update({k: v for k, v in layout.items() if v != 1})
+    effective = redact(effective_yaml(recipe, container))
     runtime_info: dict[str, Any] = {engine: report.engine.version or "unknown"}
     if report.target.image_id:
         runtime_info["image_id"] = report.target.image_id
@@ -361,16 +365,18 @@ def submission_metadata(
             "model": report.engine.model,
             "hf_model": report.engine.model,
             "raw_container": (imported.container if imported else None) or container or "",
-            "container": container or "",
+            "container": container,
             "container_pinned": pinned,
             "runtime": engine,
             "runtime_full": imported.runtime if imported else engine,
             "registry": None,
             "registry_git": "",
-            "hash": hashlib.sha256(recipe_text.encode("utf-8")).hexdigest(),
+            "text": effective,
+            "hash": hashlib.sha256(redact(recipe_yaml(recipe)).encode("utf-8")).hexdigest(),
+            "effective_hash": hashlib.sha256(effective.encode("utf-8")).hexdigest(),
         },
         "timing": _timing(report),
-        "cluster": cluster,
+        "cluster": _cluster(report, layout),
         "benchmark": {
             # Not llama-benchy: sparkbuild's own harness, writing llama-benchy's formats.
             "framework": report.harness.name,
@@ -378,9 +384,13 @@ def submission_metadata(
             "format": "llama-benchy 0.4",
             "profile": profile_name,
             "args": args,
+            "resumed": report.resumed_from is not None,
+            "category": "performance",
         },
         "model": {},
         "runtime_info": runtime_info,
+        # The metadata's layout is sparkrun 0.4.2's; no sparkrun ran, so no version of it.
+        "sparkrun": {"version": None, "format": SPARKRUN_VERSION},
         "sparkbuild": {"version": __version__, "profile": name, "label": report.label},
     }
 
@@ -395,11 +405,11 @@ def write_submission(
     check_submission_dir(directory)
     engine = report.engine.model_copy(update={"env": _env(report.engine.env)})
     report = report.model_copy(update={"engine": engine})  # no secret leaves in a submission
-    recipe_text = effective_recipe(report, name, profile)
+    recipe = effective_recipe(report, name, profile)
     benchy = llama_benchy.to_json(report)
-    metadata = submission_metadata(report, name, profile, recipe_text)
+    metadata = submission_metadata(report, name, profile, recipe)
     contents = {
-        "recipe": recipe_text,
+        "recipe": redact(recipe_yaml(recipe)),
         "csv": llama_benchy.json_to_csv(benchy),
         "metadata": json.dumps(metadata, indent=2) + "\n",
         "llama_benchy_json": json.dumps(benchy, indent=2) + "\n",

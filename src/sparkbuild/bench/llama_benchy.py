@@ -92,6 +92,7 @@ class _Report(BaseModel):
     timestamp: str = ""
     model: str = "unknown"
     latency_mode: str | None = None
+    prefix_caching_enabled: bool = False  # its --enable-prefix-caching (context loads first)
     benchmarks: list[_Run]
 
 
@@ -162,6 +163,7 @@ def to_report(data: Mapping[str, Any], path: Path) -> BenchReport:
             depth=sorted({c.depth for c in cells}),
             concurrency=sorted({c.concurrency for c in cells}),
             runs=max(repeats, 1),
+            prefix_caching=parsed.prefix_caching_enabled,
         ),
         complete=True,
         cells=cells,

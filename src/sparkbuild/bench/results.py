@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -251,6 +251,14 @@ class PromptInfo(_Model):
     exact: bool  # every prompt had exactly its target length by the engine's count
 
 
+class Resumed(_Model):
+    """The earlier run a resumed sweep continued (``bench --resume``): its file and the cells
+    carried over from it as they were measured."""
+
+    file: str
+    cells: list[str]
+
+
 class BenchReport(_Model):
     # Only the layout this code reads: a report of another layout is refused, not misread.
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -272,6 +280,9 @@ class BenchReport(_Model):
     error: str | None = None
     pending_cells: list[str] = []
     cells: list[CellResult] = Field(default_factory=list)
+    # Before the boot on a DGX Spark: the memory fit and the page cache (engines/boot_prep).
+    before_boot: dict[str, Any] | None = None
+    resumed_from: Resumed | None = None  # bench --resume: the earlier run it continued
 
     def cell(self, key: CellKey) -> CellResult | None:
         return next((c for c in self.cells if c.key == key), None)

@@ -15,14 +15,17 @@ What the engine says about itself (model, length, version, token counts) is aske
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from sparkbuild import __version__, console, net
+from sparkbuild import __version__, console, jsontext, net
 from sparkbuild.bench import HARNESS_VERSION
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
 from sparkbuild.bench.engine_timing import (
@@ -43,6 +46,7 @@ from sparkbuild.bench.results import (
     HarnessInfo,
     NodeInfo,
     PromptInfo,
+    Resumed,
     RunFigures,
     Speculation,
     TargetInfo,
@@ -59,7 +63,8 @@ from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
-from sparkbuild.errors import EngineBootError, EngineGoneError, SparkbuildError
+from sparkbuild.errors import EngineBootError, EngineGoneError, SparkbuildError, UsageError
+from sparkbuild.redact import redact
 
 #: The engine's own count of generated tokens (all requests), per engine.
 GENERATION_COUNTER = {
@@ -70,6 +75,9 @@ PREFIX_HIT_COUNTER = {"vllm": "vllm:prefix_cache_hits_total"}
 WARMUP_TOKENS = 8
 #: How long one stream may take before the client gives up on it (``--request-timeout``).
 STREAM_TIMEOUT_S = 1800.0
+#: The error of a report written after a cell, while the sweep goes on (``--json-file``):
+#: what an interrupted sweep leaves, for ``bench --resume``.
+UNFINISHED = "interrupted: written after the last finished cell; bench --resume FILE goes on"
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,14 @@ class BenchPlan:
     boot_timeout_s: float = 900.0
     request_timeout_s: float = STREAM_TIMEOUT_S
     topology: Parallel | None = None  # the profile's parallel layout; None: unknown
+    before_boot: Mapping[str, Any] | None = None  # the memory fit and page cache (boot_prep)
+    # bench --resume: the cells already measured (carried, not run), where they came from,
+    # and the check of the engine's version once it answers.
+    done: tuple[CellResult, ...] = ()
+    resumed: Resumed | None = None
+    version_check: Callable[[str | None], None] | None = None
+    # Where the report is written after every finished cell (None: nowhere until the end).
+    checkpoint: Path | None = None
 
 
 def _target_info(target: Target) -> TargetInfo:
@@ -140,6 +156,7 @@ class Sweeper:
         self.cells: list[CellResult] = []
         self.request_index = 0
         self.all_exact = True
+        self.on_cell: Callable[[], None] = lambda: None  # after every finished cell
 
     def _alive(self) -> bool:
         if self.target.exit_code() is not None:
@@ -179,10 +196,16 @@ class Sweeper:
             warm = await factory.prompts(32, [self._next_indices(1)[0]])
             await stream_many(engine.client, [self._body(engine, warm[0], WARMUP_TOKENS)])
         total = sweep.cell_count
+        done = {cell.key: cell for cell in self.plan.done}
         for index, key in enumerate(sweep.cells()):
             self.progress.cell(index, total, key)
-            self.cells.append(await self.cell(engine, factory, key))
+            if key in done:  # measured by the run resumed: its requests' numbers pass by
+                self._next_indices(sweep.runs * key.concurrency)
+                self.cells.append(done[key])
+            else:
+                self.cells.append(await self.cell(engine, factory, key))
             self.progress.cell_done(self.cells[-1])
+            self.on_cell()
 
     def _next_indices(self, n: int) -> list[int]:
         first = self.request_index
@@ -457,27 +480,58 @@ def run_bench(
                     env=dict(plan.env),
                     max_model_len=engine.max_model_len,
                 )
+                if plan.version_check is not None:  # a resumed sweep: the same release
+                    plan.version_check(engine.version)
                 sweeper.fit(engine)
                 progress.phase(f"calibrating prompts with the engine's tokenizer ({adapter.name})")
                 factory = PromptFactory(engine.count_tokens, sweep.seed)
                 await factory.prepare()
+
+                def prompts() -> PromptInfo:
+                    return PromptInfo(
+                        recipe=PROMPT_RECIPE,
+                        seed=sweep.seed,
+                        calibration=engine.calibration,
+                        fingerprint=factory.fingerprint.hexdigest(),
+                        exact=sweeper.all_exact,
+                    )
+
+                if plan.checkpoint is not None:
+                    checkpoint = plan.checkpoint
+                    sweeper.on_cell = lambda: write_checkpoint(checkpoint, _report(
+                        sweeper, target, info, prompts(), UNFINISHED, began=began,
+                        boot_seconds=boot_seconds, complete=False, load_start=load_start,
+                    ))  # fmt: skip
                 error: str | None = None
                 try:
                     await sweeper.sweep(engine, factory)
                 except EngineGoneError as exc:
                     error = f"{exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else "")
-                prompts = PromptInfo(
-                    recipe=PROMPT_RECIPE,
-                    seed=sweep.seed,
-                    calibration=engine.calibration,
-                    fingerprint=factory.fingerprint.hexdigest(),
-                    exact=sweeper.all_exact,
-                )
-                return info, prompts, error
+                return info, prompts(), error
 
         engine_info, prompt_info, report_error = asyncio.run(main())
+    return _report(
+        sweeper, target, engine_info, prompt_info, report_error, began=began,
+        boot_seconds=boot_seconds, complete=report_error is None, load_start=load_start,
+    )  # fmt: skip
+
+
+def _report(
+    sweeper: Sweeper,
+    target: Target,
+    engine_info: EngineInfo,
+    prompt_info: PromptInfo | None,
+    error: str | None,
+    *,
+    began: float,
+    boot_seconds: float,
+    complete: bool,
+    load_start: list[float] | None,
+) -> BenchReport:
+    """The report of the cells ``sweeper`` has finished (all of them, or so far)."""
+    plan = sweeper.plan
     done = {c.key for c in sweeper.cells}
-    sweep = sweeper.plan.sweep  # less the cells longer than the engine serves
+    sweep = plan.sweep  # less the cells longer than the engine serves
     return BenchReport(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         label=plan.label,
@@ -495,8 +549,27 @@ def run_bench(
         prompts=prompt_info,
         boot_seconds=round(boot_seconds, 2) if target.owns_engine else None,
         seconds=round(time.monotonic() - began, 2),
-        complete=report_error is None,
-        error=report_error,
+        complete=complete,
+        error=error,
         pending_cells=[k.label() for k in sweep.cells() if k not in done],
-        cells=sweeper.cells,
+        cells=list(sweeper.cells),
+        before_boot=dict(plan.before_boot) if plan.before_boot else None,
+        resumed_from=plan.resumed,
     )
+
+
+def write_checkpoint(path: Path, report: BenchReport) -> None:
+    """The report so far, whole or not at all: a temporary file beside ``path``, renamed
+    over it, so an interruption at any moment leaves the last finished cell's report."""
+    text = redact(jsontext.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True))
+    scratch = ""
+    try:
+        handle, scratch = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+        os.chmod(scratch, 0o644)
+        os.replace(scratch, path)
+    except OSError as exc:
+        if scratch:
+            Path(scratch).unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write the sweep so far: {exc.strerror or exc}") from exc

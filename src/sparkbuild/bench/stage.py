@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import requests
@@ -26,6 +26,7 @@ from sparkbuild.bench.outputs import BenchOutputs
 from sparkbuild.bench.plot import require_matplotlib
 from sparkbuild.bench.progress import CellProgress, PlainProgress, Progress
 from sparkbuild.bench.results import BenchReport
+from sparkbuild.bench.resume import Resume, check_same_engine, check_same_version
 from sparkbuild.bench.runner import STREAM_TIMEOUT_S, BenchPlan, SweepSettings, fit_plan, run_bench
 from sparkbuild.bench.sweep import Sweep
 from sparkbuild.engines.adapters import (
@@ -35,6 +36,7 @@ from sparkbuild.engines.adapters import (
     adapter_for,
     first_model,
 )
+from sparkbuild.engines.boot_prep import before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import cluster_pin
 from sparkbuild.engines.launch import (
@@ -46,10 +48,11 @@ from sparkbuild.engines.launch import (
     where_to_look,
 )
 from sparkbuild.engines.profiles import load_profile
-from sparkbuild.engines.targets import Target, UrlTarget, stop_on_signals
+from sparkbuild.engines.targets import Target, UrlTarget, local_image_id, stop_on_signals
 from sparkbuild.errors import (
     EngineHTTPError,
     EngineUnreachableError,
+    LocalImageError,
     SweepIncompleteError,
     UsageError,
 )
@@ -63,9 +66,10 @@ class BenchOptions:
     """One bench run, as the command line (or a caller) asked for it."""
 
     launch: LaunchSettings
-    measure: SweepSettings
+    measure: SweepSettings  # with resume: the earlier run's (Resume.settings)
     outputs: BenchOutputs = field(default_factory=BenchOutputs)
     claims: ClaimsRequest | None = None
+    resume: Resume | None = None  # bench --resume FILE: the sweep this run continues
 
 
 @dataclass(frozen=True)
@@ -123,8 +127,45 @@ def prepare(settings: Settings, options: BenchOptions) -> BenchRun:
         )
     check_before_boot(settings, options)
     if launch.profile is not None:
-        return _with_profile(settings, launch, launch.profile, options.measure)
-    return _at_url(launch, options.measure)
+        run = _with_profile(settings, launch, launch.profile, options.measure)
+    else:
+        run = _at_url(launch, options.measure)
+    return _continuing(run, options)
+
+
+def _continuing(run: BenchRun, options: BenchOptions) -> BenchRun:
+    """Where the report goes after each cell (``--json-file``, else the file resumed), and
+    with ``--resume``: the cells carried over, once the engine is shown to be the same."""
+    json_path, resume = options.outputs.json_path, options.resume
+    checkpoint = Path(json_path) if json_path and json_path != "-" else None
+    plan = replace(run.plan, checkpoint=checkpoint or (resume.path if resume else None))
+    if resume is not None:
+        check_same_engine(resume, plan, _target_facts(options.launch))
+        plan = replace(
+            plan, done=resume.done, resumed=resume.record(),
+            version_check=lambda version: check_same_version(resume, version),
+        )  # fmt: skip
+        console.info(
+            f"resuming {resume.path}: {len(resume.done)} cells measured, "
+            f"{plan.sweep.cell_count - len(resume.done)} to go"
+        )
+    return replace(run, plan=plan)
+
+
+def _target_facts(launch: LaunchSettings) -> dict[str, str | None]:
+    """What the target is, for a resumed sweep's check: kind, value, local image id."""
+    choice = launch.choice
+    image_id = None
+    if choice.image is not None and choice.cluster is None:
+        try:
+            image_id = local_image_id(choice.image)
+        except LocalImageError:
+            image_id = None  # the boot says so; the check compares what it can
+    return {
+        "kind": choice.kind("bench"),
+        "value": choice.image or choice.command or choice.url,
+        "image_id": image_id,
+    }
 
 
 def measure(run: BenchRun, progress: Progress | None = None) -> BenchReport:
@@ -152,10 +193,15 @@ def check_complete(report: BenchReport, outputs: BenchOutputs) -> None:
     json_path = outputs.json_path
     kept = f"; the {len(report.cells)} finished cells are in {json_path}" if json_path else ""
     unwritten = "; no Spark Arena submission was written" if outputs.arena_dir else ""
+    resume = (
+        f"; then run the same launch with --resume {json_path} (only the missing cells run)"
+        if json_path and json_path != "-"
+        else ""
+    )
     raise SweepIncompleteError(
         f"{report.error or 'the sweep stopped'}; "
         f"{len(report.pending_cells)} cells not measured{kept}{unwritten}",
-        "see the engine log and re-run the missing cells",
+        f"see the engine log{resume}",
     )
 
 
@@ -229,14 +275,24 @@ def _with_profile(
     )
     plan = fit_plan(plan, adapter)  # before the boot: a sweep that cannot fit stops here
     logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    cluster = None
     if choice.cluster is not None and choice.image is not None:
         cluster = load_cluster(settings, choice.cluster)
         check_cluster_size(profile, len(cluster[1].nodes), cluster[0])
+    elif choice.url is None:
+        check_single_box(profile, name)
+    cells = list(plan.sweep.cells())
+    prep = before_boot(
+        name, profile, launch, None, cluster,
+        concurrency=max(c.concurrency for c in cells),
+        context=max(c.prompt_tokens + c.tg for c in cells),
+    )  # fmt: skip
+    plan = replace(plan, before_boot=prep.to_json())
+    if cluster is not None:
+        assert choice.image is not None
         pin = cluster_pin(cluster[1], choice.image)
         target = cluster_target(choice, profile, adapter, logs, "bench", cluster, pin)
     else:
-        if choice.url is None:
-            check_single_box(profile, name)
         target = make_target(choice, profile, adapter, logs, stage="bench")
     return BenchRun(target, adapter, plan)
 

@@ -5,6 +5,7 @@ turns the command line into their frozen options (the groups in ``cli/bench_opti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -68,8 +69,14 @@ def bench(
         return
     outputs = out.outputs()
     request = claims.request(ctx.obj, out.markdown_path, stdout_taken=outputs.json_path == "-")
-    measure = grid.settings(given=[f"--{name}" for name in GRID_OPTIONS if _typed(ctx, name)])
-    run_stage(ctx.obj, BenchOptions(launch, measure, outputs, request))
+    given = [f"--{name}" for name in GRID_OPTIONS if _typed(ctx, name)]
+    sweep_only = ("seed", "no_warmup", "prefix_caching")  # a resumed run keeps the earlier's
+    resume = grid.resumed([*given, *(f"--{n.replace('_', '-')}" for n in sweep_only
+                                     if _typed(ctx, n))])  # fmt: skip
+    measure = resume.settings(grid.label) if resume else grid.settings(given)
+    if resume is not None and outputs.json_path is None:  # the file resumed, made whole
+        outputs = replace(outputs, json_path=str(resume.path))
+    run_stage(ctx.obj, BenchOptions(launch, measure, outputs, request, resume))
 
 
 def _typed(ctx: click.Context, name: str) -> bool:

@@ -12,9 +12,10 @@ from typing import Any, TypeVar
 
 import click
 
-from sparkbuild.bench.arena import NAMED_SWEEPS, named_sweep
+from sparkbuild.bench.arena import named_sweep
 from sparkbuild.bench.claims_request import ClaimsRequest, claims_request
 from sparkbuild.bench.outputs import BenchOutputs
+from sparkbuild.bench.resume import Resume, load_resume
 from sparkbuild.bench.runner import SweepSettings
 from sparkbuild.bench.sweep import MAX_CONCURRENCY, Sweep, parse_int_list
 from sparkbuild.cli import options
@@ -64,6 +65,21 @@ class Grid:
     prefix_caching: bool
     sweep_name: str | None
     label: str | None
+    resume: Path | None = None
+
+    def resumed(self, given: list[str]) -> Resume | None:
+        """``--resume FILE``'s earlier run; the grid options beside it are refused (the
+        earlier run's grid is the one measured)."""
+        if self.resume is None:
+            return None
+        typed = [*given, *(["--sweep"] if self.sweep_name else [])]
+        if typed:
+            raise UsageError(
+                f"--resume {self.resume} measures that run's grid; {', '.join(typed)} would "
+                "be ignored",
+                f"drop {', '.join(typed)}",
+            )
+        return load_resume(self.resume)
 
     def settings(self, given: list[str]) -> SweepSettings:
         """The sweep and the run's name; ``given`` names the grid options typed on the
@@ -87,6 +103,17 @@ class Grid:
             )
         named = named_sweep(self.sweep_name)
         return SweepSettings(named.sweep(seed=self.seed, warmup=not self.no_warmup), self.label)
+
+
+def _sweep_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--sweep``: a published sweep's name or a sweep file, checked as given."""
+    if value is None:
+        return None
+    try:
+        named_sweep(value)
+    except UsageError as exc:
+        raise click.BadParameter(f"{exc.message} ({exc.hint})", ctx, param) from None
+    return value
 
 
 def _int_list(*decls: str, low: int, high: int, default: str, help: str) -> options.Decorator:
@@ -138,12 +165,22 @@ GRID: tuple[options.Decorator, ...] = (
     click.option(
         "--sweep",
         "sweep_name",
-        type=click.Choice(NAMED_SWEEPS),
+        metavar="NAME|FILE",
+        callback=_sweep_name,
         help="Run a published sweep instead of --pp/--tg/--depth/--concurrency/--runs: "
         "spark-arena-v2 is Spark Arena's official profile (depth 0-100000, pp 2048, tg "
-        "128, concurrency 1/2/5/10, prefix caching, its fixed order).",
+        "128, concurrency 1/2/5/10, prefix caching, its fixed order); or a .yaml file in "
+        "its format.",
     ),
     click.option("--label", metavar="TEXT", help="Name of this run in tables, plots and compare."),
+    click.option(
+        "--resume",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="Go on with the sweep of an earlier run's --json-file FILE: only its missing "
+        "cells run, against the same engine (checked); the report is written after every "
+        "cell, so an interrupted sweep keeps what it finished.",
+    ),
 )
 
 

@@ -117,6 +117,17 @@ engine_version = _option(
 boot_timeout = _option("--boot-timeout", type=SECONDS, metavar="SECONDS")
 request_timeout = _option("--request-timeout", type=SECONDS, metavar="SECONDS")
 log = _option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path))
+force = _option(
+    "--force",
+    is_flag=True,
+    help="Boot even when the memory estimate says the engine does not fit a DGX Spark.",
+)
+drop_caches = _option(
+    "--drop-caches/--no-drop-caches",
+    default=None,
+    help="Drop the page cache on each node before the boot [default: on for --image on a "
+    "DGX Spark, off for --command].",
+)
 
 
 # Signing and verifying (docs/verify.md).
@@ -145,7 +156,8 @@ run_key = functools.partial(
 
 
 #: The launch group in its --help order: where the engine runs, what it serves, how long
-#: booting and each request may take, where its log goes.
+#: booting and each request may take, where its log goes, what happens before the boot on a
+#: DGX Spark (the memory fit, the page cache).
 LAUNCH: dict[str, Callable[..., Decorator]] = {
     "image": image,
     "command": command,
@@ -158,6 +170,8 @@ LAUNCH: dict[str, Callable[..., Decorator]] = {
     "boot_timeout": boot_timeout,
     "request_timeout": request_timeout,
     "log": log,
+    "force": force,
+    "drop_caches": drop_caches,
 }
 
 
@@ -216,6 +230,8 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         engine: str | None = None,  # bench's --engine (the engine at --url)
         cluster: str | None = None,  # --cluster, on the commands that list it
         key_path: Path | None = None,  # --key, on the commands that list it
+        force: bool = False,  # --force: boot whatever the memory estimate says
+        drop_caches: bool | None = None,  # --drop-caches/--no-drop-caches
         **rest: Any,
     ) -> R:
         # Here, not at the top: engines (requests, pydantic) load only for the commands that
@@ -232,6 +248,8 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
             boot_timeout_s=boot_timeout,
             request_timeout_s=request_timeout,
             log_path=log_path,
+            force=force,
+            drop_caches=drop_caches,
         )
         return function(*args, launch=launch, **rest)
 

@@ -17,7 +17,8 @@ from sparkbuild.settings import Settings
 
 @click.group("profile")
 def profile() -> None:
-    """Smoke profiles: import one from a Spark Arena / sparkrun recipe."""
+    """Smoke profiles: import one from a Spark Arena / sparkrun recipe, or export one as a
+    recipe that runs a build's image."""
 
 
 def _overrides(values: tuple[str, ...]) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def import_recipe_command(
     claim_harness: str,
     as_json: bool,
 ) -> None:
-    """Make a smoke profile from a Spark Arena / sparkrun recipe (recipe_version 2).
+    """Make a smoke profile from a Spark Arena / sparkrun recipe (as sparkrun 0.4.2 reads it).
 
     The flags are rendered from the recipe's command with its defaults (and -o overrides);
     env is kept; tensor/pipeline parallel sizes become the profile's parallel layout; the
@@ -172,6 +173,175 @@ def _show(notes: Any, profile_path: Path, claims_path: Path | None) -> None:
     if claims_path is not None:
         console.out.print(f"wrote {claims_path}", markup=False)
     console.info(f"next: sparkbuild preflight BUILD --profile {profile_path.stem}")
+
+
+def _published_image(settings: Settings, build: str, repository: str | None) -> tuple[str, Any]:
+    """The reference by digest of ``build``'s image in a registry (what ``publish`` pushed,
+    else the digest ``build`` recorded), and the build's lock entry."""
+    from sparkbuild.lockfile import LockHandle
+
+    entry = LockHandle.open(settings.lock_file).entry(build)
+    if entry is None:
+        raise UsageError(
+            f"build {build!r} is not in {settings.lock_file}", f"sparkbuild build {build}"
+        )
+    published = {
+        repo: f"{repo}@{record.digest}"
+        for repo, record in (entry.publish or {}).items()
+        if record.digest and (repository is None or repo == repository)
+    }
+    if len(published) > 1:
+        raise UsageError(
+            f"build {build} is published to {len(published)} repositories: "
+            + ", ".join(sorted(published)),
+            "pick one with --repository REPO",
+        )
+    if published:
+        return next(iter(published.values())), entry
+    image = entry.image
+    if repository is None and image is not None and image.repo_digest and "@" in image.repo_digest:
+        return image.repo_digest, entry
+    where = f" to {repository}" if repository else ""
+    raise UsageError(
+        f"build {build} has no image in a registry{where}: nothing a recipe can pull by digest",
+        f"sparkbuild publish {build} --repository REPO, or pass --image REPO@sha256:...",
+    )
+
+
+def _origin(build: str | None, entry: Any, profile_name: str) -> dict[str, Any]:
+    """Where the recipe's image came from, and the smoke verdict this profile got on it."""
+    if build is None or entry is None or entry.image is None:
+        return {}
+    image_id = entry.image.image_id
+    record = ((entry.smoke or {}).get(image_id) or {}).get(profile_name) if image_id else None
+    verdict = record.verdict if record is not None else None
+    if verdict != "pass":
+        console.warn(
+            f"profile {profile_name} has no passing smoke verdict on build {build}'s image "
+            f"({verdict or 'none recorded'}): the recipe runs an image not checked with it"
+        )
+    return {"build": build, "image_id": image_id, "smoke": verdict}
+
+
+@profile.command("export")
+@click.argument("profile_name", metavar="PROFILE")
+@click.option("--build", metavar="BUILD", help="Run this build's published image (by digest).")
+@click.option("--image", metavar="REPO@sha256:DIGEST", help="Run this image instead of a build's.")
+@click.option("--repository", metavar="REPO", help="The build's repository, if several.")
+@options.model(help="Serve this model instead of the profile's (a hub id or absolute path).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the recipe here [default: print it].",
+)
+@click.option("--force", is_flag=True, help="Replace an existing --out file.")
+@options.json()
+@click.pass_obj
+def export_recipe_command(
+    settings: Settings,
+    profile_name: str,
+    build: str | None,
+    image: str | None,
+    repository: str | None,
+    model: str | None,
+    out: Path | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Write a sparkrun recipe that runs PROFILE's engine from a build's image, by digest.
+
+    The flags sparkrun's map knows go to `defaults` with {placeholders} (so `-o KEY=VALUE`
+    changes them); the rest stay in the command; env and the parallel layout come along.
+    `sparkrun recipe validate --strict` passes it with no findings.
+    """
+    from sparkbuild.engines.profiles import load_profile
+    from sparkbuild.engines.recipe_writer import export_recipe, recipe_yaml
+
+    if (build is None) == (image is None):
+        raise UsageError("pass --build BUILD or --image REPO@sha256:DIGEST (one of them)")
+    if repository and image:
+        raise UsageError("--repository picks a build's repository", "drop it with --image")
+    name, loaded = load_profile(settings, profile_name, model=model, need_model=False)
+    if build is not None:
+        image, entry = _published_image(settings, build, repository)
+    else:
+        entry = None
+    document = export_recipe(name, loaded, str(image), origin=_origin(build, entry, name))
+    text = recipe_yaml(document)
+    if out is not None:
+        _free(out, force, "recipe")
+        _write(out, text)
+    if as_json:
+        emit_json({"profile": name, "container": image, "build": build,
+                   "recipe": str(out) if out else None, "text": text})  # fmt: skip
+    elif out is None:
+        click.echo(text, nl=False)
+    else:
+        console.out.print(f"wrote {out}", markup=False)
+        console.info(f"check it: sparkrun recipe validate --strict {out}")
+
+
+@profile.command("fit")
+@click.argument("profile_name", metavar="PROFILE")
+@options.model(help="Estimate this model instead of the profile's.")
+@options.engine_version(help="The engine release (SGLang counts the draft from 0.5.14).")
+@click.option("--context", metavar="TOKENS", help="Context per sequence [default: the profile's].")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True)
+@click.option(
+    "--draft-memory-patch",
+    is_flag=True,
+    help="The image carries sparkbuild's SGLang draft-memory patch (the draft counted first).",
+)
+@click.option(
+    "--memory-gib",
+    type=click.FloatRange(1, 4096),
+    default=119.0,
+    show_default=True,
+    help="Memory of one node (a DGX Spark: 119).",
+)
+@options.json()
+@click.pass_obj
+def fit_command(
+    settings: Settings,
+    profile_name: str,
+    model: str | None,
+    engine_version: str | None,
+    context: str | None,
+    concurrency: int,
+    draft_memory_patch: bool,
+    memory_gib: float,
+    as_json: bool,
+) -> None:
+    """Estimate whether PROFILE's engine fits a DGX Spark's memory, before any boot.
+
+    Weights, the KV cache at the context and concurrency, the draft model and where the
+    engine release puts it, and recurrent (Mamba) state; exit 1 when it does not fit.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    from sparkbuild.engines.memory_fit import describe, parse_size, profile_fit
+    from sparkbuild.engines.profiles import load_profile
+
+    try:
+        version = Version(engine_version) if engine_version else None
+    except InvalidVersion:
+        raise UsageError(f"--engine-version {engine_version!r} is not a version") from None
+    name, loaded = load_profile(settings, profile_name, model=model, need_model=False)
+    fit = profile_fit(
+        loaded.engine, loaded.model, loaded.args, version=version,
+        context=parse_size(context) if context else None, concurrency=concurrency,
+        tp=loaded.parallel.tp, pp=loaded.parallel.pp, draft_patched=draft_memory_patch,
+        memory_gib=memory_gib,
+    )  # fmt: skip
+    if isinstance(fit, str):
+        raise UsageError(fit, "pass --model with a local model directory (its config.json)")
+    if as_json:
+        emit_json({"profile": name, **fit.to_json()})
+    else:
+        for line in describe(fit):
+            console.out.print(line, markup=False)
+    if not fit.fits:
+        raise SystemExit(1)
 
 
 COMMANDS: list[click.Command] = [profile]

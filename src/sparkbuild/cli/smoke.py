@@ -13,6 +13,7 @@ from sparkbuild import console, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.cluster import write_manifest
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
+from sparkbuild.engines.boot_prep import BootPrep, before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import cluster_pin
 from sparkbuild.engines.launch import (
@@ -80,9 +81,10 @@ def smoke(
         return
     json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
-    name, profile, adapter, target = _prepare(settings, launch, outputs, engine_version)
+    name, profile, adapter, target, prep = _prepare(settings, launch, outputs, engine_version)
     with stop_on_signals(), console.activity(f"smoke {name}: starting {target.kind}") as now:
         result = run_smoke(target, adapter, profile, name, progress=now.stage, waiting=now.detail)
+    result.before_boot = prep.to_json()
     _report(settings, result, name, outputs)
 
 
@@ -96,9 +98,9 @@ class SmokeOutputs:
 
 def _prepare(
     settings: Settings, launch: LaunchSettings, outputs: SmokeOutputs, engine_version: str | None
-) -> tuple[str, SmokeProfile, EngineAdapter, Target]:
+) -> tuple[str, SmokeProfile, EngineAdapter, Target, BootPrep]:
     """The profile (with smoke's overrides), adapter and target; everything that can fail
-    is checked here, before a long boot."""
+    is checked here, before a long boot (the memory fit and the page cache too)."""
     choice = launch.choice
     choice.kind()
     assert launch.profile is not None  # smoke's --profile is required
@@ -123,12 +125,15 @@ def _prepare(
         request_timeout_s=profile.expect.request_timeout_s,
     )
     logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
+    if cluster is None:
+        check_single_box(profile, name)
+    prep = before_boot(name, profile, launch, adapter.version, cluster)
     if cluster is not None:
         assert pin is not None
         target = cluster_target(choice, profile, adapter, logs, "smoke", cluster, pin)
-        return name, profile, adapter, target
-    check_single_box(profile, name)
-    return name, profile, adapter, make_target(choice, profile, adapter, logs, stage="smoke")
+        return name, profile, adapter, target, prep
+    target = make_target(choice, profile, adapter, logs, stage="smoke")
+    return name, profile, adapter, target, prep
 
 
 def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOutputs) -> None:

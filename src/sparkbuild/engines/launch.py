@@ -150,6 +150,8 @@ class LaunchSettings:
     boot_timeout_s: float | None = None  # None: the profile's expect.boot_timeout_s
     request_timeout_s: float | None = None  # None: the command's own default
     log_path: Path | None = None  # None: the command's default log directory
+    force: bool = False  # boot even when the memory estimate says it does not fit
+    drop_caches: bool | None = None  # None: on for images on a DGX Spark, off for commands
 
 
 def with_nan_switch(profile: SmokeProfile, adapter: EngineAdapter) -> SmokeProfile:

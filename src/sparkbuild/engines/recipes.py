@@ -12,6 +12,12 @@ A recipe (``recipe_version: "2"``) names a model, a container, a runtime, ``defa
   resolution; the ``defaults`` keys a runtime renders when a recipe has no ``command``;
   "On DGX Spark (1 GPU per node), ``tensor_parallel: N`` = N hosts"), commit 0041b8f8fc.
 
+Since sparkrun 0.4.2 (PyPI; its RECIPES.md and runtimes, held against in the tests): the
+recipe is read as sparkrun reads it (engines/recipe_source: include chains, version 1,
+``overrides:``, doubled braces, env templates), a recipe without a command renders through
+sparkrun's full flag maps (engines/sparkrun_flags: structured values as JSON, ``false`` as
+``--no-<flag>``), and a speculative recipe never imports without its speculation.
+
 A profile holds a launch, not a container build: what it cannot hold is reported item by
 item (``CarryNote``), never dropped silently. ``mods`` and hooks change the container at
 launch (sparkbuild carries such changes as patches in its own images); host and port are the
@@ -26,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,11 +41,21 @@ from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
+from sparkbuild.engines.recipe_source import (
+    SPARK_FACTS,
+    collapse_default,
+    convert_v1,
+    fill_env_value,
+    matching_overrides,
+    read_recipe,
+    render_escaped,
+)
+from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, value_text
 from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.redact import strip_userinfo
 from sparkbuild.templates import expand
-from sparkbuild.yamlfile import dump_yaml, load_model
+from sparkbuild.yamlfile import dump_yaml
 
 Scalar = str | bool | int | float | None
 # replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
@@ -66,7 +82,7 @@ class RecipeFile(BaseModel):
     max_nodes: int | None = Field(default=None, ge=1)
     metadata: dict[str, Any] = {}
     description: str = ""
-    defaults: dict[str, Scalar] = {}
+    defaults: dict[str, Any] = {}  # scalars, or mappings and lists (structured values)
     env: dict[str, Scalar] = {}
     command: str | None = None
     mods: list[str] = []
@@ -80,6 +96,15 @@ class RecipeFile(BaseModel):
     runtime_config: dict[str, Any] = {}
     distribution_config: dict[str, Any] | None = None
     benchmark: dict[str, Any] | None = None
+    # sparkrun 0.4.2's other keys (RECIPES.md): read, and said what becomes of each.
+    overrides: list[Any] = []
+    containers: list[Any] = []
+    min_sparkrun_version: str | None = None
+    runtime_cache: Any = None
+    executor: str | None = None
+    layout: Any = None
+    readiness: Any = None
+    stop_after_post: bool = False
 
     @field_validator("recipe_version", mode="before")
     @classmethod
@@ -184,71 +209,85 @@ def resolve_runtime(recipe: RecipeFile) -> str:
 # --- the command template ------------------------------------------------------------------
 
 
-def _scalar_text(value: Scalar) -> str:
+def _scalar_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def render_command(template: str, values: Mapping[str, Scalar]) -> str:
+def render_command(
+    template: str, values: Mapping[str, Any], text_of: Callable[[Any, str], str] | None = None
+) -> str:
     """``{key}`` placeholders filled from ``values`` until nothing changes (a value may hold
-    another placeholder); unknown ones are left as they are, as sparkrun leaves them. Bounded
-    in fills and size by the one template expander (``templates.expand``)."""
-    texts = {key: _scalar_text(value) for key, value in values.items()}
+    another placeholder); unknown ones are left as they are, as sparkrun leaves them.
+    ``text_of(value, key)`` writes a value (default: its text). Bounded in fills and size by
+    the one template expander (``templates.expand``)."""
+    write = text_of or (lambda value, _key: _scalar_text(value))
+    texts = {key: write(value, key) for key, value in values.items()}
     text = expand(template.strip(), texts, what="the recipe's command template", source="defaults")
     return re.sub(r"\\[ \t]+\n", "\\\n", text)
 
 
-#: The defaults keys each runtime renders into flags when a recipe has no ``command``
-#: (RECIPES.md "Common Defaults Keys"; sparkrun's VLLM_FLAG_MAP). Booleans are toggles.
-_RENDERED_KEYS: dict[str, dict[str, str]] = {
-    "vllm": {
-        "port": "--port", "host": "--host", "tensor_parallel": "-tp",
-        "pipeline_parallel": "-pp", "data_parallel": "--data-parallel-size",
-        "gpu_memory_utilization": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
-        "max_num_batched_tokens": "--max-num-batched-tokens", "max_num_seqs": "--max-num-seqs",
-        "served_model_name": "--served-model-name", "dtype": "--dtype",
-        "quantization": "--quantization", "enforce_eager": "--enforce-eager",
-        "enable_prefix_caching": "--enable-prefix-caching",
-        "trust_remote_code": "--trust-remote-code",
-        "distributed_executor_backend": "--distributed-executor-backend",
-        "kv_cache_dtype": "--kv-cache-dtype",
-        "enable_auto_tool_choice": "--enable-auto-tool-choice",
-    },
-    "sglang": {
-        "port": "--port", "host": "--host", "tensor_parallel": "--tp-size",
-        "pipeline_parallel": "--pp-size", "ep_size": "--ep-size",
-        "gpu_memory_utilization": "--mem-fraction-static", "max_model_len": "--context-length",
-        "served_model_name": "--served-model-name", "dtype": "--dtype",
-        "quantization": "--quantization", "trust_remote_code": "--trust-remote-code",
-        "kv_cache_dtype": "--kv-cache-dtype",
-    },
-}  # fmt: skip
-_TOGGLES = {
-    "enforce_eager",
-    "enable_prefix_caching",
-    "trust_remote_code",
-    "enable_auto_tool_choice",
-}
+#: Keys sparkrun's config chain holds beside the defaults (RECIPES.md, "Config Chain").
+_CHAIN_KEYS = ("model", "model_revision", "resolved_model_path")
 
 
-def _flags_from_defaults(engine: str, values: Mapping[str, Scalar], notes: _Notes) -> list[str]:
+def _filled_default(key: str, value: Any, values: Mapping[str, Any], notes: _Notes) -> Any:
+    """A default holding ``{placeholders}``, filled: sparkrun 0.4.2 hands it to the engine
+    unfilled when the recipe has no command (the engine then refuses it), said in a note."""
+    if not isinstance(value, str) or not _PLACEHOLDER.search(value):
+        return value
+    filled = render_command(value, values)
+    notes.add(
+        f"defaults.{key}",
+        "changed",
+        f"{value!r} filled from the defaults ({filled}); sparkrun 0.4.2 passes it to the "
+        "engine unfilled when the recipe has no command",
+    )
+    return filled
+
+
+def _referenced(key: str, values: Mapping[str, Any]) -> bool:
+    return any(isinstance(v, str) and "{" + key + "}" in v for v in values.values())
+
+
+def _flags_from_defaults(engine: str, values: Mapping[str, Any], recipe: RecipeFile,
+                         notes: _Notes) -> list[str]:  # fmt: skip
+    """The flags sparkrun 0.4.2 renders for a recipe without a command: its flag map in its
+    order (vLLM's ``-tp`` first), structured values as compact JSON, ``false`` on a flag
+    the engine turns on by default as ``--no-<flag>`` (engines/sparkrun_flags)."""
+    known = engine_flags(engine)
     words: list[str] = []
-    known = _RENDERED_KEYS[engine]
-    for key, value in values.items():
-        if key == "model":
-            continue
-        flag = known.get(key)
-        if flag is None:
+    first = ("tensor_parallel", "distributed_executor_backend") if engine == "vllm" else ()
+    if first and values.get("tensor_parallel"):
+        words += ["-tp", str(values["tensor_parallel"])]
+    if engine == "vllm" and recipe.model_revision and not recipe.model.startswith("/"):
+        words += ["--revision", recipe.model_revision]  # sparkrun pins the model it serves
+    for key in known.flags:
+        if key not in first:
+            words += known.words(key, _filled_default(key, values.get(key), values, notes))
+    for key in values:
+        if key not in known.flags and key not in _CHAIN_KEYS and not _referenced(key, values):
             notes.add(
                 f"defaults.{key}",
                 "dropped",
-                "the recipe has no command, and sparkrun renders only its known keys",
+                f"the recipe has no command, and sparkrun {SPARKRUN_VERSION}'s {engine} flag "
+                "map does not list it: sparkrun drops it too (and warns)",
             )
-        elif key in _TOGGLES:
-            if value is True or str(value).lower() in ("1", "true", "yes"):
-                words.append(flag)
-        elif value is not None:
-            words += [flag, _scalar_text(value)]
     return words
+
+
+def _command_text(value: Any, key: str, notes: _Notes) -> str:
+    """A value put into a command template. sparkrun 0.4.2 writes Python's ``str()`` there;
+    for a mapping or a list that is not what the engine parses, so it is written as JSON
+    and said."""
+    if isinstance(value, Mapping | list):
+        notes.add(
+            f"defaults.{key}",
+            "changed",
+            f"a {type(value).__name__} in the command template written as JSON; sparkrun "
+            f"{SPARKRUN_VERSION} writes Python's form of it, which the engine cannot parse",
+        )
+        return value_text(value)
+    return _scalar_text(value)
 
 
 def command_words(text: str) -> list[str]:
@@ -448,9 +487,14 @@ def parallel_layout(engine: str, runtime: str, sizes: Mapping[str, str], notes: 
 # --- everything else of the recipe -------------------------------------------------------
 
 
-def _env(recipe: RecipeFile, extra: Mapping[str, str], notes: _Notes) -> dict[str, str]:
+def _env(recipe: RecipeFile, extra: Mapping[str, str], layers: Sequence[Mapping[str, Any]],
+         values: Mapping[str, Any], nodes: int, notes: _Notes) -> dict[str, str]:  # fmt: skip
+    """The recipe's env (and its matched overrides'), templates filled (recipe_source)."""
+    merged: dict[str, Any] = dict(recipe.env)
+    for layer in layers:
+        merged.update(layer.get("env") or {})
     env: dict[str, str] = {}
-    for name, value in {**recipe.env, **extra}.items():
+    for name, value in {**merged, **extra}.items():
         text = _scalar_text(value)
         if not _ENV_NAME.match(name):
             raise UsageError(f"the recipe's env has a name that is not a variable: {name!r}")
@@ -458,12 +502,31 @@ def _env(recipe: RecipeFile, extra: Mapping[str, str], notes: _Notes) -> dict[st
             notes.add(
                 f"env {name}",
                 "dropped",
-                "refers to the shell's environment, which sparkrun expands at launch; "
-                "a profile holds literal values (set it in the profile by hand)",
+                f"refers to a shell variable: sparkrun {SPARKRUN_VERSION} passes it to the "
+                "container literally, never the host's value; a profile holds literal values "
+                "(set it in the profile by hand)",
             )
             continue
-        env[name] = text
+        env[name] = fill_env_value(name, text, values, nodes, recipe.model_revision)
+        if env[name] != text:
+            notes.add(f"env {name}", "changed", f"template {text!r} filled: {env[name]!r}")
     return env
+
+
+#: sparkrun 0.4.2's keys that concern its own launch, not the engine's flags (RECIPES.md).
+_SPARKRUN_ONLY = {
+    "containers": "per-machine images: a profile runs the one image --image names",
+    "distribution_config": "what sparkrun copies to each node (additional models); a "
+    "profile's container mounts the model",
+    "runtime_cache": "sparkrun's compilation-cache mount",
+    "executor": "sparkrun's executor (docker, local, k8s); sparkbuild's target is "
+    "--image, --command or --cluster",
+    "layout": "sparkrun's host placement; a cluster file places sparkbuild's ranks",
+    "readiness": "sparkrun's readiness probe; smoke's boot check is its own",
+    "stop_after_post": "stops sparkrun's workload after its hooks",
+    "min_sparkrun_version": "the sparkrun release the recipe needs",
+    "benchmark": "sparkrun benchmark's settings; bench takes its own options or --sweep",
+}
 
 
 def _not_carried(recipe: RecipeFile, notes: _Notes) -> None:
@@ -485,6 +548,9 @@ def _not_carried(recipe: RecipeFile, notes: _Notes) -> None:
             "dropped",
             "a profile serves a model id or path; pin the revision in a local path",
         )
+    for key, why in _SPARKRUN_ONLY.items():
+        if getattr(recipe, key) not in (None, [], {}, False):
+            notes.add(key, "dropped", why)
     for key in sorted(recipe.model_extra or {}):
         notes.add(
             key,
@@ -509,19 +575,68 @@ def _container(recipe: RecipeFile, notes: _Notes) -> dict[str, Any]:
 # --- the whole import ----------------------------------------------------------------------
 
 
-def _speculative(engine: str, args: Sequence[str]) -> bool:
-    flags = {"vllm": ("--speculative-config",), "sglang": ("--speculative-algorithm",)}[engine]
-    return any(word.split("=", 1)[0] in flags for word in args)
+_SPECULATIVE = {"vllm": ("--speculative-config",), "sglang": ("--speculative-algorithm",)}
+_SPECULATIVE_KEYS = {"vllm": "speculative_config", "sglang": "speculative_algorithm"}
 
 
-def load_recipe(path: Path) -> tuple[RecipeFile, bytes]:
-    recipe = load_model(path, RecipeFile)
-    if recipe.recipe_version != "2":
-        raise SpecError(
-            f"{path}: recipe_version {recipe.recipe_version!r}: sparkbuild reads version 2 "
-            "recipes (version 1 is the eugr format, which builds its own container)",
-            "convert it with sparkrun (`sparkrun recipe export`) or write the profile by hand",
+def _speculative(engine: str, args: Sequence[str], recipe: RecipeFile,
+                 values: Mapping[str, Any], path: Path) -> bool:  # fmt: skip
+    """Whether the profile speculates; a recipe that asks for speculation and would import
+    without it is refused (its accept_len check would be off for exactly that recipe)."""
+    flags = _SPECULATIVE[engine]
+    carried = any(word.split("=", 1)[0] in flags for word in args)
+    key = _SPECULATIVE_KEYS[engine]
+    asked = values.get(key) not in (None, "", False) and (
+        not recipe.command or "{" + key + "}" in recipe.command
+    )
+    asked = asked or any(flag in (recipe.command or "") for flag in flags)
+    if asked and not carried:
+        raise UsageError(
+            f"{path}: the recipe speculates ({key} / {flags[0]}), and its speculation would "
+            "not survive the import: a profile without it would pass with speculation off",
+            "report the recipe to sparkbuild, or write the profile's args by hand",
         )
+    return carried
+
+
+def _size(values: Mapping[str, Any], *keys: str) -> int:
+    for key in keys:
+        text = str(values.get(key) or "")
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    return 1
+
+
+def _facts(engine: str, runtime: str, declared: Mapping[str, Any],
+           overrides: Mapping[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """What sparkrun's ``when:`` selectors read, for this recipe on DGX Sparks."""
+    values = {**declared, **(overrides or {})}
+    tp = _size(values, "tensor_parallel")
+    pp = _size(values, "pipeline_parallel")
+    return {
+        **SPARK_FACTS, "tp": tp, "pp": pp, "dp": _size(values, "data_parallel"),
+        "ep": _size(values, "expert_parallel", "ep_size"), "cp": 1, "nodes": tp * pp,
+        "runtime": runtime, "runtime_family": engine,
+    }  # fmt: skip
+
+
+def load_recipe(path: Path, notes: _Notes) -> tuple[RecipeFile, bytes]:
+    """The recipe as sparkrun 0.4.2 loads it: its include chain merged, a version 1
+    recipe converted (engines/recipe_source)."""
+    data = convert_v1(read_recipe(path, notes), notes)
+    version = str(data.get("recipe_version", "2"))
+    if version != "2":
+        raise SpecError(
+            f"{path}: recipe_version {version!r}: sparkrun 0.4.2 reads versions 1 and 2",
+            'set recipe_version: "2" if the recipe follows RECIPES.md',
+        )
+    try:
+        recipe = RecipeFile.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(
+            f"{path}: not a recipe sparkrun reads: {problems_of(exc)}",
+            'fix the field named (RECIPES.md, "Field Reference")',
+        ) from None
     return recipe, path.read_bytes()
 
 
@@ -537,7 +652,8 @@ def import_recipe(
     """The profile for the recipe at ``path``: ``overrides`` win over its ``defaults`` (as
     sparkrun's ``-o key=value`` do), ``model`` over the model it serves; ``engine_version``
     is the release the profile will run, for the facts that differ by release."""
-    recipe, raw = load_recipe(path)
+    notes = _Notes()
+    recipe, raw = load_recipe(path, notes)
     profile_name = name or path.stem
     if not _NAME.match(profile_name):
         raise UsageError(
@@ -551,11 +667,24 @@ def import_recipe(
             f"{path}: runtime {runtime!r}: sparkbuild launches vLLM and SGLang only",
             f"known runtimes: {', '.join(sorted(_ENGINE_OF))}",
         )
-    notes = _Notes()
-    values: dict[str, Scalar] = {**recipe.defaults, **(overrides or {})}
+    declared = {k: collapse_default(v) for k, v in recipe.defaults.items()}
+    layers = matching_overrides(recipe.overrides, _facts(engine, runtime, declared, overrides),
+                                declared, notes)  # fmt: skip
+    values: dict[str, Any] = dict(declared)
+    for layer in layers:
+        values.update(layer.get("defaults") or {})
+    values.update(overrides or {})
     values.setdefault("model", recipe.model)
+    if recipe.model_revision:
+        values.setdefault("model_revision", recipe.model_revision)
+    values.setdefault("resolved_model_path", recipe.model)
     if recipe.command:
-        rendered = render_command(recipe.command, values)
+        rendered = render_escaped(
+            recipe.command,
+            lambda text: render_command(text, values, lambda v, k: _command_text(v, k, notes)),
+            notes,
+            "command",
+        )
         unknown = sorted(set(_PLACEHOLDER.findall(rendered)))
         if unknown:
             raise UsageError(
@@ -565,10 +694,19 @@ def import_recipe(
             )
         words = command_words(rendered)
     else:
-        words = [*_PREFIXES[engine][0], recipe.model, *_flags_from_defaults(engine, values, notes)]
+        flags = _flags_from_defaults(engine, values, recipe, notes)
+        words = [*_PREFIXES[engine][0], recipe.model, *flags]
     serve = _serve(engine, words, recipe, notes, path.parent, engine_version)
+    if engine == "vllm" and "--served-model-name" not in serve.args:
+        notes.add(
+            "--served-model-name",
+            "changed",
+            f"sparkrun adds --served-model-name {recipe.model} to vLLM's command; sparkbuild's "
+            "launcher names the served model itself",
+        )
     layout = parallel_layout(engine, runtime, serve.sizes, notes)
-    env = _env(recipe, serve.env, notes)
+    nodes = int(layout["nodes"]) if layout else 1
+    env = _env(recipe, serve.env, layers, values, nodes, notes)
     container = _container(recipe, notes)
     _not_carried(recipe, notes)
     if model is not None:
@@ -589,7 +727,7 @@ def import_recipe(
         "description": f"{description or recipe.model} (Spark Arena recipe {path.stem})",
         "args": serve.args,
         "env": env,
-        "expect": {"speculation": _speculative(engine, serve.args)},
+        "expect": {"speculation": _speculative(engine, serve.args, recipe, values, path)},
     }
     if container:
         profile["container"] = container

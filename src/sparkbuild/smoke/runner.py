@@ -42,6 +42,7 @@ class SmokeResult:
     engine_version: str | None = None
     nan_signal: str = ""  # which NaN detection was active, as the engine version reads it
     cluster: ClusterRun | None = None  # a multi-node run: its topology and every node's image
+    before_boot: dict[str, Any] | None = None  # the memory fit and page cache (boot_prep)
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
@@ -82,6 +83,7 @@ class SmokeResult:
             "nan_signal": self.nan_signal,
             "cluster": self.cluster.to_json() if self.cluster else None,
             "verified": self.verified,
+            "before_boot": self.before_boot,
         }
 
 

@@ -1,0 +1,195 @@
+"""Before an engine boots on a DGX Spark: the memory-fit estimate and the page cache.
+
+Smoke and bench call :func:`prepare_boot` once the profile and the engine version are known
+and before anything starts. On a Spark (an aarch64 host with NVIDIA's runtime; every node of
+a cluster) it
+
+* estimates whether the profile fits the node's memory (engines/memory_fit), prints it, and
+  refuses a launch that cannot fit unless ``--force`` (the estimate goes into the run's JSON
+  either way);
+* drops the page cache on each node (``--drop-caches``; on by default for images on a
+  Spark, off for ``--command``), with a clear error where that needs a privilege it lacks.
+
+Off a Spark (the CPU engine in CI) neither happens unless asked: the estimate's numbers are
+the GB10's.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+from packaging.version import Version
+
+from sparkbuild import console, dockerhost
+from sparkbuild.engines.cluster import ClusterSpec
+from sparkbuild.engines.launch import LaunchSettings
+from sparkbuild.engines.memory_fit import Fit, describe, profile_fit
+from sparkbuild.engines.page_cache import DROP_COMMAND, drop_local
+from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.versions import VERSION_LABEL, parse_version
+from sparkbuild.errors import UsageError
+
+DRAFT_MEMORY_PATCH = "draft-memory-before-kv-pool.patch"
+PATCHES_LABEL = "io.sparkbuild.patches"
+
+
+@dataclass(frozen=True)
+class BootPrep:
+    """What was checked and done before the boot, for the run's JSON."""
+
+    spark: bool
+    fit: Fit | None
+    no_estimate: str | None
+    forced: bool
+    dropped: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spark": self.spark,
+            "fit": self.fit.to_json() if self.fit else None,
+            "no_estimate": self.no_estimate,
+            "forced": self.forced,
+            "page_cache_dropped": list(self.dropped),
+        }
+
+
+def spark_endpoint(endpoint: str | None) -> bool:
+    """A Docker host that is a DGX Spark: aarch64 with NVIDIA's container runtime."""
+    info = dockerhost.client(timeout=30, endpoint=endpoint).info()
+    arch = str(info.get("Architecture", "")).lower()
+    return arch in ("aarch64", "arm64") and "nvidia" in (info.get("Runtimes") or {})
+
+
+def spark_here() -> bool:
+    """This host is a DGX Spark: aarch64 with an NVIDIA GPU device."""
+    return platform.machine() == "aarch64" and Path("/dev/nvidiactl").exists()
+
+
+def draft_patched(labels: dict[str, str]) -> bool:
+    """The image carries sparkbuild's SGLang draft-memory patch (its patches label)."""
+    try:
+        patches = json.loads(labels.get(PATCHES_LABEL) or "[]")
+    except json.JSONDecodeError:
+        return False
+    return any(
+        isinstance(p, dict) and str(p.get("file", "")).endswith(DRAFT_MEMORY_PATCH)
+        and p.get("status") == "applied"
+        for p in patches
+    )  # fmt: skip
+
+
+def _drop_on(endpoint: str | None, image: str, node: str) -> None:
+    """Drop a node's page cache through a privileged container of ``image`` there."""
+    try:
+        dockerhost.client(endpoint=endpoint).containers.run(
+            image, command=DROP_COMMAND[1:], entrypoint=DROP_COMMAND[0], privileged=True,
+            remove=True, network_mode="none",
+        )  # fmt: skip
+    except docker.errors.DockerException as exc:
+        raise UsageError(
+            f"--drop-caches: cannot drop the page cache on {node}: a privileged container "
+            f"of {image} failed ({exc})",
+            "the node's Docker daemon must allow --privileged (rootful Docker); or pass "
+            "--no-drop-caches",
+        ) from None
+
+
+def _check_fit(fit: Fit | str, force: bool, name: str) -> tuple[Fit | None, str | None]:
+    if isinstance(fit, str):
+        console.info(fit)
+        return None, fit
+    for line in describe(fit):
+        console.info(line)
+    if not fit.fits and not force:
+        raise UsageError(
+            f"profile {name} does not fit a DGX Spark's memory: " + "; ".join(fit.problems),
+            f"lower --mem-fraction-static/--gpu-memory-utilization or the context, run a "
+            f"release that counts the draft, or pass --force to boot anyway "
+            f"(`sparkbuild profile fit {name}` shows the estimate)",
+        )
+    return fit, None
+
+
+def prepare_boot(
+    name: str,
+    profile: SmokeProfile,
+    *,
+    kind: str,
+    image: str | None,
+    nodes: Sequence[tuple[str, str | None]],
+    version: Version | None,
+    labels: dict[str, str],
+    force: bool,
+    drop_caches: bool | None,
+    concurrency: int = 1,
+    context: int | None = None,
+) -> BootPrep:
+    """Check the fit and drop the page cache on ``nodes`` ((name, endpoint) pairs) before a
+    boot of ``kind`` (``image``, ``command``, ``cluster``); see the module's docstring."""
+    if kind == "url":
+        return BootPrep(False, None, None, False, ())
+    spark = spark_here() if kind == "command" else all(spark_endpoint(e) for _, e in nodes)
+    fit: Fit | None = None
+    no_estimate = None if spark else "not a DGX Spark: no memory estimate"
+    if spark:
+        estimate = profile_fit(
+            profile.engine, profile.model, profile.args, version=version, context=context,
+            concurrency=concurrency, tp=profile.parallel.tp, pp=profile.parallel.pp,
+            draft_patched=draft_patched(labels),
+        )  # fmt: skip
+        fit, no_estimate = _check_fit(estimate, force, name)
+    drop = drop_caches if drop_caches is not None else spark and kind != "command"
+    dropped: list[str] = []
+    if drop and kind == "command":
+        drop_local()
+        dropped.append(platform.node())
+    elif drop and image is not None:
+        for node, endpoint in nodes:
+            _drop_on(endpoint, image, node)
+            dropped.append(node)
+    if dropped:
+        console.info(f"dropped the page cache on {', '.join(dropped)}")
+    forced = fit is not None and not fit.fits
+    return BootPrep(spark, fit, no_estimate, forced, tuple(dropped))
+
+
+def _labels(image: str | None, endpoint: str | None) -> dict[str, str]:
+    """The image's labels where it will run (none readable: no labels)."""
+    if image is None:
+        return {}
+    try:
+        found = dockerhost.client(timeout=30, endpoint=endpoint).images.get(image).labels
+    except docker.errors.DockerException:
+        return {}
+    return dict(found or {})
+
+
+def before_boot(
+    name: str,
+    profile: SmokeProfile,
+    launch: LaunchSettings,
+    version: Version | None,
+    cluster: tuple[str, ClusterSpec] | None,
+    *,
+    concurrency: int = 1,
+    context: int | None = None,
+) -> BootPrep:
+    """:func:`prepare_boot` for a smoke or bench launch (its nodes, its image's labels)."""
+    choice = launch.choice
+    nodes: list[tuple[str, str | None]] = (
+        [(n.name, n.endpoint) for n in cluster[1].nodes] if cluster else [("this host", None)]
+    )
+    kind = "cluster" if cluster else choice.kind()
+    labels = _labels(choice.image, nodes[0][1]) if choice.image else {}
+    return prepare_boot(
+        name, profile, kind=kind, image=choice.image, nodes=nodes,
+        version=version or parse_version(labels.get(VERSION_LABEL)), labels=labels,
+        force=launch.force, drop_caches=launch.drop_caches, concurrency=concurrency,
+        context=context,
+    )  # fmt: skip

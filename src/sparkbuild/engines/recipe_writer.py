@@ -1,0 +1,223 @@
+"""sparkrun recipes written from what sparkbuild ran: ``bench --arena``'s recipe and
+``profile export``.
+
+A recipe here is the engine's command as a template (``recipe_version: "2"``): the serve
+prefix, then each flag on its own line. A flag sparkrun's map knows (engines/sparkrun_flags)
+and that takes one plain value goes to ``defaults`` and is referenced as ``{key}``, so the
+value is visible to sparkrun's config chain and can be changed with ``-o key=VALUE``
+(sparkrun's validator asks exactly this of the keys it reads itself: ports, lengths, memory,
+parallel sizes). A JSON value is referenced inside single quotes (``'{key}'``), as RECIPES.md
+writes JSON flags. Boolean flags, values with several words or shell characters, and flags
+sparkrun does not know stay literal, shell-quoted. The key order is sparkrun's own export
+order, and the command a literal block, so sparkrun's re-export of the file is the file.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.sparkrun_flags import engine_flags, sparkrun_flags
+from sparkbuild.errors import UsageError
+from sparkbuild.imageref import REFERENCE
+from sparkbuild.yamlfile import OTHER_BREAKS, SafeDumper, dump_yaml, peer_yaml, represent_str
+
+#: The serve command's first line, and how each engine spells the parallel sizes there.
+SERVE = {
+    "vllm": ("vllm serve {model}", "-tp {tensor_parallel}", "-pp {pipeline_parallel}"),
+    "sglang": ("python3 -m sglang.launch_server --model-path {model}",
+               "--tp-size {tensor_parallel}", "--pp-size {pipeline_parallel}"),
+}  # fmt: skip
+DEFAULT_PORT = {"vllm": 8000, "sglang": 30000}
+
+
+@dataclass(frozen=True)
+class RecipeSpec:
+    """What a recipe says: the engine's launch and where it came from."""
+
+    engine: str
+    runtime: str
+    model: str
+    args: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    tp: int = 1
+    pp: int = 1
+    container: str | None = None
+    description: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    min_nodes: int = 1
+
+
+def flag_groups(args: Sequence[str]) -> list[list[str]]:
+    """Each flag with the values after it (a leading word without a flag is its own group;
+    ``-1`` is a value, not a flag)."""
+    groups: list[list[str]] = []
+    for word in args:
+        if (word.startswith("-") and not re.match(r"^-\d", word)) or not groups:
+            groups.append([word])
+        else:
+            groups[-1].append(word)
+    return groups
+
+
+def _scalar(text: str) -> str | int | float:
+    """A value as YAML would hold it, kept text unless the number reads back the same."""
+    if re.fullmatch(r"-?(0|[1-9]\d*)", text):
+        return int(text)
+    if re.fullmatch(r"-?\d+\.\d+", text) and str(float(text)) == text:
+        return float(text)
+    return text
+
+
+def _placeholder(key: str, value: str) -> str | None:
+    """``{key}`` (``'{key}'`` for JSON) where the value can stand in the defaults, else
+    None (the flag stays literal)."""
+    if value.strip()[:1] in ("{", "[") and "'" not in value:
+        return "'{" + key + "}'"
+    if value and shlex.quote(value) == value and "{" not in value:
+        return "{" + key + "}"
+    return None
+
+
+def _templated(engine: str, args: Sequence[str], defaults: dict[str, Any]) -> list[str]:
+    """The command lines for ``args``; values moved into ``defaults`` where they can go."""
+    known = engine_flags(engine)
+    lines: list[str] = []
+    for flag, *values in flag_groups(args):
+        key = sparkrun_flags().defaults_key(engine, flag)
+        spot = _placeholder(key, values[0]) if key and len(values) == 1 else None
+        if key and spot and key not in defaults and key not in known.booleans:
+            defaults[key] = _scalar(values[0])
+            lines.append(f"{flag} {spot}")
+        else:
+            lines.append(" ".join(shlex.quote(word) for word in (flag, *values)))
+    return lines
+
+
+def recipe_document(spec: RecipeSpec) -> dict[str, Any]:
+    """The recipe as a mapping, in sparkrun's export order."""
+    serve, tp_line, pp_line = SERVE[spec.engine]
+    defaults: dict[str, Any] = {"port": DEFAULT_PORT[spec.engine], "host": "0.0.0.0"}
+    lines = [serve, "--host {host}", "--port {port}"]
+    if spec.tp > 1:
+        defaults["tensor_parallel"] = spec.tp
+        lines.append(tp_line)
+    if spec.pp > 1:
+        defaults["pipeline_parallel"] = spec.pp
+        lines.append(pp_line)
+    lines += _templated(spec.engine, spec.args, defaults)
+    document: dict[str, Any] = {
+        "recipe_version": "2",
+        "model": spec.model,
+        "runtime": spec.runtime,
+        **({"min_nodes": spec.min_nodes} if spec.min_nodes > 1 else {}),
+        **({"container": spec.container} if spec.container else {}),
+        "metadata": {"description": spec.description or spec.model, **spec.metadata},
+        "defaults": defaults,
+        **({"env": dict(spec.env)} if spec.env else {}),
+        "command": " \\\n  ".join(lines) + "\n",
+    }
+    return document
+
+
+class _RecipeDumper(SafeDumper):
+    """Multi-line strings (the command) as literal blocks, as sparkrun's export writes them."""
+
+
+def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    if "\n" in value and not any(b in value for b in OTHER_BREAKS):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return represent_str(dumper, value)
+
+
+_RecipeDumper.add_representer(str, _literal)
+
+
+def recipe_yaml(document: Mapping[str, Any]) -> str:
+    """The recipe file's text (the command as a literal block)."""
+    return dump_yaml(dict(document), dumper=_RecipeDumper)
+
+
+def effective_yaml(document: Mapping[str, Any], container: str | None) -> str:
+    """The recipe as sparkrun records a run of it (``metadata.recipe.text``, hashed into
+    ``effective_hash``): plain YAML in the same key order, with the container that ran
+    (null for none, last when the recipe names none)."""
+    return peer_yaml({**document, "container": container})
+
+
+# --- profile export ------------------------------------------------------------------------
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+\Z")
+_BY_DIGEST = re.compile(r"^(?P<name>[^@\s]+)@sha256:[0-9a-f]{64}\Z")
+
+
+def _checked_container(container: str) -> str:
+    match = _BY_DIGEST.match(container)
+    if match is None or not REFERENCE.match(match["name"]):
+        raise UsageError(
+            f"image {container!r} is not a reference by digest (REPOSITORY@sha256:<64 hex>)",
+            "a recipe runs exactly one image: name it by the digest publish pushed",
+        )
+    return container
+
+
+def _shell_free(where: str, value: str) -> None:
+    if "${" in value or "$(" in value:
+        raise UsageError(
+            f"{where} {value!r} refers to the environment, which a recipe cannot: sparkrun "
+            "passes recipe values literally",
+            "pass the value itself (profile export --model for the model)",
+        )
+
+
+def _exported_model(profile: SmokeProfile, model: str | None) -> str:
+    served = model or profile.model
+    _shell_free("the model", served)
+    if not (served.startswith("/") or _HUB_ID.match(served)):
+        raise UsageError(
+            f"the model {served!r} is neither a hub id (org/name) nor an absolute path, the two "
+            "a recipe can name (a path must exist on every node)",
+            "pass --model with one of those",
+        )
+    return served
+
+
+def _parallel_args(profile: SmokeProfile) -> list[str]:
+    """The expert-parallel flag the launcher adds for the profile's layout."""
+    ep = profile.parallel.ep
+    if ep <= 1:
+        return []
+    return ["--enable-expert-parallel"] if profile.engine == "vllm" else ["--ep-size", str(ep)]
+
+
+def export_recipe(
+    name: str,
+    profile: SmokeProfile,
+    container: str,
+    *,
+    model: str | None = None,
+    origin: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The sparkrun recipe that runs ``profile``'s engine from the image ``container`` (by
+    digest): its flags (the tunable ones in ``defaults``), env and parallel layout."""
+    for key, value in profile.env.items():
+        _shell_free(f"env {key}", value)
+    for word in profile.args:
+        _shell_free("the flag value", word)
+    parallel = profile.parallel
+    launcher = parallel.launcher or ("native" if profile.engine == "sglang" else "mp")
+    runtime = {"native": "sglang", "ray": "vllm-ray", "mp": "vllm"}[launcher]
+    spec = RecipeSpec(
+        engine=profile.engine, runtime=runtime, model=_exported_model(profile, model),
+        args=[*profile.args, *_parallel_args(profile)], env=dict(profile.env),
+        tp=parallel.tp, pp=parallel.pp, container=_checked_container(container),
+        description=profile.description or name,
+        metadata={"sparkbuild": {"profile": name, **(origin or {})}}, min_nodes=parallel.nodes,
+    )  # fmt: skip
+    return recipe_document(spec)

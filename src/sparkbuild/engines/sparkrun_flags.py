@@ -1,0 +1,99 @@
+"""sparkrun's flag maps, as facts: which recipe ``defaults`` key becomes which engine flag.
+
+sparkrun renders a recipe without a ``command`` from its ``defaults`` through one map per
+engine; a recipe with a ``command`` reads the same keys through ``{key}`` placeholders, and
+its validator wants the keys it reads itself (ports, lengths, memory, parallel sizes) there
+rather than spelled as literal flags. The maps are read from a release of sparkrun
+(``data/sparkrun/flags-<version>.yaml``, names only, no code), and the tests hold them against
+that release's own.
+
+How a value becomes a flag (RECIPES.md, "Structured values and booleans"): a mapping, a list,
+or a string that already holds a JSON object or array is one compact JSON argument; a boolean
+is the bare flag when true, and ``--no-<flag>`` when false for the flags the engine turns on
+by default (``negatable``), nothing otherwise; anything else is its text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+SPARKRUN_VERSION = "0.4.2"
+"""The sparkrun release whose maps are shipped (and whose recipe format is written)."""
+
+
+class EngineFlags(BaseModel):
+    """One engine's map: ``flags`` in the order sparkrun emits them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flags: dict[str, str]
+    booleans: frozenset[str]
+    negatable: frozenset[str]
+
+    def key_of(self, flag: str) -> str | None:
+        """The defaults key sparkrun renders as ``flag``, if any."""
+        return next((key for key, known in self.flags.items() if known == flag), None)
+
+    def words(self, key: str, value: Any) -> list[str]:
+        """The engine words sparkrun renders for ``key: value`` without a command (unquoted,
+        as the shell hands them over); empty when it renders nothing."""
+        flag = self.flags.get(key)
+        if flag is None or value is None:
+            return []
+        if key in self.booleans:
+            if is_true(value):
+                return [flag]
+            negated = key in self.negatable and flag.startswith("--")
+            return ["--no-" + flag[2:]] if negated else []
+        return [flag, value_text(value)]
+
+
+class SparkrunFlags(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sparkrun: str
+    engines: dict[str, EngineFlags]
+    read_keys: dict[str, list[str]]  # keys sparkrun reads itself, and their flags' spellings
+
+    def defaults_key(self, engine: str, flag: str) -> str | None:
+        """The defaults key a command's ``flag`` stands for: the engine map's, else one of
+        the keys sparkrun reads itself (``--tp`` is ``tensor_parallel`` for its validator)."""
+        key = self.engines[engine].key_of(flag)
+        return key or next((k for k, flags in self.read_keys.items() if flag in flags), None)
+
+
+def is_true(value: Any) -> bool:
+    """A recipe boolean as sparkrun 0.4.2 reads one: a YAML boolean, else any text holding
+    ``1``, ``t`` or ``y`` (``true``, ``yes``, ``1``; so ``on`` is false and ``auto`` true),
+    empty or ``0`` false."""
+    if isinstance(value, bool):
+        return value
+    text = str(value or "").lower()
+    return any(c in text for c in "1ty")
+
+
+def value_text(value: Any) -> str:
+    """One flag value as sparkrun passes it to the engine: compact JSON for a mapping or a
+    list, a JSON-looking string stripped, anything else its text."""
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    text = "" if value is None else str(value)
+    return text.strip() if text.strip()[:1] in ("{", "[") else text
+
+
+@cache
+def sparkrun_flags() -> SparkrunFlags:
+    path = resources.files("sparkbuild") / "data" / "sparkrun" / f"flags-{SPARKRUN_VERSION}.yaml"
+    return SparkrunFlags.model_validate(yaml.safe_load(path.read_text("utf-8")))
+
+
+def engine_flags(engine: str) -> EngineFlags:
+    """The map of ``engine`` (``vllm``, ``sglang``)."""
+    return sparkrun_flags().engines[engine]
