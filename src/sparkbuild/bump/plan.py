@@ -12,86 +12,24 @@ planned build is checked by running the source stage on a scratch copy of the pr
 
 from __future__ import annotations
 
-import difflib
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild import git, source, validate
 from sparkbuild.bump import specedit
-from sparkbuild.bump.decide import BumpContext, Decision, decide
+from sparkbuild.bump.decide import decide
+from sparkbuild.bump.items import BumpContext, BumpPlan
 from sparkbuild.bump.write import edit_spec, swap_version
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build, ImageConfig, lapsed_note, load_builds
-
-
-@dataclass
-class BumpPlan:
-    engine: str
-    from_build: Build
-    to_version: Version
-    tag: str
-    new_build: str
-    decisions: list[Decision]
-    spec_file: Path
-    spec_before: str
-    spec_after: str
-    files: dict[str, bytes] = field(default_factory=dict)  # project-relative path -> bytes
-    notes: list[str] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)  # newer builds this bump breaks
-    verified: source.PreparedSource | None = None
-    unloadable: str | None = None  # why the planned spec does not load, if it does not
-
-    @property
-    def ready(self) -> bool:
-        planned_ok = not any(d.action in ("conflict", "missing") for d in self.decisions)
-        return (
-            planned_ok and not self.regressions and self.verified is not None and self.verified.ok
-        )
-
-    def spec_diff(self) -> str:
-        name = str(self.spec_file.name)
-        lines = difflib.unified_diff(
-            self.spec_before.splitlines(keepends=True),
-            self.spec_after.splitlines(keepends=True),
-            f"a/builds/{name}",
-            f"b/builds/{name}",
-        )
-        return "".join(lines)
-
-    def counts(self) -> dict[str, int]:
-        counted: dict[str, int] = {}
-        for decision in self.decisions:
-            counted[decision.action] = counted.get(decision.action, 0) + 1
-        return counted
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "from": self.from_build.name,
-            "from_version": str(self.from_build.version),
-            "to": str(self.to_version),
-            "ref": self.tag,
-            "build": self.new_build,
-            "ready": self.ready,
-            "regressions": list(self.regressions),
-            "counts": self.counts(),
-            "items": [d.to_json() for d in self.decisions],
-            "notes": list(self.notes),
-            "spec_file": str(self.spec_file),
-            "spec_diff": self.spec_diff(),
-            "files": {path: data.decode(errors="replace") for path, data in self.files.items()},
-            "verified": self.verified.to_json() if self.verified else None,
-        }
-
 
 # -- inputs ------------------------------------------------------------------------------
 
