@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -281,8 +282,7 @@ CLUSTER_ONLY = {"cluster", "topology", "launcher", "nodes"}  # written by cluste
 
 def _on_cluster(result: SmokeResult) -> SmokeResult:
     nodes = tuple(NodeImage(f"node-{i}", "local", IMAGE, IMAGE, i) for i in range(2))
-    result.cluster = ClusterRun("pair", Parallel(nodes=2, tp=2), "mp", nodes)
-    return result
+    return replace(result, cluster=ClusterRun("pair", Parallel(nodes=2, tp=2), "mp", nodes))
 
 
 def _bench_on_cluster() -> BenchReport:

@@ -27,6 +27,7 @@ from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
 from sparkbuild.console import show_table
 from sparkbuild.errors import OutputError, UsageError
+from sparkbuild.jsontext import Fields
 from sparkbuild.redact import write_redacted
 
 Status = Literal["compared", "not comparable", "not reproduced"]
@@ -261,7 +262,7 @@ def _same_value(a: str | None, b: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class Difference:
+class Difference(Fields):
     """One setting in which a run differs from a claim's setup."""
 
     setting: str

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from sparkbuild import source
+from sparkbuild.jsontext import Fields
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build
@@ -26,7 +27,7 @@ CARRIED: frozenset[str] = frozenset({"keep", "regenerated", "conflict", "missing
 
 
 @dataclass(frozen=True)
-class Decision:
+class Decision(Fields):
     """What bump does with one PR, patch or source step of the ``--from`` build."""
 
     kind: Literal["pr", "patch", "step"]
@@ -43,9 +44,6 @@ class Decision:
     variant_when: str | None = None
     strategy: str | None = None
     report_file: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
 
 
 @dataclass

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
+from sparkbuild.jsontext import Fields
 from sparkbuild.redact import strip_userinfo
 from sparkbuild.yamlfile import load_model
 
@@ -88,15 +89,12 @@ class RecipeFile(BaseModel):
 
 
 @dataclass(frozen=True)
-class CarryNote:
+class CarryNote(Fields):
     """One item of a recipe and what became of it in the profile."""
 
     item: str
     status: Status
     detail: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"item": self.item, "status": self.status, "detail": self.detail}
 
 
 @dataclass(frozen=True)

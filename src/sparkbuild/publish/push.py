@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 SECTION = "publish"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PublishResult:
     build: str
     repository: str

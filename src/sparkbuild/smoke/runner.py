@@ -22,7 +22,7 @@ from sparkbuild.smoke import checks
 EXCERPT_LINES = 40
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmokeResult:
     verdict: Verdict
     profile: str
