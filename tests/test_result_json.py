@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from sparkbuild.bench.claims_report import Difference
-from sparkbuild.bump.items import Decision
+from sparkbuild.bump.items import BumpPlan, Decision
 from sparkbuild.engines.recipes import CarryNote
 from sparkbuild.image.build import ImageResult
 from sparkbuild.jsontext import JSON, Fields, plain
@@ -31,6 +31,7 @@ STAGE_RESULTS = [
     PublishResult,
     RollbackResult,
     ReportResult,
+    BumpPlan,
 ]
 
 

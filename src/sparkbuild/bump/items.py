@@ -46,7 +46,7 @@ class Decision(Fields):
     report_file: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class BumpContext:
     """The two prepared releases and what the decisions have produced so far."""
 
@@ -61,7 +61,7 @@ class BumpContext:
     files: dict[str, bytes] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class BumpPlan:
     engine: str
     from_build: Build

@@ -192,9 +192,7 @@ def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | No
         files=ctx.files,
         notes=[name_note] if name_note else [],
     )
-    plan.verified = _verify(settings, plan)
-    _note_verification(plan)
-    return plan
+    return _verified(settings, plan)
 
 
 def _new_build(old: Build, name: str, tag: str, to: Version) -> Build:
@@ -214,8 +212,9 @@ def _new_build(old: Build, name: str, tag: str, to: Version) -> Build:
 # -- checking the plan -------------------------------------------------------------------
 
 
-def _verify(settings: Settings, plan: BumpPlan) -> source.PreparedSource | None:
-    """The source stage on a scratch copy of the project with the planned spec and files."""
+def _verified(settings: Settings, plan: BumpPlan) -> BumpPlan:
+    """``plan`` with what the source stage says of it, run on a scratch copy of the project
+    with the planned spec and files."""
     with tempfile.TemporaryDirectory(prefix="sparkbuild-bump-") as tmp:
         scratch = Path(tmp)
         for folder in ("builds", "patches"):
@@ -230,17 +229,27 @@ def _verify(settings: Settings, plan: BumpPlan) -> source.PreparedSource | None:
         try:
             planned = load_builds(check)
         except SparkbuildError as exc:
-            plan.unloadable = exc.message
-            plan.notes.append(f"the planned spec does not load: {exc.message}")
-            return None
-        _check_newer_builds(settings, plan, planned, check)
-        return source.prepare_source(planned[plan.new_build], check)
+            note = f"the planned spec does not load: {exc.message}"
+            return replace(plan, unloadable=exc.message, notes=[*plan.notes, note])
+        regressions = _broken_newer_builds(settings, plan, planned, check)
+        verified = source.prepare_source(planned[plan.new_build], check)
+    notes = [
+        *plan.notes,
+        *(
+            f"{name} (newer than {plan.to_version}) would no longer settle with these `when` "
+            "edits; bump from it instead, or edit the ranges by hand"
+            for name in regressions
+        ),
+        *_verification_notes(plan, verified),
+    ]
+    return replace(plan, verified=verified, regressions=regressions, notes=notes)
 
 
-def _check_newer_builds(
+def _broken_newer_builds(
     settings: Settings, plan: BumpPlan, planned: dict[str, Build], check: Settings
-) -> None:
+) -> list[str]:
     """File-level `when` edits reach builds newer than --to too: none may break."""
+    broken = []
     for build in planned.values():
         if build.engine != plan.engine or build.version <= plan.to_version:
             continue
@@ -248,20 +257,18 @@ def _check_newer_builds(
             continue
         current = load_builds(settings).get(build.name)
         if current is not None and source.prepare_source(current, settings).ok:
-            plan.regressions.append(build.name)
-            plan.notes.append(
-                f"{build.name} (newer than {plan.to_version}) would no longer settle with "
-                "these `when` edits; bump from it instead, or edit the ranges by hand"
-            )
+            broken.append(build.name)
+    return broken
 
 
-def _note_verification(plan: BumpPlan) -> None:
-    if plan.verified is None:
-        return
-    for item in plan.verified.items:
-        if item.status in source.FAILING:
-            plan.notes.append(f"{plan.new_build}: {item.id} is {item.status}: {item.detail}")
+def _verification_notes(plan: BumpPlan, verified: source.PreparedSource) -> list[str]:
+    notes = [
+        f"{plan.new_build}: {item.id} is {item.status}: {item.detail}"
+        for item in verified.items
+        if item.status in source.FAILING
+    ]
     pinned_before = {r.name for r in plan.from_build.active_requirements()}
-    for name in plan.verified.build.lapsed_requirements():
+    for name in verified.build.lapsed_requirements():
         if name in pinned_before:  # pinned for --from, for nothing from --to on
-            plan.notes.append(lapsed_note(plan.verified.build, name))
+            notes.append(lapsed_note(verified.build, name))
+    return notes
