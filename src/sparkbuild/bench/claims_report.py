@@ -14,7 +14,7 @@ Its cell is found by pp, tg and depth (unpublished dimensions match anything); t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -84,7 +84,7 @@ class ClaimsComparison:
                     "complete": r.complete},
             "rows": [row.to_json() for row in self.rows],
             "differences": {
-                name: [asdict(d) for d in found] for name, found in self.differences.items()
+                name: [d.to_json() for d in found] for name, found in self.differences.items()
             },
             "other_claims": self.other_claims,
         }  # fmt: skip
