@@ -42,6 +42,7 @@ from pathlib import Path
 
 from sparkbuild import lockfile
 from sparkbuild.checks import Status
+from sparkbuild.publish.record import after_push
 from sparkbuild.report import ReportOptions, dates, sides, write_site
 from sparkbuild.settings import Settings
 
@@ -141,7 +142,7 @@ def build_entry(
         verified=True, smoke=dict.fromkeys(PROFILES, "pass"),
     )  # fmt: skip
     earlier = before.publish.get("ghcr.io/example/" + name) if before and before.publish else None
-    record = lockfile.PublishRecord.after_push(earlier, publication, ["latest"])
+    record = after_push(earlier, publication, ["latest"])
     return lockfile.BuildEntry(
         source=source, image=image, requirements=wheels, preflight=preflight, smoke=smoke,
         bench=bench, publish={"ghcr.io/example/" + name: record},

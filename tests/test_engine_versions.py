@@ -18,7 +18,6 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
-from sparkbuild import lockfile
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines import versions
 from sparkbuild.engines.adapters import Counters, SglangAdapter
@@ -27,6 +26,7 @@ from sparkbuild.engines.profiles import load_profile
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import report
+from sparkbuild.smoke.record import smoke_record
 from sparkbuild.smoke.runner import SmokeResult
 from sparkbuild.spec import load_builds
 from tests.support.sglang_releases import ALL_RELEASES, download_wheel
@@ -129,7 +129,7 @@ def test_smoke_report_says_which_nan_signal_was_active() -> None:
         nan_signal=signal,
     )
     assert "SGLANG_SPEC_NAN_DETECTION=1" in result.to_json()["nan_signal"]
-    assert lockfile.SmokeRecord.from_result(result).nan_signal == signal
+    assert smoke_record(result).nan_signal == signal
     out = io.StringIO()
     report.render(result, Console(file=out, width=200))
     assert "NaN signal (sglang 0.5.12): SGLANG_SPEC_NAN_DETECTION=1" in out.getvalue()

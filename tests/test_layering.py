@@ -3,12 +3,18 @@
 The stage order is the order of the rows in CONTRIBUTING's stage table; code beside the flow
 sits where its second table says. Every module of the package is read with ``ast`` (imports
 inside functions and ``TYPE_CHECKING`` blocks count too), and each import of another
-sparkbuild module must go to the same stage or an earlier one.
+sparkbuild module must go to the same stage or an earlier one. An ``open`` module (the lock),
+which every stage imports, imports nothing past the first stage.
+
+Beside the layers: no import cycle at all, within a stage too (the same imports, and the
+package ``__init__`` an import from outside its package runs first), and no module over
+:data:`MAX_LINES` lines outside ``data/``.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import shutil
 from dataclasses import dataclass
@@ -23,7 +29,8 @@ PACKAGE = ROOT / "src" / "sparkbuild"
 NOT_MODULES = ("data/",)
 STAGE_TABLE = "| stage | package |"
 BESIDE_TABLE = "| code | sits at |"
-OPEN = "open"  # any stage may import it; its own imports are checked at its stage row
+OPEN = "open"  # any stage may import it, so it imports nothing past the first stage
+MAX_LINES = 600
 
 
 @dataclass(frozen=True)
@@ -146,21 +153,104 @@ def layering_problems(contributing: Path, package: Path) -> list[str]:
         rank[module.name] = layers.ranks[placed]
         if placed in layers.open_paths:
             open_modules.add(module.name)
+    first = min(r for r in layers.stages.values() if r >= 0)
     for module in found:
         if module.name not in rank:
             continue
+        is_open = module.name in open_modules
+        at = first if is_open else rank[module.name]
         for line, written, target in imports(module, set(rank)):
-            if target in open_modules or rank[target] <= rank[module.name]:
+            if (target in open_modules and not is_open) or rank[target] <= at:
                 continue
+            who = f"open {module.relative} (every stage imports it)" if is_open else None
             problems.append(
-                f"{module.relative}:{line}: `{written}`: {layers.stage(rank[module.name])} "
+                f"{module.relative}:{line}: `{written}`: {who or layers.stage(at)} "
                 f"imports from {layers.stage(rank[target])}, a later stage"
             )
     return problems
 
 
+def import_graph(package: Path) -> dict[str, dict[str, int]]:
+    """module -> {module it loads: the line of the first import}. ``from a.b import c`` from
+    outside package ``a.b`` loads ``a/b/__init__.py`` too, which Python runs first."""
+    found = modules(package)
+    known = {module.name for module in found}
+    graph: dict[str, dict[str, int]] = {}
+    for module in found:
+        edges = graph.setdefault(module.name, {})
+        for line, _written, target in imports(module, known):
+            parts = target.split(".")
+            packages = [".".join(parts[:end]) for end in range(2, len(parts))]
+            for loaded in [target, *packages]:
+                inside = module.name == loaded or module.name.startswith(loaded + ".")
+                if loaded in known and not inside:
+                    edges.setdefault(loaded, line)
+    return graph
+
+
+def _cycle_from(graph: dict[str, dict[str, int]], start: str, members: set[str]) -> list[str]:
+    """One shortest way from ``start`` back to itself through ``members``."""
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        here = queue.pop(0)
+        for there in sorted(graph[here]):
+            if there == start:
+                return [*paths[here], start]
+            if there in members and there not in paths:
+                paths[there] = [*paths[here], there]
+                queue.append(there)
+    raise AssertionError(f"{start} is on no cycle")
+
+
+def import_cycles(package: Path) -> list[str]:
+    """Each group of modules that import each other, shown as one cycle through it with the
+    line of each import (``errors.py:105 -> redact.py:30 -> errors.py``)."""
+    graph = import_graph(package)
+    files = {module.name: module.relative for module in modules(package)}
+    reach = {name: _reachable(graph, name) for name in graph}
+    groups = {
+        frozenset(other for other in reach[name] if name in reach[other]) | {name}
+        for name in graph
+        if name in reach[name]
+    }
+    shown = []
+    for group in sorted(groups, key=sorted):
+        cycle = _cycle_from(graph, min(group), set(group))
+        hops = [f"{files[a]}:{graph[a][b]}" for a, b in itertools.pairwise(cycle)]
+        shown.append(" -> ".join([*hops, files[cycle[0]]]))
+    return shown
+
+
+def _reachable(graph: dict[str, dict[str, int]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    return seen
+
+
+def oversized(package: Path) -> list[str]:
+    """Each module over :data:`MAX_LINES` lines, outside the shipped ``data/``."""
+    sizes = {
+        m.relative: len(m.path.read_text(encoding="utf-8").splitlines()) for m in modules(package)
+    }
+    return [f"{relative}: {lines} lines" for relative, lines in sizes.items() if lines > MAX_LINES]
+
+
 def test_no_module_imports_from_a_later_stage() -> None:
     assert layering_problems(CONTRIBUTING, PACKAGE) == []
+
+
+def test_no_import_cycles() -> None:
+    assert import_cycles(PACKAGE) == []
+
+
+def test_no_module_is_over_600_lines() -> None:
+    assert oversized(PACKAGE) == []
 
 
 def test_the_stage_order_is_contributings() -> None:
@@ -250,3 +340,71 @@ def test_moving_a_row_moves_the_rule(copy: tuple[Path, Path]) -> None:
     problems = layering_problems(contributing, package)
     assert any(p.startswith("image/base_config.py:") for p in problems), problems
     assert all("imports from end, a later stage" in p for p in problems), problems
+
+
+def test_the_lock_imports_no_stage(copy: tuple[Path, Path]) -> None:
+    """What lockfile.py did before each stage made its own records: it is open, so even an
+    import the type checker alone reads is one from a later stage."""
+    contributing, package = copy
+    target = package / "lockfile.py"
+    before = target.read_text()
+    probe = "if TYPE_CHECKING:\n    from sparkbuild.smoke.runner import SmokeResult\n"
+    target.write_text(before + "\nfrom typing import TYPE_CHECKING\n" + probe)
+    line = len(before.splitlines()) + 4
+    assert layering_problems(contributing, package) == [
+        f"lockfile.py:{line}: `from sparkbuild.smoke.runner import SmokeResult`: open "
+        "lockfile.py (every stage imports it) imports from smoke, a later stage"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("where", "probe", "cycle"),
+    [
+        # what errors.py and redact.py did, with the import only the type checker reads
+        (
+            "errors.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from sparkbuild.redact import Redactor",
+            "errors.py -> redact.py -> errors.py",
+        ),
+        (
+            "checks.py",
+            "def probe() -> None:\n    from sparkbuild.source import items",
+            "checks.py -> source/items.py -> checks.py",
+        ),
+        # source/items.py imports no lock; the cycle runs through source/__init__.py
+        (
+            "lockschema.py",
+            "from sparkbuild.source.items import ItemResult",
+            "lockfile.py -> lockschema.py -> source/__init__.py -> source/pins.py -> lockfile.py",
+        ),
+        # what bump/decide, plan, report and write did
+        (
+            "bump/items.py",
+            "from sparkbuild.bump.plan import plan_bump",
+            "bump/decide.py -> bump/items.py -> bump/plan.py -> bump/decide.py",
+        ),
+    ],
+)
+def test_a_probe_import_cycle_fails(
+    copy: tuple[Path, Path], where: str, probe: str, cycle: str
+) -> None:
+    _contributing, package = copy
+    target = package / where
+    before = target.read_text()
+    target.write_text(before + "\n" + probe + "\n")
+    line = len((before + "\n" + probe).splitlines())
+    found = import_cycles(package)
+    assert [re.sub(r":\d+", "", shown) for shown in found] == [cycle]
+    assert f"{where}:{line} -> " in found[0]  # the probe's own import, by its line
+
+
+def test_a_module_over_600_lines_fails_outside_data(copy: tuple[Path, Path]) -> None:
+    _contributing, package = copy
+    long = "".join(f"LINE_{n} = {n}\n" for n in range(MAX_LINES + 1))
+    (package / "data" / "preflight" / "long.py").write_text(long)
+    (package / "source" / "long.py").write_text(long)
+    (package / "source" / "fits.py").write_text(long.split("\n", 1)[1])
+    assert [p for p in oversized(package) if "long" in p or "fits" in p] == [
+        f"source/long.py: {MAX_LINES + 1} lines"
+    ]

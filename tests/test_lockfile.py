@@ -6,21 +6,27 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from sparkbuild import lockfile
+from sparkbuild.bench.record import bench_record
 from sparkbuild.bench.results import BenchReport, NodeInfo
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.cluster_target import NodeImage
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import LockError, NoPinnedImageError
+from sparkbuild.preflight.record import preflight_run
 from sparkbuild.preflight.report import PreflightReport, ProfileResult
+from sparkbuild.publish.record import after_push
 from sparkbuild.settings import Settings
+from sparkbuild.smoke.record import smoke_record
 from sparkbuild.smoke.runner import ClusterRun, SmokeResult
 from sparkbuild.source.items import ItemResult, PreparedSource
+from sparkbuild.source.record import locked_step, source_section
 from sparkbuild.spec import Build, load_builds
 from tests.test_bench_claims import report as bench_report
 
@@ -276,8 +282,7 @@ CLUSTER_ONLY = {"cluster", "topology", "launcher", "nodes"}  # written by cluste
 
 def _on_cluster(result: SmokeResult) -> SmokeResult:
     nodes = tuple(NodeImage(f"node-{i}", "local", IMAGE, IMAGE, i) for i in range(2))
-    result.cluster = ClusterRun("pair", Parallel(nodes=2, tp=2), "mp", nodes)
-    return result
+    return replace(result, cluster=ClusterRun("pair", Parallel(nodes=2, tp=2), "mp", nodes))
 
 
 def _bench_on_cluster() -> BenchReport:
@@ -294,7 +299,7 @@ def _fields(model: type[BaseModel]) -> set[str]:
 
 def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: Path) -> None:
     build = _builds(tmp_path)["b1"]
-    source = lockfile.SourceSection.from_prepared(_prepared(build))
+    source = source_section(_prepared(build))
     # `steps` only for a build with source steps, so other entries keep their shape.
     assert set(source.to_json()) == _fields(lockfile.SourceSection) - {"steps"}
     step = ItemResult(
@@ -306,27 +311,27 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
         step="sm121a-prune",
         step_version=1,
     )
-    assert set(lockfile.LockedStep.from_result(step).to_json()) == _fields(lockfile.LockedStep)
+    assert set(locked_step(step).to_json()) == _fields(lockfile.LockedStep)
     assert [set(pr.to_json()) for pr in source.prs] == [_fields(lockfile.LockedPR)] * 2
     assert set(source.patches[0].to_json()) == _fields(lockfile.LockedPatch)
     assert source.spec_digest == build.spec_digest() and source.version == "1.2.0"
-    smoke = lockfile.SmokeRecord.from_result(_smoke("image", IMAGE))
+    smoke = smoke_record(_smoke("image", IMAGE))
     assert set(smoke.to_json()) == _fields(lockfile.SmokeRecord) - CLUSTER_ONLY
     assert smoke.verified is True and smoke.checks == {"boot": "pass", "nan": "skip"}
-    on_cluster = lockfile.SmokeRecord.from_result(_on_cluster(_smoke("cluster", IMAGE)))
+    on_cluster = smoke_record(_on_cluster(_smoke("cluster", IMAGE)))
     assert set(on_cluster.to_json()) == _fields(lockfile.SmokeRecord)
     assert [set(n.to_json()) for n in on_cluster.nodes] == [_fields(lockfile.NodeRecord)] * 2
     assert on_cluster.verified is True and on_cluster.every_node_ran(IMAGE)
-    unverified = lockfile.SmokeRecord.from_result(_smoke("url", None))
+    unverified = smoke_record(_smoke("url", None))
     assert unverified.verified is False and unverified.image_id is None
-    run = lockfile.PreflightRun.from_report(_preflight(IMAGE))
+    run = preflight_run(_preflight(IMAGE))
     assert set(run.to_json()) == _fields(lockfile.PreflightRun)
     assert set(run.profiles["cpu"].to_json()) == _fields(lockfile.ProfileVerdict)
     assert run.versions == {"torch": "2.9.1"} and run.profiles["cpu"].verdict == "skip"
-    assert "image_id" not in lockfile.PreflightRun.from_report(_preflight(None)).to_json()
-    bench = lockfile.BenchRecord.from_report(bench_report())
+    assert "image_id" not in preflight_run(_preflight(None)).to_json()
+    bench = bench_record(bench_report())
     assert set(bench.to_json()) == _fields(lockfile.BenchRecord) - {"topology", "nodes"}
-    bench_on_cluster = lockfile.BenchRecord.from_report(_bench_on_cluster())
+    bench_on_cluster = bench_record(_bench_on_cluster())
     assert set(bench_on_cluster.to_json()) == _fields(lockfile.BenchRecord)
     assert [set(c.to_json()) for c in bench.cells] == [_fields(lockfile.BenchCell)] * 2
 
@@ -338,7 +343,7 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     lockfile.record_for_image(path, "b1", "cpu", bench, tested_id=IMAGE, activity="benchmark")
     publication = lockfile.Publication(digest="sha256:" + "e" * 64, image_id=IMAGE, tag="t",
                                        verified=True, smoke={"cpu": "pass"})  # fmt: skip
-    publish = lockfile.PublishRecord.after_push(None, publication, ["latest"])
+    publish = after_push(None, publication, ["latest"])
     # `signed` only for a signed publication, so unsigned entries keep their shape.
     assert set(publish.to_json()) == _fields(lockfile.PublishRecord) - {"signed"}
     publication.signed = lockfile.SignedRecord(
@@ -346,7 +351,7 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
         attestations={"sbom": "sha256:" + "3" * 64}, sbom_packages=3,
     )  # fmt: skip
     assert set(publication.signed.to_json()) == _fields(lockfile.SignedRecord)
-    publish = lockfile.PublishRecord.after_push(None, publication, ["latest"])
+    publish = after_push(None, publication, ["latest"])
     assert set(publish.to_json()) == _fields(lockfile.PublishRecord)
 
     def add(entry: lockfile.BuildEntry) -> None:

@@ -4,13 +4,17 @@ still rendered as one message and hint with the same exit code."""
 from __future__ import annotations
 
 import ast
+import collections.abc
+import inspect
 import os
+import pickle
 import socket
+import typing
 from pathlib import Path
 
 import pytest
 
-from sparkbuild import dockerhost, errors
+from sparkbuild import dockerhost, errors, git
 from sparkbuild.bump.write import _inside
 from sparkbuild.errors import (
     BuildInputError,
@@ -22,7 +26,7 @@ from sparkbuild.errors import (
     UsageError,
 )
 from sparkbuild.image import builder, cubins
-from sparkbuild.redact import Redactor
+from sparkbuild.redact import MASK, Redactor, redact
 from sparkbuild.registry.client import Registry, RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
@@ -79,11 +83,10 @@ def test_no_bare_sparkbuild_error_in_these_stages() -> None:
 
 
 def test_every_named_error_is_a_sparkbuild_error_with_message_and_hint() -> None:
-    """Redactor.error rebuilds an error as type(exc)(message, hint): each class takes both."""
-    special = {errors.GitError, errors.BuildFailedError, errors.EngineHTTPError}
+    """Every class takes (message, hint), its own fields keyword-only with defaults."""
     for name in dir(errors):
         cls = getattr(errors, name)
-        if not (isinstance(cls, type) and issubclass(cls, SparkbuildError)) or cls in special:
+        if not (isinstance(cls, type) and issubclass(cls, SparkbuildError)):
             continue
         made = cls("the message naming the build", "the next command")
         expected_exit = (
@@ -98,6 +101,75 @@ def test_every_named_error_is_a_sparkbuild_error_with_message_and_hint() -> None
         ), name
         redacted = Redactor(["secret-value"]).error(cls("a secret-value here", None))
         assert type(redacted) is cls and redacted.message == "a *** here", name
+
+
+SECRET = "s3cret-Token-42"
+TEXT = f"from https://alice:{SECRET}@registry.example/v2 with token={SECRET}"
+
+
+def _error_classes() -> list[type[SparkbuildError]]:
+    return [
+        cls
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, SparkbuildError)
+    ]
+
+
+def _sample(annotation: object) -> object:
+    """A value of a field's type, any text in it carrying the secret."""
+    options = set(typing.get_args(annotation)) or {annotation}
+    if str in options:
+        return TEXT
+    if bool in options:
+        return True
+    if int in options:
+        return 7
+    if typing.get_origin(annotation) is collections.abc.Sequence:
+        return [TEXT, "a plain line"]
+    raise AssertionError(f"no sample for a field of type {annotation}")
+
+
+def _with_fields(cls: type[SparkbuildError]) -> SparkbuildError:
+    """``cls`` made as the contract says, every one of its own fields set."""
+    signature = inspect.signature(cls.__init__)
+    hints = typing.get_type_hints(cls.__init__)
+    own = [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert tuple(own) == cls.FIELDS, f"{cls.__name__}: its keyword-only fields are its FIELDS"
+    return cls(TEXT, f"hint: {TEXT}", **{name: _sample(hints[name]) for name in own})
+
+
+def _expected(value: object) -> object:
+    """What redaction makes of a field: its text redacted, the rest as it was."""
+    if isinstance(value, str):
+        return redact(value, [SECRET])
+    return [_expected(item) for item in value] if isinstance(value, list) else value
+
+
+@pytest.mark.parametrize("cls", _error_classes(), ids=lambda cls: cls.__name__)
+def test_every_error_keeps_its_class_and_fields_through_redaction_and_reraising(
+    cls: type[SparkbuildError],
+) -> None:
+    made = _with_fields(cls)
+    redactor = Redactor([SECRET])
+    with pytest.raises(SparkbuildError) as guarded, redactor.guard("publishing"):
+        raise made
+    for clean in (redactor.error(made), guarded.value):
+        assert type(clean) is cls and clean.exit_code == made.exit_code
+        assert (clean.message, clean.hint) == (_expected(made.message), _expected(made.hint))
+        assert clean.fields() == {name: _expected(v) for name, v in made.fields().items()}
+        assert SECRET not in str(clean) and SECRET not in repr(clean.fields())
+    copied = pickle.loads(pickle.dumps(made))  # as a worker process re-raises it
+    assert type(copied) is cls and copied.fields() == made.fields()
+    assert (copied.message, copied.hint) == (made.message, made.hint)
+
+
+def test_a_git_error_says_the_command_and_gits_reason(tmp_path: Path) -> None:
+    with pytest.raises(errors.GitError) as failed:
+        git.run(["ls-remote", f"https://alice:{SECRET}@127.0.0.1:9/nothing.git"], cwd=tmp_path)
+    error = failed.value
+    assert error.message.startswith(f"git ls-remote https://{MASK}@127.0.0.1:9/nothing.git ")
+    assert error.command == ["ls-remote", f"https://{MASK}@127.0.0.1:9/nothing.git"]
+    assert error.returncode == 128 and error.stderr and SECRET not in str(error.fields())
 
 
 def test_docker_and_platform_errors_are_named(

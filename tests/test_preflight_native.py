@@ -10,6 +10,9 @@ once), so names read from strings must cover tails. These tests use the names as
 
 from __future__ import annotations
 
+import ast
+import shutil
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -17,7 +20,11 @@ from typing import Any
 
 import pytest
 
+from sparkbuild.preflight import native
 from sparkbuild.preflight.native import NativeModule, NativeValue, Standin, index_binary
+from sparkbuild.preflight.runner import write_native
+
+NATIVE = Path(native.__file__).parent
 
 # Strings as they sit in the real binary's read-only data, NUL-separated.
 BINARY_STRINGS = [b"AttrBuilder", b"BF16Type", b"No current InsertionPoint", b"print"]
@@ -69,3 +76,52 @@ def test_stand_in_decorators_keep_what_they_wrap(binding: Any) -> None:
     assert int | ArithValue  # a union in an annotation, as cutlass/base_dsl/pointer.py has
     with binding.InsertionPoint() as point:  # bindings' contexts enter and leave
         assert isinstance(point, NativeValue)
+
+
+def foreign_imports(package: Path) -> list[str]:
+    """Each import in ``package`` that is neither the standard library nor relative: the
+    package is shipped beside the probe, into interpreters that have nothing else."""
+    found = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                continue
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+                found += [
+                    f"{path.name}:{node.lineno}: {name}"
+                    for name in names
+                    if name.split(".")[0] not in sys.stdlib_module_names
+                ]
+    return found
+
+
+def test_the_stand_in_package_needs_only_the_standard_library(tmp_path: Path) -> None:
+    assert foreign_imports(NATIVE) == []
+    copy = shutil.copytree(NATIVE, tmp_path / "native", ignore=shutil.ignore_patterns("*.pyc"))
+    (copy / "values.py").write_text(
+        (copy / "values.py").read_text() + "from sparkbuild import errors\n"
+    )
+    lines = len((copy / "values.py").read_text().splitlines())
+    assert foreign_imports(copy) == [f"values.py:{lines}: sparkbuild"]
+
+
+def test_the_probe_imports_the_shipped_package_by_its_own_name(tmp_path: Path) -> None:
+    """As the probe runs it: ``python -I`` beside a copy, with no sparkbuild to import."""
+    write_native(tmp_path)
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import sparkbuild_native as n; "
+        "print(n.install.__module__, n.index_binary.__module__, 'sparkbuild' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["sparkbuild_native.hooks", "sparkbuild_native.index", "False"]

@@ -19,6 +19,7 @@ from sparkbuild.preflight.deps import TORCH
 from sparkbuild.preflight.kernels import KernelStandin, StandinCache, merged_site
 from sparkbuild.preflight.native import PLACEHOLDER, SIDECAR
 from sparkbuild.preflight.plan import SPARK_GPU
+from sparkbuild.preflight.runner import write_native
 from sparkbuild.preflight.venv import ensure_torch_base
 from tests.support.cache import shared_test_cache
 from tests.support.preflight_env import venv_root
@@ -26,7 +27,6 @@ from tests.support.preflight_env import venv_root
 pytestmark = pytest.mark.upstream
 
 KERNEL = "sglang-kernel==0.4.2.post2"  # SGLang 0.5.12's pin (wheel METADATA)
-NATIVE = Path(__file__).resolve().parents[1] / "src/sparkbuild/preflight/native.py"
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_real_python_imports_over_stand_in_binaries(kernel: KernelStandin) -> No
         constraints.write_text("\n".join(TORCH) + "\n")
         site = ensure_torch_base(venv_root(), constraints)
         python = site.parents[2] / "bin" / "python"
-        Path(tmp, "native.py").write_text(NATIVE.read_text())
+        write_native(Path(tmp), "native")
         Path(tmp, "probe.py").write_text(PROBE)
         folder = merged_site(shared_test_cache() / "preflight-kernels", (kernel,))
         args = [tmp, json.dumps([kernel.to_probe()]), json.dumps(SPARK_GPU), str(folder)]

@@ -3,7 +3,7 @@
 One module-scoped setup: an unauthenticated loopback registry serving the arm64 base, a
 second one behind htpasswd auth to publish to, and one image built by the image stage
 (`build_image`). Smoke verdicts are recorded through the smoke stage's own recorder
-(`sparkbuild.smoke.report.record`). Refusal tests work on copies of images.lock
+(`sparkbuild.smoke.record.record`). Refusal tests work on copies of images.lock
 (`--lock-file`), so they do not disturb the main flow's lock.
 """
 

@@ -215,10 +215,10 @@ def test_a_signature_matches_http_errors_and_failed_checks_not_only_log_lines(
 
 
 def test_nan_responses_are_one_failed_check() -> None:
-    nan = EngineHTTPError(
+    nan = EngineHTTPError.answered(
         "POST /v1/completions", 400, "Out of range float values are not JSON compliant"
     )
-    other = EngineHTTPError("POST /v1/completions", 500, "boom")
+    other = EngineHTTPError.answered("POST /v1/completions", 500, "boom")
     expect = Expectations()
     assert checks.check_output([], [], [], expect, 2, 2).status == "skip"
     assert checks.check_output([], [], [], expect, 2, 1).status == "fail"

@@ -1,4 +1,5 @@
-"""A check's result, shared by the stages that judge a build: preflight and smoke.
+"""A check's result, shared by the stages that judge a build: preflight and smoke; and the
+statuses the stages settle on, which the lock records.
 
 A check returns a :class:`CheckResult`; it does not print or exit. Each stage's report owns
 how its checks are shown (smoke lists them with their measured ``value``; preflight keys them
@@ -14,6 +15,9 @@ from typing import Any, Literal
 Status = Literal["pass", "fail", "skip"]
 # A verdict that cannot be skipped: a smoke run passes or fails.
 Verdict = Literal["pass", "fail"]
+# What the source stage concluded about a PR, patch or source step (see sparkbuild.source):
+# declared before every stage, as the lock records it and the source stage makes it.
+ItemStatus = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
 
 
 @dataclass(frozen=True)
@@ -33,4 +37,4 @@ def combined(statuses: Iterable[Status]) -> Status:
     return "skip" if "skip" in seen else "pass"
 
 
-__all__ = ["CheckResult", "Status", "Verdict", "combined"]
+__all__ = ["CheckResult", "ItemStatus", "Status", "Verdict", "combined"]

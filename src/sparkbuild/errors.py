@@ -3,11 +3,19 @@
 Each reaches the user as one screen: ``error: <what, naming the file/field/build>`` and
 ``hint: <the next command>``, with exit status 1 (or 2 for bad input), never a traceback.
 The command line renders them in one place (``sparkbuild.cli``).
+
+Every :class:`SparkbuildError` subclass is made the same way: ``Class(message, hint=None,
+**fields)``, its own fields (if any) keyword-only, with defaults, each stored under its name
+and listed in ``FIELDS``. So :meth:`SparkbuildError.rewritten` can make the same error again
+(the same class, the same fields) with its text changed: how redaction keeps the type a
+handler catches and the fields it reads. A subclass that derives its message from its fields
+does so in a named constructor (``GitError.failed``, ``EngineHTTPError.answered``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Self
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -22,11 +30,23 @@ class SparkbuildError(Exception):
     """
 
     exit_code = EXIT_FAILURE
+    FIELDS: ClassVar[tuple[str, ...]] = ()  # a subclass's own keyword-only fields
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+    def fields(self) -> dict[str, Any]:
+        """This error's own fields (beyond message and hint), by name."""
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def rewritten(self, text: Callable[[str], str]) -> Self:
+        """The same error (class and fields) with its message, hint and every text in its
+        fields passed through ``text`` (say, a redactor); numbers and flags stay as they are."""
+        fields = {name: _rewritten(value, text) for name, value in self.fields().items()}
+        hint = text(self.hint) if self.hint else self.hint
+        return type(self)(text(self.message), hint, **fields)
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\nhint: {self.hint}"
@@ -125,24 +145,41 @@ class GitNotFoundError(SparkbuildError):
 
 
 class GitError(SparkbuildError):
-    """A git command failed; ``stderr`` is git's own reason (URL credentials redacted)."""
+    """A git command failed; ``stderr`` is git's own reason. :func:`sparkbuild.git.run`
+    raises it with the command and the reason redacted (URL credentials)."""
 
-    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
-        from sparkbuild.redact import redact  # redact imports this module
+    FIELDS = ("command", "returncode", "stderr")
 
-        self.args_ = list(args)
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        command: Sequence[str] = (),
+        returncode: int = 1,
+        stderr: str = "",
+    ) -> None:
+        super().__init__(message, hint)
+        self.command = list(command)
         self.returncode = returncode
-        self.stderr = redact(stderr.strip())
-        shown = redact(" ".join(args))
-        super().__init__(f"git {shown} failed ({returncode}): {self.stderr}")
+        self.stderr = stderr
+
+    @classmethod
+    def failed(cls, command: Sequence[str], returncode: int, stderr: str) -> GitError:
+        """``git COMMAND failed (N): STDERR`` (the caller has redacted both)."""
+        stderr = stderr.strip()
+        message = f"git {' '.join(command)} failed ({returncode}): {stderr}"
+        return cls(message, command=command, returncode=returncode, stderr=stderr)
 
 
 class BuildFailedError(SparkbuildError):
     """The image build ran and failed; ``message`` carries the failing step's last lines."""
 
-    def __init__(self, message: str, hint: str | None = None, log: list[str] | None = None):
+    FIELDS = ("log",)
+
+    def __init__(self, message: str, hint: str | None = None, *, log: Sequence[str] = ()) -> None:
         super().__init__(message, hint)
-        self.log = log or []
+        self.log = list(log)
 
 
 class CubinCheckError(SparkbuildError):
@@ -244,18 +281,34 @@ class EngineHTTPError(SparkbuildError):
     """A request the engine answered with an error status, with a malformed body, or did not
     answer at all. Smoke turns it into a failed check; elsewhere it reaches the user."""
 
+    FIELDS = ("what", "status", "body", "timed_out")
+    HINT = "check that the URL points at a running engine of the profile's kind"
+
     def __init__(
-        self, what: str, status: int | None, body: str = "", *, timed_out: bool = False
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        what: str = "",
+        status: int | None = None,
+        body: str = "",
+        timed_out: bool = False,
     ) -> None:
+        super().__init__(message, hint)
         self.what = what
         self.status = status
-        self.body = body[:500]
+        self.body = body
         self.timed_out = timed_out
+
+    @classmethod
+    def answered(
+        cls, what: str, status: int | None, body: str = "", *, timed_out: bool = False
+    ) -> EngineHTTPError:
+        """``WHAT: HTTP STATUS: BODY`` (``no response`` without a status; the body cut)."""
+        body = body[:500]
         shown = f"HTTP {status}" if status is not None else "no response"
-        super().__init__(
-            f"{what}: {shown}{': ' + self.body if self.body else ''}",
-            "check that the URL points at a running engine of the profile's kind",
-        )
+        message = f"{what}: {shown}{': ' + body if body else ''}"
+        return cls(message, cls.HINT, what=what, status=status, body=body, timed_out=timed_out)
 
 
 class CalibrationError(SparkbuildError):
@@ -376,3 +429,12 @@ class BadYAMLError(Exception):
         super().__init__(problem)
         self.problem = problem
         self.line = line
+
+
+def _rewritten(value: Any, text: Callable[[str], str]) -> Any:
+    """A field's value with each string in it (itself, or a list's items) through ``text``."""
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_rewritten(item, text) for item in value)
+    return value

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sparkbuild.errors import GitError, GitNotFoundError
+from sparkbuild.redact import redact
 
 __all__ = ["GitError", "GitNotFoundError", "git_env", "run", "run_with_progress", "text"]
 
@@ -84,7 +85,7 @@ def run(
     except OSError as exc:  # removed or made unrunnable since it was identified
         raise GitNotFoundError(f"cannot run git: {exc.strerror or exc}", _NO_GIT_HINT) from exc
     if check and result.returncode != 0:
-        raise GitError(args, result.returncode, result.stderr.decode(errors="replace"))
+        raise _failed(args, result.returncode, result.stderr)
     return result
 
 
@@ -140,8 +141,14 @@ def run_with_progress(
     for feeder in feeders:
         feeder.join()
     if returncode != 0:
-        raise GitError(args, returncode, err.decode(errors="replace"))
+        raise _failed(args, returncode, bytes(err))
     return subprocess.CompletedProcess(command, returncode, bytes(out), bytes(err))
+
+
+def _failed(args: Sequence[str], returncode: int, stderr: bytes) -> GitError:
+    """The command and git's reason, with URL credentials redacted."""
+    said = redact(stderr.decode(errors="replace").strip())
+    return GitError.failed([redact(arg) for arg in args], returncode, said)
 
 
 def _drain(stream: BinaryIO, into: bytearray) -> None:

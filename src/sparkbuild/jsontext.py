@@ -5,13 +5,26 @@ a figure read that way poisons every comparison it enters, and one written that 
 every other consumer (``jq``, browsers, CI). :func:`loads` refuses them (and a document nested
 so deeply that parsing it overflows the stack); :func:`dumps` writes a non-finite number as
 ``null`` (a figure that was not measured) and can never emit one.
+
+A result serialises itself one way: :class:`Fields` gives a frozen dataclass the
+``to_json()`` every printer calls, made from its fields by :func:`plain` (a field named
+otherwise in the JSON, or left out of it, says so in its ``metadata``: :data:`JSON`). A
+result whose JSON is shaped otherwise than its fields (a command's documented ``--json``)
+writes that shape in its own ``to_json()``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
+
+from pydantic import BaseModel
+
+JSON = "json"  # a dataclass field's metadata key: the field's name in the JSON, or None: left out
 
 
 def _refuse_constant(name: str) -> Any:
@@ -46,4 +59,32 @@ def dumps(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
-__all__ = ["dumps", "finite", "loads"]
+def plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: a dataclass as the mapping of its fields in order (see
+    :data:`JSON`), a pydantic model as it dumps itself, sequences as lists, mappings as
+    dicts, paths as strings; anything else as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            name: plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if (name := f.metadata.get(JSON, f.name)) is not None
+        }
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return str(value) if isinstance(value, PurePath) else value
+
+
+class Fields:
+    """For a frozen dataclass whose JSON is its fields: ``to_json()`` from :func:`plain`."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = plain(self)
+        assert isinstance(data, dict), f"{type(self).__name__} is not a dataclass"
+        return data
+
+
+__all__ = ["JSON", "Fields", "dumps", "finite", "loads", "plain"]

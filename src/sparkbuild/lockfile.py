@@ -1,18 +1,20 @@
-"""images.lock: the whole schema, typed; canonical YAML, written only by sparkbuild,
-atomically, one writer at a time.
+"""images.lock: read, checked and written only by sparkbuild; canonical YAML, atomically,
+one writer at a time.
 
 The file holds one :class:`BuildEntry` per build; each stage owns one section of it
-(``source``, ``image``, ``requirements``, ``preflight``, ``smoke``, ``bench``, ``publish``),
-and every key a stage writes is a field of that section's model here. Records are made by
-the models' own constructors from the stage's typed result (``SmokeRecord.from_result``,
-``PreflightRun.from_report``, ...). A command opens a :class:`LockHandle` once, reads the
-typed entries from it, queues its changes per build, and writes them in one go under the
-file lock: the file is swapped in with a rename, so an interrupted write leaves the previous
-lock intact, and a command that fails before it writes changes nothing.
+(``source``, ``image``, ``requirements``, ``preflight``, ``smoke``, ``bench``, ``publish``).
+The sections' models are :mod:`sparkbuild.lockschema` (re-exported here, so a stage names
+them ``lockfile.SmokeRecord``). Neither module imports a stage: each stage makes its own
+records from its own result (``source.record``, ``image.build``, ``preflight.record``,
+``smoke.record``, ``bench.record``, ``publish.record``). A command opens a
+:class:`LockHandle` once, reads the typed entries from it, queues its changes per build, and
+writes them in one go under the file lock: the file is swapped in with a rename, so an
+interrupted write leaves the previous lock intact, and a command that fails before it
+writes changes nothing.
 
-One schema serves both readers: :func:`load` holds the file to the models below (strictly
-typed, so a hand-edited ``verified: 1`` is not a ``true``, and a key no sparkbuild wrote is
-refused); :func:`check` (``lock --check``) also requires the fields marked :data:`Written`,
+One schema serves both readers: :func:`load` holds the file to the models (strictly typed,
+so a hand-edited ``verified: 1`` is not a ``true``, and a key no sparkbuild wrote is
+refused); :func:`check` (``lock --check``) also requires the fields marked ``Written``,
 which every lock sparkbuild writes has. A lock read and written again is byte-identical.
 """
 
@@ -20,517 +22,57 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from sparkbuild import fileio, validate, yamlfile
-from sparkbuild.checks import Status, Verdict
-from sparkbuild.errors import (
-    BadYAMLError,
-    ImageMismatchError,
-    LockError,
-    NoPinnedImageError,
+from sparkbuild import fileio, yamlfile
+from sparkbuild.errors import BadYAMLError, ImageMismatchError, LockError, NoPinnedImageError
+from sparkbuild.lockschema import (
+    SCHEMA,
+    WHEEL_FILENAME,
+    BenchCell,
+    BenchRecord,
+    BuildEntry,
+    BuildName,
+    Digest,
+    ImageId,
+    ImageSection,
+    LockedPatch,
+    LockedPR,
+    LockedStep,
+    LockedWheel,
+    LockFile,
+    NodeRecord,
+    Number,
+    PreflightRun,
+    ProfileVerdict,
+    Publication,
+    PublishRecord,
+    Repository,
+    Section,
+    Sha,
+    Sha256,
+    SignedRecord,
+    SmokeRecord,
+    SourceSection,
+    Tag,
+    Topology,
+    WheelFile,
+    Written,
+    empty,
+    missing_fields,
 )
-from sparkbuild.redact import redact, strip_userinfo
-from sparkbuild.spec import PRFields
+from sparkbuild.redact import redact
 
-if TYPE_CHECKING:  # the stages' results, for the constructors; the stages import this module
-    from sparkbuild.bench.results import BenchReport, CellResult
-    from sparkbuild.preflight.report import PreflightReport
-    from sparkbuild.smoke.runner import SmokeResult
-    from sparkbuild.source.items import ItemResult, PreparedSource
-
-SCHEMA = 1
 HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
-
-Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]  # SHA-1 or SHA-256
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
-WHEEL_FILENAME = r"^[A-Za-z0-9_.+-]+\.whl$"  # one file name: no '/', so never '../'
-# Image ids go to docker, never to git or a shell; a plain token is enough.
-ImageId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._@/-]*$")]
-BuildName = Annotated[str, AfterValidator(validate.build_name)]
-WHEEL_FILENAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*\.whl$"  # a name, joined to a cache folder
-WheelFile = Annotated[str, Field(pattern=WHEEL_FILENAME)]
-# Publish records are references a rollback sends to a registry: a tag, a digest, a repository
-# (HOST[:PORT]/path, the distribution grammar), never a path such as `../../victim/manifests`.
-Tag = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-Repository = Annotated[
-    str,
-    Field(
-        pattern=rf"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?/{_COMPONENT}(?:/{_COMPONENT})*$"
-    ),
-]
-# A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
-Number = int | float
-_IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
-
-# What the source stage concluded about a PR or patch (see sparkbuild.source).
-ItemStatus = Literal["applied", "upstream", "out-of-range", "conflict", "missing", "invalid"]
-
-
-@dataclass(frozen=True)
-class _Written:
-    pattern: str | None = None  # what the value must match in a lock sparkbuild wrote
-
-
-_T = TypeVar("_T")
-# A field every lock sparkbuild writes has: `lock --check` requires it (non-null), while a
-# load does not, so every command still reads a lock that lacks it and the check names it.
-Written = Annotated[_T | None, _Written()]
-
-
-class _Section(BaseModel):
-    """A part of the lock: strictly typed, every key declared."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    def to_json(self) -> dict[str, Any]:
-        """The plain mapping: exactly the keys that were read or set, nothing defaulted."""
-        return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
-
-    def unset(self, name: str) -> None:
-        """Drop field ``name`` from what is written, as if it had never been set."""
-        setattr(self, name, type(self).model_fields[name].get_default())
-        self.__pydantic_fields_set__.discard(name)
-
-
-# --- source: what `lock` resolved ---------------------------------------------------------
-
-
-class LockedPR(_Section, PRFields):
-    """One PR of ``source.prs``: the spec's number and range, and what was resolved."""
-
-    status: Written[ItemStatus] = None
-    head: Sha | None = None
-    commits: list[Sha] = []
-    diff_sha256: Sha256 | None = None
-
-    @classmethod
-    def from_result(cls, item: ItemResult) -> LockedPR:
-        if item.kind != "pr" or item.number is None:
-            raise TypeError(f"{item.id} is not a PR")
-        return cls(
-            number=item.number,
-            when=item.when,
-            status=item.status,
-            head=item.head,
-            commits=list(item.commits),
-            diff_sha256=item.diff_sha256,
-        )
-
-
-class LockedPatch(_Section):
-    """One patch of ``source.patches``: its file, range, status and the bytes' sha256."""
-
-    file: str
-    when: str | None = None
-    status: Written[ItemStatus] = None
-    sha256: Sha256 | None = None
-
-    @classmethod
-    def from_result(cls, item: ItemResult) -> LockedPatch:
-        if item.kind != "patch" or item.file is None:
-            raise TypeError(f"{item.id} is not a patch")
-        return cls(file=item.file, when=item.when, status=item.status, sha256=item.sha256)
-
-
-class LockedStep(_Section):
-    """One source step of ``source.steps``: which edit on which file, its range and status,
-    and the version of the step's code that made it (``source.gencodes.VERSION``)."""
-
-    step: str
-    file: str
-    when: str | None = None
-    status: Written[ItemStatus] = None
-    version: int | None = None
-
-    @classmethod
-    def from_result(cls, item: ItemResult) -> LockedStep:
-        if item.kind != "step" or item.step is None or item.file is None:
-            raise TypeError(f"{item.id} is not a source step")
-        return cls(
-            step=item.step,
-            file=item.file,
-            when=item.when,
-            status=item.status,
-            version=item.step_version,
-        )
-
-
-class SourceSection(_Section):
-    engine: Written[str] = None
-    repo: Written[str] = None
-    ref: Written[str] = None
-    commit: Written[Sha] = None
-    version: Written[str] = None
-    spec_digest: Written[Digest] = None
-    tree: Written[Sha] = None
-    prs: list[LockedPR] = []
-    patches: list[LockedPatch] = []
-    steps: list[LockedStep] = []
-
-    @classmethod
-    def from_prepared(cls, prepared: PreparedSource) -> SourceSection:
-        build = prepared.build
-        steps = [LockedStep.from_result(item) for item in prepared.items if item.kind == "step"]
-        return cls(
-            engine=build.engine,
-            repo=strip_userinfo(build.spec_repo),  # a token never reaches the lock
-            ref=build.ref,
-            commit=prepared.base_commit,
-            version=str(build.version),
-            spec_digest=build.spec_digest(),
-            tree=prepared.tree,
-            prs=[LockedPR.from_result(item) for item in prepared.items if item.kind == "pr"],
-            patches=[
-                LockedPatch.from_result(item) for item in prepared.items if item.kind == "patch"
-            ],
-            # Only when the build has steps, so older entries keep their shape.
-            **({"steps": steps} if steps else {}),
-        )
-
-    def pr_heads(self) -> dict[int, str]:
-        return {pr.number: pr.head for pr in self.prs if pr.head}
-
-
-# --- image: what `build` built -------------------------------------------------------------
-
-
-class ImageSection(_Section):
-    mode: str | None = None
-    base_image: str | None = None
-    base_digest: str | None = None
-    platform: str | None = None
-    tree: Sha | None = None
-    inputs_digest: str | None = None
-    image_id: Annotated[ImageId | None, _Written(_IMAGE_DIGEST)] = None
-    repo_digest: str | None = None
-    tags: list[str] = []
-    cuda_code: dict[str, Any] | None = None  # source mode: what the built cubins target
-
-
-class LockedWheel(_Section):
-    """One wheel an image installs (``requirements:``)."""
-
-    requirement: str
-    name: str
-    version: str
-    filename: WheelFile
-    sha256: Sha256
-
-
-# --- verdicts: preflight, smoke, bench, keyed by what they were run on ---------------------
-
-
-class ProfileVerdict(_Section):
-    """One profile's preflight verdict (its own checks and the build-wide ones)."""
-
-    verdict: Status | None = None
-    checks: dict[str, Status] = {}
-
-
-class PreflightRun(_Section):
-    """``preflight.<tree>+<deps>``: one run's verdicts (per profile), not their details."""
-
-    where: str | None = None  # venv, image or python
-    image_id: str | None = None  # written for a run inside an image only
-    tree: str | None = None
-    deps_digest: str | None = None
-    versions: dict[str, str] = {}
-    checks: dict[str, Status] = {}
-    profiles: dict[str, ProfileVerdict] = {}
-
-    @classmethod
-    def from_report(cls, report: PreflightReport) -> PreflightRun:
-        run = cls(
-            where=report.where,
-            tree=report.tree,
-            deps_digest=report.deps_digest,
-            versions={name: str(v) for name, v in report.versions.items() if v},
-            checks={c.name: c.status for c in report.package_checks},
-            profiles={
-                p.profile: ProfileVerdict(
-                    verdict=report.verdict_for(p), checks={c.name: c.status for c in p.checks}
-                )
-                for p in report.profiles
-            },
-        )
-        if report.image_id:
-            run.image_id = report.image_id
-        return run
-
-
-class Topology(_Section):
-    """How a run was spread: nodes and the tensor, expert and pipeline parallel sizes."""
-
-    nodes: int
-    tp: int
-    ep: int = 1
-    pp: int = 1
-
-    @classmethod
-    def of(cls, parallel: Any) -> Topology:
-        return cls(nodes=parallel.nodes, tp=parallel.tp, ep=parallel.ep, pp=parallel.pp)
-
-
-class NodeRecord(_Section):
-    """One node of a cluster run: the image id its rank's container ran."""
-
-    name: str
-    endpoint: str | None = None
-    rank: int | None = None
-    image_id: str | None = None
-
-
-class SmokeRecord(_Section):
-    """``smoke.<image_id>.<profile>``: one smoke verdict and how it was obtained. A cluster
-    run adds its topology, launcher and every node's image id; it is verified only when
-    every node ran the pinned id."""
-
-    verdict: Verdict | None = None
-    checks: dict[str, Status] = {}
-    accept_len: Number | None = None
-    boot_seconds: Number | None = None
-    engine: str | None = None
-    engine_version: str | None = None
-    nan_signal: str | None = None  # which NaN detection was active
-    target: str | None = None  # KIND:WHAT (image, command or URL)
-    verified: bool | None = None  # only an image run shows what ran; publish counts only these
-    image_id: str | None = None  # the id the container ran (null when nothing proves it)
-    cluster: str | None = None  # the cluster file's name
-    topology: Topology | None = None
-    launcher: str | None = None  # the engine's multi-node runtime: mp, ray, native, lws
-    nodes: list[NodeRecord] = []
-
-    @classmethod
-    def from_result(cls, result: SmokeResult) -> SmokeRecord:
-        record = cls._of(result)
-        if result.cluster is not None:
-            run = result.cluster
-            record.cluster = run.name
-            record.topology = Topology.of(run.topology)
-            record.launcher = run.launcher
-            record.nodes = [
-                NodeRecord(name=n.node, endpoint=n.endpoint, rank=n.rank, image_id=n.ran_image_id)
-                for n in run.nodes
-            ]
-        return record
-
-    @property
-    def target_kind(self) -> str:
-        """What ran: image, cluster, command or url (``target`` is ``KIND:WHAT``)."""
-        return (self.target or "").partition(":")[0] or "unknown"
-
-    def image_verified(self, image_id: str) -> bool:
-        """A verdict about ``image_id`` as it ran: marked verified, of that id, and from a
-        run of the image itself (an image or cluster target). A --url or --command run
-        shows nothing of what ran, whatever its record says."""
-        kinds = ("image", "cluster")
-        return self.verified is True and self.image_id == image_id and self.target_kind in kinds
-
-    def every_node_ran(self, image_id: str) -> bool:
-        """A cluster record whose every node ran ``image_id`` (False for one box)."""
-        return bool(self.nodes) and all(node.image_id == image_id for node in self.nodes)
-
-    @classmethod
-    def _of(cls, result: SmokeResult) -> SmokeRecord:
-        return cls(
-            verdict=result.verdict,
-            checks={check.name: check.status for check in result.checks},
-            accept_len=result.accept_len,
-            boot_seconds=result.boot_seconds,
-            engine=result.engine,
-            engine_version=result.engine_version,
-            nan_signal=result.nan_signal,
-            target=redact(f"{result.target_kind}:{result.target}"),
-            verified=result.verified,
-            image_id=result.image_id if result.verified else None,
-        )
-
-
-class BenchCell(_Section):
-    """One cell of a sweep: its shape, and the medians over its runs."""
-
-    pp: int | None = None
-    tg: int | None = None
-    depth: int | None = None
-    concurrency: int | None = None
-    ttft_s: Number | None = None
-    prefill_tps: Number | None = None
-    decode_tps_request: Number | None = None
-    decode_tps_aggregate: Number | None = None
-    decode_tps_engine: Number | None = None
-    burst_runs: int | None = None
-    accept_len: Number | None = None
-    errors: int | None = None
-
-    @classmethod
-    def from_result(cls, cell: CellResult) -> BenchCell:
-        return cls(
-            pp=cell.pp,
-            tg=cell.tg,
-            depth=cell.depth,
-            concurrency=cell.concurrency,
-            ttft_s=cell.ttft_s.median,
-            prefill_tps=cell.prefill_tps.median,
-            decode_tps_request=cell.decode_tps_request.median,
-            decode_tps_aggregate=cell.decode_tps_aggregate.median,
-            decode_tps_engine=cell.decode_tps_engine.median,
-            burst_runs=cell.burst_runs,
-            accept_len=cell.accept_len,
-            errors=cell.errors,
-        )
-
-
-class BenchRecord(_Section):
-    """``bench.<image_id>.<profile>``: what the lock keeps of a benchmark run, enough to see
-    a regression (the report file has the rest)."""
-
-    label: str | None = None
-    created: str | None = None
-    harness: str | None = None  # the harness's version
-    seed: int | None = None
-    runs: int | None = None
-    engine_args: list[str] = []
-    host: str | None = None
-    cells: list[BenchCell] = []
-    topology: Topology | None = None  # how the engine was spread (the profile's parallel:)
-    nodes: list[NodeRecord] = []  # a cluster run: every node's image id
-
-    @classmethod
-    def from_report(cls, report: BenchReport) -> BenchRecord:
-        record = cls._of(report)
-        if report.topology is not None:
-            record.topology = Topology.of(report.topology)
-        if report.target.nodes:
-            record.nodes = [
-                NodeRecord(name=n.name, endpoint=n.endpoint, rank=n.rank, image_id=n.image_id)
-                for n in report.target.nodes
-            ]
-        return record
-
-    @classmethod
-    def _of(cls, report: BenchReport) -> BenchRecord:
-        return cls(
-            created=report.created,
-            label=redact(report.label),
-            harness=report.harness.version,
-            seed=report.sweep.seed,
-            runs=report.sweep.runs,
-            engine_args=list(report.engine.args),
-            host=report.host.summary,
-            cells=[BenchCell.from_result(cell) for cell in report.cells],
-        )
-
-
-# --- publish: where the image went -------------------------------------------------------
-
-
-class SignedRecord(_Section):
-    """What publish signed and attached for one digest: the signature manifest, each
-    attestation's referrer manifest, and the SBOM's size (see docs/verify.md)."""
-
-    key: str | None = None  # the public key's fingerprint (sha256 of its DER), or "keyless"
-    signature: Digest | None = None  # the sha256-<hex>.sig manifest
-    attestations: dict[str, Digest] = {}  # sbom, provenance, verdicts -> referrer manifest
-    referrers: Literal["api", "tag"] | None = None  # the registry's API, or the fallback tag
-    sbom_packages: int | None = None
-
-
-class Publication(_Section):
-    """One digest in a repository's ``history``."""
-
-    digest: Digest | None = None
-    image_id: ImageId | None = None
-    tag: Tag | None = None
-    verified: bool | None = None
-    # profile -> the verdict publish counted: pass, fail, missing or "unverified pass (TARGET)"
-    smoke: dict[str, str] = {}
-    rolled_back: bool | None = None
-    signed: SignedRecord | None = None
-
-
-class PublishRecord(_Section):
-    """``publish.<repository>``: what the repository's tags point at now, and before."""
-
-    tag: Tag | None = None
-    digest: Digest | None = None
-    image_id: ImageId | None = None
-    verified: bool | None = None
-    aliases: list[Tag] = []
-    history: list[Publication] = []
-    signed: SignedRecord | None = None
-
-    @classmethod
-    def after_push(
-        cls, before: PublishRecord | None, publication: Publication, aliases: Sequence[str]
-    ) -> PublishRecord:
-        """The record once ``publication`` is pushed and ``aliases`` point at it: its digest
-        moves to the end of the history (once)."""
-        earlier = before.published() if before else []
-        record = cls(
-            tag=publication.tag,
-            digest=publication.digest,
-            image_id=publication.image_id,
-            verified=publication.verified,
-            aliases=list(aliases),
-            history=[*(h for h in earlier if h.digest != publication.digest), publication],
-        )
-        if publication.signed is not None:  # an unsigned publication keeps its old shape
-            record.signed = publication.signed
-        return record
-
-    def published(self) -> list[Publication]:
-        return [h for h in self.history if h.digest]
-
-
-class BuildEntry(_Section):
-    source: SourceSection | None = None
-    image: ImageSection | None = None
-    requirements: list[LockedWheel] | None = None
-    preflight: dict[str, PreflightRun] | None = None
-    smoke: dict[str, dict[str, SmokeRecord]] | None = None
-    bench: dict[str, dict[str, BenchRecord]] | None = None
-    publish: dict[Repository, PublishRecord] | None = None
-
-
-# A section a command replaces whole (the keyed verdict sections are changed record by record).
-Section = SourceSection | ImageSection | list[LockedWheel]
-
-
-class LockFile(_Section):
-    # The one open mapping: a top-level key other than `schema` and `builds` still loads, as
-    # it always has, so every command keeps working and `lock --check` names the key. No
-    # sparkbuild ever wrote one, nor a key the section models above lack (see each writer's
-    # history), so they are closed.
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    schema_: int = Field(default=SCHEMA, alias="schema")
-    builds: dict[BuildName, BuildEntry] = {}
-
-    def entry(self, build: str) -> BuildEntry | None:
-        return self.builds.get(build)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "schema": SCHEMA, "builds": {
-            name: entry.to_json() for name, entry in self.builds.items()
-        }}  # fmt: skip
-
-
-def empty() -> LockFile:
-    return LockFile()
-
 
 # --- reading -------------------------------------------------------------------------------
 
@@ -600,43 +142,6 @@ def read_entry(path: Path, build: str) -> BuildEntry:
     return load(path).entry(build) or BuildEntry()
 
 
-def _written(model: BaseModel) -> Iterator[tuple[str, _Written]]:
-    for name, info in type(model).model_fields.items():  # in declaration order: a stable report
-        yield from ((name, mark) for mark in info.metadata if isinstance(mark, _Written))
-
-
-def _missing(model: BaseModel, loc: tuple[str | int, ...]) -> Iterator[str]:
-    """What a lock sparkbuild wrote would have, and ``model`` (at ``loc``) lacks."""
-    for name, written in _written(model):
-        where = ".".join(str(p) for p in (*loc, name))
-        value = getattr(model, name)
-        if name not in model.model_fields_set:
-            yield f"`{where}`: Field required"
-        elif value is None:
-            yield f"`{where}`: Input should be a valid string"
-        elif written.pattern and not re.match(written.pattern, str(value)):
-            yield f"`{where}`: String should match pattern '{written.pattern}'"
-    for name in type(model).model_fields:
-        if name in model.model_fields_set:
-            yield from _missing_in(getattr(model, name), (*loc, _alias(model, name)))
-
-
-def _missing_in(value: Any, loc: tuple[str | int, ...]) -> Iterator[str]:
-    if isinstance(value, BaseModel):
-        yield from _missing(value, loc)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _missing_in(item, (*loc, index))
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _missing_in(item, (*loc, key))
-
-
-def _alias(model: BaseModel, name: str) -> str:
-    info = type(model).model_fields.get(name)
-    return (info.alias if info else None) or name
-
-
 def schema_problems(path: Path) -> list[str]:
     """What is wrong with the lock at ``path`` (empty when it is a complete, valid lock)."""
     return check(path)[1]
@@ -661,7 +166,7 @@ def check(path: Path) -> tuple[LockFile | None, list[str]]:
                 ("schema", "builds")]  # fmt: skip
     if "builds" not in data:
         problems.append("`builds`: Field required")
-    problems += _missing_in(lock.builds, ("builds",))
+    problems += missing_fields(lock.builds, ("builds",))
     return lock, [f"{path.name}: {problem}" for problem in problems]
 
 
@@ -913,3 +418,57 @@ def record_for_image(
     handle.change(build, change)
     handle.write()
     return image_id
+
+
+__all__ = [
+    "HEADER",
+    "SCHEMA",
+    "WHEEL_FILENAME",
+    "BenchCell",
+    "BenchRecord",
+    "BuildEntry",
+    "BuildName",
+    "Change",
+    "Digest",
+    "ImageId",
+    "ImageSection",
+    "LockFile",
+    "LockHandle",
+    "LockedPR",
+    "LockedPatch",
+    "LockedStep",
+    "LockedWheel",
+    "NodeRecord",
+    "Number",
+    "PreflightRun",
+    "ProfileVerdict",
+    "Publication",
+    "PublishRecord",
+    "Purpose",
+    "Repository",
+    "Section",
+    "Sha",
+    "Sha256",
+    "SignedRecord",
+    "SmokeRecord",
+    "SourceSection",
+    "Tag",
+    "Topology",
+    "WheelFile",
+    "Written",
+    "check",
+    "check_pinned_image",
+    "dumps",
+    "empty",
+    "load",
+    "load_with_tree",
+    "missing_fields",
+    "pinned_image",
+    "pinned_image_id",
+    "read_entry",
+    "record_for_image",
+    "schema_problems",
+    "set_section",
+    "update_entry",
+    "write_atomic",
+]

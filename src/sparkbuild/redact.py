@@ -181,9 +181,9 @@ class Redactor:
         return _shapes(_mask_forms(text, self._forms | _run_secrets()))
 
     def error(self, exc: SparkbuildError) -> SparkbuildError:
-        """A copy of ``exc`` (same class) with message and hint redacted."""
-        clean = type(exc)(self(exc.message), self(exc.hint) if exc.hint else None)
-        return clean
+        """A copy of ``exc`` (same class, same fields) with its message, hint and the text in
+        its fields redacted."""
+        return exc.rewritten(self)
 
     @contextmanager
     def guard(self, what: str) -> Iterator[None]:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from sparkbuild import lockfile
 from sparkbuild.checks import CheckResult
 from sparkbuild.settings import Settings
-from sparkbuild.smoke import report
+from sparkbuild.smoke import record
 from sparkbuild.smoke.runner import SmokeResult
 from sparkbuild.spec import load_builds
 from tests.support.cli import CliResult, run_cli
@@ -106,7 +106,7 @@ def record_smoke(lock_path: Path, build: str, profile: str, verdict: str = "pass
         accept_len=2.0,
         checks=[CheckResult("boot", status, "recorded by the publish tests", value=1.0)],
     )
-    return report.record(lock_path, build, result)
+    return record.record(lock_path, build, result)
 
 
 def run_publish_cli(

@@ -14,7 +14,7 @@ How each part is made, and why:
   URL run whose address carries a token (recorded unverified), instead of booting vLLM.
 - **bench**: a ``BenchReport`` recorded by bench's own recorder, and its JSON written where
   ``--bench-runs`` reads it.
-- **publish**: ``PublishRecord.after_push`` applied under the lock handle as the publish
+- **publish**: ``publish.record.after_push`` applied under the lock handle as the publish
   stage applies it (pushing needs an image and a registry).
 
 Engine strings and labels carry markup, as a hostile engine or spec could send.
@@ -43,7 +43,8 @@ from sparkbuild.bench.results import (
 )
 from sparkbuild.bench.sweep import Sweep
 from sparkbuild.checks import CheckResult
-from sparkbuild.smoke import report as smoke_report
+from sparkbuild.publish.record import after_push
+from sparkbuild.smoke import record as smoke_lock
 from sparkbuild.smoke.runner import SmokeResult
 from tests.support.cli import CliResult, run_cli
 from tests.support.gitrepos import Upstream, git, make_patch
@@ -176,13 +177,13 @@ def _smoke(project: ReportProject, build: str, image_id: str) -> None:
         target=f"sparkbuild/{build}", boot_seconds=31.0, accept_len=ACCEPT_LEN, checks=checks,
         image_id=image_id, engine_version=HOSTILE_ENGINE, nan_signal="VLLM_COMPUTE_NANS_IN_LOGITS",
     )  # fmt: skip
-    smoke_report.record(project.lock_path, build, verified)
+    smoke_lock.record(project.lock_path, build, verified)
     by_url = SmokeResult(
         verdict="pass", profile="cpu-url", engine="vllm", model="tiny-llama", target_kind="url",
         target=f"https://user:{SECRET}@engine.example:8000", boot_seconds=None, accept_len=2.0,
         checks=checks[1:], engine_version="0.32.0",
     )  # fmt: skip
-    smoke_report.record(project.lock_path, build, by_url)
+    smoke_lock.record(project.lock_path, build, by_url)
 
 
 def bench_run(image_id: str) -> BenchReport:
@@ -248,7 +249,7 @@ def _publish(project: ReportProject, build: str, image_id: str, digest: str) -> 
     def change(entry: lockfile.BuildEntry) -> None:
         records = entry.publish or {}
         before = records.get(REPOSITORY)
-        record = lockfile.PublishRecord.after_push(before, publication, ["latest"])
+        record = after_push(before, publication, ["latest"])
         entry.publish = {**records, REPOSITORY: record}
 
     assert entry.image is not None and entry.image.image_id == image_id

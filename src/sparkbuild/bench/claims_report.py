@@ -14,7 +14,7 @@ Its cell is found by pp, tg and depth (unpublished dimensions match anything); t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
 from sparkbuild.console import show_table
 from sparkbuild.errors import OutputError, UsageError
+from sparkbuild.jsontext import Fields
 from sparkbuild.redact import write_redacted
 
 Status = Literal["compared", "not comparable", "not reproduced"]
@@ -83,7 +84,7 @@ class ClaimsComparison:
                     "complete": r.complete},
             "rows": [row.to_json() for row in self.rows],
             "differences": {
-                name: [asdict(d) for d in found] for name, found in self.differences.items()
+                name: [d.to_json() for d in found] for name, found in self.differences.items()
             },
             "other_claims": self.other_claims,
         }  # fmt: skip
@@ -261,7 +262,7 @@ def _same_value(a: str | None, b: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class Difference:
+class Difference(Fields):
     """One setting in which a run differs from a claim's setup."""
 
     setting: str

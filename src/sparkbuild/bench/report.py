@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import fileio, jsontext, lockfile
+from sparkbuild.bench.record import bench_record
 from sparkbuild.bench.results import SCHEMA_VERSION, BenchReport, CellResult, HostInfo, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.console import show_table
@@ -509,6 +510,6 @@ def markdown_compare(
 def record(lock_path: Path, build: str, report: BenchReport) -> str:
     """Store the summary under ``builds.<build>.bench.<image_id>.<profile>``."""
     return lockfile.record_for_image(
-        lock_path, build, report.profile or report.label, lockfile.BenchRecord.from_report(report),
+        lock_path, build, report.profile or report.label, bench_record(report),
         tested_id=report.target.image_id, activity="benchmark",
     )  # fmt: skip

@@ -50,16 +50,16 @@ class ServedEngine:
             response.raise_for_status()
             first = first_model(jsontext.loads(response.content))
         except httpx.HTTPError as exc:
-            raise EngineHTTPError(where, None, str(exc)) from exc
+            raise EngineHTTPError.answered(where, None, str(exc)) from exc
         except ValueError as exc:  # not JSON, or JSON of the wrong shape
-            raise EngineHTTPError(where, 200, f"malformed response: {exc}") from exc
+            raise EngineHTTPError.answered(where, 200, f"malformed response: {exc}") from exc
         self.served_model = str(first["id"])
         length = first.get("max_model_len")
         if length is not None:
             try:
                 self.max_model_len = whole_number(length, "max_model_len", MAX_MODEL_LEN) or None
             except ValueError as exc:
-                raise EngineHTTPError(where, 200, f"malformed response: {exc}") from exc
+                raise EngineHTTPError.answered(where, 200, f"malformed response: {exc}") from exc
         self.version = await self._version()
         probe_count = await self._tokenize("Note:")
         if probe_count is None:
@@ -98,7 +98,7 @@ class ServedEngine:
             if "count" in data and not isinstance(data["count"], bool | str):
                 return whole_number(data["count"], "count")
         except ValueError as exc:
-            raise EngineHTTPError(
+            raise EngineHTTPError.answered(
                 self._where("POST", "/tokenize"), 200, f"malformed response: {exc}"
             ) from exc
         tokens = data.get("tokens") or data.get("input_ids")

@@ -21,66 +21,23 @@ Deciding writes nothing: a variant's bytes and a report's text go into
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import Version
 
 from sparkbuild import git, source
 from sparkbuild.bump.carry import carry_forward
+from sparkbuild.bump.items import BumpContext, Decision
 from sparkbuild.bump.report import write_report
 from sparkbuild.bump.write import carried_header, moved_paths, variant_path
 from sparkbuild.errors import AnchorDriftError, UsageError
-from sparkbuild.settings import Settings
-from sparkbuild.source.mirror import Mirror
 from sparkbuild.source.patching import ScratchIndex
 from sparkbuild.source.steps import prune
 
-Action = Literal[
-    "keep", "upstream", "follow-range", "out-of-range", "regenerated", "conflict", "missing"
-]
-CARRIED: frozenset[str] = frozenset({"keep", "regenerated", "conflict", "missing"})
 _MAX_TAGS_SEARCHED = 30
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What bump does with one PR, patch or source step of the ``--from`` build."""
-
-    kind: Literal["pr", "patch", "step"]
-    id: str
-    scope: Literal["spec", "build"]  # a file-level item or one of the build's own
-    index: int  # position in that scope's `prs` or `patches` list
-    status_from: str
-    status_to: str
-    action: Action
-    detail: str
-    when: str | None = None
-    new_when: str | None = None  # the existing entry's `when` after the bump, if changed
-    variant_file: str | None = None
-    variant_when: str | None = None
-    strategy: str | None = None
-    report_file: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
-
-
-@dataclass
-class BumpContext:
-    """The two prepared releases and what the decisions have produced so far."""
-
-    settings: Settings
-    mirror: Mirror
-    from_prepared: source.PreparedSource
-    to_prepared: source.PreparedSource
-    tags: dict[Version, str]
-    tag: str
-    to: Version
-    new_build: str
-    files: dict[str, bytes] = field(default_factory=dict)
 
 
 # -- when ranges -------------------------------------------------------------------------

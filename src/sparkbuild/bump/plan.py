@@ -12,86 +12,24 @@ planned build is checked by running the source stage on a scratch copy of the pr
 
 from __future__ import annotations
 
-import difflib
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild import git, source, validate
 from sparkbuild.bump import specedit
-from sparkbuild.bump.decide import BumpContext, Decision, decide
+from sparkbuild.bump.decide import decide
+from sparkbuild.bump.items import BumpContext, BumpPlan
 from sparkbuild.bump.write import edit_spec, swap_version
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build, ImageConfig, lapsed_note, load_builds
-
-
-@dataclass
-class BumpPlan:
-    engine: str
-    from_build: Build
-    to_version: Version
-    tag: str
-    new_build: str
-    decisions: list[Decision]
-    spec_file: Path
-    spec_before: str
-    spec_after: str
-    files: dict[str, bytes] = field(default_factory=dict)  # project-relative path -> bytes
-    notes: list[str] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)  # newer builds this bump breaks
-    verified: source.PreparedSource | None = None
-    unloadable: str | None = None  # why the planned spec does not load, if it does not
-
-    @property
-    def ready(self) -> bool:
-        planned_ok = not any(d.action in ("conflict", "missing") for d in self.decisions)
-        return (
-            planned_ok and not self.regressions and self.verified is not None and self.verified.ok
-        )
-
-    def spec_diff(self) -> str:
-        name = str(self.spec_file.name)
-        lines = difflib.unified_diff(
-            self.spec_before.splitlines(keepends=True),
-            self.spec_after.splitlines(keepends=True),
-            f"a/builds/{name}",
-            f"b/builds/{name}",
-        )
-        return "".join(lines)
-
-    def counts(self) -> dict[str, int]:
-        counted: dict[str, int] = {}
-        for decision in self.decisions:
-            counted[decision.action] = counted.get(decision.action, 0) + 1
-        return counted
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "from": self.from_build.name,
-            "from_version": str(self.from_build.version),
-            "to": str(self.to_version),
-            "ref": self.tag,
-            "build": self.new_build,
-            "ready": self.ready,
-            "regressions": list(self.regressions),
-            "counts": self.counts(),
-            "items": [d.to_json() for d in self.decisions],
-            "notes": list(self.notes),
-            "spec_file": str(self.spec_file),
-            "spec_diff": self.spec_diff(),
-            "files": {path: data.decode(errors="replace") for path, data in self.files.items()},
-            "verified": self.verified.to_json() if self.verified else None,
-        }
-
 
 # -- inputs ------------------------------------------------------------------------------
 
@@ -254,9 +192,7 @@ def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | No
         files=ctx.files,
         notes=[name_note] if name_note else [],
     )
-    plan.verified = _verify(settings, plan)
-    _note_verification(plan)
-    return plan
+    return _verified(settings, plan)
 
 
 def _new_build(old: Build, name: str, tag: str, to: Version) -> Build:
@@ -276,8 +212,9 @@ def _new_build(old: Build, name: str, tag: str, to: Version) -> Build:
 # -- checking the plan -------------------------------------------------------------------
 
 
-def _verify(settings: Settings, plan: BumpPlan) -> source.PreparedSource | None:
-    """The source stage on a scratch copy of the project with the planned spec and files."""
+def _verified(settings: Settings, plan: BumpPlan) -> BumpPlan:
+    """``plan`` with what the source stage says of it, run on a scratch copy of the project
+    with the planned spec and files."""
     with tempfile.TemporaryDirectory(prefix="sparkbuild-bump-") as tmp:
         scratch = Path(tmp)
         for folder in ("builds", "patches"):
@@ -292,17 +229,27 @@ def _verify(settings: Settings, plan: BumpPlan) -> source.PreparedSource | None:
         try:
             planned = load_builds(check)
         except SparkbuildError as exc:
-            plan.unloadable = exc.message
-            plan.notes.append(f"the planned spec does not load: {exc.message}")
-            return None
-        _check_newer_builds(settings, plan, planned, check)
-        return source.prepare_source(planned[plan.new_build], check)
+            note = f"the planned spec does not load: {exc.message}"
+            return replace(plan, unloadable=exc.message, notes=[*plan.notes, note])
+        regressions = _broken_newer_builds(settings, plan, planned, check)
+        verified = source.prepare_source(planned[plan.new_build], check)
+    notes = [
+        *plan.notes,
+        *(
+            f"{name} (newer than {plan.to_version}) would no longer settle with these `when` "
+            "edits; bump from it instead, or edit the ranges by hand"
+            for name in regressions
+        ),
+        *_verification_notes(plan, verified),
+    ]
+    return replace(plan, verified=verified, regressions=regressions, notes=notes)
 
 
-def _check_newer_builds(
+def _broken_newer_builds(
     settings: Settings, plan: BumpPlan, planned: dict[str, Build], check: Settings
-) -> None:
+) -> list[str]:
     """File-level `when` edits reach builds newer than --to too: none may break."""
+    broken = []
     for build in planned.values():
         if build.engine != plan.engine or build.version <= plan.to_version:
             continue
@@ -310,20 +257,18 @@ def _check_newer_builds(
             continue
         current = load_builds(settings).get(build.name)
         if current is not None and source.prepare_source(current, settings).ok:
-            plan.regressions.append(build.name)
-            plan.notes.append(
-                f"{build.name} (newer than {plan.to_version}) would no longer settle with "
-                "these `when` edits; bump from it instead, or edit the ranges by hand"
-            )
+            broken.append(build.name)
+    return broken
 
 
-def _note_verification(plan: BumpPlan) -> None:
-    if plan.verified is None:
-        return
-    for item in plan.verified.items:
-        if item.status in source.FAILING:
-            plan.notes.append(f"{plan.new_build}: {item.id} is {item.status}: {item.detail}")
+def _verification_notes(plan: BumpPlan, verified: source.PreparedSource) -> list[str]:
+    notes = [
+        f"{plan.new_build}: {item.id} is {item.status}: {item.detail}"
+        for item in verified.items
+        if item.status in source.FAILING
+    ]
     pinned_before = {r.name for r in plan.from_build.active_requirements()}
-    for name in plan.verified.build.lapsed_requirements():
+    for name in verified.build.lapsed_requirements():
         if name in pinned_before:  # pinned for --from, for nothing from --to on
-            plan.notes.append(lapsed_note(plan.verified.build, name))
+            notes.append(lapsed_note(verified.build, name))
+    return notes

@@ -16,7 +16,7 @@ from sparkbuild.bump.carry import Carried
 from sparkbuild.bump.write import VERSION_SUFFIX, variant_path
 
 if TYPE_CHECKING:
-    from sparkbuild.bump.decide import BumpContext
+    from sparkbuild.bump.items import BumpContext
 
 
 def write_report(

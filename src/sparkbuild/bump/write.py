@@ -21,8 +21,7 @@ from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, version_from_ref
 
 if TYPE_CHECKING:
-    from sparkbuild.bump.decide import BumpContext, Decision
-    from sparkbuild.bump.plan import BumpPlan
+    from sparkbuild.bump.items import BumpContext, BumpPlan, Decision
 
 
 def swap_version(value: str | None, old: Version, new: Version) -> str | None:

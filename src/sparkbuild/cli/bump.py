@@ -7,7 +7,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import console, lockfile, source
-from sparkbuild.bump.plan import BumpPlan, pick_from, plan_bump, release_tags
+from sparkbuild.bump.items import BumpPlan
+from sparkbuild.bump.plan import pick_from, plan_bump, release_tags
 from sparkbuild.bump.write import fresh_builds, write_plan
 from sparkbuild.cli import emit_json, options
 from sparkbuild.console import Breakable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from sparkbuild.engines.targets import Target, image_labels, local_image_id, sto
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import LocalImageError, UsageError, VerdictFailedError
 from sparkbuild.settings import Settings
+from sparkbuild.smoke import record as smoke_record
 from sparkbuild.smoke import report
 from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
 
@@ -84,7 +86,7 @@ def smoke(
     name, profile, adapter, target, prep = _prepare(settings, launch, outputs, engine_version)
     with stop_on_signals(), console.activity(f"smoke {name}: starting {target.kind}") as now:
         result = run_smoke(target, adapter, profile, name, progress=now.stage, waiting=now.detail)
-    result.before_boot = prep.to_json()
+    result = dataclasses.replace(result, before_boot=prep.to_json())
     _report(settings, result, name, outputs)
 
 
@@ -140,7 +142,7 @@ def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOu
     """Record, write and show the verdict; a failed verdict ends in an error (exit 1)."""
     json_path, record_build = outputs.json_path, outputs.record_build
     if record_build:  # first: the verdict is what the run was for; outputs come after
-        image_id = report.record(settings.lock_file, record_build, result)
+        image_id = smoke_record.record(settings.lock_file, record_build, result)
         console.info(f"recorded {result.verdict} for {record_build} ({image_id[:19]}) / {name}")
         if not result.verified and result.target_kind == "cluster":
             console.warn(

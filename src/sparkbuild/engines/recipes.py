@@ -53,6 +53,7 @@ from sparkbuild.engines.recipe_source import (
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, value_text
 from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
+from sparkbuild.jsontext import Fields
 from sparkbuild.redact import strip_userinfo
 from sparkbuild.templates import expand
 from sparkbuild.yamlfile import dump_yaml
@@ -113,15 +114,12 @@ class RecipeFile(BaseModel):
 
 
 @dataclass(frozen=True)
-class CarryNote:
+class CarryNote(Fields):
     """One item of a recipe and what became of it in the profile."""
 
     item: str
     status: Status
     detail: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"item": self.item, "status": self.status, "detail": self.detail}
 
 
 @dataclass(frozen=True)

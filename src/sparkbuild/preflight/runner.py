@@ -31,27 +31,40 @@ class ProbeTarget(Protocol):
     def run(self, plan: dict[str, Any]) -> dict[str, Any]: ...
 
 
-# The probe's stand-ins for kernel binaries, shipped beside it under this name.
-NATIVE_MODULE = "sparkbuild_native.py"
+# The probe's stand-ins for kernel binaries (the package preflight/native), shipped beside it
+# under this name.
+NATIVE_PACKAGE = "sparkbuild_native"
 
 
 def probe_source() -> str:
     return resources.files("sparkbuild").joinpath(PROBE).read_text(encoding="utf-8")
 
 
-def _native_source() -> str:
-    return resources.files("sparkbuild.preflight").joinpath("native.py").read_text("utf-8")
+def _native_sources() -> dict[str, str]:
+    """The stand-in package's modules by file name, in a stable order."""
+    package = resources.files("sparkbuild.preflight.native")
+    files = sorted((f for f in package.iterdir() if f.name.endswith(".py")), key=lambda f: f.name)
+    return {f.name: f.read_text(encoding="utf-8") for f in files}
 
 
 def probe_digest() -> str:
-    """The probe's code (with its stand-in module): cached results depend on it."""
-    text = probe_source() + "\0" + _native_source()
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The probe's code (with its stand-in package): cached results depend on it."""
+    parts = [probe_source(), *(f"{name}\0{text}" for name, text in _native_sources().items())]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def write_native(directory: Path, name: str = NATIVE_PACKAGE) -> Path:
+    """The stand-in package as ``directory/name``, importable as ``name`` from there."""
+    package = directory / name
+    package.mkdir()
+    for file, text in _native_sources().items():
+        (package / file).write_text(text, encoding="utf-8")
+    return package
 
 
 def write_probe(directory: Path) -> Path:
-    """The probe and its stand-in module in ``directory``; returns the probe's path."""
-    (directory / NATIVE_MODULE).write_text(_native_source(), encoding="utf-8")
+    """The probe and its stand-in package in ``directory``; returns the probe's path."""
+    write_native(directory)
     probe = directory / "probe.py"
     probe.write_text(probe_source(), encoding="utf-8")
     return probe
@@ -151,5 +164,6 @@ __all__ = [
     "parse_output",
     "probe_digest",
     "probe_source",
+    "write_native",
     "write_probe",
 ]

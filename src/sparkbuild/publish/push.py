@@ -20,6 +20,7 @@ from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.gate import cluster_profiles, smoke_gate, smoke_verdicts
+from sparkbuild.publish.record import after_push
 from sparkbuild.publish.signing import Signing, already_signed, sign_publication
 from sparkbuild.registry import manifests
 from sparkbuild.registry.client import Manifest, RegistryClient
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 SECTION = "publish"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PublishResult:
     build: str
     repository: str
@@ -213,7 +214,7 @@ def _write_publish(
             )
         records = entry.publish or {}
         before = records.get(destination.reference)
-        record = lockfile.PublishRecord.after_push(before, publication, destination.aliases)
+        record = after_push(before, publication, destination.aliases)
         entry.publish = {**records, destination.reference: record}
 
     lock.change(build.name, change)

@@ -3,13 +3,13 @@ PUT; no layer moves, the digest stays exact), walking the lock's publication his
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from sparkbuild import console, lockfile
 from sparkbuild.attest.keys import PUBLIC_KEY_ENV, PublicKey
 from sparkbuild.attest.verify import require_signature
 from sparkbuild.errors import LockError, RollbackError, SignatureError, UsageError
+from sparkbuild.jsontext import JSON, Fields
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.push import move_aliases
 from sparkbuild.registry.client import Registry, RegistryClient
@@ -18,22 +18,13 @@ from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 
 
-@dataclass
-class RollbackResult:
+@dataclass(frozen=True)
+class RollbackResult(Fields):
     build: str
     repository: str
-    from_digest: str
-    to_digest: str
+    from_digest: str = field(metadata={JSON: "from"})
+    to_digest: str = field(metadata={JSON: "to"})
     aliases: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "build": self.build,
-            "repository": self.repository,
-            "from": self.from_digest,
-            "to": self.to_digest,
-            "aliases": self.aliases,
-        }
 
 
 def published_repositories(entry: lockfile.BuildEntry | None) -> dict[str, lockfile.PublishRecord]:

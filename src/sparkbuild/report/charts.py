@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sparkbuild import lockfile
+from sparkbuild.bench.record import bench_cell
 from sparkbuild.bench.report import number
 from sparkbuild.bench.results import CellResult
 
@@ -67,7 +68,7 @@ class CellFigures:
     @classmethod
     def from_result(cls, cell: CellResult) -> CellFigures:
         """A bench run's cell, through the lock's shape of it (its medians)."""
-        figures = cls.from_lock(lockfile.BenchCell.from_result(cell))
+        figures = cls.from_lock(bench_cell(cell))
         assert figures is not None  # a run's cell always has its shape
         return figures
 

@@ -26,6 +26,7 @@ import jinja2
 
 from sparkbuild import fileio, lockfile
 from sparkbuild.errors import ReportError
+from sparkbuild.jsontext import Fields
 from sparkbuild.preflight.gate import preflight_verdicts
 from sparkbuild.publish.gate import smoke_verdicts
 from sparkbuild.report import dates, diff, render, runs, sides, view
@@ -47,13 +48,10 @@ class ReportOptions:
 
 
 @dataclass(frozen=True)
-class Page:
+class Page(Fields):
     kind: PageKind
     path: str  # relative to the report's directory
     build: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "build": self.build}
 
 
 @dataclass(frozen=True)

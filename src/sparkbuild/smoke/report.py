@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sparkbuild import lockfile
 from sparkbuild.console import show_table
 from sparkbuild.smoke.runner import SmokeResult
 
@@ -91,17 +89,3 @@ def _render_cluster(result: SmokeResult, console: Console) -> None:
                            style="dim"))  # fmt: skip
     if run.failed:
         console.print(Text(f"  {run.failed}", style="bold red"))
-
-
-def record(lock_path: Path, build: str, result: SmokeResult) -> str:
-    """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay.
-
-    An image run must have run the pinned image (else an error, nothing written); command
-    and URL runs are recorded under the pinned id with ``verified: false``, which publish
-    does not count.
-    """
-    tested_id = result.image_id if result.target_kind in ("image", "cluster") else None
-    return lockfile.record_for_image(
-        lock_path, build, result.profile, lockfile.SmokeRecord.from_result(result),
-        tested_id=tested_id, activity="smoke run",
-    )  # fmt: skip

@@ -22,7 +22,7 @@ from sparkbuild.smoke import checks
 EXCERPT_LINES = 40
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmokeResult:
     verdict: Verdict
     profile: str
@@ -191,11 +191,11 @@ def serve_prompts(
     for snapshot in (before, after):  # a garbled /metrics is a misbehaving engine
         if snapshot.malformed and not any(e.what.endswith("/metrics") for e in served.errors):
             what, _, detail = snapshot.problem.partition(": ")
-            served.errors.append(EngineHTTPError(what, 200, detail))
+            served.errors.append(EngineHTTPError.answered(what, 200, detail))
     impossible = adapter.impossible(before, after)
     if impossible:  # an engine whose counters cannot be true is misbehaving
         metrics = f"GET {base_url}{adapter.metrics_path}"
-        served.errors.append(EngineHTTPError(metrics, 200, impossible))
+        served.errors.append(EngineHTTPError.answered(metrics, 200, impossible))
     if served.generations:
         served.acceptance = adapter.acceptance(before, after, served.generations)
     served.nan_count = None if impossible else adapter.nan_count_from_delta(before, after)

@@ -21,8 +21,9 @@ from sparkbuild.source.checkout import (
     default_checkout_dir,
 )
 from sparkbuild.source.items import FAILING, ChangedFile, ItemResult, PreparedSource, Status
-from sparkbuild.source.pins import record, require_locked_source, staleness
+from sparkbuild.source.pins import require_locked_source, staleness
 from sparkbuild.source.prepare import prepare_source
+from sparkbuild.source.record import record
 
 __all__ = [
     "FAILING",

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sparkbuild import git
-from sparkbuild.lockfile import ItemStatus
+from sparkbuild.checks import ItemStatus
 from sparkbuild.source.mirror import complete
 from sparkbuild.spec import Build
 
-Status = ItemStatus  # what the lock records of each item (declared with the schema)
+Status = ItemStatus  # what the lock records of each item
 FAILING: frozenset[str] = frozenset({"conflict", "missing", "invalid"})
 
 

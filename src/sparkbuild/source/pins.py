@@ -1,5 +1,5 @@
-"""The source stage's view of the lock: what a ``--locked`` run must reproduce, and the
-section a resolved build writes."""
+"""The source stage's view of the lock: what a ``--locked`` run must reproduce (the section a
+resolved build writes is made in :mod:`~sparkbuild.source.record`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sparkbuild import console, lockfile
 from sparkbuild.errors import LockError
 from sparkbuild.settings import Settings
 from sparkbuild.source.gencodes import STEP_VERSIONS
-from sparkbuild.source.items import PreparedSource, distinct_prefixes
+from sparkbuild.source.items import distinct_prefixes
 from sparkbuild.spec import Build, file_sha256
 
 
@@ -115,8 +115,3 @@ def require_locked_source(
             f"run `sparkbuild lock {build.name}` and commit images.lock",
         )
     return locked
-
-
-def record(prepared: PreparedSource, lock: lockfile.LockHandle) -> None:
-    """Queue ``builds.<build>.source`` in ``lock`` (written with the build's entry)."""
-    lock.set_section(prepared.build.name, lockfile.SourceSection.from_prepared(prepared))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkbuild import console
-from sparkbuild.lockfile import LockFile, SourceSection
+from sparkbuild.lockfile import LockFile
 from sparkbuild.settings import Settings
 from sparkbuild.source import lockproof
 from sparkbuild.source.apply import (
@@ -17,6 +17,7 @@ from sparkbuild.source.apply import (
 from sparkbuild.source.items import FAILING, PreparedSource
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.source.pins import Pins, locked_heads, require_locked_source
+from sparkbuild.source.record import source_section
 from sparkbuild.source.resolve import fetch_for, resolve_base
 from sparkbuild.source.steps import settle_step
 from sparkbuild.spec import Build
@@ -78,5 +79,5 @@ def prepare_source(
         conflict_commit=applier.conflict_commit,
     )
     if section is not None:
-        lockproof.check_fields(build, section, SourceSection.from_prepared(prepared))
+        lockproof.check_fields(build, section, source_section(prepared))
     return prepared

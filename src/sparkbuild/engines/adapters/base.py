@@ -201,7 +201,9 @@ def parse_or_fail(what: str, parse: Callable[[], Generation]) -> Generation:
     try:
         return parse()
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
-        raise EngineHTTPError(what, 200, f"malformed response: {_short(str(exc))}") from exc
+        raise EngineHTTPError.answered(
+            what, 200, f"malformed response: {_short(str(exc))}"
+        ) from exc
 
 
 def non_finite(values: Iterable[float | None]) -> int:
@@ -423,23 +425,23 @@ class EngineAdapter(ABC):
         try:
             response = session.post(url, json=body, timeout=self.request_timeout_s)
         except requests.Timeout as exc:
-            raise EngineHTTPError(
+            raise EngineHTTPError.answered(
                 f"POST {url}",
                 None,
                 f"no answer within {self.request_timeout_s:g} s (request timeout)",
                 timed_out=True,
             ) from exc
         except requests.RequestException as exc:
-            raise EngineHTTPError(f"POST {url}", None, str(exc)) from exc
+            raise EngineHTTPError.answered(f"POST {url}", None, str(exc)) from exc
         seconds = time.monotonic() - started
         if response.status_code != 200:
-            raise EngineHTTPError(f"POST {url}", response.status_code, response.text)
+            raise EngineHTTPError.answered(f"POST {url}", response.status_code, response.text)
         try:  # NaN/Infinity literals are read: a NaN logprob is what the nan check looks for
             payload = jsontext.loads(response.content, nonfinite=True)
         except ValueError as exc:
-            raise EngineHTTPError(f"POST {url}", response.status_code, "not JSON") from exc
+            raise EngineHTTPError.answered(f"POST {url}", response.status_code, "not JSON") from exc
         if not isinstance(payload, dict):
-            raise EngineHTTPError(f"POST {url}", response.status_code, "not a JSON object")
+            raise EngineHTTPError.answered(f"POST {url}", response.status_code, "not a JSON object")
         return payload, seconds
 
 

@@ -138,9 +138,9 @@ class VllmAdapter(EngineAdapter):
                 response.raise_for_status()
                 self._served_model = str(first_model(jsontext.loads(response.content))["id"])
             except requests.RequestException as exc:
-                raise EngineHTTPError(f"GET {base_url}/v1/models", None, str(exc)) from exc
+                raise EngineHTTPError.answered(f"GET {base_url}/v1/models", None, str(exc)) from exc
             except ValueError as exc:  # not JSON, or JSON of the wrong shape
-                raise EngineHTTPError(
+                raise EngineHTTPError.answered(
                     f"GET {base_url}/v1/models", 200, f"malformed response: {exc}"
                 ) from exc
         return self._served_model

@@ -1,0 +1,48 @@
+"""A benchmark run in images.lock (``builds.<build>.bench.<image_id>.<profile>``), made from
+the stage's own report: enough to see a regression (the report file has the rest)."""
+
+from __future__ import annotations
+
+from sparkbuild import lockfile
+from sparkbuild.bench.results import BenchReport, CellResult
+from sparkbuild.redact import redact
+from sparkbuild.smoke.record import topology
+
+
+def bench_cell(cell: CellResult) -> lockfile.BenchCell:
+    """One cell of a sweep: its shape, and the medians over its runs."""
+    return lockfile.BenchCell(
+        pp=cell.pp,
+        tg=cell.tg,
+        depth=cell.depth,
+        concurrency=cell.concurrency,
+        ttft_s=cell.ttft_s.median,
+        prefill_tps=cell.prefill_tps.median,
+        decode_tps_request=cell.decode_tps_request.median,
+        decode_tps_aggregate=cell.decode_tps_aggregate.median,
+        decode_tps_engine=cell.decode_tps_engine.median,
+        burst_runs=cell.burst_runs,
+        accept_len=cell.accept_len,
+        errors=cell.errors,
+    )
+
+
+def bench_record(report: BenchReport) -> lockfile.BenchRecord:
+    record = lockfile.BenchRecord(
+        created=report.created,
+        label=redact(report.label),
+        harness=report.harness.version,
+        seed=report.sweep.seed,
+        runs=report.sweep.runs,
+        engine_args=list(report.engine.args),
+        host=report.host.summary,
+        cells=[bench_cell(cell) for cell in report.cells],
+    )
+    if report.topology is not None:
+        record.topology = topology(report.topology)
+    if report.target.nodes:
+        record.nodes = [
+            lockfile.NodeRecord(name=n.name, endpoint=n.endpoint, rank=n.rank, image_id=n.image_id)
+            for n in report.target.nodes
+        ]
+    return record

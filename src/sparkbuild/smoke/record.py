@@ -1,0 +1,62 @@
+"""A smoke verdict in images.lock (``builds.<build>.smoke.<image_id>.<profile>``), made from
+the stage's own result: what ran, where, and how the verdict was obtained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkbuild import lockfile
+from sparkbuild.engines.profiles import Parallel
+from sparkbuild.redact import redact
+from sparkbuild.smoke.runner import SmokeResult
+
+
+def topology(parallel: Parallel) -> lockfile.Topology:
+    """How a run was spread (a profile's ``parallel:``), as the lock keeps it."""
+    return lockfile.Topology(nodes=parallel.nodes, tp=parallel.tp, ep=parallel.ep, pp=parallel.pp)
+
+
+def smoke_record(result: SmokeResult) -> lockfile.SmokeRecord:
+    """The verdict; a cluster run adds its topology, launcher and every node's image id."""
+    record = lockfile.SmokeRecord(
+        verdict=result.verdict,
+        checks={check.name: check.status for check in result.checks},
+        accept_len=result.accept_len,
+        boot_seconds=result.boot_seconds,
+        engine=result.engine,
+        engine_version=result.engine_version,
+        nan_signal=result.nan_signal,
+        target=redact(f"{result.target_kind}:{result.target}"),
+        verified=result.verified,
+        image_id=result.image_id if result.verified else None,
+    )
+    if result.cluster is not None:
+        run = result.cluster
+        record.cluster = run.name
+        record.topology = topology(run.topology)
+        record.launcher = run.launcher
+        record.nodes = [
+            lockfile.NodeRecord(
+                name=n.node, endpoint=n.endpoint, rank=n.rank, image_id=n.ran_image_id
+            )
+            for n in run.nodes
+        ]
+    return record
+
+
+def record(lock_path: Path, build: str, result: SmokeResult) -> str:
+    """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay.
+
+    An image run must have run the pinned image (else an error, nothing written); command
+    and URL runs are recorded under the pinned id with ``verified: false``, which publish
+    does not count.
+    """
+    tested_id = result.image_id if result.target_kind in ("image", "cluster") else None
+    return lockfile.record_for_image(
+        lock_path,
+        build,
+        result.profile,
+        smoke_record(result),
+        tested_id=tested_id,
+        activity="smoke run",
+    )
