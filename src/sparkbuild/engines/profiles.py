@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparkbuild.engines.adapters import EngineName
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
@@ -80,7 +81,7 @@ class Expectations(_Strict):
     finish: FinishReason = "length"
     repetition: RepetitionLimits | None = RepetitionLimits()
     nan_counter: bool = True  # fail on the engine's own NaN counter when it has one
-    # Turn on the NaN detection the engine version under test reads (engines/versions.py);
+    # Turn on the NaN detection the engine version under test reads (the engine's adapter module);
     # a profile never names the variable itself, since it changes between releases.
     nan_switch: bool = True
     max_error_lines: int = Field(default=0, ge=0)
@@ -138,7 +139,7 @@ def _default_prompts() -> list[PromptSetName | CustomPrompt]:
 
 
 class SmokeProfile(_Strict):
-    engine: Literal["sglang", "vllm"]
+    engine: EngineName
     model: str = Field(min_length=1)
     description: str | None = None
     args: list[str] = []  # serve flags after model/host/port
