@@ -219,6 +219,15 @@ def test_its_profile_loads_and_preflight_plans_it(
     assert toy.draft_model(profile_plan.args) == "acme/toy-draft"
 
 
+def test_its_multi_node_runtime_is_a_launcher_profiles_take(
+    toy: type[ToyAdapter], project: SourceProject
+) -> None:
+    profile = {**TOY_PROFILE, "parallel": {"nodes": 2, "tp": 2, "launcher": "toyrun"}}
+    (project.root / "smoke" / "toy-tp2.yaml").write_text(yaml.safe_dump(profile))
+    _, loaded = load_profile(_settings(project), "toy-tp2")
+    assert (loaded.parallel.nodes, loaded.parallel.launcher) == (2, "toyrun")
+
+
 def test_smoke_renders_its_command_lines(toy: type[ToyAdapter], project: SourceProject) -> None:
     _, profile = load_profile(_settings(project), "toy-draft")
     adapter = adapter_for("toy")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sparkbuild.engines.adapters import EngineName
+from sparkbuild.engines.adapters import EngineName, LauncherName
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
@@ -110,9 +110,10 @@ class Parallel(_Strict):
     tp: int = Field(default=1, ge=1, le=64)
     ep: int = Field(default=1, ge=1, le=64)
     pp: int = Field(default=1, ge=1, le=64)
-    # The engine's multi-node runtime: vLLM `mp` (default; --nnodes/--node-rank, headless
-    # workers) or `ray`; SGLang has one (`native`: --nnodes/--node-rank/--dist-init-addr).
-    launcher: Literal["mp", "ray", "native"] | None = None
+    # The engine's multi-node runtime, one its adapter names (`parallel_launchers`, the first
+    # its default): vLLM `mp` (--nnodes/--node-rank, headless workers) or `ray`; SGLang has
+    # one (`native`: --nnodes/--node-rank/--dist-init-addr).
+    launcher: LauncherName | None = None
 
     @model_validator(mode="after")
     def _fits(self) -> Parallel:

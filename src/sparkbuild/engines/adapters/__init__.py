@@ -32,9 +32,11 @@ from sparkbuild.engines.adapters.facts import (
 from sparkbuild.engines.adapters.known import (
     ADAPTERS,
     EngineName,
+    LauncherName,
     adapter_for,
     adapter_type,
     engine_names,
+    launcher_names,
     register,
     unregister,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "EngineAdapter",
     "EngineName",
     "Generation",
+    "LauncherName",
     "Layout",
     "Moved",
     "PreflightFacts",
@@ -60,6 +63,7 @@ __all__ = [
     "adapter_type",
     "engine_names",
     "first_model",
+    "launcher_names",
     "non_finite",
     "parse_prometheus",
     "register",

@@ -8,6 +8,7 @@ adding its module, and a test suite may :func:`register` an adapter of its own.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -38,6 +39,11 @@ def engine_names() -> list[str]:
     return sorted(ADAPTERS)
 
 
+def launcher_names() -> list[str]:
+    """Every multi-node runtime a registered engine takes (a profile's ``parallel.launcher``)."""
+    return sorted({name for adapter in ADAPTERS.values() for name in adapter.parallel_launchers})
+
+
 def adapter_type(engine: str) -> type[EngineAdapter]:
     """The adapter class of ``engine``: its facts, without a running engine."""
     try:
@@ -57,16 +63,24 @@ def _quoted(names: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
-def _registered(value: Any) -> Any:
-    if not isinstance(value, str) or value not in ADAPTERS:
-        raise PydanticCustomError(
-            "literal_error", "Input should be {expected}", {"expected": _quoted(engine_names())}
-        )
-    return value
+def _one_of(names: Callable[[], list[str]]) -> BeforeValidator:
+    """A field's check that its value is one of ``names()`` (read at each validation, so an
+    engine registered later counts), refused as a literal of them would be."""
+
+    def check(value: Any) -> Any:
+        known = names()
+        if not isinstance(value, str) or value not in known:
+            expected = {"expected": _quoted(known)}
+            raise PydanticCustomError("literal_error", "Input should be {expected}", expected)
+        return value
+
+    return BeforeValidator(check)
 
 
-#: A field holding an engine's name: any registered engine, refused as a literal would be.
-EngineName = Annotated[str, BeforeValidator(_registered)]
+#: A field holding an engine's name: any registered engine.
+EngineName = Annotated[str, _one_of(engine_names)]
+#: A field holding a multi-node runtime: one a registered engine takes.
+LauncherName = Annotated[str, _one_of(launcher_names)]
 
 for _name in shipped_engines():
     register(importlib.import_module(f"{__package__}.{_name}").ADAPTER)
