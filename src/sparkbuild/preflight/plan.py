@@ -106,13 +106,10 @@ def _as_run(profile: SmokeProfile, version: Version) -> tuple[list[str], dict[st
     """Flags and environment as the smoke stage will run them on this engine version: the
     profile's own plus the version's NaN switch (``expect.nan_switch``)."""
     args, env = list(profile.args), {**profile.env, **profile.container.env}
-    adapter: Any = adapter_for(profile.engine)
-    adapter.version = version
-    switch = getattr(adapter, "nan_switch", None)
-    if callable(switch) and getattr(profile.expect, "nan_switch", False):
-        chosen = switch()
-        env = {**env, **dict(getattr(chosen, "env", {}))}
-        args += [a for a in getattr(chosen, "args", ()) if a not in args]
+    if profile.expect.nan_switch:
+        switch = adapter_for(profile.engine, version=version).nan_switch()
+        env = {**env, **switch.env}
+        args += [a for a in switch.args if a not in args]
     return args, env
 
 
