@@ -89,6 +89,7 @@ class ToyAdapter(EngineAdapter):
         toggles=frozenset(),
         parallel_flags={"--shards": "tp"},
         speculative_flags=("--draft",),
+        export_command="toy-serve --checkpoint {model}",
     )
 
     @classmethod

@@ -41,6 +41,7 @@ from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport
 from sparkbuild.bench.sweep import Scheduled, Sweep
+from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipes import ImportedRecipe, problems_of
 from sparkbuild.errors import UsageError
@@ -247,12 +248,6 @@ def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 _RecipeDumper.add_representer(str, _literal)
 
-_SERVE = {
-    "vllm": ("vllm serve {model}", "-tp {tensor_parallel}", "-pp {pipeline_parallel}"),
-    "sglang": ("python3 -m sglang.launch_server --model-path {model}", "--tp-size "
-               "{tensor_parallel}", "--pp-size {pipeline_parallel}"),
-}  # fmt: skip
-
 
 def _flag_lines(args: Sequence[str]) -> list[str]:
     """Each flag with its values on one line, shell-quoted."""
@@ -287,12 +282,12 @@ def _container(report: BenchReport) -> tuple[str | None, bool]:
 def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> str:
     """The recipe as the run used it (engine, model, flags and env of the report), in
     sparkrun's export order; the imported recipe's provenance in ``metadata``."""
-    engine = report.engine.name if report.engine.name in _SERVE else profile.engine
-    serve, tp_flag, pp_flag = _SERVE[engine]
+    engine = report.engine.name if report.engine.name in ADAPTERS else profile.engine
+    facts = adapter_type(engine).recipes
     layout = _layout(profile)
-    lines = [serve, "--host {host}", "--port {port}"]
-    lines += [tp_flag] if layout["tp"] > 1 else []
-    lines += [pp_flag] if layout["pp"] > 1 else []
+    lines = [facts.export_command, "--host {host}", "--port {port}"]
+    for key, size in (("tensor_parallel", "tp"), ("pipeline_parallel", "pp")):
+        lines += [f"{facts.rendered_keys[key]} {{{key}}}"] if layout[size] > 1 else []
     lines += _flag_lines(report.engine.args)
     defaults: dict[str, Any] = {"port": 8000, "host": "0.0.0.0"}
     if layout["tp"] > 1:

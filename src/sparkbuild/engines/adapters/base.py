@@ -273,6 +273,10 @@ class EngineAdapter(ABC):
     #: looks for them in the release's source (:meth:`preflight_signals`).
     relied_metrics: ClassVar[tuple[tuple[str, str], ...]] = ()
     relied_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: Bench's counters: the engine's own count of generated tokens (all requests), and of
+    #: prompt tokens served from its prefix cache (None: the engine has none).
+    generation_counter: ClassVar[str | None] = None
+    prefix_hit_counter: ClassVar[str | None] = None
     default_port: ClassVar[int]
     default_launcher: ClassVar[tuple[str, ...]]
     health_path: ClassVar[str] = "/health"

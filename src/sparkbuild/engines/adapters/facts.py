@@ -110,6 +110,9 @@ class RecipeFacts:
     #: Flags whose values make the parallel layout, and what each sets.
     parallel_flags: Mapping[str, str]
     speculative_flags: tuple[str, ...]
+    #: The serve command a recipe sparkbuild exports starts with (``{model}``: sparkrun fills
+    #: it); the parallel sizes follow as the rendered keys' flags.
+    export_command: str
     #: A command naming this engine when the recipe names no runtime (None: only the default).
     command: re.Pattern[str] | None = None
     #: sparkrun's runtime when a recipe names none and its command names no other.

@@ -155,6 +155,7 @@ class SglangAdapter(EngineAdapter):
     VERIFY_CALLS = "sglang:spec_verify_calls_total"
     GENERATED = "sglang:generation_tokens_total"
     ACCEPT_GAUGE = "sglang:spec_accept_length"
+    generation_counter = GENERATED
     # What smoke and bench read; preflight_signals below keeps those each version has.
     relied_metrics = (
         (VERIFY_CALLS, "smoke acceptance fallback (counters)"),
@@ -213,6 +214,7 @@ class SglangAdapter(EngineAdapter):
                         "--node-rank": "rank", "--dist-init-addr": "rank"},
         toggles=frozenset({"trust_remote_code"}),
         speculative_flags=("--speculative-algorithm",),
+        export_command="python3 -m sglang.launch_server --model-path {model}",
     )  # fmt: skip
 
     def nan_switch(self) -> NanSwitch:

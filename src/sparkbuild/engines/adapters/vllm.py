@@ -132,6 +132,8 @@ class VllmAdapter(EngineAdapter):
     DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
     ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
     CORRUPTED = "vllm:corrupted_requests_total"
+    generation_counter = "vllm:generation_tokens_total"
+    prefix_hit_counter = "vllm:prefix_cache_hits_total"
     relied_metrics = (
         (DRAFTS, "acceptance from counters"),
         (DRAFT_TOKENS, "acceptance from counters"),
@@ -199,6 +201,7 @@ class VllmAdapter(EngineAdapter):
         toggles=frozenset({"enforce_eager", "enable_prefix_caching", "trust_remote_code",
                            "enable_auto_tool_choice"}),
         speculative_flags=("--speculative-config",),
+        export_command="vllm serve {model}",
     )  # fmt: skip
 
     # `--headless` is honoured by `vllm serve` only (the api_server module accepts and
