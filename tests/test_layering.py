@@ -109,7 +109,7 @@ def modules(package: Path) -> list[Module]:
 
 def imports(module: Module, known: set[str]) -> list[tuple[int, str, str]]:
     """(line, the import as written, the sparkbuild module it loads) for each import; the
-    packages it loads on the way are listed after it, with the same line."""
+    packages it loads on the way (from outside them) are listed after it, same line."""
     tree = ast.parse(module.path.read_text(encoding="utf-8"))
     found = []
     for node in ast.walk(tree):
@@ -130,15 +130,20 @@ def imports(module: Module, known: set[str]) -> list[tuple[int, str, str]]:
         (line, written, target)
         for line, written, loaded in found
         if loaded in known
-        for target in [loaded, *_packages_of(loaded, known)]
+        for target in [loaded, *_packages_of(loaded, known, module.name)]
     ]
 
 
-def _packages_of(name: str, known: set[str]) -> list[str]:
-    """The packages Python imports before ``name`` (``a``, ``a.b`` for ``a.b.c``)."""
+def _packages_of(name: str, known: set[str], importer: str) -> list[str]:
+    """The packages Python runs before ``name`` (``a``, ``a.b`` for ``a.b.c``), but those
+    ``importer`` is inside of (they ran before it)."""
     parts = name.split(".")
     outer = [".".join(parts[:end]) for end in range(1, len(parts))]
-    return [package for package in outer if package in known]
+    return [
+        package
+        for package in outer
+        if package in known and not (importer == package or importer.startswith(package + "."))
+    ]
 
 
 def layering_problems(contributing: Path, package: Path) -> list[str]:
