@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -77,16 +78,31 @@ def build(session: nox.Session) -> None:
     _cli(session, "build")
 
 
-@nox.session(name="build-sglang")
-def build_sglang(session: nox.Session) -> None:
-    """Build every SGLang build in builds/sglang.yaml, or those named after `--`."""
-    _cli(session, "build", "--engine", "sglang")
+def _shipped_engines() -> list[str]:
+    """The engines sparkbuild ships, as its registry finds them (``engines/adapters/names.py``,
+    standard library only: read here without the package's dependencies)."""
+    path = Path(__file__).parent / "src" / "sparkbuild" / "engines" / "adapters" / "names.py"
+    spec = importlib.util.spec_from_file_location("sparkbuild_engine_names", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.shipped_engines())
 
 
-@nox.session(name="build-vllm")
-def build_vllm(session: nox.Session) -> None:
-    """Build every vLLM build in builds/vllm.yaml, or those named after `--`."""
-    _cli(session, "build", "--engine", "vllm")
+def _build_session(engine: str) -> None:
+    """``build-ENGINE``: every build of that engine, or those named after `--`."""
+
+    def build_engine(session: nox.Session) -> None:
+        _cli(session, "build", "--engine", engine)
+
+    build_engine.__doc__ = (
+        f"Build every {engine} build in builds/{engine}.yaml, or those named after `--`."
+    )
+    nox.session(name=f"build-{engine}")(build_engine)
+
+
+for _engine in _shipped_engines():
+    _build_session(_engine)
 
 
 @nox.session(name="setup-host", venv_backend="none")

@@ -44,7 +44,8 @@ from sparkbuild.bench.engine_timing import AGREEMENT
 from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import BenchPlan, run_bench
 from sparkbuild.bench.sweep import Sweep
-from sparkbuild.engines import ProcessTarget, adapter_for, free_port
+from sparkbuild.engines import adapter_for
+from sparkbuild.engines.targets import ProcessTarget, free_port
 
 SERVE = ["--dtype", "bfloat16", "--max-model-len", "1024", "--max-num-seqs", "128"]
 

@@ -22,7 +22,8 @@ import requests
 import yaml
 
 from sparkbuild import lockfile
-from sparkbuild.engines import ProcessTarget, adapter_for, free_port, wait_ready
+from sparkbuild.engines import adapter_for
+from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from tests.support.burst_proxy import BurstProxy
 from tests.support.cli import installed_entry_point, run_cli
 from tests.support.vllm_cpu import (

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from sparkbuild.dockerhost import client as docker_client
-from sparkbuild.engines import ContainerTarget, ProcessTarget, lifeline
+from sparkbuild.engines import lifeline
+from sparkbuild.engines.targets import ContainerTarget, ProcessTarget
 from tests.support.cli import installed_entry_point
 from tests.support.smoke_cli import PROCESS_TREE, processes_with_token, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image
@@ -204,7 +205,7 @@ def test_watchdog_stops_the_whole_group_of_a_killed_owner(tmp_path: Path) -> Non
     marker = tmp_path / "started"
     owner_code = (
         "import time\n"
-        "from sparkbuild.engines import ProcessTarget\n"
+        "from sparkbuild.engines.targets import ProcessTarget\n"
         "target = ProcessTarget(['sh', '-c', 'sleep 300 & sleep 300 & wait'], port=1,"
         f" env={{'SPARKBUILD_SMOKE_TEST_TOKEN': {token!r}}})\n"
         "target.start()\n"

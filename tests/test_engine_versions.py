@@ -1,6 +1,6 @@
 """Version-true NaN switches and signals, checked against every real SGLang release.
 
-The table in sparkbuild/engines/versions.py is checked against each release's own
+The table in sparkbuild/engines/adapters/sglang.py is checked against each release's own
 ``srt/environ.py``, ``srt/server_args.py`` and metrics collector from its PyPI wheel.
 The profiles as shipped before (``SGLANG_ENABLE_NAN_LOGITS_CHECK`` for every build) set a
 variable 0.5.11 and 0.5.12 ignore, and the smoke stage counted on a metric those releases
@@ -20,7 +20,8 @@ from rich.console import Console
 
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines import versions
-from sparkbuild.engines.adapters import Counters, SglangAdapter
+from sparkbuild.engines.adapters import Counters, sglang
+from sparkbuild.engines.adapters.sglang import SglangAdapter
 from sparkbuild.engines.launch import with_nan_switch
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.errors import UsageError
@@ -50,13 +51,13 @@ def _reads(environ: str, name: str) -> bool:
 def test_nan_switch_and_variables_match_the_release(test_cache: Path, version: str) -> None:
     environ = _release_text(test_cache, version, "sglang/srt/environ.py")
     server_args = _release_text(test_cache, version, "sglang/srt/server_args.py")
-    switch = versions.sglang_nan_switch(Version(version))
+    switch = sglang.nan_switch_of(Version(version))
     for name in switch.env:
         assert _reads(environ, name), f"{version} does not read {name}"
     for flag in switch.args:
         assert f'"{flag}"' in server_args, f"{version} has no {flag}"
-    for name in versions.SGLANG_NAN_VARIABLES:
-        ignored = versions.sglang_ignored_variables(Version(version), {name: "1"})
+    for name in sglang.NAN_VARIABLES:
+        ignored = sglang.ignored_variables_of(Version(version), {name: "1"})
         assert (ignored == []) == _reads(environ, name), (version, name)
 
 
@@ -65,7 +66,7 @@ def test_nan_switch_and_variables_match_the_release(test_cache: Path, version: s
 def test_signals_exist_in_the_release(test_cache: Path, version: str) -> None:
     source = _release_text(test_cache, version, ".py")
     has_counter = f'"{SglangAdapter.VERIFY_CALLS}"' in source
-    assert versions.sglang_has_verify_counter(Version(version)) == has_counter, version
+    assert sglang.has_verify_counter(Version(version)) == has_counter, version
     for signal in SglangAdapter.preflight_signals(version):
         assert f'"{signal["name"]}"' in source, (version, signal)
 
@@ -86,7 +87,7 @@ def test_profiles_set_only_what_each_shipped_build_reads(test_cache: Path, tmp_p
             assert adapter.ignored_variables(AS_SHIPPED_BEFORE) == list(AS_SHIPPED_BEFORE)
         for name in build.smoke_profiles:
             _, profile = load_profile(settings, name, model="/models/x")
-            assert not set(profile.env) & versions.SGLANG_NAN_VARIABLES, name
+            assert not set(profile.env) & sglang.NAN_VARIABLES, name
             if adapter.ignored_variables(AS_SHIPPED_BEFORE):
                 before = profile.model_copy(update={"env": AS_SHIPPED_BEFORE})
                 with pytest.raises(UsageError, match="does not read"):
@@ -142,5 +143,5 @@ def test_engine_version_option_is_validated() -> None:
     assert _engine_version(None, None) is None
     with pytest.raises(UsageError, match="not a version"):
         _engine_version("latest", None)
-    assert versions.sglang_nan_switch(None) is versions.UNKNOWN_VERSION
+    assert sglang.nan_switch_of(None) is versions.UNKNOWN_VERSION
     assert not versions.UNKNOWN_VERSION.active

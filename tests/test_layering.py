@@ -3,8 +3,9 @@
 The stage order is the order of the rows in CONTRIBUTING's stage table; code beside the flow
 sits where its second table says. Every module of the package is read with ``ast`` (imports
 inside functions and ``TYPE_CHECKING`` blocks count too), and each import of another
-sparkbuild module must go to the same stage or an earlier one. An ``open`` module (the lock),
-which every stage imports, imports nothing past the first stage.
+sparkbuild module must go to the same stage or an earlier one, and so must the packages
+Python runs on the way (``import a.b.c`` runs ``a/b/__init__.py`` first). An ``open`` module
+(the lock), which every stage imports, imports nothing past the first stage.
 
 Beside the layers: no import cycle at all, within a stage too (the same imports, and the
 package ``__init__`` an import from outside its package runs first), and no module over
@@ -114,7 +115,8 @@ def modules(package: Path) -> list[Module]:
 
 
 def imports(module: Module, known: set[str]) -> list[tuple[int, str, str]]:
-    """(line, the import as written, the sparkbuild module it loads) for each import."""
+    """(line, the import as written, the sparkbuild module it loads) for each import; the
+    packages it loads on the way (from outside them) are listed after it, same line."""
     tree = ast.parse(module.path.read_text(encoding="utf-8"))
     found = []
     for node in ast.walk(tree):
@@ -131,7 +133,24 @@ def imports(module: Module, known: set[str]) -> list[tuple[int, str, str]]:
                 submodule = f"{base}.{alias.name}"  # `from pkg import module`, else a name
                 loaded = submodule if submodule in known else base
                 found.append((node.lineno, f"from {base} import {alias.name}", loaded))
-    return [(line, written, loaded) for line, written, loaded in found if loaded in known]
+    return [
+        (line, written, target)
+        for line, written, loaded in found
+        if loaded in known
+        for target in [loaded, *_packages_of(loaded, known, module.name)]
+    ]
+
+
+def _packages_of(name: str, known: set[str], importer: str) -> list[str]:
+    """The packages Python runs before ``name`` (``a``, ``a.b`` for ``a.b.c``), but those
+    ``importer`` is inside of (they ran before it)."""
+    parts = name.split(".")
+    outer = [".".join(parts[:end]) for end in range(1, len(parts))]
+    return [
+        package
+        for package in outer
+        if package in known and not (importer == package or importer.startswith(package + "."))
+    ]
 
 
 def layering_problems(contributing: Path, package: Path) -> list[str]:
@@ -159,10 +178,14 @@ def layering_problems(contributing: Path, package: Path) -> list[str]:
             continue
         is_open = module.name in open_modules
         at = first if is_open else rank[module.name]
+        latest: dict[tuple[int, str], str] = {}  # an import's latest-stage module it loads
         for line, written, target in imports(module, set(rank)):
             if (target in open_modules and not is_open) or rank[target] <= at:
                 continue
-            who = f"open {module.relative} (every stage imports it)" if is_open else None
+            if (line, written) not in latest or rank[target] > rank[latest[line, written]]:
+                latest[line, written] = target
+        who = f"open {module.relative} (every stage imports it)" if is_open else None
+        for (line, written), target in latest.items():
             problems.append(
                 f"{module.relative}:{line}: `{written}`: {who or layers.stage(at)} "
                 f"imports from {layers.stage(rank[target])}, a later stage"
@@ -260,6 +283,8 @@ def test_the_stage_order_is_contributings() -> None:
     assert ranks == list(range(len(ranks)))
     assert layers.ranks["registry/"] == layers.ranks["image/"]
     assert layers.ranks["engines/"] == layers.ranks["preflight/"]
+    # What each engine is (its module, the registry) sits before the spec, which reads it.
+    assert layers.ranks["engines/adapters/"] < layers.ranks["spec.py"]
     assert layers.ranks["errors.py"] < layers.ranks["spec.py"]
     assert layers.ranks["cli/"] > layers.ranks["publish/"]
     assert layers.open_paths == {"lockfile.py"}
@@ -319,6 +344,23 @@ def test_earlier_stages_and_the_lock_may_be_imported(copy: tuple[Path, Path]) ->
     (package / "source" / "probe.py").write_text("from sparkbuild import lockfile\n")
     (package / "cli" / "probe.py").write_text("from sparkbuild import bench, publish\n")
     assert layering_problems(contributing, package) == []
+
+
+def test_a_package_loaded_on_the_way_counts(copy: tuple[Path, Path]) -> None:
+    """``import a.b.c`` runs ``a/b/__init__.py`` first: with the engines package's own
+    ``__init__`` left at the preflight stage, the settings' import of the registry of engines
+    (``engines.adapters.known``, placed at start) runs later code, and fails."""
+    contributing, package = copy
+    text = contributing.read_text()
+    start_row = "| `engines/__init__.py`, `engines/adapters/`"
+    assert start_row in text
+    contributing.write_text(text.replace(start_row, "| `engines/adapters/`"))
+    problems = layering_problems(contributing, package)
+    settings = [p for p in problems if p.startswith("settings.py:")]
+    assert settings == [
+        "settings.py:10: `from sparkbuild.engines.adapters.known import engine_names`: start "
+        "imports from preflight, a later stage"
+    ], problems
 
 
 def test_an_unplaced_module_and_a_stale_row_fail(copy: tuple[Path, Path]) -> None:

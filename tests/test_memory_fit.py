@@ -17,6 +17,7 @@ import pytest
 from packaging.version import Version
 
 from sparkbuild.engines import memory_fit
+from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.memory_fit import GIB, Launch, estimate, model_shape, shape_from_config
 from sparkbuild.engines.page_cache import drop_local
 from sparkbuild.engines.profiles import SmokeProfile
@@ -26,6 +27,10 @@ from tests.support.cli import RunCli
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "seed-qwen3.6-27b-fp8-nextn-sglang"
+
+_vllm_memory = adapter_type("vllm").memory
+assert _vllm_memory is not None
+VLLM_MEMORY = _vllm_memory
 
 
 def _fit(name: str, version: str, **kwargs: Any) -> memory_fit.Fit:
@@ -76,13 +81,16 @@ def test_ngram_has_no_draft_to_place() -> None:
 def test_a_pool_short_of_one_sequence_is_refused_and_one_short_of_the_run_is_said() -> None:
     shape = model_shape("Qwen/Qwen3.6-27B-FP8")
     assert shape is not None and shape.kv_layers == 16 and shape.max_context == 262144
-    tight = estimate(shape, Launch(engine="vllm", version=None, fraction=0.24, context=262144))
+    tight = estimate(
+        shape, Launch(engine="vllm", facts=VLLM_MEMORY, version=None, fraction=0.24, context=262144)
+    )
     assert tight.problems == (
         f"the KV pool holds {tight.pool_tokens} tokens, less than one sequence of 262144: the "
         "engine refuses to start",
     )
-    queued = estimate(shape, Launch(engine="vllm", version=None, fraction=0.8, context=262144,
-                                    concurrency=16))  # fmt: skip
+    launch = Launch(engine="vllm", facts=VLLM_MEMORY, version=None, fraction=0.8, context=262144,
+                    concurrency=16)  # fmt: skip
+    queued = estimate(shape, launch)
     assert queued.fits and any("of the 16 full-length sequences" in n for n in queued.notes)
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters import Counters, SglangAdapter, VllmAdapter, parse_prometheus
+from sparkbuild.engines.adapters import Counters, parse_prometheus
+from sparkbuild.engines.adapters.sglang import SglangAdapter
+from sparkbuild.engines.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import Expectations, load_profile
 from sparkbuild.engines.signatures import Evidence, diagnose, load_signatures
 from sparkbuild.errors import EngineHTTPError, SpecError

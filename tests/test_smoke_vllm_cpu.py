@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkbuild.engines import ProcessTarget, VllmAdapter, free_port, wait_ready
+from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from tests.support.smoke_cli import (
     PROCESS_TREE,
     processes_with_token,

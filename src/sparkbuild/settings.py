@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbuild import validate
+from sparkbuild.engines.adapters.known import engine_names
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import redact
 
 LOCK_FILENAME = "images.lock"
-ENGINES = ("sglang", "vllm")  # the spec's `engine:` values
 
 
 def default_cache_dir() -> Path:
@@ -46,18 +46,19 @@ class Settings:
 def parse_repo_overrides(values: tuple[str, ...] | list[str]) -> dict[str, str]:
     """``--repo ENGINE=URL`` pairs into a dict, rejecting malformed ones by name."""
     overrides: dict[str, str] = {}
+    engines = engine_names()  # the spec's `engine:` values
     for value in values:
         engine, sep, url = value.partition("=")
         if not sep or not engine or not url:
             raise UsageError(
                 f"--repo {redact(value)!r} is not ENGINE=URL",
-                "for example: --repo sglang=/srv/mirrors/sglang.git",
+                f"for example: --repo {engines[0]}=/srv/mirrors/{engines[0]}.git",
             )
         engine, url = engine.strip(), url.strip()
-        if engine not in ENGINES:
+        if engine not in engines:
             raise UsageError(
                 f"--repo {redact(value)!r}: unknown engine {engine!r}",
-                f"use one of: {', '.join(ENGINES)}",
+                f"use one of: {', '.join(engines)}",
             )
         try:
             overrides[engine] = validate.repo_url(url)

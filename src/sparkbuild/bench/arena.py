@@ -43,9 +43,9 @@ from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport
 from sparkbuild.bench.sweep import Scheduled, Sweep
+from sparkbuild.engines.adapters import ADAPTERS
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_writer import (
-    SERVE,
     RecipeSpec,
     effective_yaml,
     recipe_document,
@@ -284,7 +284,7 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> d
     """The recipe as the run used it (engine, model, flags and env of the report), written
     as sparkrun wants one (engines/recipe_writer); the imported recipe's provenance in
     ``metadata``."""
-    engine = report.engine.name if report.engine.name in SERVE else profile.engine
+    engine = report.engine.name if report.engine.name in ADAPTERS else profile.engine
     layout = _layout(profile)
     origin: dict[str, Any] = {"profile": name, "target": report.target.kind}
     if profile.recipe is not None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparkbuild.engines.adapters import EngineName
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
@@ -58,7 +59,7 @@ def _as_strings(value: Any) -> Any:
 class Setup(_Strict):
     """How the published figures were obtained."""
 
-    engine: Literal["sglang", "vllm"]
+    engine: EngineName
     version: str | None = None  # engine release, when the source names it
     image: str | None = None
     model: str = Field(min_length=1)

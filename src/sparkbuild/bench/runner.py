@@ -66,12 +66,6 @@ from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, pro
 from sparkbuild.errors import EngineBootError, EngineGoneError, SparkbuildError, UsageError
 from sparkbuild.redact import redact
 
-#: The engine's own count of generated tokens (all requests), per engine.
-GENERATION_COUNTER = {
-    "vllm": "vllm:generation_tokens_total",
-    "sglang": "sglang:generation_tokens_total",
-}
-PREFIX_HIT_COUNTER = {"vllm": "vllm:prefix_cache_hits_total"}
 WARMUP_TOKENS = 8
 #: How long one stream may take before the client gives up on it (``--request-timeout``).
 STREAM_TIMEOUT_S = 1800.0
@@ -329,8 +323,8 @@ class Sweeper:
                 source=accept.source,
             )
         good_requests = sum(run.requests - run.errors for run in runs)
-        generated = GENERATION_COUNTER.get(self.adapter.name)
-        hits = PREFIX_HIT_COUNTER.get(self.adapter.name)
+        generated = self.adapter.generation_counter
+        hits = self.adapter.prefix_hit_counter
         stats = cell_stats(runs)
         return CellResult(
             pp=key.pp,

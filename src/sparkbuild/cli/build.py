@@ -6,6 +6,7 @@ import click
 
 from sparkbuild import lockfile, source
 from sparkbuild.cli import options, run_per_build
+from sparkbuild.engines.adapters import engine_names
 from sparkbuild.errors import BuildInputError, UsageError
 from sparkbuild.image import BuildOptions, ImageJob, ImageResult, build_image
 from sparkbuild.image.builder import cache_refs
@@ -39,7 +40,7 @@ def _summary(result: ImageResult) -> str:
 @click.argument("builds", nargs=-1)
 @click.option(
     "--engine",
-    type=click.Choice(["sglang", "vllm"]),
+    type=click.Choice(engine_names()),
     help="Only this engine's builds (all of them when no BUILD is named).",
 )
 @options.locked(

@@ -1,10 +1,12 @@
-"""Running and talking to inference engines, shared by the smoke and bench stages.
+"""Inference engines: what sparkbuild knows about each, and running and talking to them.
 
-:mod:`~sparkbuild.engines.targets` (where an engine runs), :mod:`~.adapters` (which engine),
-:mod:`~.profiles` (what to serve, from ``smoke/<name>.yaml``), :mod:`~.prompts` (the
-profiles' built-in prompt sets), :mod:`~.launch` (a profile and ``--image``/``--command``/
-``--url`` made into a target; mounts; settled counters), :mod:`~.signatures` (known failures
-in engine logs), :mod:`~.versions`, :mod:`~.logs`, :mod:`~.lifeline`.
+:mod:`~.adapters` (one module per engine, and the registry of engines: every stage from the
+spec on reads it), :mod:`~.versions` (engine-neutral version facts). Smoke and bench launch
+engines through :mod:`~.targets` (where an engine runs), :mod:`~.profiles` (what to serve,
+from ``smoke/<name>.yaml``), :mod:`~.prompts` (the profiles' built-in prompt sets),
+:mod:`~.launch` (a profile and ``--image``/``--command``/``--url`` made into a target; mounts;
+settled counters), :mod:`~.signatures` (known failures in engine logs), :mod:`~.logs`,
+:mod:`~.lifeline`; this package re-exports only what sits before the spec stage.
 """
 
 from sparkbuild.engines.adapters import (
@@ -13,42 +15,20 @@ from sparkbuild.engines.adapters import (
     Counters,
     EngineAdapter,
     Generation,
-    SglangAdapter,
-    VllmAdapter,
     adapter_for,
+    engine_names,
     parse_prometheus,
-)
-from sparkbuild.engines.logs import LogBuffer
-from sparkbuild.engines.targets import (
-    ContainerTarget,
-    Mount,
-    ProcessTarget,
-    Readiness,
-    Target,
-    UrlTarget,
-    free_port,
-    wait_ready,
 )
 from sparkbuild.errors import EngineHTTPError
 
 __all__ = [
     "ADAPTERS",
     "Acceptance",
-    "ContainerTarget",
     "Counters",
     "EngineAdapter",
     "EngineHTTPError",
     "Generation",
-    "LogBuffer",
-    "Mount",
-    "ProcessTarget",
-    "Readiness",
-    "SglangAdapter",
-    "Target",
-    "UrlTarget",
-    "VllmAdapter",
     "adapter_for",
-    "free_port",
+    "engine_names",
     "parse_prometheus",
-    "wait_ready",
 ]

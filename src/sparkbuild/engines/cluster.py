@@ -12,7 +12,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -217,15 +216,12 @@ def load_cluster(settings: Settings, name_or_path: str) -> tuple[str, ClusterSpe
     return path.stem, load_model(path, ClusterSpec)
 
 
-Launcher = Literal["mp", "ray", "native", "lws"]
-
 __all__ = [
     "LOCAL",
     "MAX_NODES",
     "ClusterSpec",
     "Fabric",
     "KubernetesTarget",
-    "Launcher",
     "Node",
     "check_endpoint",
     "cluster_path",

@@ -276,7 +276,7 @@ class ClusterTarget(MultiNodeTarget):
         self.gpus, self.ipc, self.shm_size, self.stage = gpus, ipc, shm_size, stage
         self.log = LogBuffer(log_path)
         self.logs = self.log
-        self.launcher_name = parallel.launcher or ("mp" if adapter.name == "vllm" else "native")
+        self.launcher_name = parallel.launcher or adapter.parallel_launchers[0]
         self.progress = progress
         self.node_images: list[NodeImage] = []
         self.image_id: str | None = None  # the pin, once every node ran it

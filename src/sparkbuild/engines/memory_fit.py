@@ -5,7 +5,8 @@ A GB10 has one pool of memory for CPU and GPU (119 GiB free to a process on an i
 ``--mem-fraction-static`` f, vLLM's ``--gpu-memory-utilization`` u, times the memory. Inside
 it go the weights, then a KV pool (and, for hybrid models, a pool of recurrent state) filled
 with what is left. Everything the engine allocates *outside* the budget must fit in the rest
-of the memory, together with the runtime around the engine (``RESERVE_GIB``).
+of the memory, together with the runtime around the engine (its adapter's
+``MemoryFacts.reserve_gib``).
 
 Formulas, per node (tensor and pipeline parallel ranks split weights and KV layers):
 
@@ -26,11 +27,11 @@ Formulas, per node (tensor and pipeline parallel ranks split weights and KV laye
   loads, so the draft's weights, its KV (P x d / kv_layers) and the transient embed/lm_head
   land outside the budget; from 0.5.14 (and with the patch) they are counted inside it, the
   target's KV cell scaled by (1 + d / kv_layers). vLLM counts the drafter inside u x M.
-* fits when f x M + (what lands outside) + RESERVE_GIB <= M, and P holds one sequence of the
+* fits when f x M + (what lands outside) + reserve <= M, and P holds one sequence of the
   context (engines refuse to start otherwise). P short of context x concurrency is reported,
   not refused: the engine queues requests it has no room for.
 
-``RESERVE_GIB`` (the runtime outside the budget: CUDA context and graphs, the engine's own
+The reserve (the runtime outside the budget: CUDA context and graphs, the engine's own
 processes, which on unified memory take from the same pool) is one number per engine,
 calibrated against the published runs (docs/smoke.md, "Memory fit") and reported with them.
 """
@@ -51,14 +52,12 @@ from typing import Any
 import yaml
 from packaging.version import Version
 
+from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.engines.adapters.facts import MemoryFacts
 from sparkbuild.errors import UsageError
 
 GIB = 1 << 30
 SPARK_MEMORY_GIB = 119.0
-#: The runtime around the engine, outside its static budget (see the module's docstring).
-RESERVE_GIB = {"sglang": 13.0, "vllm": 13.0}
-#: Where SGLang starts counting the draft inside the budget (PRs #23862, #28855, #29616).
-SGLANG_DRAFT_COUNTED = Version("0.5.14")
 _DTYPE_BYTES = {
     "auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 4.0,
     "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5, "nvfp4": 0.5,
@@ -88,6 +87,7 @@ class Launch:
     """How the engine is asked to run: from the profile's flags and the sweep."""
 
     engine: str
+    facts: MemoryFacts  # the engine's (its adapter's ``memory``)
     version: Version | None
     fraction: float  # f or u
     context: int
@@ -102,10 +102,10 @@ class Launch:
     @property
     def draft_counted(self) -> bool:
         """Does the engine count the draft inside its budget before sizing the KV pool?"""
-        if self.engine != "sglang":
+        since = self.facts.draft_counted_from
+        if since is None:
             return True
-        return self.draft_patched or (self.version is not None
-                                      and self.version >= SGLANG_DRAFT_COUNTED)  # fmt: skip
+        return self.draft_patched or (self.version is not None and self.version >= since)
 
 
 @dataclass(frozen=True)
@@ -287,26 +287,20 @@ def launch_of(engine: str, args: Sequence[str], *, version: Version | None, cont
               concurrency: int, tp: int = 1, pp: int = 1, max_context: int | None = None,
               draft_patched: bool = False) -> tuple[Launch, str | None]:  # fmt: skip
     """The launch a profile's flags ask for, and the draft checkpoint it names (if any)."""
-    if engine == "sglang":
-        fraction = _number(args, ("--mem-fraction-static",), 0.88)
-        length = _flag(args, "--context-length")
-        speculative = _flag(args, "--speculative-algorithm")
-        draft = _flag(args, "--speculative-draft-model-path")
-    else:
-        fraction = _number(args, ("--gpu-memory-utilization",), 0.9)
-        length = _flag(args, "--max-model-len")
-        spec_text = _flag(args, "--speculative-config")
-        spec = json.loads(spec_text) if spec_text and spec_text.startswith("{") else {}
-        speculative = str(spec.get("method") or "") or None
-        draft = spec.get("model")
+    adapter = adapter_type(engine)
+    facts = adapter.memory
+    if facts is None:
+        raise UsageError(f"no memory estimate for {adapter.display_name}: it declares no facts")
+    fraction = _number(args, (facts.budget_flag,), facts.budget_default)
+    length = _flag(args, facts.context_flag)
     kv = (_flag(args, "--kv-cache-dtype") or "auto").lower()
     chosen = context or (int(length) if length and length.isdigit() else max_context) or 8192
     launch = Launch(
-        engine=engine, version=version, fraction=fraction, context=chosen,
+        engine=engine, facts=facts, version=version, fraction=fraction, context=chosen,
         concurrency=concurrency, kv_bytes=_DTYPE_BYTES.get(kv, 2.0), tp=tp, pp=pp,
-        speculative=speculative, draft_patched=draft_patched,
+        speculative=adapter.speculative_method(args), draft_patched=draft_patched,
     )  # fmt: skip
-    return launch, str(draft) if draft else None
+    return launch, adapter.draft_model(args)
 
 
 # --- the estimate ---------------------------------------------------------------------------
@@ -365,7 +359,7 @@ def estimate(shape: ModelShape, launch: Launch, *, memory_gib: float = SPARK_MEM
     pool = max(pool, 0.0)
     pool_tokens = int(pool // kv_cell) if kv_cell else 0
     items.append(Item("KV pool", _gib(pool), "f x M - weights - state (- draft, counted)", True))
-    reserve = RESERVE_GIB.get(launch.engine, 13.0)
+    reserve = launch.facts.reserve_gib
     peak = _gib(budget + outside) + reserve
     need = launch.context * launch.concurrency
     problems: list[str] = []
@@ -408,7 +402,8 @@ def _draft(shape: ModelShape, launch: Launch, notes: list[str]) -> tuple[float, 
         return 0.0, 0, 0.0
     layers = shape.mtp_layers or 1
     weights = shape.weight_bytes * layers / shape.layers / ranks
-    transient = 2 * 2 * shape.vocab * shape.hidden / launch.tp if launch.engine == "sglang" else 0
+    transient = 2 * 2 * shape.vocab * shape.hidden / launch.tp
+    transient = transient if launch.facts.draft_head_transient else 0
     return weights, layers, float(transient)
 
 

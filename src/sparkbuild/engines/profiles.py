@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparkbuild.engines.adapters import EngineName, LauncherName
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
@@ -80,7 +81,7 @@ class Expectations(_Strict):
     finish: FinishReason = "length"
     repetition: RepetitionLimits | None = RepetitionLimits()
     nan_counter: bool = True  # fail on the engine's own NaN counter when it has one
-    # Turn on the NaN detection the engine version under test reads (engines/versions.py);
+    # Turn on the NaN detection the engine version under test reads (the engine's adapter module);
     # a profile never names the variable itself, since it changes between releases.
     nan_switch: bool = True
     max_error_lines: int = Field(default=0, ge=0)
@@ -109,9 +110,10 @@ class Parallel(_Strict):
     tp: int = Field(default=1, ge=1, le=64)
     ep: int = Field(default=1, ge=1, le=64)
     pp: int = Field(default=1, ge=1, le=64)
-    # The engine's multi-node runtime: vLLM `mp` (default; --nnodes/--node-rank, headless
-    # workers) or `ray`; SGLang has one (`native`: --nnodes/--node-rank/--dist-init-addr).
-    launcher: Literal["mp", "ray", "native"] | None = None
+    # The engine's multi-node runtime, one its adapter names (`parallel_launchers`, the first
+    # its default): vLLM `mp` (--nnodes/--node-rank, headless workers) or `ray`; SGLang has
+    # one (`native`: --nnodes/--node-rank/--dist-init-addr).
+    launcher: LauncherName | None = None
 
     @model_validator(mode="after")
     def _fits(self) -> Parallel:
@@ -138,7 +140,7 @@ def _default_prompts() -> list[PromptSetName | CustomPrompt]:
 
 
 class SmokeProfile(_Strict):
-    engine: Literal["sglang", "vllm"]
+    engine: EngineName
     model: str = Field(min_length=1)
     description: str | None = None
     args: list[str] = []  # serve flags after model/host/port

@@ -22,19 +22,12 @@ from typing import Any
 
 import yaml
 
+from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.sparkrun_flags import engine_flags, sparkrun_flags
 from sparkbuild.errors import UsageError
 from sparkbuild.imageref import REFERENCE
 from sparkbuild.yamlfile import OTHER_BREAKS, SafeDumper, dump_yaml, peer_yaml, represent_str
-
-#: The serve command's first line, and how each engine spells the parallel sizes there.
-SERVE = {
-    "vllm": ("vllm serve {model}", "-tp {tensor_parallel}", "-pp {pipeline_parallel}"),
-    "sglang": ("python3 -m sglang.launch_server --model-path {model}",
-               "--tp-size {tensor_parallel}", "--pp-size {pipeline_parallel}"),
-}  # fmt: skip
-DEFAULT_PORT = {"vllm": 8000, "sglang": 30000}
 
 
 @dataclass(frozen=True)
@@ -102,15 +95,14 @@ def _templated(engine: str, args: Sequence[str], defaults: dict[str, Any]) -> li
 
 def recipe_document(spec: RecipeSpec) -> dict[str, Any]:
     """The recipe as a mapping, in sparkrun's export order."""
-    serve, tp_line, pp_line = SERVE[spec.engine]
-    defaults: dict[str, Any] = {"port": DEFAULT_PORT[spec.engine], "host": "0.0.0.0"}
-    lines = [serve, "--host {host}", "--port {port}"]
-    if spec.tp > 1:
-        defaults["tensor_parallel"] = spec.tp
-        lines.append(tp_line)
-    if spec.pp > 1:
-        defaults["pipeline_parallel"] = spec.pp
-        lines.append(pp_line)
+    adapter = adapter_type(spec.engine)
+    facts = adapter.recipes
+    defaults: dict[str, Any] = {"port": adapter.default_port, "host": "0.0.0.0"}
+    lines = [facts.export_command, "--host {host}", "--port {port}"]
+    for key, size in (("tensor_parallel", spec.tp), ("pipeline_parallel", spec.pp)):
+        if size > 1:
+            defaults[key] = size
+            lines.append(f"{facts.rendered_keys[key]} {{{key}}}")
     lines += _templated(spec.engine, spec.args, defaults)
     document: dict[str, Any] = {
         "recipe_version": "2",
@@ -193,7 +185,8 @@ def _parallel_args(profile: SmokeProfile) -> list[str]:
     ep = profile.parallel.ep
     if ep <= 1:
         return []
-    return ["--enable-expert-parallel"] if profile.engine == "vllm" else ["--ep-size", str(ep)]
+    flags = adapter_type(profile.engine).recipes.expert_parallel_args
+    return [word.replace("{ep}", str(ep)) for word in flags]
 
 
 def export_recipe(
@@ -211,8 +204,8 @@ def export_recipe(
     for word in profile.args:
         _shell_free("the flag value", word)
     parallel = profile.parallel
-    launcher = parallel.launcher or ("native" if profile.engine == "sglang" else "mp")
-    runtime = {"native": "sglang", "ray": "vllm-ray", "mp": "vllm"}[launcher]
+    runtimes = adapter_type(profile.engine).recipes.export_runtimes
+    runtime = runtimes.get(parallel.launcher or "", next(iter(runtimes.values()), profile.engine))
     spec = RecipeSpec(
         engine=profile.engine, runtime=runtime, model=_exported_model(profile, model),
         args=[*profile.args, *_parallel_args(profile)], env=dict(profile.env),

@@ -40,6 +40,7 @@ from typing import Any, Literal
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_type
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.recipe_source import (
     SPARK_FACTS,
@@ -51,7 +52,6 @@ from sparkbuild.engines.recipe_source import (
     render_escaped,
 )
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, value_text
-from sparkbuild.engines.versions import vllm_load_format
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.jsontext import Fields
 from sparkbuild.redact import strip_userinfo
@@ -170,38 +170,39 @@ class _Notes:
 
 
 # --- runtime -----------------------------------------------------------------------------
+# Each engine's sparkrun names, serve commands and flag maps are its adapter's ``recipes``.
 
-_SGLANG_COMMAND = re.compile(r"^(?:sglang\s+serve|python3?\s+-m\s+sglang\.launch_server)\b")
-_RAY_BACKEND = re.compile(r"--distributed-executor-backend[\s=]+ray\b")
-#: sparkrun's runtime names, and the engine sparkbuild launches for each (RECIPES.md).
-_ENGINE_OF = {
-    "vllm-distributed": "vllm",
-    "vllm-ray": "vllm",
-    "eugr-vllm": "vllm",
-    "sglang": "sglang",
-}
+
+def _runtime_of_command(command: str) -> str:
+    """The runtime a recipe's command names when the recipe names none."""
+    for adapter in ADAPTERS.values():
+        if adapter.recipes.command is not None and adapter.recipes.command.match(command):
+            return adapter.name
+    if command.startswith("llama-server"):
+        return "llama-cpp"
+    if command.startswith(("trtllm-serve", "mpirun")):
+        return "trtllm"
+    return next((a.name for a in ADAPTERS.values() if a.recipes.default), "")
 
 
 def resolve_runtime(recipe: RecipeFile) -> str:
     """The runtime as sparkrun resolves it (RECIPES.md, "Runtime Resolution"): an explicit
-    ``runtime`` wins, the command names one when it is omitted, and bare ``vllm`` is
-    ``vllm-ray`` with the Ray backend, else ``vllm-distributed``."""
+    ``runtime`` wins, the command names one when it is omitted, and an engine's bare name
+    is resolved by its adapter (``vllm``: ``vllm-ray`` with the Ray backend, else
+    ``vllm-distributed``)."""
     runtime = recipe.runtime.strip()
     command = (recipe.command or "").strip()
-    if not runtime:
-        if _SGLANG_COMMAND.match(command):
-            return "sglang"
-        if command.startswith("llama-server"):
-            return "llama-cpp"
-        if command.startswith(("trtllm-serve", "mpirun")):
-            return "trtllm"
-        runtime = "vllm"
-    if runtime == "vllm":
-        backend = str(recipe.defaults.get("distributed_executor_backend") or "").lower()
-        return (
-            "vllm-ray" if backend == "ray" or _RAY_BACKEND.search(command) else "vllm-distributed"
-        )
+    runtime = runtime or _runtime_of_command(command)
+    for adapter in ADAPTERS.values():
+        runtime = adapter.recipe_runtime(runtime, recipe.defaults, command)
     return runtime
+
+
+def _launched() -> str:
+    """The engines a recipe may name, sparkrun's default first: ``vLLM and SGLang``."""
+    adapters = sorted(ADAPTERS.values(), key=lambda a: (not a.recipes.default, a.name))
+    names = [a.display_name for a in adapters]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 # --- the command template ------------------------------------------------------------------
@@ -247,17 +248,19 @@ def _referenced(key: str, values: Mapping[str, Any]) -> bool:
     return any(isinstance(v, str) and "{" + key + "}" in v for v in values.values())
 
 
-def _flags_from_defaults(engine: str, values: Mapping[str, Any], recipe: RecipeFile,
-                         notes: _Notes) -> list[str]:  # fmt: skip
+def _flags_from_defaults(adapter: type[EngineAdapter], values: Mapping[str, Any],
+                         recipe: RecipeFile, notes: _Notes) -> list[str]:  # fmt: skip
     """The flags sparkrun 0.4.2 renders for a recipe without a command: its flag map in its
-    order (vLLM's ``-tp`` first), structured values as compact JSON, ``false`` on a flag
-    the engine turns on by default as ``--no-<flag>`` (engines/sparkrun_flags)."""
+    order (the adapter's ``leading_keys`` first), structured values as compact JSON,
+    ``false`` on a flag the engine turns on by default as ``--no-<flag>``
+    (engines/sparkrun_flags)."""
+    engine, facts = adapter.name, adapter.recipes
     known = engine_flags(engine)
     words: list[str] = []
-    first = ("tensor_parallel", "distributed_executor_backend") if engine == "vllm" else ()
-    if first and values.get("tensor_parallel"):
-        words += ["-tp", str(values["tensor_parallel"])]
-    if engine == "vllm" and recipe.model_revision and not recipe.model.startswith("/"):
+    first = facts.leading_keys
+    if first and values.get(first[0]):
+        words += [facts.rendered_keys[first[0]], str(values[first[0]])]
+    if facts.pins_revision and recipe.model_revision and not recipe.model.startswith("/"):
         words += ["--revision", recipe.model_revision]  # sparkrun pins the model it serves
     for key in known.flags:
         if key not in first:
@@ -314,25 +317,7 @@ def command_words(text: str) -> list[str]:
 
 # --- the serve command: engine, model, flags -----------------------------------------------
 
-_PREFIXES: dict[str, tuple[tuple[str, ...], ...]] = {
-    "vllm": (("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"),
-             ("python3", "-m", "vllm.entrypoints.openai.api_server")),
-    "sglang": (("sglang", "serve"), ("python", "-m", "sglang.launch_server"),
-               ("python3", "-m", "sglang.launch_server")),
-}  # fmt: skip
-_MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
 _LAUNCHER_FLAGS = ("--host", "--port")
-#: Flags whose values make the parallel layout, per engine (and what each sets).
-_PARALLEL_FLAGS: dict[str, dict[str, str]] = {
-    "vllm": {"-tp": "tp", "--tensor-parallel-size": "tp", "-pp": "pp",
-             "--pipeline-parallel-size": "pp", "-dp": "dp", "--data-parallel-size": "dp",
-             "--distributed-executor-backend": "launcher", "--enable-expert-parallel": "ep",
-             "--nnodes": "nodes", "--node-rank": "rank", "--master-addr": "rank",
-             "--master-port": "rank", "--headless": "rank"},
-    "sglang": {"--tp-size": "tp", "--tp": "tp", "--pp-size": "pp", "--ep-size": "ep",
-               "--ep": "ep", "--dp-size": "dp", "--dp": "dp", "--nnodes": "nodes",
-               "--node-rank": "rank", "--dist-init-addr": "rank"},
-}  # fmt: skip
 
 
 def _split_flags(words: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
@@ -360,24 +345,28 @@ class _Serve:
     env: dict[str, str]
 
 
-def _strip_prefix(engine: str, words: list[str]) -> tuple[list[str], dict[str, str]]:
+def _strip_prefix(
+    adapter: type[EngineAdapter], words: list[str]
+) -> tuple[list[str], dict[str, str]]:
     env: dict[str, str] = {}
     while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         name, _, value = words.pop(0).partition("=")
         env[name] = value
-    for prefix in _PREFIXES[engine]:
+    prefixes = adapter.recipes.prefixes
+    for prefix in prefixes:
         if tuple(words[: len(prefix)]) == prefix:
             return words[len(prefix) :], env
     raise UsageError(
-        f"the recipe's command does not start a {engine} server "
-        f"({' '.join(words[:3])!r}; expected e.g. {' '.join(_PREFIXES[engine][0])!r})",
+        f"the recipe's command does not start a {adapter.name} server "
+        f"({' '.join(words[:3])!r}; expected e.g. {' '.join(prefixes[0])!r})",
         "a profile launches the engine's own server; write its args by hand",
     )
 
 
-def _serve(engine: str, words: list[str], recipe: RecipeFile, notes: _Notes, base: Path,
-           version: Version | None) -> _Serve:  # fmt: skip
-    rest, env = _strip_prefix(engine, words)
+def _serve(adapter: type[EngineAdapter], words: list[str], recipe: RecipeFile, notes: _Notes,
+           base: Path, version: Version | None) -> _Serve:  # fmt: skip
+    rest, env = _strip_prefix(adapter, words)
+    facts = adapter.recipes
     model = recipe.model
     args: list[str] = []
     sizes: dict[str, str] = {}
@@ -386,13 +375,13 @@ def _serve(engine: str, words: list[str], recipe: RecipeFile, notes: _Notes, bas
             model, extra = values[0], values[1:]
             if extra:
                 raise UsageError(f"the recipe's command has stray words {' '.join(extra)!r}")
-        elif flag in _MODEL_FLAGS[engine] and values:
+        elif flag in facts.model_flags and values:
             model = values[0]
         elif flag in _LAUNCHER_FLAGS:
             notes.add(f"{flag} {' '.join(values)}", "replaced", "sparkbuild's launcher sets it")
-        elif flag in _PARALLEL_FLAGS[engine]:
-            sizes[_PARALLEL_FLAGS[engine][flag]] = values[0] if values else "true"
-            if _PARALLEL_FLAGS[engine][flag] == "rank":
+        elif flag in facts.parallel_flags:
+            sizes[facts.parallel_flags[flag]] = values[0] if values else "true"
+            if facts.parallel_flags[flag] == "rank":
                 notes.add(flag, "changed", "set per node by the multi-node launcher")
         elif flag == "--chat-template" and values and not _chat_template_kept(values[0], base):
             notes.add(
@@ -401,8 +390,8 @@ def _serve(engine: str, words: list[str], recipe: RecipeFile, notes: _Notes, bas
                 "a file beside neither the recipe nor the engine: the recipe's mods "
                 "put it in the container",
             )
-        elif flag == "--load-format" and values and engine == "vllm":
-            if _load_format_kept(values[0], version, notes):
+        elif flag == "--load-format" and values:
+            if _load_format_kept(adapter, values[0], version, notes):
                 args += [flag, *values]
         else:
             args += [flag, *values]
@@ -410,7 +399,7 @@ def _serve(engine: str, words: list[str], recipe: RecipeFile, notes: _Notes, bas
         notes.add(
             "model", "changed", f"the command serves {model}, the recipe names {recipe.model}"
         )
-    return _Serve(engine, model, args, sizes, env)
+    return _Serve(adapter.name, model, args, sizes, env)
 
 
 def _chat_template_kept(value: str, base: Path) -> bool:
@@ -419,13 +408,18 @@ def _chat_template_kept(value: str, base: Path) -> bool:
     return (base / value).is_file()
 
 
-def _load_format_kept(name: str, version: Version | None, notes: _Notes) -> bool:
-    fact = vllm_load_format(version, name)
+def _load_format_kept(
+    adapter: type[EngineAdapter], name: str, version: Version | None, notes: _Notes
+) -> bool:
+    fact = adapter.load_format(version, name)
+    if fact is None:  # the engine has no facts on its load formats
+        return True
     if fact.known is False:
         notes.add(
             f"--load-format {name}",
             "dropped",
-            f"{fact.detail}; vLLM would fail loading the weights, so 'auto' is used",
+            f"{fact.detail}; {adapter.display_name} would fail loading the weights, so 'auto' "
+            "is used",
         )
         return False
     if fact.known is None:
@@ -449,8 +443,10 @@ def parallel_layout(engine: str, runtime: str, sizes: Mapping[str, str], notes: 
             raise UsageError(f"the recipe's {key} size {text!r} is not a positive whole number")
         return int(text)
 
+    adapter = adapter_type(engine)
+    facts = adapter.recipes
     tp, pp = size("tp"), size("pp")
-    ep = tp if engine == "vllm" and "ep" in sizes else size("ep") if "ep" in sizes else 1
+    ep = tp if facts.ep_is_tp and "ep" in sizes else size("ep") if "ep" in sizes else 1
     if "dp" in sizes and size("dp") > 1:
         notes.add(
             f"data parallel {sizes['dp']}",
@@ -465,8 +461,8 @@ def parallel_layout(engine: str, runtime: str, sizes: Mapping[str, str], notes: 
         )
     if tp * pp == 1 and ep == 1:
         return None
-    launcher = "native" if engine == "sglang" else "ray" if runtime == "vllm-ray" else "mp"
-    if sizes.get("launcher") not in (None, "ray", "mp"):
+    launcher = facts.runtimes[runtime]
+    if sizes.get("launcher") not in (None, *adapter.parallel_launchers):
         notes.add(
             f"--distributed-executor-backend {sizes['launcher']}",
             "changed",
@@ -573,17 +569,15 @@ def _container(recipe: RecipeFile, notes: _Notes) -> dict[str, Any]:
 # --- the whole import ----------------------------------------------------------------------
 
 
-_SPECULATIVE = {"vllm": ("--speculative-config",), "sglang": ("--speculative-algorithm",)}
-_SPECULATIVE_KEYS = {"vllm": "speculative_config", "sglang": "speculative_algorithm"}
-
-
-def _speculative(engine: str, args: Sequence[str], recipe: RecipeFile,
+def _speculative(adapter: type[EngineAdapter], args: Sequence[str], recipe: RecipeFile,
                  values: Mapping[str, Any], path: Path) -> bool:  # fmt: skip
     """Whether the profile speculates; a recipe that asks for speculation and would import
     without it is refused (its accept_len check would be off for exactly that recipe)."""
-    flags = _SPECULATIVE[engine]
+    flags = adapter.recipes.speculative_flags
     carried = any(word.split("=", 1)[0] in flags for word in args)
-    key = _SPECULATIVE_KEYS[engine]
+    key = adapter.recipes.speculative_key
+    if key is None or not flags:
+        return carried
     asked = values.get(key) not in (None, "", False) and (
         not recipe.command or "{" + key + "}" in recipe.command
     )
@@ -659,12 +653,14 @@ def import_recipe(
             "pass --name NAME",
         )
     runtime = resolve_runtime(recipe)
-    engine = _ENGINE_OF.get(runtime)
+    engine = next((a.name for a in ADAPTERS.values() if runtime in a.recipes.runtimes), None)
     if engine is None:
+        runtimes = sorted(r for a in ADAPTERS.values() for r in a.recipes.runtimes)
         raise UsageError(
-            f"{path}: runtime {runtime!r}: sparkbuild launches vLLM and SGLang only",
-            f"known runtimes: {', '.join(sorted(_ENGINE_OF))}",
+            f"{path}: runtime {runtime!r}: sparkbuild launches {_launched()} only",
+            f"known runtimes: {', '.join(runtimes)}",
         )
+    adapter = adapter_type(engine)
     declared = {k: collapse_default(v) for k, v in recipe.defaults.items()}
     layers = matching_overrides(recipe.overrides, _facts(engine, runtime, declared, overrides),
                                 declared, notes)  # fmt: skip
@@ -692,14 +688,15 @@ def import_recipe(
             )
         words = command_words(rendered)
     else:
-        flags = _flags_from_defaults(engine, values, recipe, notes)
-        words = [*_PREFIXES[engine][0], recipe.model, *flags]
-    serve = _serve(engine, words, recipe, notes, path.parent, engine_version)
-    if engine == "vllm" and "--served-model-name" not in serve.args:
+        flags = _flags_from_defaults(adapter, values, recipe, notes)
+        words = [*adapter.recipes.prefixes[0], recipe.model, *flags]
+    serve = _serve(adapter, words, recipe, notes, path.parent, engine_version)
+    if adapter.recipes.adds_served_model_name and "--served-model-name" not in serve.args:
         notes.add(
             "--served-model-name",
             "changed",
-            f"sparkrun adds --served-model-name {recipe.model} to vLLM's command; sparkbuild's "
+            f"sparkrun adds --served-model-name {recipe.model} to {adapter.display_name}'s "
+            "command; sparkbuild's "
             "launcher names the served model itself",
         )
     layout = parallel_layout(engine, runtime, serve.sizes, notes)
@@ -725,7 +722,7 @@ def import_recipe(
         "description": f"{description or recipe.model} (Spark Arena recipe {path.stem})",
         "args": serve.args,
         "env": env,
-        "expect": {"speculation": _speculative(engine, serve.args, recipe, values, path)},
+        "expect": {"speculation": _speculative(adapter, serve.args, recipe, values, path)},
     }
     if container:
         profile["container"] = container

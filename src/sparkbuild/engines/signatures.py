@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sparkbuild.engines.adapters import EngineName
 from sparkbuild.yamlfile import load_model
 
 
@@ -28,7 +29,7 @@ class SignatureModel(BaseModel):
     checks: dict[str, str] = Field(default_factory=dict)  # check name -> its failed detail
     diagnosis: str
     remedy: str
-    engines: list[Literal["sglang", "vllm"]] | None = None
+    engines: list[EngineName] | None = None
 
     @field_validator("pattern", "http")
     @classmethod

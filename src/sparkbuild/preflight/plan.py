@@ -6,25 +6,21 @@ Profiles become plain dicts for the probe: flags, environment, and the model arc
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import yaml
 from packaging.version import Version
 
-from sparkbuild.engines.adapters import adapter_for
+from sparkbuild.engines.adapters import adapter_for, adapter_type
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings
 
 MODELS_FILE = "data/preflight/models.yaml"
-# The package's model directory, relative to the package (the registry check imports it).
-REGISTRY_DIRS = {"sglang": "srt/models", "vllm": "model_executor/models"}
 # Import name -> the distribution we leave out of the local venv, so a module that needs it
 # is reported as a skip naming the package (see deps.CUDA_ONLY).
 UNAVAILABLE_MODULES = {
@@ -52,10 +48,11 @@ UNAVAILABLE_MODULES = {
 }
 
 
-# The GPU the engine's platform checks are answered with (native.PlatformStandin): one
-# DGX Spark's GB10 as torch reports it (SM 12.1, 48 SMs, ~119 GiB of unified memory shared
-# with the CPU, CUDA 13). SGLang imports its kernel packages and picks its backends only on
-# a CUDA platform; with these answers the CPU run takes the Spark's import paths.
+# The GPU the engine's platform checks are answered with (native.PlatformStandin) when its
+# adapter says so (``preflight.spark_gpu``): one DGX Spark's GB10 as torch reports it (SM
+# 12.1, 48 SMs, ~119 GiB of unified memory shared with the CPU, CUDA 13). An engine that
+# imports its kernel packages and picks its backends only on a CUDA platform then takes the
+# Spark's import paths on the CPU.
 SPARK_GPU: dict[str, Any] = {
     "name": "NVIDIA GB10",
     "capability": [12, 1],
@@ -83,23 +80,6 @@ def model_entry(model: str) -> dict[str, Any] | None:
     return {"id": model, **known} if known else None
 
 
-def _draft_model(engine: str, args: list[str]) -> str | None:
-    if engine == "sglang":
-        for flag, value in pairwise(args):
-            if flag == "--speculative-draft-model-path":
-                return value
-        return None
-    for flag, value in pairwise(args):
-        if flag == "--speculative-config":
-            try:
-                config = json.loads(value)
-            except json.JSONDecodeError:
-                return None  # the flags check reports the bad value
-            model = config.get("model") if isinstance(config, dict) else None
-            return str(model) if model else None
-    return None
-
-
 @dataclass(frozen=True)
 class ProfilePlan:
     name: str
@@ -109,7 +89,7 @@ class ProfilePlan:
     env: tuple[tuple[str, str], ...]
 
     def to_probe(self) -> dict[str, Any]:
-        draft = _draft_model(self.engine, list(self.args))
+        draft = adapter_type(self.engine).draft_model(self.args)
         target = model_entry(self.model)
         return {
             "name": self.name,
@@ -126,13 +106,10 @@ def _as_run(profile: SmokeProfile, version: Version) -> tuple[list[str], dict[st
     """Flags and environment as the smoke stage will run them on this engine version: the
     profile's own plus the version's NaN switch (``expect.nan_switch``)."""
     args, env = list(profile.args), {**profile.env, **profile.container.env}
-    adapter: Any = adapter_for(profile.engine)
-    adapter.version = version
-    switch = getattr(adapter, "nan_switch", None)
-    if callable(switch) and getattr(profile.expect, "nan_switch", False):
-        chosen = switch()
-        env = {**env, **dict(getattr(chosen, "env", {}))}
-        args += [a for a in getattr(chosen, "args", ()) if a not in args]
+    if profile.expect.nan_switch:
+        switch = adapter_for(profile.engine, version=version).nan_switch()
+        env = {**env, **switch.env}
+        args += [a for a in switch.args if a not in args]
     return args, env
 
 
@@ -154,7 +131,6 @@ def load_profile_plan(settings: Settings, name: str, engine: str, version: Versi
 
 
 __all__ = [
-    "REGISTRY_DIRS",
     "SPARK_GPU",
     "UNAVAILABLE_MODULES",
     "ProfilePlan",

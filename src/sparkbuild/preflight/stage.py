@@ -12,16 +12,12 @@ from typing import Any
 
 from sparkbuild import fileio
 from sparkbuild.checks import CheckResult
+from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.preflight import trust
 from sparkbuild.preflight.compare import compare_with_release
 from sparkbuild.preflight.kernels import KernelStandins
-from sparkbuild.preflight.plan import (
-    REGISTRY_DIRS,
-    SPARK_GPU,
-    ProfilePlan,
-    load_profile_plan,
-)
+from sparkbuild.preflight.plan import SPARK_GPU, ProfilePlan, load_profile_plan
 from sparkbuild.preflight.report import (
     PACKAGE_CHECKS,
     PROFILE_CHECKS,
@@ -30,7 +26,6 @@ from sparkbuild.preflight.report import (
     check_from_probe,
 )
 from sparkbuild.preflight.runner import probe_digest
-from sparkbuild.preflight.signals import signals_for
 from sparkbuild.preflight.venv import LocalVenv
 from sparkbuild.preflight.where import (
     ChosenTargets,
@@ -61,16 +56,18 @@ def probe_plan(
     checks: tuple[str, ...],
     standins: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
+    facts = adapter_type(build.engine)
     return {
         "standins": list(standins),
-        # vLLM builds run under a given CPU build of vLLM, whose platform is the CPU.
-        "gpu": SPARK_GPU if build.engine == "sglang" else None,
+        # An engine without the Spark's GPU stood in runs under its own CPU build.
+        "gpu": SPARK_GPU if facts.preflight.spark_gpu else None,
         "engine": build.engine,
+        "engine_facts": facts.preflight.probe.to_json(),
         "package": build.package_dir.strip("/").rsplit("/", 1)[-1],
         "changed": changed,
         "checks": list(checks),
-        "signals": signals_for(build.engine, build.version),
-        "registry_dir": REGISTRY_DIRS.get(build.engine),
+        "signals": facts.preflight_signals(build.version),
+        "registry_dir": facts.preflight.registry_dir,
         "unavailable_modules": unavailable,
         "profiles": [p.to_probe() for p in profiles],
     }

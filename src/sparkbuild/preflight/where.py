@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild import git
 from sparkbuild.dockerhost import SETUP_HINT
+from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
 from sparkbuild.preflight import trust, wheels
 from sparkbuild.preflight.deps import (
@@ -153,10 +154,11 @@ def release_wheel(settings: Settings, build: Build) -> Path:
 
 def local_venv(settings: Settings, build: Build, where: Where) -> tuple[LocalVenv, list[str]]:
     """The build's venv, and the release's own pins of the packages it leaves out."""
-    if build.engine != "sglang":
+    if not adapter_type(build.engine).preflight.spark_gpu:
+        made_for = " and ".join(a.display_name for a in ADAPTERS.values() if a.preflight.spark_gpu)
         raise PreflightSetupError(
-            f"{build.name}: a local venv is made for SGLang builds only; {build.engine} needs "
-            "its own CPU build",
+            f"{build.name}: a local venv is made for {made_for} builds only; {build.engine} "
+            "needs its own CPU build",
             f"pass --python PATH (a venv with {build.engine} for the CPU) or --image IMAGE",
         )
     wheel = where.wheel or release_wheel(settings, build)

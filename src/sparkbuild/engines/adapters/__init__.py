@@ -1,8 +1,9 @@
-"""One adapter per engine: its launch flags, endpoints, counters and log formats.
+"""One adapter per engine: everything sparkbuild knows about it, behind one interface.
 
 ``base`` holds :class:`EngineAdapter` and the engine-neutral values (:class:`Generation`,
-:class:`Counters`, :class:`Acceptance`); ``vllm`` and ``sglang`` hold one engine each (as
-cibuildwheel keeps one module per platform); ``known`` maps an engine's name to its adapter.
+:class:`Counters`, :class:`Acceptance`); ``facts`` the frozen facts each stage reads off an
+adapter; every other module here is one engine (as cibuildwheel keeps one module per
+platform), registered by ``known`` under its name.
 """
 
 from sparkbuild.engines.adapters.base import (
@@ -12,6 +13,7 @@ from sparkbuild.engines.adapters.base import (
     Counters,
     EngineAdapter,
     Generation,
+    Layout,
     RankCommand,
     RankPlace,
     first_model,
@@ -20,9 +22,24 @@ from sparkbuild.engines.adapters.base import (
     reported_version,
     whole_number,
 )
-from sparkbuild.engines.adapters.known import ADAPTERS, adapter_for
-from sparkbuild.engines.adapters.sglang import SglangAdapter
-from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.engines.adapters.facts import (
+    Moved,
+    PreflightFacts,
+    ProbeFacts,
+    RecipeFacts,
+    SourceBuild,
+)
+from sparkbuild.engines.adapters.known import (
+    ADAPTERS,
+    EngineName,
+    LauncherName,
+    adapter_for,
+    adapter_type,
+    engine_names,
+    launcher_names,
+    register,
+    unregister,
+)
 
 __all__ = [
     "ADAPTERS",
@@ -31,15 +48,26 @@ __all__ = [
     "Acceptance",
     "Counters",
     "EngineAdapter",
+    "EngineName",
     "Generation",
+    "LauncherName",
+    "Layout",
+    "Moved",
+    "PreflightFacts",
+    "ProbeFacts",
     "RankCommand",
     "RankPlace",
-    "SglangAdapter",
-    "VllmAdapter",
+    "RecipeFacts",
+    "SourceBuild",
     "adapter_for",
+    "adapter_type",
+    "engine_names",
     "first_model",
+    "launcher_names",
     "non_finite",
     "parse_prometheus",
+    "register",
     "reported_version",
+    "unregister",
     "whole_number",
 ]

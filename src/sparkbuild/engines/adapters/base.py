@@ -8,9 +8,9 @@ uses the same calls per sweep cell: snapshot before, run, snapshot after, ``acce
 
 Each engine's formats live in its own module (:mod:`.vllm`, :mod:`.sglang`), checked against
 SGLang 0.5.10/0.5.23 wheels and vLLM 0.32 on the CPU. What an engine reads changes with its
-release (:mod:`sparkbuild.engines.versions`): an adapter is made with the engine's version,
-so its launch arguments (:meth:`EngineAdapter.serve_args`) and NaN switch
-(:meth:`EngineAdapter.nan_switch`) are the ones that version reads.
+release (its module's tables; :mod:`sparkbuild.engines.versions`): an adapter is made with
+the engine's version, so its launch arguments (:meth:`EngineAdapter.serve_args`) and NaN
+switch (:meth:`EngineAdapter.nan_switch`) are the ones that version reads.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import requests
 from packaging.version import Version
@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkbuild import jsontext, net
 from sparkbuild.engines import versions
+from sparkbuild.engines.adapters.facts import MemoryFacts, PreflightFacts, RecipeFacts, SourceBuild
 from sparkbuild.errors import EngineHTTPError
 
 #: The most tokens a prompt, a request or an answer may count: more than any context a DGX
@@ -37,8 +38,6 @@ MAX_TOKENS = 1 << 22
 #: Prometheus sample suffixes of counters and histograms: these never go down.
 _MONOTONIC_SUFFIXES = ("_total", "_count", "_bucket")
 _MONOTONIC_TYPES = frozenset({"counter", "histogram", "summary"})
-if TYPE_CHECKING:
-    from sparkbuild.engines.profiles import Parallel
 
 
 @dataclass(frozen=True)
@@ -120,6 +119,19 @@ class RankPlace:
     @property
     def leader(self) -> bool:
         return self.rank == 0
+
+
+class Layout(Protocol):
+    """How a multi-node launch spreads the engine (a profile's ``parallel``, read only)."""
+
+    @property
+    def tp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def launcher(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -241,10 +253,34 @@ def reported_version(payload: Any) -> str | None:
     return str(value)[:200] if value else None
 
 
+def _signal(name: str, kind: str, used_for: str) -> dict[str, str]:
+    return {"name": name, "kind": kind, "used_for": used_for}
+
+
 class EngineAdapter(ABC):
-    """One engine's launch flags, endpoints, counters and log formats."""
+    """Everything sparkbuild knows about one engine: launch flags, endpoints, counters and
+    log formats, and the facts each stage reads (:mod:`.facts`), behind one interface.
+
+    An engine's module defines one subclass and names it ``ADAPTER``; :mod:`.known` finds
+    it. No other module names an engine (``tests/test_engine_names.py``).
+    """
 
     name: ClassVar[str]
+    #: How people write the engine's name (messages).
+    display_name: ClassVar[str]
+    source_build: ClassVar[SourceBuild] = SourceBuild()
+    preflight: ClassVar[PreflightFacts]
+    recipes: ClassVar[RecipeFacts]
+    #: How the engine sizes its memory (None: no estimate before its boot).
+    memory: ClassVar[MemoryFacts | None] = None
+    #: The metrics and response fields smoke and bench rely on, each with what for; preflight
+    #: looks for them in the release's source (:meth:`preflight_signals`).
+    relied_metrics: ClassVar[tuple[tuple[str, str], ...]] = ()
+    relied_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: Bench's counters: the engine's own count of generated tokens (all requests), and of
+    #: prompt tokens served from its prefix cache (None: the engine has none).
+    generation_counter: ClassVar[str | None] = None
+    prefix_hit_counter: ClassVar[str | None] = None
     default_port: ClassVar[int]
     default_launcher: ClassVar[tuple[str, ...]]
     health_path: ClassVar[str] = "/health"
@@ -287,6 +323,38 @@ class EngineAdapter(ABC):
         """Variables in ``env`` that this engine version is known not to read."""
         return []
 
+    @classmethod
+    def preflight_signals(cls, version: Version | str | None) -> list[dict[str, str]]:
+        """Every metric and response field this adapter relies on for the engine
+        ``version`` (``{"name", "kind": "metric"|"field", "used_for"}``); an engine whose
+        signals differ by release drops those a version lacks."""
+        return [
+            *(_signal(name, "metric", used_for) for name, used_for in cls.relied_metrics),
+            *(_signal(name, "field", used_for) for name, used_for in cls.relied_fields),
+        ]
+
+    @classmethod
+    def draft_model(cls, args: Sequence[str]) -> str | None:
+        """The speculative draft model the launch flags ``args`` name, if any."""
+        return None
+
+    @classmethod
+    def speculative_method(cls, args: Sequence[str]) -> str | None:
+        """The speculative algorithm or method the launch flags ``args`` ask for (None: off)."""
+        return None
+
+    @classmethod
+    def load_format(cls, version: Version | None, name: str) -> versions.LoadFormatFact | None:
+        """Whether the engine ``version`` loads weights by ``--load-format name`` (None:
+        the engine has no such facts)."""
+        return None
+
+    @classmethod
+    def recipe_runtime(cls, runtime: str, defaults: Mapping[str, Any], command: str) -> str:
+        """sparkrun's runtime ``runtime`` as sparkrun resolves it for this engine (a bare
+        engine name may stand for one of several); any other runtime as it is."""
+        return runtime
+
     @abstractmethod
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         """Arguments after the launcher: model, bind address and the profile's flags.
@@ -297,6 +365,9 @@ class EngineAdapter(ABC):
 
     #: The launcher of a multi-node rank (vLLM's headless workers need ``vllm serve``).
     cluster_launcher: ClassVar[tuple[str, ...]] = ()
+    #: The multi-node runtimes a profile's ``parallel.launcher`` may name; the first is the
+    #: default.
+    parallel_launchers: ClassVar[tuple[str, ...]] = ()
     #: Flags the multi-node launch sets itself; a profile that sets one is refused.
     parallel_flags: ClassVar[tuple[str, ...]] = ()
     #: A log line naming one rank joining the world (named groups ``world`` and ``rank``).
@@ -306,12 +377,12 @@ class EngineAdapter(ABC):
         self,
         launcher: Sequence[str],
         serve: Sequence[str],
-        parallel: Parallel,
+        parallel: Layout,
         place: RankPlace,
     ) -> RankCommand:
         """One rank of a multi-node launch: ``launcher`` (``vllm serve``, ...), ``serve``
         (:meth:`serve_args`), and the engine's own multi-node flags for ``parallel`` (a
-        :class:`~sparkbuild.engines.profiles.Parallel`) at ``place``."""
+        profile's :class:`~sparkbuild.engines.profiles.Parallel`) at ``place``."""
         raise NotImplementedError(f"{self.name} has no multi-node launch")
 
     def joined_ranks(self, lines: Iterable[str]) -> tuple[int | None, set[int]]:

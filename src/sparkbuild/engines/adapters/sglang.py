@@ -1,4 +1,6 @@
-"""SGLang: launch flags, the native ``/generate`` API, its metrics and ``/server_info``.
+"""SGLang: everything sparkbuild knows about it, behind :class:`EngineAdapter`.
+
+Serving:
 
 * ``/generate`` with ``return_logprob``; ``meta_info.spec_verify_ct`` (all versions) and
   ``spec_accept_length`` = completion_tokens / spec_verify_ct; 0.5.10 adds
@@ -11,7 +13,34 @@
 * ``/server_info`` ``internal_states[*].avg_spec_accept_length`` (a lifetime average, so
   only a hint) and ``version``.
 
-The NaN switch differs by version too (:func:`sparkbuild.engines.versions.sglang_nan_switch`).
+What each release reads differs (its NaN switch, its signals), so profiles never set a
+variable the engine under test ignores, and smoke never relies on a metric that version
+lacks. Read from each release's ``srt/environ.py``, ``srt/server_args.py`` and
+``srt/observability/metrics_collector.py`` in the PyPI wheels, every release from 0.5.10 to
+0.5.23 (post releases included):
+
+* 0.5.10 to 0.5.12.post1: ``SGLANG_SPEC_NAN_DETECTION`` (``speculative/spec_utils.py``
+  ``maybe_detect_nan``: an async assert on the speculative paths) and the deprecated
+  ``--enable-nan-detection``, which sets that variable and also turns on the sampler's own
+  check (``layers/sampler.py``: "Detected errors during sampling! NaN in the logits.").
+  Both are set. The argument is gone from 0.5.13.
+* 0.5.13 to 0.5.13.post1: no NaN-specific switch. (``SGLANG_ENABLE_ASYNC_ASSERT`` asserts every
+  invariant probe, NaN among them: a CI switch, not set by profiles.)
+* 0.5.14 to 0.5.21: ``SGLANG_SANITIZE_NAN_LOGITS`` (``utils/async_probe.py``
+  ``sanitize_nan_logits``): NaN logits are replaced before sampling and logged once as
+  "NaN detected in ...; values were sanitized". The output stays finite, so the log line is
+  the signal.
+* 0.5.22 to 0.5.23: ``SGLANG_ENABLE_NAN_LOGITS_CHECK`` (``async_probe.maybe_detect_nan``: the engine
+  asserts, "NaN detected!").
+* ``sglang:spec_verify_calls_total`` first appears in 0.5.13.
+
+Source builds (read from the release wheels on PyPI, 0.5.10-0.5.23):
+
+* every release from 0.5.10 requires ``sglang-kernel`` (wheel ``sglang_kernel-*.whl``,
+  imported as ``sgl_kernel``); older trees build ``sgl_kernel-*.whl``;
+* 0.5.17 reorganised the kernels (``sglang/jit_kernel`` became ``sglang/kernels``); the AOT
+  kernel tree moved from ``sgl-kernel/`` to ``python/sglang/kernels/aot`` with it (the AOT
+  sources are not in the wheels: checked in the tree, not here).
 """
 
 from __future__ import annotations
@@ -19,27 +48,97 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from itertools import pairwise
+from typing import Any
 
 import requests
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines import versions
-
-if TYPE_CHECKING:
-    from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.adapters.base import (
     Acceptance,
     Counters,
     EngineAdapter,
     Generation,
+    Layout,
     RankCommand,
     RankPlace,
     optional_float,
     parse_or_fail,
     whole_number,
 )
+from sparkbuild.engines.adapters.facts import (
+    MemoryFacts,
+    Moved,
+    PreflightFacts,
+    ProbeFacts,
+    RecipeFacts,
+    SourceBuild,
+)
+from sparkbuild.engines.versions import UNKNOWN_VERSION, NanSwitch, parse_version
+
+_NAN: list[tuple[SpecifierSet, NanSwitch]] = [
+    (
+        SpecifierSet("<0.5.13"),
+        NanSwitch(
+            env={"SGLANG_SPEC_NAN_DETECTION": "1"},
+            args=("--enable-nan-detection",),
+            signal="sampler logs NaN logits, speculative paths assert ('NaN detected!')",
+        ),
+    ),
+    (
+        SpecifierSet(">=0.5.13,<0.5.14"),
+        NanSwitch(signal="no NaN switch in this version: logprobs and the output only"),
+    ),
+    (
+        SpecifierSet(">=0.5.14,<0.5.22"),
+        NanSwitch(
+            env={"SGLANG_SANITIZE_NAN_LOGITS": "1"},
+            signal="NaN logits sanitized and logged once ('NaN detected in ...')",
+        ),
+    ),
+    (
+        SpecifierSet(">=0.5.22"),
+        NanSwitch(
+            env={"SGLANG_ENABLE_NAN_LOGITS_CHECK": "1"},
+            signal="the engine asserts no NaN in the logits ('NaN detected!')",
+        ),
+    ),
+]
+#: Every SGLang NaN variable any release reads; one a version does not read is refused.
+NAN_VARIABLES = frozenset(
+    {"SGLANG_SPEC_NAN_DETECTION", "SGLANG_SANITIZE_NAN_LOGITS", "SGLANG_ENABLE_NAN_LOGITS_CHECK"}
+)
+_READS: dict[str, SpecifierSet] = {
+    "SGLANG_SPEC_NAN_DETECTION": SpecifierSet("<0.5.13"),
+    "SGLANG_SANITIZE_NAN_LOGITS": SpecifierSet(">=0.5.14"),
+    "SGLANG_ENABLE_NAN_LOGITS_CHECK": SpecifierSet(">=0.5.22"),
+}
+VERIFY_COUNTER_SINCE = Version("0.5.13")
+
+
+def nan_switch_of(version: Version | None) -> NanSwitch:
+    """The NaN detection SGLang ``version`` reads."""
+    if version is None:
+        return UNKNOWN_VERSION
+    for when, switch in _NAN:
+        if when.contains(version, prereleases=True):
+            return switch
+    return UNKNOWN_VERSION
+
+
+def ignored_variables_of(version: Version, env: Mapping[str, str]) -> list[str]:
+    """NaN variables in ``env`` that SGLang ``version`` does not read."""
+    return sorted(
+        name
+        for name in env
+        if name in _READS and not _READS[name].contains(version, prereleases=True)
+    )
+
+
+def has_verify_counter(version: Version | None) -> bool:
+    return version is None or version >= VERIFY_COUNTER_SINCE
 
 
 class SglangAdapter(EngineAdapter):
@@ -57,19 +156,90 @@ class SglangAdapter(EngineAdapter):
     VERIFY_CALLS = "sglang:spec_verify_calls_total"
     GENERATED = "sglang:generation_tokens_total"
     ACCEPT_GAUGE = "sglang:spec_accept_length"
+    generation_counter = GENERATED
+    # What smoke and bench read; preflight_signals below keeps those each version has.
+    relied_metrics = (
+        (VERIFY_CALLS, "smoke acceptance fallback (counters)"),
+        (GENERATED, "smoke/bench acceptance from counters"),
+        (ACCEPT_GAUGE, "bench acceptance gauge"),
+    )
+    relied_fields = (
+        ("spec_verify_ct", "per-request acceptance (meta_info)"),
+        ("spec_accept_length", "per-request acceptance (meta_info)"),
+        ("completion_tokens", "per-request token count (meta_info)"),
+        ("avg_spec_accept_length", "/server_info lifetime acceptance"),
+    )
 
-    def nan_switch(self) -> versions.NanSwitch:
-        return versions.sglang_nan_switch(self.version)
+    display_name = "SGLang"
+    source_build = SourceBuild(
+        # The release image: a CUDA 13 devel image with torch (pinned by digest when locked).
+        base_image="lmsysorg/sglang:v{version}-cu130",
+        moves=(
+            Moved("SGL_KERNEL_DIR", "<0.5.17", "sgl-kernel"),
+            Moved("SGL_KERNEL_DIR", ">=0.5.17", "python/sglang/kernels/aot"),
+            Moved("SGL_KERNEL_WHEEL", "<0.5.10", "sgl_kernel"),
+            Moved("SGL_KERNEL_WHEEL", ">=0.5.10", "sglang_kernel"),
+        ),
+    )
+    preflight = PreflightFacts(
+        registry_dir="srt/models",
+        spark_gpu=True,
+        probe=ProbeFacts(
+            parser="server_args",
+            prog="sglang.launch_server",
+            model_flag="--model-path",
+            distributions=("sglang",),
+            env_prefixes=("SGLANG_", "SGL_"),
+            env_module="srt/environ.py",
+            config_registry="srt.utils.hf_transformers.common",
+            config_args=("--device", "cpu"),
+            signals_source="engines/adapters/sglang.py preflight_signals",
+        ),
+    )
+    memory = MemoryFacts(
+        budget_flag="--mem-fraction-static",
+        budget_default=0.88,
+        context_flag="--context-length",
+        draft_counted_from=Version("0.5.14"),  # PRs #23862, #28855, #29616
+        draft_head_transient=True,
+    )
+    recipes = RecipeFacts(
+        runtimes={"sglang": "native"},
+        command=re.compile(r"^(?:sglang\s+serve|python3?\s+-m\s+sglang\.launch_server)\b"),
+        prefixes=(("sglang", "serve"), ("python", "-m", "sglang.launch_server"),
+                  ("python3", "-m", "sglang.launch_server")),
+        model_flags=("--model-path", "--model"),
+        rendered_keys={
+            "port": "--port", "host": "--host", "tensor_parallel": "--tp-size",
+            "pipeline_parallel": "--pp-size", "ep_size": "--ep-size",
+            "gpu_memory_utilization": "--mem-fraction-static", "max_model_len": "--context-length",
+            "served_model_name": "--served-model-name", "dtype": "--dtype",
+            "quantization": "--quantization", "trust_remote_code": "--trust-remote-code",
+            "kv_cache_dtype": "--kv-cache-dtype",
+        },
+        parallel_flags={"--tp-size": "tp", "--tp": "tp", "--pp-size": "pp", "--ep-size": "ep",
+                        "--ep": "ep", "--dp-size": "dp", "--dp": "dp", "--nnodes": "nodes",
+                        "--node-rank": "rank", "--dist-init-addr": "rank"},
+        toggles=frozenset({"trust_remote_code"}),
+        speculative_flags=("--speculative-algorithm",),
+        speculative_key="speculative_algorithm",
+        export_runtimes={"native": "sglang"},
+        expert_parallel_args=("--ep-size", "{ep}"),
+        export_command="python3 -m sglang.launch_server --model-path {model}",
+    )  # fmt: skip
+
+    def nan_switch(self) -> NanSwitch:
+        return nan_switch_of(self.version)
 
     @classmethod
     def preflight_signals(cls, version: Version | str | None) -> list[dict[str, str]]:
         """Every metric and response field this adapter relies on for SGLang ``version``."""
-        parsed = versions.parse_version(str(version)) if version is not None else None
+        parsed = parse_version(str(version)) if version is not None else None
         fields = ("completion_tokens", "spec_verify_ct", "spec_accept_length")
         signals = [
             {"name": f, "kind": "field", "used_for": "acceptance per request"} for f in fields
         ]
-        if versions.sglang_has_verify_counter(parsed):
+        if has_verify_counter(parsed):
             signals += [
                 {"name": cls.VERIFY_CALLS, "kind": "metric",
                  "used_for": "acceptance from counters"},
@@ -78,16 +248,25 @@ class SglangAdapter(EngineAdapter):
             ]  # fmt: skip
         return signals
 
+    @classmethod
+    def draft_model(cls, args: Sequence[str]) -> str | None:
+        return _flag_value(args, "--speculative-draft-model-path")
+
+    @classmethod
+    def speculative_method(cls, args: Sequence[str]) -> str | None:
+        return _flag_value(args, "--speculative-algorithm")
+
     def ignored_variables(self, env: Mapping[str, str]) -> list[str]:
         if self.version is None:
             return []
-        return versions.sglang_ignored_variables(self.version, env)
+        return ignored_variables_of(self.version, env)
 
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         extra = [] if "--enable-metrics" in args else ["--enable-metrics"]
         return ["--model-path", model, "--host", host, "--port", str(port), *extra, *args]
 
     cluster_launcher = default_launcher
+    parallel_launchers = ("native",)
     parallel_flags = (
         "--tp-size", "--tp", "--tensor-parallel-size", "--ep-size", "--ep",
         "--expert-parallel-size", "--pp-size", "--pipeline-parallel-size", "--nnodes",
@@ -103,7 +282,7 @@ class SglangAdapter(EngineAdapter):
         self,
         launcher: Sequence[str],
         serve: Sequence[str],
-        parallel: Parallel,
+        parallel: Layout,
         place: RankPlace,
     ) -> RankCommand:
         """SGLang across nodes: every rank runs the server with ``--nnodes --node-rank
@@ -208,13 +387,13 @@ class SglangAdapter(EngineAdapter):
                 "counters",
                 detail=after.problem or "/metrics not readable (start with --enable-metrics)",
             )
-        if not versions.sglang_has_verify_counter(self.version):
+        if not has_verify_counter(self.version):
             return Acceptance(
                 False,
                 None,
                 "counters",
                 detail=f"SGLang {self.version} has no {self.VERIFY_CALLS} (first in "
-                f"{versions.SGLANG_VERIFY_COUNTER_SINCE}); per-request fields only",
+                f"{VERIFY_COUNTER_SINCE}); per-request fields only",
             )
         verify = after.delta(before, self.VERIFY_CALLS)
         generated = after.delta(before, self.GENERATED)
@@ -251,3 +430,10 @@ class SglangAdapter(EngineAdapter):
                     return None
                 return data if isinstance(data, dict) else None
         return None
+
+
+ADAPTER = SglangAdapter
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    return next((value for name, value in pairwise(args) if name == flag), None)

