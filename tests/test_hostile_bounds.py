@@ -29,7 +29,8 @@ import requests
 import yaml
 
 from sparkbuild.registry import manifests
-from sparkbuild.registry.client import MANIFEST_TYPES, Manifest
+from sparkbuild.registry.address import Manifest
+from sparkbuild.registry.client import MANIFEST_TYPES
 from sparkbuild.source.mirror import Mirror
 from tests.support.cli import CliResult, installed_entry_point, run_cli
 from tests.support.docker_env import LocalRegistry, start_registry

@@ -28,7 +28,8 @@ from sparkbuild.errors import RegistryError, SparkbuildError
 from sparkbuild.preflight.runner import ImageTarget
 from sparkbuild.preflight.where import image_id_of
 from sparkbuild.redact import redact, strip_userinfo
-from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.address import Registry
+from sparkbuild.registry.client import RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.report.site import diff_page, page_file
 from tests.support.cli import run_cli

@@ -27,7 +27,8 @@ from sparkbuild.errors import (
 )
 from sparkbuild.image import builder, cubins
 from sparkbuild.redact import MASK, Redactor, redact
-from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.address import Registry
+from sparkbuild.registry.client import RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 

@@ -14,7 +14,7 @@ import pytest
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.publish import plan_destination
 from sparkbuild.redact import MASK, Redactor, redact
-from sparkbuild.registry.client import Registry
+from sparkbuild.registry.address import Registry
 from sparkbuild.registry.credentials import Credentials, resolve
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds

@@ -118,6 +118,8 @@ class UnreachableError(SparkbuildError):
     several builds names each URL and its cause once.
     """
 
+    FIELDS = ("url", "cause")
+
     def __init__(
         self, message: str, hint: str | None = None, *, url: str = "", cause: str = ""
     ) -> None:

@@ -17,7 +17,8 @@ from sparkbuild.attest import discover, layout, signing
 from sparkbuild.attest.keys import PublicKey
 from sparkbuild.attest.signing import Signer
 from sparkbuild.errors import ReferrersError
-from sparkbuild.registry.client import Manifest, RegistryClient
+from sparkbuild.registry.address import Manifest
+from sparkbuild.registry.client import RegistryClient
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def _put_manifest(
     client: RegistryClient, repository: str, manifest: layout.ImageManifest, tag: str | None = None
 ) -> tuple[str, bytes, str | None]:
     body = layout.to_bytes(manifest)
-    from sparkbuild.registry.client import sha256_digest
+    from sparkbuild.registry.address import sha256_digest
 
     digest = sha256_digest(body)
     put = client.put_manifest_bytes(repository, tag or digest, layout.OCI_MANIFEST, body)

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild.registry.client import Manifest
+from sparkbuild.registry.address import Manifest
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -206,7 +206,7 @@ def attestation_manifest(
 
 
 def empty_config() -> Descriptor:
-    from sparkbuild.registry.client import sha256_digest
+    from sparkbuild.registry.address import sha256_digest
 
     return Descriptor(
         media_type=EMPTY_CONFIG,

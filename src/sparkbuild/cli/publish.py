@@ -27,7 +27,7 @@ from sparkbuild.publish import (
 )
 from sparkbuild.redact import Redactor
 from sparkbuild.registry import credentials as creds
-from sparkbuild.registry.client import Registry
+from sparkbuild.registry.address import Registry
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds, select
 

@@ -14,7 +14,8 @@ from sparkbuild.attest.verify import Verification, check_project, verify_image
 from sparkbuild.cli import emit_json, options
 from sparkbuild.errors import SigningKeyError, UsageError, VerificationFailedError
 from sparkbuild.registry import credentials as creds
-from sparkbuild.registry.client import DIGEST, Registry, RegistryClient
+from sparkbuild.registry.address import DIGEST, Registry
+from sparkbuild.registry.client import RegistryClient
 from sparkbuild.settings import Settings
 from sparkbuild.spec import load_builds
 

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -42,6 +41,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_type
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
+from sparkbuild.engines.recipe_command import (
+    PLACEHOLDER,
+    command_text,
+    command_words,
+    flags_from_defaults,
+    render_command,
+    scalar_text,
+    serve_of,
+)
 from sparkbuild.engines.recipe_source import (
     SPARK_FACTS,
     collapse_default,
@@ -51,20 +59,17 @@ from sparkbuild.engines.recipe_source import (
     read_recipe,
     render_escaped,
 )
-from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, value_text
+from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.jsontext import Fields
 from sparkbuild.redact import strip_userinfo
-from sparkbuild.templates import expand
 from sparkbuild.yamlfile import dump_yaml
 
 Scalar = str | bool | int | float | None
 # replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
 Status = Literal["carried", "changed", "replaced", "dropped"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_SHELL = ("&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1")
 
 
 class RecipeFile(BaseModel):
@@ -205,228 +210,6 @@ def _launched() -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-# --- the command template ------------------------------------------------------------------
-
-
-def _scalar_text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def render_command(
-    template: str, values: Mapping[str, Any], text_of: Callable[[Any, str], str] | None = None
-) -> str:
-    """``{key}`` placeholders filled from ``values`` until nothing changes (a value may hold
-    another placeholder); unknown ones are left as they are, as sparkrun leaves them.
-    ``text_of(value, key)`` writes a value (default: its text). Bounded in fills and size by
-    the one template expander (``templates.expand``)."""
-    write = text_of or (lambda value, _key: _scalar_text(value))
-    texts = {key: write(value, key) for key, value in values.items()}
-    text = expand(template.strip(), texts, what="the recipe's command template", source="defaults")
-    return re.sub(r"\\[ \t]+\n", "\\\n", text)
-
-
-#: Keys sparkrun's config chain holds beside the defaults (RECIPES.md, "Config Chain").
-_CHAIN_KEYS = ("model", "model_revision", "resolved_model_path")
-
-
-def _filled_default(key: str, value: Any, values: Mapping[str, Any], notes: _Notes) -> Any:
-    """A default holding ``{placeholders}``, filled: sparkrun 0.4.2 hands it to the engine
-    unfilled when the recipe has no command (the engine then refuses it), said in a note."""
-    if not isinstance(value, str) or not _PLACEHOLDER.search(value):
-        return value
-    filled = render_command(value, values)
-    notes.add(
-        f"defaults.{key}",
-        "changed",
-        f"{value!r} filled from the defaults ({filled}); sparkrun 0.4.2 passes it to the "
-        "engine unfilled when the recipe has no command",
-    )
-    return filled
-
-
-def _referenced(key: str, values: Mapping[str, Any]) -> bool:
-    return any(isinstance(v, str) and "{" + key + "}" in v for v in values.values())
-
-
-def _flags_from_defaults(adapter: type[EngineAdapter], values: Mapping[str, Any],
-                         recipe: RecipeFile, notes: _Notes) -> list[str]:  # fmt: skip
-    """The flags sparkrun 0.4.2 renders for a recipe without a command: its flag map in its
-    order (the adapter's ``leading_keys`` first), structured values as compact JSON,
-    ``false`` on a flag the engine turns on by default as ``--no-<flag>``
-    (engines/sparkrun_flags)."""
-    engine, facts = adapter.name, adapter.recipes
-    known = engine_flags(engine)
-    words: list[str] = []
-    first = facts.leading_keys
-    if first and values.get(first[0]):
-        words += [facts.rendered_keys[first[0]], str(values[first[0]])]
-    if facts.pins_revision and recipe.model_revision and not recipe.model.startswith("/"):
-        words += ["--revision", recipe.model_revision]  # sparkrun pins the model it serves
-    for key in known.flags:
-        if key not in first:
-            words += known.words(key, _filled_default(key, values.get(key), values, notes))
-    for key in values:
-        if key not in known.flags and key not in _CHAIN_KEYS and not _referenced(key, values):
-            notes.add(
-                f"defaults.{key}",
-                "dropped",
-                f"the recipe has no command, and sparkrun {SPARKRUN_VERSION}'s {engine} flag "
-                "map does not list it: sparkrun drops it too (and warns)",
-            )
-    return words
-
-
-def _command_text(value: Any, key: str, notes: _Notes) -> str:
-    """A value put into a command template. sparkrun 0.4.2 writes Python's ``str()`` there;
-    for a mapping or a list that is not what the engine parses, so it is written as JSON
-    and said."""
-    if isinstance(value, Mapping | list):
-        notes.add(
-            f"defaults.{key}",
-            "changed",
-            f"a {type(value).__name__} in the command template written as JSON; sparkrun "
-            f"{SPARKRUN_VERSION} writes Python's form of it, which the engine cannot parse",
-        )
-        return value_text(value)
-    return _scalar_text(value)
-
-
-def command_words(text: str) -> list[str]:
-    """The serve command's words: continuation lines joined, quotes honoured; anything a
-    shell would run besides one command is refused."""
-    joined = re.sub(r"\\\n", " ", text)
-    if any(line.strip() for line in joined.splitlines()[1:]):
-        raise UsageError(
-            "the recipe's command has several lines without '\\' continuations: several "
-            "shell commands, which a profile cannot hold",
-            "keep the serve command on one line (or continue it with '\\')",
-        )
-    try:
-        words = shlex.split(joined)
-    except ValueError as exc:
-        raise UsageError(f"the recipe's command does not parse as shell words: {exc}") from exc
-    for word in words:
-        if word in _SHELL or "$(" in word or "`" in word or re.search(r"\$\{?[A-Za-z_]", word):
-            raise UsageError(
-                f"the recipe's command uses the shell ({word!r}): a profile holds one "
-                "engine command with literal arguments",
-                "render the command by hand and write the profile's args",
-            )
-    return words
-
-
-# --- the serve command: engine, model, flags -----------------------------------------------
-
-_LAUNCHER_FLAGS = ("--host", "--port")
-
-
-def _split_flags(words: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
-    """``(flag, values)`` groups; a word before any flag is a positional (flag ``""``)."""
-    flag: str = ""
-    values: list[str] = []
-    for word in words:
-        if re.match(r"^--?[A-Za-z]", word):
-            if flag or values:
-                yield flag, values
-            name, eq, value = word.partition("=")
-            flag, values = (name, [value]) if eq and name.startswith("--") else (word, [])
-        else:
-            values.append(word)
-    if flag or values:
-        yield flag, values
-
-
-@dataclass
-class _Serve:
-    engine: str
-    model: str
-    args: list[str]
-    sizes: dict[str, str]
-    env: dict[str, str]
-
-
-def _strip_prefix(
-    adapter: type[EngineAdapter], words: list[str]
-) -> tuple[list[str], dict[str, str]]:
-    env: dict[str, str] = {}
-    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-        name, _, value = words.pop(0).partition("=")
-        env[name] = value
-    prefixes = adapter.recipes.prefixes
-    for prefix in prefixes:
-        if tuple(words[: len(prefix)]) == prefix:
-            return words[len(prefix) :], env
-    raise UsageError(
-        f"the recipe's command does not start a {adapter.name} server "
-        f"({' '.join(words[:3])!r}; expected e.g. {' '.join(prefixes[0])!r})",
-        "a profile launches the engine's own server; write its args by hand",
-    )
-
-
-def _serve(adapter: type[EngineAdapter], words: list[str], recipe: RecipeFile, notes: _Notes,
-           base: Path, version: Version | None) -> _Serve:  # fmt: skip
-    rest, env = _strip_prefix(adapter, words)
-    facts = adapter.recipes
-    model = recipe.model
-    args: list[str] = []
-    sizes: dict[str, str] = {}
-    for flag, values in _split_flags(rest):
-        if not flag:  # vllm serve MODEL
-            model, extra = values[0], values[1:]
-            if extra:
-                raise UsageError(f"the recipe's command has stray words {' '.join(extra)!r}")
-        elif flag in facts.model_flags and values:
-            model = values[0]
-        elif flag in _LAUNCHER_FLAGS:
-            notes.add(f"{flag} {' '.join(values)}", "replaced", "sparkbuild's launcher sets it")
-        elif flag in facts.parallel_flags:
-            sizes[facts.parallel_flags[flag]] = values[0] if values else "true"
-            if facts.parallel_flags[flag] == "rank":
-                notes.add(flag, "changed", "set per node by the multi-node launcher")
-        elif flag == "--chat-template" and values and not _chat_template_kept(values[0], base):
-            notes.add(
-                f"{flag} {values[0]}",
-                "dropped",
-                "a file beside neither the recipe nor the engine: the recipe's mods "
-                "put it in the container",
-            )
-        elif flag == "--load-format" and values:
-            if _load_format_kept(adapter, values[0], version, notes):
-                args += [flag, *values]
-        else:
-            args += [flag, *values]
-    if model != recipe.model:
-        notes.add(
-            "model", "changed", f"the command serves {model}, the recipe names {recipe.model}"
-        )
-    return _Serve(adapter.name, model, args, sizes, env)
-
-
-def _chat_template_kept(value: str, base: Path) -> bool:
-    if "{{" in value or "{%" in value or Path(value).is_absolute():
-        return True  # an inline template, or a path where the engine runs
-    return (base / value).is_file()
-
-
-def _load_format_kept(
-    adapter: type[EngineAdapter], name: str, version: Version | None, notes: _Notes
-) -> bool:
-    fact = adapter.load_format(version, name)
-    if fact is None:  # the engine has no facts on its load formats
-        return True
-    if fact.known is False:
-        notes.add(
-            f"--load-format {name}",
-            "dropped",
-            f"{fact.detail}; {adapter.display_name} would fail loading the weights, so 'auto' "
-            "is used",
-        )
-        return False
-    if fact.known is None:
-        notes.add(f"--load-format {name}", "carried", f"not checked: {fact.detail}")
-    return True
-
-
 # --- the parallel layout -------------------------------------------------------------------
 
 
@@ -489,7 +272,7 @@ def _env(recipe: RecipeFile, extra: Mapping[str, str], layers: Sequence[Mapping[
         merged.update(layer.get("env") or {})
     env: dict[str, str] = {}
     for name, value in {**merged, **extra}.items():
-        text = _scalar_text(value)
+        text = scalar_text(value)
         if not _ENV_NAME.match(name):
             raise UsageError(f"the recipe's env has a name that is not a variable: {name!r}")
         if re.search(r"\$\{?[A-Za-z_]", text):
@@ -675,11 +458,11 @@ def import_recipe(
     if recipe.command:
         rendered = render_escaped(
             recipe.command,
-            lambda text: render_command(text, values, lambda v, k: _command_text(v, k, notes)),
+            lambda text: render_command(text, values, lambda v, k: command_text(v, k, notes)),
             notes,
             "command",
         )
-        unknown = sorted(set(_PLACEHOLDER.findall(rendered)))
+        unknown = sorted(set(PLACEHOLDER.findall(rendered)))
         if unknown:
             raise UsageError(
                 f"{path}: command placeholders with no value: "
@@ -688,9 +471,9 @@ def import_recipe(
             )
         words = command_words(rendered)
     else:
-        flags = _flags_from_defaults(adapter, values, recipe, notes)
+        flags = flags_from_defaults(adapter, values, recipe.model, recipe.model_revision, notes)
         words = [*adapter.recipes.prefixes[0], recipe.model, *flags]
-    serve = _serve(adapter, words, recipe, notes, path.parent, engine_version)
+    serve = serve_of(adapter, words, recipe.model, notes, path.parent, engine_version)
     if adapter.recipes.adds_served_model_name and "--served-model-name" not in serve.args:
         notes.add(
             "--served-model-name",

@@ -19,7 +19,8 @@ from sparkbuild.attest.keys import PublicKey
 from sparkbuild.attest.verify import check_signature
 from sparkbuild.errors import SignatureError, SparkbuildError
 from sparkbuild.registry import credentials, manifests
-from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.address import Registry
+from sparkbuild.registry.client import RegistryClient
 
 if TYPE_CHECKING:
     from docker import DockerClient

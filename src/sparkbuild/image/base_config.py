@@ -16,7 +16,8 @@ from sparkbuild.errors import BaseImageError
 from sparkbuild.image.base_image import BaseImage
 from sparkbuild.imageref import split_reference
 from sparkbuild.registry import credentials as creds
-from sparkbuild.registry.client import Registry, RegistryClient, get_blob
+from sparkbuild.registry.address import Registry
+from sparkbuild.registry.client import RegistryClient, get_blob
 
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",

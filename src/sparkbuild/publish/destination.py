@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sparkbuild import imageref
 from sparkbuild.errors import UnknownPlaceholderError, UsageError
-from sparkbuild.registry.client import Registry
+from sparkbuild.registry.address import Registry
 from sparkbuild.spec import Build
 
 DEFAULT_REPOSITORY = "sparkbuild/{engine}"

@@ -23,7 +23,8 @@ from sparkbuild.publish.gate import cluster_profiles, smoke_gate, smoke_verdicts
 from sparkbuild.publish.record import after_push
 from sparkbuild.publish.signing import Signing, already_signed, sign_publication
 from sparkbuild.registry import manifests
-from sparkbuild.registry.client import Manifest, RegistryClient
+from sparkbuild.registry.address import Manifest
+from sparkbuild.registry.client import RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build

@@ -12,7 +12,8 @@ from sparkbuild.errors import LockError, RollbackError, SignatureError, UsageErr
 from sparkbuild.jsontext import JSON, Fields
 from sparkbuild.publish.destination import Destination
 from sparkbuild.publish.push import move_aliases
-from sparkbuild.registry.client import Registry, RegistryClient
+from sparkbuild.registry.address import Registry
+from sparkbuild.registry.client import RegistryClient
 from sparkbuild.registry.credentials import Credentials
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build

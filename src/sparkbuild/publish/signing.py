@@ -20,7 +20,8 @@ from sparkbuild.attest.verify import Verification, verify_image
 from sparkbuild.errors import AttestationError, SignatureError
 from sparkbuild.publish.destination import Destination
 from sparkbuild.registry import manifests
-from sparkbuild.registry.client import Manifest, RegistryClient
+from sparkbuild.registry.address import Manifest
+from sparkbuild.registry.client import RegistryClient
 from sparkbuild.spec import Build
 
 if TYPE_CHECKING:

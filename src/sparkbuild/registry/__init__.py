@@ -9,7 +9,8 @@ what is printed by :mod:`sparkbuild.redact`, which every stage uses.
 """
 
 from sparkbuild.redact import Redactor
-from sparkbuild.registry.client import Manifest, Registry, RegistryClient, get_blob
+from sparkbuild.registry.address import Manifest, Registry
+from sparkbuild.registry.client import RegistryClient, get_blob
 from sparkbuild.registry.credentials import Credentials
 
 __all__ = [

@@ -8,25 +8,28 @@ challenges, retries transient failures with tenacity, and names the URL when it 
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
-import json
 import re
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import requests
 from tenacity import RetryError, Retrying, retry_if_exception_type
 
-from sparkbuild import console, imageref, jsontext, net, retries
+from sparkbuild import imageref, jsontext, net, retries
 from sparkbuild.console import plural
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
     RegistryUnreachableError,
-    UsageError,
 )
-from sparkbuild.redact import redact, remember, strip_userinfo
+from sparkbuild.registry.address import (
+    DIGEST,
+    Manifest,
+    PutManifest,
+    Registry,
+    checked_reference,
+    checked_repository,
+    sha256_digest,
+)
 from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV, Credentials
 from sparkbuild.settings import env_seconds
 
@@ -36,7 +39,6 @@ MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
-_DOCKER_HUB_API = "registry-1.docker.io"
 #: The whole of one exchange with the registry or its token service (each attempt).
 TIMEOUT_ENV = "SPARKBUILD_NET_TIMEOUT"
 _TIMEOUT_S = 60.0
@@ -44,7 +46,6 @@ _TIMEOUT_S = 60.0
 MANIFEST_LIMIT = 4 * net.MIB
 BLOB_LIMIT = 16 * net.MIB
 _CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 class _TransientError(Exception):
@@ -53,131 +54,6 @@ class _TransientError(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
-
-
-def _is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True)
-class Registry:
-    """Where to publish: ``--registry HOST[/NAMESPACE]``, e.g. ``ghcr.io/acme``."""
-
-    host: str
-    namespace: str
-    scheme: str
-
-    @classmethod
-    def parse(cls, value: str) -> Registry:
-        text = value.strip().rstrip("/")
-        scheme = None
-        for prefix in ("https://", "http://"):
-            if text.startswith(prefix):
-                scheme, text = prefix[:-3], text[len(prefix) :]
-        first, _, rest = text.partition("/")
-        userinfo, at, first = first.rpartition("@")
-        if at:  # user:pass@host: never part of the host, the lock's key or a message
-            remember(userinfo.partition(":")[2])
-            console.warn(
-                f"--registry: the credentials in {redact(value)!r} are ignored; give them with "
-                f"{USER_ENV} and {PASSWORD_ENV}, --password-stdin or `docker login`"
-            )
-            value = strip_userinfo(value)
-            text = f"{first}/{rest}" if rest else first
-        if "." in first or ":" in first or first == "localhost":
-            host, namespace = first, rest
-        else:  # `docker push user/x` means Docker Hub
-            host, namespace = imageref.DOCKER_HUB, text
-        for component in filter(None, namespace.split("/")):
-            if not imageref.COMPONENT.match(component):
-                raise UsageError(
-                    f"--registry {value!r}: '{component}' is not a valid repository path "
-                    "component (lowercase letters, digits, '.', '_', '-')",
-                    "for example: --registry ghcr.io/my-org",
-                )
-        if not host:
-            raise UsageError(f"--registry {value!r} names no registry host")
-        return cls(
-            host, namespace.strip("/"), scheme or ("http" if _is_loopback(host) else "https")
-        )
-
-    @property
-    def api_base(self) -> str:
-        host = _DOCKER_HUB_API if self.host == imageref.DOCKER_HUB else self.host
-        return f"{self.scheme}://{host}"
-
-    def repository(self, name: str) -> str:
-        """The repository path inside the registry, e.g. ``acme/sparkbuild/sglang``."""
-        path = f"{self.namespace}/{name}" if self.namespace else name
-        for component in path.split("/"):
-            if not imageref.COMPONENT.match(component):
-                raise UsageError(
-                    f"repository '{path}': '{component}' is not a valid path component",
-                    "repository names are lowercase letters, digits, '.', '_', '-', "
-                    "separated by '/'",
-                )
-        return path
-
-    def reference(self, repository: str) -> str:
-        """``HOST/REPOSITORY``: what docker and users call it."""
-        return f"{self.host}/{repository}"
-
-
-@dataclass(frozen=True)
-class Manifest:
-    body: bytes
-    media_type: str
-    digest: str
-
-    @property
-    def config_digest(self) -> str | None:
-        """The image config digest (= the local image id) of a single-image manifest."""
-        try:
-            data = json.loads(self.body)
-        except ValueError:
-            return None
-        config = data.get("config") if isinstance(data, dict) else None
-        digest = config.get("digest") if isinstance(config, dict) else None
-        return str(digest) if digest else None
-
-
-@dataclass(frozen=True)
-class PutManifest:
-    digest: str
-    subject: str | None  # the OCI-Subject header: the registry indexed a referrer
-
-
-def checked_reference(repository: str, reference: str) -> str:
-    """``reference`` if it is a tag or a sha256 digest: what may go into a manifest URL (a
-    digest or alias read from a lock or an index is data, never a path)."""
-    if DIGEST.match(reference) or imageref.TAG.match(reference):
-        return reference
-    raise RegistryError(
-        f"{reference!r} is neither a tag nor a sha256 digest (in {repository})",
-        "a tag is letters, digits, '_', '.', '-'; a digest is sha256: and 64 hex digits",
-    )
-
-
-def checked_repository(repository: str) -> str:
-    """``repository`` if each path component is one the distribution grammar allows (no
-    ``..``, no empty part): it goes into URLs."""
-    if all(imageref.COMPONENT.match(part) for part in repository.split("/")):
-        return repository
-    raise RegistryError(
-        f"{repository!r} is not a repository path",
-        "repository names are lowercase letters, digits, '.', '_', '-', separated by '/'",
-    )
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

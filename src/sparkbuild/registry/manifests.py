@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkbuild.registry.client import Manifest, RegistryClient
+from sparkbuild.registry.address import Manifest
+from sparkbuild.registry.client import RegistryClient
 
 INDEX_TYPES = frozenset(
     {
