@@ -207,7 +207,7 @@ def test_lock_and_local_image_must_agree(env: Env) -> None:
     data = yaml.safe_load(stale.read_text())
     missing_id = "sha256:" + "1" * 64
     data["builds"][BUILD]["image"]["image_id"] = missing_id
-    verified = {"verdict": "pass", "verified": True, "image_id": missing_id}
+    verified = {"verdict": "pass", "verified": True, "image_id": missing_id, "target": "image:x"}
     data["builds"][BUILD]["smoke"] = {missing_id: {PROFILE: verified}}
     stale.write_text(yaml.safe_dump(data))
     record_preflight(stale, BUILD, PROFILE)

@@ -8,12 +8,14 @@ runs is the real engine in its own namespaces, reached through a port published 
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sparkbuild.engines.lifeline import owner_alive
 from tests.support.smoke_cli import run_smoke_cli, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_venv
@@ -40,8 +42,28 @@ def image() -> str:
     return skeleton_image()
 
 
-def _smoke_containers() -> list[str]:
-    return _docker("ps", "-aq", "--filter", "label=org.sparkbuild.stage=smoke").split()
+def _smoke_containers() -> set[str]:
+    """Smoke containers whose sparkbuild process has ended: what a run left behind. Those
+    of runs still going (another test, on another worker) are theirs to remove."""
+    ids = _docker("ps", "-aq", "--filter", "label=org.sparkbuild.stage=smoke").split()
+    labelled = {cid: _labels_of(cid) for cid in ids}
+    return {
+        cid
+        for cid, labels in labelled.items()
+        if labels is not None and owner_alive(labels) is not True
+    }
+
+
+def _labels_of(container: str) -> dict[str, str] | None:
+    """The container's labels; None once it is gone (removed since it was listed)."""
+    done = subprocess.run(
+        ["docker", "inspect", "--format", "{{json .Config.Labels}}", container],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    text = done.stdout.strip()
+    if done.returncode != 0:
+        return None
+    return json.loads(text) if text not in ("", "null") else {}
 
 
 @pytest.fixture
