@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import requests
 from packaging.version import Version
@@ -38,6 +38,7 @@ MAX_TOKENS = 1 << 22
 #: Prometheus sample suffixes of counters and histograms: these never go down.
 _MONOTONIC_SUFFIXES = ("_total", "_count", "_bucket")
 _MONOTONIC_TYPES = frozenset({"counter", "histogram", "summary"})
+_Parsed = TypeVar("_Parsed")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,42 @@ class Generation:
     spec_verify_ct: int | None = None  # SGLang: verify steps for this request
     spec_accept_length: float | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # With ``generate(..., ranked=k)``: the generated token ids, and per position the k most
+    # likely token ids with their logprobs (what the lossless and burn-in checks compare).
+    token_ids: tuple[int, ...] = ()
+    top_logprobs: tuple[Mapping[int, float], ...] = field(default=(), repr=False)
+    token_texts: tuple[str, ...] = field(default=(), repr=False)  # when the engine sends them
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    """One answer of ``/v1/chat/completions``: its content and its reasoning, kept apart as
+    the engine's reasoning parser split them."""
+
+    content: str
+    reasoning: str
+    finish_reason: str | None
+    completion_tokens: int
+    prompt_tokens: int
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class PositionCounts:
+    """The engine's per-position acceptance counters at one moment: accepted draft tokens at
+    each draft position, and the drafts proposed. ``note`` says why there are none."""
+
+    accepted: tuple[float, ...] = ()
+    drafts: float = 0.0
+    note: str = ""
+
+    def rates_since(self, before: PositionCounts) -> list[float] | None:
+        """The share of drafts whose token at each position was accepted, in between."""
+        drafts = self.drafts - before.drafts
+        if not self.accepted or drafts <= 0:
+            return None
+        earlier = list(before.accepted) + [0.0] * (len(self.accepted) - len(before.accepted))
+        return [(now - then) / drafts for now, then in zip(self.accepted, earlier, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -208,7 +245,7 @@ def first_model(payload: Any) -> Mapping[str, Any]:
     return first
 
 
-def parse_or_fail(what: str, parse: Callable[[], Generation]) -> Generation:
+def parse_or_fail(what: str, parse: Callable[[], _Parsed]) -> _Parsed:
     """Run ``parse`` over a 200 answer; a wrong shape becomes EngineHTTPError naming ``what``."""
     try:
         return parse()
@@ -406,8 +443,99 @@ class EngineAdapter(ABC):
         prompt: str,
         max_tokens: int,
         extra: Mapping[str, Any] | None = None,
+        *,
+        ranked: int = 0,
     ) -> Generation:
-        """One greedy completion with logprobs; raises EngineHTTPError on an HTTP failure."""
+        """One greedy completion with logprobs; raises EngineHTTPError on an HTTP failure.
+        With ``ranked=k`` (k >= 2) it also returns the token ids and, per position, the k
+        most likely ids with their logprobs (:attr:`Generation.top_logprobs`)."""
+
+    @abstractmethod
+    def without_speculation(self, args: Sequence[str]) -> list[str]:
+        """``args`` with every flag that turns this engine's speculative decoding on
+        dropped: the same engine as its own reference, for the lossless check."""
+
+    #: Why the engine has no per-position acceptance counter (empty when it has one).
+    per_position_missing: ClassVar[str] = ""
+
+    def position_counts(self, session: net.Session, base_url: str) -> PositionCounts:
+        """The engine's per-position acceptance counters now (empty, with a note, when the
+        engine exports none or they cannot be read)."""
+        return PositionCounts(note=self.per_position_missing or f"{self.name}: none")
+
+    #: The request field of a sampling seed (vLLM's body, SGLang's ``sampling_params``).
+    seed_field: ClassVar[str] = "seed"
+
+    #: Where the answer's reasoning is, in the order the engine's releases have used.
+    reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)
+
+    def request_model(self, session: net.Session, base_url: str) -> str:
+        """The model name an OpenAI-style request names (engines that serve one model take
+        any)."""
+        return "default"
+
+    def chat(
+        self,
+        session: net.Session,
+        base_url: str,
+        prompt: str,
+        max_tokens: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ChatAnswer:
+        """One greedy chat answer through ``/v1/chat/completions`` (the model's chat template
+        and the server's reasoning parser apply)."""
+        body = {
+            "model": self.request_model(session, base_url),
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            **(extra or {}),
+        }
+        url = base_url + "/v1/chat/completions"
+        payload, seconds = self._post(session, url, body)
+        return parse_or_fail(f"POST {url}", lambda: self.chat_answer(payload, seconds))
+
+    def chat_answer(self, payload: Mapping[str, Any], seconds: float = 0.0) -> ChatAnswer:
+        """A chat completion as a :class:`ChatAnswer`; ValueError/TypeError on a wrong shape."""
+        choice = (payload.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        if not isinstance(message, Mapping):
+            raise ValueError(f"choices[0].message is {_short(repr(message), 60)}")
+        reasoning = next((message[f] for f in self.reasoning_fields if message.get(f)), "")
+        usage = payload.get("usage") or {}
+        return ChatAnswer(
+            content=str(message.get("content") or ""),
+            reasoning=str(reasoning or ""),
+            finish_reason=choice.get("finish_reason"),
+            completion_tokens=whole_number(usage.get("completion_tokens"), "completion_tokens"),
+            prompt_tokens=whole_number(usage.get("prompt_tokens"), "prompt_tokens"),
+            seconds=seconds,
+        )
+
+    def count_tokens(
+        self, session: net.Session, base_url: str, text: str
+    ) -> tuple[int, int | None] | None:
+        """How many tokens ``text`` is to the served model, and the model's context length
+        when the engine says (``/tokenize``: ``count``, ``max_model_len``; vLLM and SGLang
+        alike); None when the engine does not tell."""
+        body = {"model": self.request_model(session, base_url), "prompt": text}
+        try:
+            payload, _ = self._post(session, base_url + "/tokenize", body)
+            count = whole_number(payload.get("count"), "count")
+            limit = payload.get("max_model_len")
+            return count, whole_number(limit, "max_model_len") if limit else None
+        except (EngineHTTPError, ValueError):
+            return None
+
+    def detokenize(self, session: net.Session, base_url: str, ids: Sequence[int]) -> str | None:
+        """The text of token ``ids`` (``/detokenize``); None when the engine does not say."""
+        body = {"model": self.request_model(session, base_url), "tokens": list(ids)}
+        try:
+            payload, _ = self._post(session, base_url + "/detokenize", body)
+        except EngineHTTPError:
+            return None
+        text = payload.get("prompt", payload.get("text"))
+        return text if isinstance(text, str) else None
 
     def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
         """Acceptance over the interval between two counter snapshots; void (``impossible``)
