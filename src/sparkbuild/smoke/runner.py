@@ -296,12 +296,13 @@ def run_smoke(
             extra=deep_run.request_extra(profile.request) if deep_run else None,
         )  # fmt: skip
         run_to = target.logs.count if target.logs is not None else 0
-        if deep_run is not None and _engine_answers(served, target):
+        answered = _engine_answers(served, target)
+        if deep_run is not None and answered:
             if target.kind in ("image", "cluster"):
                 deep_run.image_id = getattr(target, "image_id", None)
             deep_run.on_engine(target.base_url, prompts, served.names, served.generations)
         exited = target.exit_code()
-    if deep_run is not None and _engine_answers(served, target):
+    if deep_run is not None and answered:
         deep_run.after_engine()
     if exited is None and isinstance(target, MultiNodeTarget) and target.failed:
         # A killed leader fails the requests before its daemon says so; the cluster's stop

@@ -49,8 +49,10 @@ class Engine:
     def extra(
         self, own: Mapping[str, Any] | None = None, seed: int | None = None
     ) -> dict[str, Any]:
-        """The profile's request fields, then the phase's own, then the seed."""
-        fields = {**self.profile.request, **(own or {})}
+        """The profile's request fields, its deep checks' (for ``own`` given), then the
+        phase's own, then the seed."""
+        deep = self.profile.deep_request if own is not None else {}
+        fields = {**self.profile.request, **deep, **(own or {})}
         if seed is not None:
             fields[self.adapter.seed_field] = seed
         return fields
@@ -161,7 +163,7 @@ def long_output(engine: Engine, limits: LongOutputLimits, progress: Progress) ->
                 engine.base_url,
                 limits.prompt,
                 max_tokens,
-                engine.extra(limits.request, index),
+                engine.extra(limits.request),
                 ranked=2,
             )
         except EngineHTTPError as exc:
@@ -341,7 +343,7 @@ def chat(engine: Engine, limits: ChatLimits, seed: int, progress: Progress) -> P
                 engine.base_url,
                 prompt,
                 limits.max_tokens,
-                engine.extra(limits.request, seed),
+                engine.extra(limits.request),
             )
         except EngineHTTPError as exc:
             problems.append(f"{name}: {exc.message}")
