@@ -152,8 +152,9 @@ def test_a_verifier_that_accepts_every_draft_fails_lossless(
     assert f"token {divergence['position']} is {divergence['token_id']}" in lossless["detail"]
     assert "speculation changed the text" in lossless["detail"]
     assert f"--reference-url {plain_server}" in lossless["detail"]
-    failed = [c["name"] for c in run.result["checks"] if c["status"] == "fail"]
-    assert failed == ["lossless"]  # what today's smoke passes
+    # What today's smoke trusts passes: drafts are accepted, logprobs are finite, no error.
+    for name in ("accept_len", "nan", "errors"):
+        assert run.check(name)["status"] == "pass", run.check("output")
 
 
 def test_nan_weights_fail_long_context(project: Path, nan_server: str) -> None:
