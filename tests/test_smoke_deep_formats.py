@@ -112,7 +112,9 @@ def test_a_profile_declares_deep_checks_and_deep_runs_them_all(tmp_path: Path) -
     assert plan is not None and plan.checks == ("lossless", "burn-in") and plan.ranked == 2
     everything = DeepPlan.of(declared, everything=True)
     assert everything is not None and len(everything.checks) == 6
-    assert everything.burn_in is not None and everything.burn_in.rounds == 2  # declared limits
+    assert (
+        everything.limits.burn_in is not None and everything.limits.burn_in.rounds == 2
+    )  # declared limits
     assert DeepPlan.of(Expectations(), everything=False) is None
     (tmp_path / "smoke").mkdir()
     bad = {"engine": "vllm", "model": "m", "expect": {"lossless": {"top_logprobs": 1}}}

@@ -7,7 +7,8 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+
+from pydantic import BaseModel
 
 from sparkbuild.engines.profiles import (
     DEEP_FIELDS,
@@ -21,8 +22,6 @@ from sparkbuild.engines.profiles import (
 )
 from sparkbuild.engines.targets import Target
 from sparkbuild.errors import UsageError
-
-_L = TypeVar("_L")
 
 #: Makes a target of the same engine, image and model with other serve flags (the profile's
 #: without speculation); the reference boot of lossless.
@@ -52,16 +51,23 @@ class ReferenceSource:
     store: Path | None = None  # .sparkbuild/smoke-references/
 
 
+#: The limits a check takes when ``--deep`` runs it undeclared.
+_DEFAULTS: dict[str, type[BaseModel]] = {
+    "lossless": LosslessLimits,
+    "long_output": LongOutputLimits,
+    "acceptance_per_position": AcceptancePerPositionLimits,
+    "burn_in": BurnInLimits,
+    "long_context": LongContextLimits,
+    "chat": ChatLimits,
+}
+
+
 @dataclass(frozen=True)
 class DeepPlan:
-    """The deep checks of one run and their limits (None: not run)."""
+    """The deep checks of one run: the profile's ``expect`` with each check to run set (its
+    declared limits, or the defaults under ``--deep``) and the others None."""
 
-    lossless: LosslessLimits | None = None
-    long_output: LongOutputLimits | None = None
-    acceptance_per_position: AcceptancePerPositionLimits | None = None
-    burn_in: BurnInLimits | None = None
-    long_context: LongContextLimits | None = None
-    chat: ChatLimits | None = None
+    limits: Expectations
     reference: ReferenceSource = field(default_factory=ReferenceSource)
     declared: tuple[str, ...] = ()  # the checks the profile declares (publish requires them)
 
@@ -71,46 +77,23 @@ class DeepPlan:
     ) -> DeepPlan | None:
         """The profile's declared checks; with ``everything`` (``--deep``) every check, the
         undeclared with their defaults. None when there is nothing to run."""
-
-        def pick(given: _L | None, default: _L) -> _L | None:
-            return given or (default if everything else None)
-
-        plan = cls(
-            lossless=pick(expect.lossless, LosslessLimits()),
-            long_output=pick(expect.long_output, LongOutputLimits()),
-            acceptance_per_position=pick(
-                expect.acceptance_per_position, AcceptancePerPositionLimits()
-            ),
-            burn_in=pick(expect.burn_in, BurnInLimits()),
-            long_context=pick(expect.long_context, LongContextLimits()),
-            chat=pick(expect.chat, ChatLimits()),
-            reference=reference or ReferenceSource(),
-            declared=expect.declared_deep(),
-        )
+        limits = expect
+        if everything:
+            filled = {name: getattr(expect, name) or kind() for name, kind in _DEFAULTS.items()}
+            limits = expect.model_copy(update=filled)
+        plan = cls(limits, reference or ReferenceSource(), expect.declared_deep())
         return plan if plan.checks else None
 
     @property
     def checks(self) -> tuple[str, ...]:
         """The check names this plan runs, in the order they are reported."""
-        return tuple(name for name, attr in DEEP_FIELDS.items() if getattr(self, attr))
+        return tuple(name for name, attr in DEEP_FIELDS.items() if getattr(self.limits, attr))
 
     @property
     def ranked(self) -> int:
         """Alternatives per token the smoke's own requests ask for (the lossless run)."""
-        return self.lossless.top_logprobs if self.lossless else 0
-
-    @property
-    def speculative_phases(self) -> bool:
-        """Whether anything runs on the engine after the smoke's own requests."""
-        return any(
-            (
-                self.long_output,
-                self.burn_in,
-                self.long_context,
-                self.chat,
-                self.acceptance_per_position,
-            )
-        )
+        lossless = self.limits.lossless
+        return lossless.top_logprobs if lossless else 0
 
 
 __all__ = ["DeepPlan", "ReferenceBoot", "ReferenceSource", "reference_url"]

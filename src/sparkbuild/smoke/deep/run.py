@@ -37,12 +37,12 @@ class DeepRun:
 
     def request_extra(self, extra: Mapping[str, Any]) -> dict[str, Any]:
         """The smoke's own requests, with lossless's fixed seed."""
-        if self.plan.lossless is None:
+        if self.plan.limits.lossless is None:
             return dict(extra)
-        return ll.with_seed(dict(extra), self.adapter, self.plan.lossless)
+        return ll.with_seed(dict(extra), self.adapter, self.plan.limits.lossless)
 
     def before_requests(self, base_url: str) -> None:
-        if self.plan.acceptance_per_position is not None:
+        if self.plan.limits.acceptance_per_position is not None:
             self._positions = self.adapter.position_counts(self.adapter.session(), base_url)
 
     def on_engine(
@@ -54,25 +54,25 @@ class DeepRun:
     ) -> None:
         """Every check that needs the engine under test, after the smoke's requests."""
         engine = phases.Engine(self.adapter, base_url, self.profile)
-        plan, seed = self.plan, self.plan.lossless.seed if self.plan.lossless else 0
-        if plan.burn_in is not None:
-            self._add(phases.burn_in(engine, prompts, plan.burn_in, seed, self.progress))
-        if plan.long_output is not None:
-            self._add(phases.long_output(engine, plan.long_output, self.progress))
-        if plan.long_context is not None:
-            self._add(phases.long_context(engine, plan.long_context, self.progress))
-        if plan.chat is not None:
-            self._add(phases.chat(engine, plan.chat, seed, self.progress))
-        if plan.acceptance_per_position is not None:
+        plan, seed = self.plan, self.plan.limits.lossless.seed if self.plan.limits.lossless else 0
+        if plan.limits.burn_in is not None:
+            self._add(phases.burn_in(engine, prompts, plan.limits.burn_in, seed, self.progress))
+        if plan.limits.long_output is not None:
+            self._add(phases.long_output(engine, plan.limits.long_output, self.progress))
+        if plan.limits.long_context is not None:
+            self._add(phases.long_context(engine, plan.limits.long_context, self.progress))
+        if plan.limits.chat is not None:
+            self._add(phases.chat(engine, plan.limits.chat, seed, self.progress))
+        if plan.limits.acceptance_per_position is not None:
             after = self.adapter.position_counts(self.adapter.session(), base_url)
             self.results["acceptance-per-position"] = phases.acceptance_per_position(
                 self.adapter,
                 self._positions or PositionCounts(),
                 after,
-                plan.acceptance_per_position,
+                plan.limits.acceptance_per_position,
                 self.profile.expect.speculation,
             )
-        if plan.lossless is not None:
+        if plan.limits.lossless is not None:
             self._lossless_on_engine(engine, prompts, names, generations)
 
     def _add(self, result: phases.PhaseResult) -> None:
@@ -88,14 +88,14 @@ class DeepRun:
     ) -> None:
         """Keep the speculative run; a recorded or running reference is compared now, while
         this engine can decode the divergence's tokens."""
-        assert self.plan.lossless is not None
+        assert self.plan.limits.lossless is not None
         by_name = {p.name: p.text for p in prompts}
         self._requests = ll.Requests(
             tuple(names),
             tuple(by_name[n] for n in names),
             self.profile.expect.max_tokens,
             self.request_extra(self.profile.request),
-            self.plan.lossless.top_logprobs,
+            self.plan.limits.lossless.top_logprobs,
         )
         self._runs = list(generations)
         missing = ll.missing_tokens(generations)
@@ -115,7 +115,11 @@ class DeepRun:
 
     def after_engine(self) -> None:
         """Lossless's second boot, when no reference was recorded or running."""
-        if self.plan.lossless is None or "lossless" in self.results or self._requests is None:
+        if (
+            self.plan.limits.lossless is None
+            or "lossless" in self.results
+            or self._requests is None
+        ):
             return
         reference = ll.boot_reference(
             self.adapter,
@@ -130,10 +134,10 @@ class DeepRun:
             ll.record(self.plan.reference, self.image_id, key, self._requests, reference)
 
     def _judge(self, reference: ll.Reference, texts: ll.Texts) -> None:
-        assert self.plan.lossless is not None and self._requests is not None
+        assert self.plan.limits.lossless is not None and self._requests is not None
         self.evidence += reference.evidence
         self.results["lossless"] = ll.judge_lossless(
-            self._runs, reference, self._requests, self.plan.lossless, texts
+            self._runs, reference, self._requests, self.plan.limits.lossless, texts
         )
 
     def checks(self, skipped: str = "") -> list[CheckResult]:
