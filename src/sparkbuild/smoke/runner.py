@@ -366,9 +366,10 @@ def run_smoke(
 
 
 def _engine_answers(served: _Served, target: Target) -> bool:
-    """Whether the engine is worth more requests: it answered and did not hang or exit."""
+    """Whether the engine is worth more requests: it did not hang or exit (an engine that
+    answered with errors, NaN ones among them, still has the deep checks to fail)."""
     hung = any(e.timed_out for e in served.errors)
-    return bool(served.generations) and not hung and target.exit_code() is None
+    return not hung and target.exit_code() is None
 
 
 def _deep_skip(served: _Served, exited: int | None, target: Target) -> str:

@@ -103,7 +103,9 @@ def boot_reference(
     """Boot the engine again without speculation, replay the requests and ``judge`` them
     while it is up (a divergence's tokens are decoded by its tokenizer)."""
     if source.boot is None:
-        failed = Reference([], "", [], "no way to boot a reference for this target")
+        failed = Reference([], "", [], "an engine started elsewhere (--url) cannot be booted "
+                           "again without speculation: pass --reference-url URL, the same engine "
+                           "and model running without it")  # fmt: skip
         judge(failed, _no_texts)
         return failed
     target = source.boot(adapter.without_speculation(profile.args))
