@@ -10,8 +10,12 @@ phase's share come from the deep run's progress lines.
 
     python benchmarks/bench_deep_smoke.py [--rounds N]
 
-Last run (2026-11-25, 2 cores shared with other work, load 15-20; 1 round each):
-see the header of the printed report; recorded in the report of issue 35.
+Last run (2026-11-25, one round, 2 cores shared with other helpers' work at load 17-28):
+plain 108.8 s, deep 640.3 s: deep / plain = 5.89, short of the 2x goal. Where the deep run's
+time went (its progress lines, same host): the second boot (75-90 s at that load, about the
+plain run's own boot), three burn-in rounds of six 48-token requests, one sampled generation
+of 914 tokens, a 981-token prompt, two chat answers, and the reference's four requests. The
+long generation and the burn-in rounds are most of it; on a quiet host each boot is ~21 s.
 """
 
 from __future__ import annotations

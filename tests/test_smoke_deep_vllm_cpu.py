@@ -175,7 +175,8 @@ def test_a_late_loop_fails_long_output_where_the_plain_check_passes(
 ) -> None:
     """Greedy decoding with presence_penalty over 54 words: each word once, then a loop. The
     plain output check (8-gram repetition over the whole answer, limit 60 %) passes it."""
-    limits = {"max_tokens": 110, "request": {"presence_penalty": 2.0, "allowed_token_ids": WORDS}}
+    greedy = {"temperature": 0, "presence_penalty": 2.0, "allowed_token_ids": WORDS}
+    limits = {"max_tokens": 110, "request": greedy}  # over the reference's sampling deep_request
     write_profile(project, "late", expect={**_only("long_output", long_output=limits),
                                            "speculation": False})  # fmt: skip
 
