@@ -134,7 +134,9 @@ def test_publish_counts_a_pass_only_with_the_declared_deep_checks_passed() -> No
                               "long-context", "chat")  # fmt: skip
 
     def counted(checks: dict[str, Status]) -> str:
-        record = lockfile.SmokeRecord(verdict="pass", verified=True, image_id=PIN, checks=checks)
+        record = lockfile.SmokeRecord(
+            verdict="pass", verified=True, image_id=PIN, target=f"image:{PIN}", checks=checks
+        )
         entry = lockfile.BuildEntry(smoke={PIN: {name: record}})
         return smoke_verdicts(entry, build, PIN, (), declared)[name]
 
@@ -148,8 +150,11 @@ def test_publish_counts_a_pass_only_with_the_declared_deep_checks_passed() -> No
     assert counted(skipped) == (
         "pass without the declared deep checks (acceptance-per-position skip)"
     )
-    assert smoke_verdicts(lockfile.BuildEntry(smoke={PIN: {name: lockfile.SmokeRecord(
-        verdict="pass", verified=True, image_id=PIN)}}), build, PIN)[name] == "pass"  # fmt: skip
+    undeclared = lockfile.SmokeRecord(
+        verdict="pass", verified=True, image_id=PIN, target=f"image:{PIN}"
+    )
+    entry = lockfile.BuildEntry(smoke={PIN: {name: undeclared}})
+    assert smoke_verdicts(entry, build, PIN)[name] == "pass"
 
 
 def test_the_lock_keeps_each_checks_numbers_and_the_answers_ends_redacted() -> None:
