@@ -1,11 +1,14 @@
 """`sparkbuild smoke --deep` on the real vLLM engine on the CPU: the deep checks pass on the
 CPU reference, and each fails on real bad output, naming what failed.
 
-Boots are the cost (20-90 s each on 2 cores), so they are shared: one engine without
-speculation serves as lossless's reference (``--reference-url``) and as the engine under
-test where speculation does not matter (``--url``); the NaN model and the think-token model
-are booted once each. The CPU reference itself runs as a user runs it, with its own second
-boot for the reference.
+Boots are the cost (about 20 s each on 2 quiet cores), so they are shared: six in all. The
+CPU reference runs as a user runs it, with its own second boot for lossless's reference:
+that one run shows every check passing. One engine without speculation serves as the
+reference (``--reference-url``) of the engine whose verifier accepts every draft, and as the
+engine under test of the late loop (``--url``). The NaN model is booted once. The
+think-token model, served with n-gram speculation and a reasoning parser that files all of
+its text as reasoning, fails two checks in one run: chat, and acceptance per position
+against a floor its third position does not reach.
 """
 
 from __future__ import annotations
@@ -20,14 +23,15 @@ import yaml
 
 from sparkbuild.engines import ProcessTarget, VllmAdapter, free_port, wait_ready
 from sparkbuild.smoke.checks import repeated_fraction
-from tests.support.smoke_cli import REPO, run_smoke_cli, write_profile
+from tests.support.smoke_cli import REPO, SmokeRun, run_smoke_cli, write_profile
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
 from tests.support.vllm_patched import patched_overlay
 
 pytestmark = pytest.mark.engine
 
 DEEP = ("lossless", "long_output", "acceptance_per_position", "burn_in", "long_context", "chat")
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+_REFERENCE_ARGS = yaml.safe_load((REPO / "smoke" / "cpu-reference.yaml").read_text())["args"]
+SPECULATION = _REFERENCE_ARGS[_REFERENCE_ARGS.index("--speculative-config") + 1]
 # The tiny tokenizer's whole words after a space (" the", " quick", ...): greedy decoding
 # over them with presence_penalty 2 visits each once, then falls back into its own loop.
 WORDS = [270, 290, 353, 355, 358, 359, 360, 363, 364, 365, 366, 367, 368, 369, 370, 375, 376,
@@ -62,10 +66,11 @@ def nan_server() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def thinking_server() -> Iterator[str]:
-    """A model whose tokenizer has <think> tokens, served with deepseek_r1's reasoning parser:
-    its random text never closes </think>, so the parser files all of it as reasoning."""
+    """A model whose tokenizer has <think> tokens, served with deepseek_r1's reasoning parser
+    and the CPU reference's n-gram speculation: its random text never closes </think>, so
+    the parser files all of it as reasoning."""
     yield from _serve(tiny_llama(think=True), "--reasoning-parser", "deepseek_r1",
-                      "--chat-template", CHAT_TEMPLATE)  # fmt: skip
+                      "--speculative-config", SPECULATION)  # fmt: skip
 
 
 @pytest.fixture
@@ -105,7 +110,7 @@ def test_the_cpu_reference_passes_every_deep_check(project: Path) -> None:
     assert "second boot without speculation" in lossless["detail"]
     rates = run.check("acceptance-per-position")["value"]["rates"]
     assert len(rates) == 3 and rates[0] > rates[2] > 0
-    assert run.check("long-output")["value"]["max_tokens"] > 800  # as long as the model allows
+    assert run.check("long-output")["value"]["max_tokens"] == 512  # the profile's length
     assert "deep: burn-in round 3 of 3" in run.stderr  # progress per phase
     assert "deep: lossless: booting vllm without speculation" in run.stderr
     assert run.result is not None
@@ -194,14 +199,20 @@ def test_a_late_loop_fails_long_output_where_the_plain_check_passes(
     assert repeated_fraction(text.split(), 8) < 0.6  # what the plain check would have judged
 
 
-def test_a_parser_that_files_everything_as_reasoning_fails_chat(
-    project: Path, thinking_server: str
-) -> None:
-    write_profile(project, "think", expect={**_only("chat", chat={"max_tokens": 24}),
-                                            "speculation": False})  # fmt: skip
+@pytest.fixture(scope="module")
+def thinking_run(thinking_server: str, tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
+    """One run on the thinking engine, declaring chat and a floor for each draft position
+    that its third position does not reach (n-gram k=3 accepts about 0.6 there)."""
+    project = tmp_path_factory.mktemp("thinking")
+    floors = {"min_rates": [0.0, 0.0, 0.99]}
+    expect = _only("chat", "acceptance_per_position", chat={"max_tokens": 24},
+                   acceptance_per_position=floors)  # fmt: skip
+    write_profile(project, "think", expect=expect)
+    return run_smoke_cli(project, "--url", thinking_server, "--profile", "think")
 
-    run = run_smoke_cli(project, "--url", thinking_server, "--profile", "think")
 
+def test_a_parser_that_files_everything_as_reasoning_fails_chat(thinking_run: SmokeRun) -> None:
+    run = thinking_run
     assert run.returncode == 1, run.explain()
     chat = run.check("chat")
     assert chat["status"] == "fail", run.explain()
@@ -212,23 +223,10 @@ def test_a_parser_that_files_everything_as_reasoning_fails_chat(
     assert "reasoning" in notes  # kept apart in the evidence
 
 
-def test_acceptance_per_position_fails_below_its_floor(project: Path) -> None:
+def test_acceptance_per_position_fails_below_its_floor(thinking_run: SmokeRun) -> None:
     """The real engine's per-position counters against a floor its third position does not
-    reach (n-gram k=3 accepts about 0.6 there): the failure names the position and shows
-    every rate."""
-    write_profile(
-        project,
-        "floors",
-        expect=_only(
-            "acceptance_per_position", acceptance_per_position={"min_rates": [0.0, 0.0, 0.99]}
-        ),
-    )
-
-    run = run_smoke_cli(
-        project, "--command", vllm_server_command(), "--profile", "floors",
-        "--model", str(tiny_llama()),
-    )  # fmt: skip
-
+    reach: the failure names the position and shows every rate."""
+    run = thinking_run
     assert run.returncode == 1, run.explain()
     per_position = run.check("acceptance-per-position")
     assert per_position["status"] == "fail", run.explain()

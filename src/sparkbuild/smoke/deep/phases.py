@@ -68,35 +68,32 @@ class Engine:
 
 
 def burn_in(
-    engine: Engine, prompts: Sequence[Prompt], limits: BurnInLimits, seed: int, progress: Progress
+    engine: Engine,
+    first: Sequence[tuple[Prompt, Generation]],
+    extra: Mapping[str, Any],
+    limits: BurnInLimits,
+    progress: Progress,
 ) -> PhaseResult:
-    """The same greedy requests for ``rounds`` rounds at ``concurrency``; each round's tokens
-    equal the first round's, under the tie rule."""
-    copies = max(limits.concurrency, len(prompts))
-    names = [f"{prompts[i % len(prompts)].name}#{i // len(prompts) + 1}" for i in range(copies)]
-    texts = [prompts[i % len(prompts)].text for i in range(copies)]
+    """Rounds 2..``rounds`` of the same greedy requests at ``concurrency``; each answer's
+    tokens equal round 1's under the tie rule. Round 1 is ``first``: the smoke's own
+    requests (lossless's speculative run), sent one at a time with ``extra``."""
+    copies = max(limits.concurrency, len(first))
+    picked = [first[i % len(first)] for i in range(copies)]
+    names = [f"{prompt.name}#{i // len(first) + 1}" for i, (prompt, _) in enumerate(picked)]
     engine.adapter.request_model(engine.adapter.session(), engine.base_url)  # once, not per thread
-    first: list[Generation] = []
     ties: list[Divergence] = []
     evidence: list[RequestEvidence] = []
-    for round_number in range(1, limits.rounds + 1):
+    for round_number in range(2, limits.rounds + 1):
         progress(
             f"deep: burn-in round {round_number} of {limits.rounds} "
-            f"({copies} requests, {limits.concurrency} at a time)"
+            f"({copies} requests, {limits.concurrency} at a time; round 1 was the smoke's own)"
         )
         try:
-            answers = _round(engine, texts, limits, seed)
+            answers = _round(engine, [p.text for p, _ in picked], extra, limits)
         except EngineHTTPError as exc:
             detail = f"round {round_number} failed: {exc.message}"
             return PhaseResult(CheckResult("burn-in", "fail", detail), evidence)
-        if round_number == 1:
-            first = answers
-            evidence += [
-                RequestEvidence.of("burn-in", f"round 1 {n}", g)
-                for n, g in zip(names, answers, strict=True)
-            ]
-            continue
-        for name, ours, theirs in zip(names, answers, first, strict=True):
+        for name, ours, (_, theirs) in zip(names, answers, picked, strict=True):
             found = first_divergence(
                 f"round {round_number} {name}", ours, theirs, limits.tie_epsilon, engine.texts
             )
@@ -121,22 +118,22 @@ def burn_in(
     }
     noted = f"; {len(ties)} numerical tie(s) noted" if ties else ""
     detail = (
-        f"{limits.rounds} rounds of {copies} requests at concurrency "
-        f"{limits.concurrency}: every round equals round 1{noted}"
+        f"round 1 (the smoke's {len(first)} requests, one at a time) and "
+        f"{limits.rounds - 1} round(s) of {copies} at concurrency {limits.concurrency}: "
+        f"every round equals round 1{noted}"
     )
     return PhaseResult(CheckResult("burn-in", "pass", detail, value=value), evidence)
 
 
 def _round(
-    engine: Engine, texts: Sequence[str], limits: BurnInLimits, seed: int
+    engine: Engine, texts: Sequence[str], extra: Mapping[str, Any], limits: BurnInLimits
 ) -> list[Generation]:
     max_tokens = engine.profile.expect.max_tokens
-    extra = engine.extra(seed=seed)
 
     def one(text: str) -> Generation:
         session = engine.adapter.session()
         return engine.adapter.generate(
-            session, engine.base_url, text, max_tokens, extra, ranked=limits.top_logprobs
+            session, engine.base_url, text, max_tokens, dict(extra), ranked=limits.top_logprobs
         )
 
     with ThreadPoolExecutor(max_workers=limits.concurrency) as pool:

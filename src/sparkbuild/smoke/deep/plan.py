@@ -91,9 +91,18 @@ class DeepPlan:
 
     @property
     def ranked(self) -> int:
-        """Alternatives per token the smoke's own requests ask for (the lossless run)."""
+        """Alternatives per token the smoke's own requests ask for: they are lossless's
+        speculative run and burn-in's round 1."""
+        lossless, burn_in = self.limits.lossless, self.limits.burn_in
+        return max(lossless.top_logprobs if lossless else 0, burn_in.top_logprobs if burn_in else 0)
+
+    @property
+    def seed(self) -> int | None:
+        """The seed the smoke's own requests carry when lossless or burn-in replays them."""
         lossless = self.limits.lossless
-        return lossless.top_logprobs if lossless else 0
+        if lossless is None and self.limits.burn_in is None:
+            return None
+        return lossless.seed if lossless else 0
 
 
 __all__ = ["DeepPlan", "ReferenceBoot", "ReferenceSource", "reference_url"]

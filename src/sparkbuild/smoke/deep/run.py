@@ -5,7 +5,9 @@ chat, acceptance per position), and once it is stopped (lossless's reference boo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sparkbuild.checks import CheckResult
@@ -36,10 +38,10 @@ class DeepRun:
     _runs: list[Generation] = field(default_factory=list)
 
     def request_extra(self, extra: Mapping[str, Any]) -> dict[str, Any]:
-        """The smoke's own requests, with lossless's fixed seed."""
-        if self.plan.limits.lossless is None:
+        """The smoke's own requests, with the fixed seed of the checks that replay them."""
+        if self.plan.seed is None:
             return dict(extra)
-        return ll.with_seed(dict(extra), self.adapter, self.plan.limits.lossless)
+        return {**extra, self.adapter.seed_field: self.plan.seed}
 
     def before_requests(self, base_url: str) -> None:
         if self.plan.limits.acceptance_per_position is not None:
@@ -54,26 +56,55 @@ class DeepRun:
     ) -> None:
         """Every check that needs the engine under test, after the smoke's requests."""
         engine = phases.Engine(self.adapter, base_url, self.profile)
-        plan, seed = self.plan, self.plan.limits.lossless.seed if self.plan.limits.lossless else 0
-        if plan.limits.burn_in is not None:
-            self._add(phases.burn_in(engine, prompts, plan.limits.burn_in, seed, self.progress))
-        if plan.limits.long_output is not None:
-            self._add(phases.long_output(engine, plan.limits.long_output, self.progress))
-        if plan.limits.long_context is not None:
-            self._add(phases.long_context(engine, plan.limits.long_context, self.progress))
-        if plan.limits.chat is not None:
-            self._add(phases.chat(engine, plan.limits.chat, seed, self.progress))
-        if plan.limits.acceptance_per_position is not None:
-            after = self.adapter.position_counts(self.adapter.session(), base_url)
+        if self.plan.limits.burn_in is not None:
+            self._burn_in(engine, prompts, names, generations)
+        self._phases(engine)
+        if self.plan.limits.lossless is not None:
+            self._lossless_on_engine(engine, prompts, names, generations)
+
+    def _phases(self, engine: phases.Engine) -> None:
+        """Long output, long context and chat at the same time (the engine batches them;
+        each judges its own answers), then the counters over all of it."""
+        limits, seed, progress = self.plan.limits, self.plan.seed or 0, self.progress
+        calls: list[Callable[[], phases.PhaseResult]] = []
+        if limits.long_output is not None:
+            calls.append(partial(phases.long_output, engine, limits.long_output, progress))
+        if limits.long_context is not None:
+            calls.append(partial(phases.long_context, engine, limits.long_context, progress))
+        if limits.chat is not None:
+            calls.append(partial(phases.chat, engine, limits.chat, seed, progress))
+        if calls:
+            with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+                for result in [pool.submit(call) for call in calls]:
+                    self._add(result.result())
+        if limits.acceptance_per_position is not None:
+            after = self.adapter.position_counts(self.adapter.session(), engine.base_url)
             self.results["acceptance-per-position"] = phases.acceptance_per_position(
                 self.adapter,
                 self._positions or PositionCounts(),
                 after,
-                plan.limits.acceptance_per_position,
+                limits.acceptance_per_position,
                 self.profile.expect.speculation,
             )
-        if plan.limits.lossless is not None:
-            self._lossless_on_engine(engine, prompts, names, generations)
+
+    def _burn_in(
+        self,
+        engine: phases.Engine,
+        prompts: Sequence[Prompt],
+        names: Sequence[str],
+        generations: Sequence[Generation],
+    ) -> None:
+        """Burn-in over the smoke's answered requests (its round 1)."""
+        assert self.plan.limits.burn_in is not None
+        by_name = {p.name: p for p in prompts}
+        first = [(by_name[n], g) for n, g in zip(names, generations, strict=True)]
+        if not first:
+            why = "nothing to repeat: no smoke request was answered"
+            self.results["burn-in"] = CheckResult("burn-in", "skip", why)
+            return
+        extra = self.request_extra(self.profile.request)
+        limits = self.plan.limits.burn_in
+        self._add(phases.burn_in(engine, first, extra, limits, self.progress))
 
     def _add(self, result: phases.PhaseResult) -> None:
         self.results[result.check.name] = result.check
@@ -134,7 +165,11 @@ class DeepRun:
             self.progress,
             self._judge,
         )
-        if self.image_id is not None:
+        self._record(reference)
+
+    def _record(self, reference: ll.Reference) -> None:
+        """Keep a booted reference for the next run of the same image."""
+        if self.image_id is not None and self._requests is not None:
             key = self._requests.key(self.adapter, self.profile, self.image_id)
             ll.record(self.plan.reference, self.image_id, key, self._requests, reference)
 
