@@ -10,12 +10,25 @@ phase's share come from the deep run's progress lines.
 
     python benchmarks/bench_deep_smoke.py [--rounds N]
 
-Last run (2026-11-25, one round, 2 cores shared with other helpers' work at load 17-28):
-plain 108.8 s, deep 640.3 s: deep / plain = 5.89, short of the 2x goal. Where the deep run's
-time went (its progress lines, same host): the second boot (75-90 s at that load, about the
-plain run's own boot), three burn-in rounds of six 48-token requests, one sampled generation
-of 914 tokens, a 981-token prompt, two chat answers, and the reference's four requests. The
-long generation and the burn-in rounds are most of it; on a quiet host each boot is ~21 s.
+Runs (2026-11-25, 2 cores shared with other helpers' work and CI; load average as `uptime`
+showed it at the start and end of each run):
+
+- before (burn-in's round 1 its own, three rounds of six; 914-token long output; every
+  phase one after another): at load 2.8-4.4, plain 30.0 s, deep 80.3 s, 2.68x (one round);
+  an earlier run at load 17-28: plain 108.8 s, deep 640.3 s, 5.89x.
+- after (burn-in's round 1 is the smoke's own requests; 512-token long output; long
+  output, long context and chat at the same time): at load 14.7-22.2, plain 112.9 s, deep
+  254.1 s, 2.25x (one round: the second was stopped for a rebase).
+
+Where the deep run's time goes (its progress lines; one run at load 3-4, plain 30 s): the
+second boot for lossless's reference 17.7 s, the engine under test's stop before it 2.4 s,
+the reference's four requests 6 s (4.3 s of them the first request's warm-up, as in the plain
+run): about 26 s, 0.85 of a plain run, for lossless alone. Burn-in's two rounds 1.3 s, the
+914-token generation 5.1 s (512 tokens now), the long prompt 0.3 s, chat 0.6 s. So the 2x
+goal is met only where the second boot is cheap against the plain run: the rest of the deep
+checks cost a tenth of it. Booting the reference alongside the engine under test was tried
+and measured slower here (58 s for the two boots at once against 20 s for one: two engines'
+OpenMP threads on 2 shared cores).
 """
 
 from __future__ import annotations

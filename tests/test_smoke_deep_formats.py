@@ -19,14 +19,16 @@ import yaml
 
 from sparkbuild import lockfile
 from sparkbuild.checks import CheckResult, Status
-from sparkbuild.engines.adapters import PositionCounts, SglangAdapter, VllmAdapter
+from sparkbuild.engines.adapters import PositionCounts
+from sparkbuild.engines.adapters.sglang import SglangAdapter
+from sparkbuild.engines.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import BurnInLimits, Expectations, LosslessLimits, load_profile
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.publish.gate import declared_checks, smoke_verdicts
 from sparkbuild.settings import Settings
 from sparkbuild.smoke.deep.evidence import EDGE_CHARS, RequestEvidence
 from sparkbuild.smoke.deep.plan import DeepPlan, reference_url
-from sparkbuild.smoke.report import smoke_record
+from sparkbuild.smoke.record import smoke_record
 from sparkbuild.smoke.runner import SmokeResult
 from sparkbuild.spec import Build
 

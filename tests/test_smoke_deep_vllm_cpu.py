@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkbuild.engines import ProcessTarget, VllmAdapter, free_port, wait_ready
+from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from sparkbuild.smoke.checks import repeated_fraction
 from tests.support.smoke_cli import REPO, SmokeRun, run_smoke_cli, write_profile
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command

@@ -6,11 +6,11 @@ adapter; every other module here is one engine (as cibuildwheel keeps one module
 platform), registered by ``known`` under its name.
 """
 
+from sparkbuild.engines.adapters.answers import ChatAnswer
 from sparkbuild.engines.adapters.base import (
     MAX_TOKENS,
     VERSION_PATHS,
     Acceptance,
-    ChatAnswer,
     Counters,
     EngineAdapter,
     Generation,

@@ -63,19 +63,6 @@ class Generation:
 
 
 @dataclass(frozen=True)
-class ChatAnswer:
-    """One answer of ``/v1/chat/completions``: its content and its reasoning, kept apart as
-    the engine's reasoning parser split them."""
-
-    content: str
-    reasoning: str
-    finish_reason: str | None
-    completion_tokens: int
-    prompt_tokens: int
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
 class PositionCounts:
     """The engine's per-position acceptance counters at one moment: accepted draft tokens at
     each draft position, and the drafts proposed. ``note`` says why there are none."""
@@ -474,69 +461,6 @@ class EngineAdapter(ABC):
         any)."""
         return "default"
 
-    def chat(
-        self,
-        session: net.Session,
-        base_url: str,
-        prompt: str,
-        max_tokens: int,
-        extra: Mapping[str, Any] | None = None,
-    ) -> ChatAnswer:
-        """One greedy chat answer through ``/v1/chat/completions`` (the model's chat template
-        and the server's reasoning parser apply)."""
-        body = {
-            "model": self.request_model(session, base_url),
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            **(extra or {}),
-        }
-        url = base_url + "/v1/chat/completions"
-        payload, seconds = self._post(session, url, body)
-        return parse_or_fail(f"POST {url}", lambda: self.chat_answer(payload, seconds))
-
-    def chat_answer(self, payload: Mapping[str, Any], seconds: float = 0.0) -> ChatAnswer:
-        """A chat completion as a :class:`ChatAnswer`; ValueError/TypeError on a wrong shape."""
-        choice = (payload.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
-        if not isinstance(message, Mapping):
-            raise ValueError(f"choices[0].message is {_short(repr(message), 60)}")
-        reasoning = next((message[f] for f in self.reasoning_fields if message.get(f)), "")
-        usage = payload.get("usage") or {}
-        return ChatAnswer(
-            content=str(message.get("content") or ""),
-            reasoning=str(reasoning or ""),
-            finish_reason=choice.get("finish_reason"),
-            completion_tokens=whole_number(usage.get("completion_tokens"), "completion_tokens"),
-            prompt_tokens=whole_number(usage.get("prompt_tokens"), "prompt_tokens"),
-            seconds=seconds,
-        )
-
-    def count_tokens(
-        self, session: net.Session, base_url: str, text: str
-    ) -> tuple[int, int | None] | None:
-        """How many tokens ``text`` is to the served model, and the model's context length
-        when the engine says (``/tokenize``: ``count``, ``max_model_len``; vLLM and SGLang
-        alike); None when the engine does not tell."""
-        body = {"model": self.request_model(session, base_url), "prompt": text}
-        try:
-            payload, _ = self._post(session, base_url + "/tokenize", body)
-            count = whole_number(payload.get("count"), "count")
-            limit = payload.get("max_model_len")
-            return count, whole_number(limit, "max_model_len") if limit else None
-        except (EngineHTTPError, ValueError):
-            return None
-
-    def detokenize(self, session: net.Session, base_url: str, ids: Sequence[int]) -> str | None:
-        """The text of token ``ids`` (``/detokenize``); None when the engine does not say."""
-        body = {"model": self.request_model(session, base_url), "tokens": list(ids)}
-        try:
-            payload, _ = self._post(session, base_url + "/detokenize", body)
-        except EngineHTTPError:
-            return None
-        text = payload.get("prompt", payload.get("text"))
-        return text if isinstance(text, str) else None
-
     def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
         """Acceptance over the interval between two counter snapshots; void (``impossible``)
         when the counters cannot be true."""
@@ -617,9 +541,11 @@ class EngineAdapter(ABC):
             problem = f"{where}: not Prometheus text ({_short(str(exc))})"
             return Counters({}, False, time.monotonic(), problem, malformed=True)
 
-    def _post(
+    def post_json(
         self, session: net.Session, url: str, body: Mapping[str, Any]
     ) -> tuple[dict[str, Any], float]:
+        """One JSON POST to the engine: its answer object and the seconds it took;
+        EngineHTTPError (named, with the request) on any failure."""
         started = time.monotonic()
         try:
             response = session.post(url, json=body, timeout=self.request_timeout_s)

@@ -318,7 +318,7 @@ class SglangAdapter(EngineAdapter):
         if ranked:
             body.update(top_logprobs_num=ranked, return_text_in_logprobs=True)
         url = base_url + "/generate"
-        payload, seconds = self._post(session, url, body)
+        payload, seconds = self.post_json(session, url, body)
         parse = self.ranked_from_response if ranked else self.generation_from_response
         return parse_or_fail(f"POST {url}", lambda: parse(prompt, payload, seconds))
 

@@ -364,7 +364,7 @@ class VllmAdapter(EngineAdapter):
         if ranked:  # tokens and the alternatives' keys become "token_id:N"
             body["return_tokens_as_token_ids"] = True
         url = base_url + "/v1/completions"
-        payload, seconds = self._post(session, url, body)
+        payload, seconds = self.post_json(session, url, body)
         parse = self.ranked_from_response if ranked else self.generation_from_response
         return parse_or_fail(f"POST {url}", lambda: parse(prompt, payload, seconds))
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sparkbuild import fileio
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import EngineAdapter, Generation
+from sparkbuild.engines.adapters import EngineAdapter, Generation, answers
 from sparkbuild.engines.profiles import LosslessLimits, SmokeProfile
 from sparkbuild.engines.targets import Target, wait_ready
 from sparkbuild.errors import EngineHTTPError
@@ -157,7 +157,7 @@ def _texts_of(adapter: EngineAdapter, base_url: str) -> Texts:
     def texts(ids: Sequence[int]) -> str:
         if not ids:
             return ""
-        text = adapter.detokenize(adapter.session(), base_url, ids)
+        text = answers.detokenize(adapter, adapter.session(), base_url, ids)
         return text if text is not None else f"<ids {list(ids)[:8]}>"
 
     return texts

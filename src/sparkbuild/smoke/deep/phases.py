@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import EngineAdapter, Generation, PositionCounts, non_finite
+from sparkbuild.engines.adapters import (
+    EngineAdapter,
+    Generation,
+    PositionCounts,
+    answers,
+    non_finite,
+)
 from sparkbuild.engines.profiles import (
     AcceptancePerPositionLimits,
     BurnInLimits,
@@ -60,7 +66,7 @@ class Engine:
     def texts(self, ids: Sequence[int]) -> str:
         if not ids:
             return ""
-        text = self.adapter.detokenize(self.adapter.session(), self.base_url, ids)
+        text = answers.detokenize(self.adapter, self.adapter.session(), self.base_url, ids)
         return text if text is not None else f"<ids {list(ids)[:8]}>"
 
 
@@ -147,7 +153,7 @@ def long_output(engine: Engine, limits: LongOutputLimits, progress: Progress) ->
     """``requests`` generations as long as the model's context allows (up to
     ``max_tokens``), each judged window by window."""
     session = engine.adapter.session()
-    counted = engine.adapter.count_tokens(session, engine.base_url, limits.prompt)
+    counted = answers.count_tokens(engine.adapter, session, engine.base_url, limits.prompt)
     max_tokens, why = _output_budget(limits.max_tokens, counted, engine)
     evidence: list[RequestEvidence] = []
     judged: list[tuple[str, TextJudgement]] = []
@@ -280,7 +286,7 @@ def _deep_prompt(engine: Engine, limits: LongContextLimits) -> tuple[str, int, s
     """A prompt of about ``depth`` tokens (cut to the context less the answer), counted by
     the engine's own tokenizer where it has ``/tokenize``."""
     session = engine.adapter.session()
-    probe = engine.adapter.count_tokens(session, engine.base_url, filler(4000) + _QUESTION)
+    probe = answers.count_tokens(engine.adapter, session, engine.base_url, filler(4000) + _QUESTION)
     context = (probe[1] if probe else None) or engine.adapter.declared_max_len(engine.profile.args)
     depth, why = limits.depth, ""
     if context is not None and depth > context - limits.max_tokens - CONTEXT_MARGIN:
@@ -290,7 +296,7 @@ def _deep_prompt(engine: Engine, limits: LongContextLimits) -> tuple[str, int, s
     chars = int(depth * chars_per_token)
     for _ in range(6):  # the count per character varies a little with the text's length
         prompt = filler(chars) + _QUESTION
-        counted = engine.adapter.count_tokens(session, engine.base_url, prompt)
+        counted = answers.count_tokens(engine.adapter, session, engine.base_url, prompt)
         if counted is None:
             return prompt, depth, why + " (estimated: the engine has no /tokenize)"
         if counted[0] <= depth:
@@ -330,12 +336,13 @@ def chat(engine: Engine, limits: ChatLimits, seed: int, progress: Progress) -> P
     session = engine.adapter.session()
     evidence: list[RequestEvidence] = []
     problems: list[str] = []
-    answers: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
     for index, prompt in enumerate(limits.prompts, start=1):
         name = f"chat/{index}"
         progress(f"deep: chat {index} of {len(limits.prompts)}")
         try:
-            answer = engine.adapter.chat(
+            answer = answers.chat(
+                engine.adapter,
                 session,
                 engine.base_url,
                 prompt,
@@ -346,7 +353,7 @@ def chat(engine: Engine, limits: ChatLimits, seed: int, progress: Progress) -> P
             problems.append(f"{name}: {exc.message}")
             continue
         evidence += RequestEvidence.of_chat("chat", name, answer)
-        answers.append(
+        shown.append(
             {
                 "request": name,
                 "content_chars": len(answer.content),
@@ -355,14 +362,14 @@ def chat(engine: Engine, limits: ChatLimits, seed: int, progress: Progress) -> P
             }
         )
         problems += _chat_problems(name, answer.content, answer.reasoning, limits)
-    value = {"answers": answers}
+    value = {"answers": shown}
     if problems:
         return PhaseResult(
             CheckResult("chat", "fail", "; ".join(problems[:3]), value=value), evidence
         )
-    reasoning = sum(int(a["reasoning_chars"] or 0) for a in answers)
+    reasoning = sum(int(a["reasoning_chars"] or 0) for a in shown)
     split = f", {reasoning} characters of reasoning apart" if reasoning else ", no reasoning part"
-    detail = f"{len(answers)} chat answer(s) with content{split}; no loop or garbage in either"
+    detail = f"{len(shown)} chat answer(s) with content{split}; no loop or garbage in either"
     return PhaseResult(CheckResult("chat", "pass", detail, value=value), evidence)
 
 
