@@ -17,8 +17,10 @@ showed it at the start and end of each run):
   phase one after another): at load 2.8-4.4, plain 30.0 s, deep 80.3 s, 2.68x (one round);
   an earlier run at load 17-28: plain 108.8 s, deep 640.3 s, 5.89x.
 - after (burn-in's round 1 is the smoke's own requests; 512-token long output; long
-  output, long context and chat at the same time): at load 14.7-22.2, plain 112.9 s, deep
-  254.1 s, 2.25x (one round: the second was stopped for a rebase).
+  output, long context and chat at the same time), three one-round runs: at load 14.7-22.2,
+  plain 112.9 s, deep 254.1 s, 2.25x; at load 11.0-11.7, plain 65.3 s, deep 174.0 s, 2.67x;
+  at load 6.9-9.7, plain 58.3 s, deep 105.0 s, 1.80x. Their median is 2.25x: around the 2x
+  goal, with the host's load moving each run by more than the cuts did.
 
 Where the deep run's time goes (its progress lines; one run at load 3-4, plain 30 s): the
 second boot for lossless's reference 17.7 s, the engine under test's stop before it 2.4 s,
