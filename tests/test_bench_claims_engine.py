@@ -33,7 +33,7 @@ setups:
     engine: vllm
     version: "0.33.0"
     image: vllm/vllm-openai:v0.33.0-aarch64
-    model: tiny-llama-v1  # matches the cached model's directory name
+    model: tiny-llama-v2  # matches the cached model's directory name
     flags: [--dtype, bfloat16, --max-model-len, 8192]
     profile: cpu-spec
     harness: llama-benchy 0.4.0

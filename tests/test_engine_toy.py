@@ -107,8 +107,17 @@ class ToyAdapter(EngineAdapter):
         prompt: str,
         max_tokens: int,
         extra: Mapping[str, Any] | None = None,
+        *,
+        ranked: int = 0,
     ) -> Generation:
         raise NotImplementedError("the toy engine never runs here")
+
+    def without_speculation(self, args: Sequence[str]) -> list[str]:
+        words = list(args)
+        if "--draft" not in words[:-1]:
+            return words
+        at = words.index("--draft")
+        return words[:at] + words[at + 2 :]
 
     def acceptance_over(self, before: Counters, after: Counters) -> Acceptance:
         return Acceptance(False, None, "counters")

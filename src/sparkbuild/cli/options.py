@@ -129,6 +129,20 @@ drop_caches = _option(
     "DGX Spark, off for --command].",
 )
 
+# The deep checks (smoke only; docs/smoke.md, "Deep checks").
+deep = _option(
+    "--deep",
+    is_flag=True,
+    help="Run every deep check (lossless, long-output, acceptance-per-position, burn-in, "
+    "long-context, chat), not only those the profile declares; costs a second boot.",
+)
+reference_url = _option(
+    "--reference-url",
+    metavar="URL",
+    help="For lossless: the same engine and model already running without speculation "
+    "(instead of booting one; the only way with --url).",
+)
+
 
 # Signing and verifying (docs/verify.md).
 public_key = _option(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from sparkbuild.errors import LocalImageError, UsageError, VerdictFailedError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import record as smoke_record
 from sparkbuild.smoke import report
+from sparkbuild.smoke.deep.plan import DeepPlan, ReferenceSource
+from sparkbuild.smoke.deep.plan import reference_url as checked_reference_url
 from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
 
 
@@ -61,6 +64,8 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
     "org.opencontainers.image.version label); picks the NaN switch that version reads."
 )
 @options.print_manifest()
+@options.deep()
+@options.reference_url()
 @click.pass_obj
 def smoke(
     settings: Settings,
@@ -70,8 +75,14 @@ def smoke(
     record_build: str | None,
     engine_version: str | None = None,
     manifest_path: str | None = None,
+    deep: bool = False,
+    reference_url: str | None = None,
 ) -> None:
     """Boot an engine and check boot, acceptance length, NaNs, output and errors.
+
+    With --deep (or what the profile declares), also lossless speculation against a second
+    boot without it, a long generation, acceptance per draft position, burn-in rounds, a
+    long prompt and the chat path.
 
     With --cluster, the image runs across the cluster's nodes on the engine's own multi-node
     runtime; every node must hold the same image id, and every rank must join.
@@ -83,9 +94,13 @@ def smoke(
         return
     json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
-    name, profile, adapter, target, prep = _prepare(settings, launch, outputs, engine_version)
+    name, profile, adapter, make, prep = _prepare(settings, launch, outputs, engine_version)
+    target = make(profile, launch.log_path or _default_log_path(settings, name))
+    plan = _deep_plan(settings, launch, profile, make, name, deep, reference_url)
     with stop_on_signals(), console.activity(f"smoke {name}: starting {target.kind}") as now:
-        result = run_smoke(target, adapter, profile, name, progress=now.stage, waiting=now.detail)
+        result = run_smoke(
+            target, adapter, profile, name, progress=now.stage, waiting=now.detail, deep=plan
+        )
     result = dataclasses.replace(result, before_boot=prep.to_json())
     _report(settings, result, name, outputs)
 
@@ -98,11 +113,17 @@ class SmokeOutputs:
     record_build: str | None = None  # --record BUILD
 
 
+#: Makes the run's target for a profile and a log path (the reference boot makes a second).
+MakeTarget = Callable[[SmokeProfile, Path | None], Target]
+
+
 def _prepare(
     settings: Settings, launch: LaunchSettings, outputs: SmokeOutputs, engine_version: str | None
-) -> tuple[str, SmokeProfile, EngineAdapter, Target, BootPrep]:
-    """The profile (with smoke's overrides), adapter and target; everything that can fail
-    is checked here, before a long boot (the memory fit and the page cache too)."""
+) -> tuple[str, SmokeProfile, EngineAdapter, MakeTarget, BootPrep]:
+    """The profile (with smoke's overrides), adapter and how to make the target; everything
+    that can fail is checked here, before a long boot (the memory fit and the page cache too:
+    lossless's reference boot runs after the engine under test is stopped, so one fit holds
+    for both)."""
     choice = launch.choice
     choice.kind()
     assert launch.profile is not None  # smoke's --profile is required
@@ -126,16 +147,48 @@ def _prepare(
         version=_engine_version(engine_version, choice.image, cluster is not None),
         request_timeout_s=profile.expect.request_timeout_s,
     )
-    logs = None if choice.url else (launch.log_path or _default_log_path(settings, name))
     if cluster is None:
         check_single_box(profile, name)
     prep = before_boot(name, profile, launch, adapter.version, cluster)
     if cluster is not None:
         assert pin is not None
-        target = cluster_target(choice, profile, adapter, logs, "smoke", cluster, pin)
-        return name, profile, adapter, target, prep
-    target = make_target(choice, profile, adapter, logs, stage="smoke")
-    return name, profile, adapter, target, prep
+        spec = cluster
+
+        def on_cluster(served: SmokeProfile, logs: Path | None) -> Target:
+            return cluster_target(choice, served, adapter, logs, "smoke", spec, pin)
+
+        return name, profile, adapter, on_cluster, prep
+
+    def on_one_box(served: SmokeProfile, logs: Path | None) -> Target:
+        return make_target(choice, served, adapter, None if choice.url else logs, stage="smoke")
+
+    return name, profile, adapter, on_one_box, prep
+
+
+def _deep_plan(
+    settings: Settings,
+    launch: LaunchSettings,
+    profile: SmokeProfile,
+    make: MakeTarget,
+    name: str,
+    everything: bool,
+    reference_url: str | None,
+) -> DeepPlan | None:
+    """The deep checks to run (``--deep``: all), and how lossless gets its reference: a
+    second target like the first with the adapter's flags without speculation."""
+    if reference_url is not None:
+        reference_url = checked_reference_url(reference_url)
+    boot = None
+    if launch.choice.url is None:
+        log = launch.log_path or _default_log_path(settings, name)
+        reference_log = log.with_name(f"{log.stem}-reference{log.suffix}")
+
+        def boot(args: Sequence[str]) -> Target:
+            return make(profile.model_copy(update={"args": list(args)}), reference_log)
+
+    store = settings.project_dir / ".sparkbuild" / "smoke-references"
+    source = ReferenceSource(boot=boot, url=reference_url, store=store)
+    return DeepPlan.of(profile.expect, everything, source)
 
 
 def _report(settings: Settings, result: SmokeResult, name: str, outputs: SmokeOutputs) -> None:

@@ -69,6 +69,97 @@ class ContainerSettings(_Strict):
         return values
 
 
+class LosslessLimits(_Strict):
+    """``lossless``: greedy text with speculation equals the text without it (docs/smoke.md).
+
+    The speculative run is the smoke's own greedy requests, asked for ``top_logprobs``
+    alternatives per token; the reference is the same requests on the engine booted again
+    without speculation (the adapter drops its speculation flags), or a reference recorded
+    earlier for the same image id, model and requests."""
+
+    top_logprobs: int = Field(default=2, ge=2, le=20)
+    # At the first differing token, a gap (the reference's top-1 logprob minus its logprob of
+    # the token the speculative run chose) under this is a numerical tie: noted, not failed.
+    tie_epsilon: float = Field(default=0.02, ge=0.0, le=1.0)
+    seed: int = Field(default=0, ge=0)
+
+
+class TextLimits(_Strict):
+    """How a long text is judged (``long_output``, ``long_context``, ``chat``): in windows,
+    for loops, runs of one token, restated sentences and characters that are not text."""
+
+    window: int = Field(default=256, ge=16, le=8192)  # tokens per judged window
+    max_run: int = Field(default=16, ge=2)  # one token id (or word) this many times in a row
+    max_zero_run: int = Field(default=4, ge=2)  # token id 0 (decoded NaN logits) in a row
+    min_short_loop_repeats: int = Field(default=3, ge=2)  # a 3-8 token span repeated in a row
+    max_repeated_fraction: float = Field(default=0.6, gt=0.0, le=1.0)  # 8-grams, per window
+    max_garbage_share: float = Field(default=0.05, ge=0.0, le=1.0)  # control, U+FFFD
+    max_mixed_script_share: float = Field(default=0.05, ge=0.0, le=1.0)  # of words
+    sentence_similarity: float = Field(default=0.75, gt=0.0, le=1.0)  # a restated sentence
+
+
+class LongOutputLimits(TextLimits):
+    """``long_output``: generations of ``max_tokens`` (cut to what the model's context allows
+    after the prompt), each judged window by window."""
+
+    max_tokens: int = Field(default=12000, ge=64, le=1 << 20)
+    requests: int = Field(default=1, ge=1, le=16)
+    prompt: str = Field(
+        default="Write a long, detailed essay on the history of computing, from mechanical "
+        "calculators to today's accelerators, one section per era.",
+        min_length=1,
+    )
+    request: dict[str, Any] = {}  # sampling for these requests only (over the profile's)
+
+
+class AcceptancePerPositionLimits(_Strict):
+    """``acceptance_per_position``: the share of drafts whose token at each position was
+    accepted, from the engine's own counters; ``min_rates[i]`` is the floor at position i."""
+
+    min_rates: list[float] = Field(default=[], max_length=64)
+
+    @field_validator("min_rates")
+    @classmethod
+    def _rates(cls, values: list[float]) -> list[float]:
+        if any(not 0.0 <= v <= 1.0 for v in values):
+            raise ValueError("every rate is a share from 0 to 1")
+        return values
+
+
+class BurnInLimits(_Strict):
+    """``burn_in``: the greedy requests for ``rounds`` rounds at ``concurrency``; every
+    round's text equals the first's (ties as in ``lossless``)."""
+
+    rounds: int = Field(default=3, ge=2, le=100)
+    concurrency: int = Field(default=6, ge=1, le=256)
+    top_logprobs: int = Field(default=2, ge=2, le=20)
+    tie_epsilon: float = Field(default=0.02, ge=0.0, le=1.0)
+
+
+class LongContextLimits(TextLimits):
+    """``long_context``: one prompt of ``depth`` tokens (cut to the model's context), its
+    answer checked for NaN logprobs, runs of one token id and an empty or cut answer."""
+
+    depth: int = Field(default=131072, ge=64, le=1 << 22)
+    max_tokens: int = Field(default=64, ge=8, le=4096)
+    request: dict[str, Any] = {}
+
+
+class ChatLimits(TextLimits):
+    """``chat``: requests through ``/v1/chat/completions`` (the model's chat template, the
+    profile's reasoning parser); the answer's content and its reasoning judged apart."""
+
+    max_tokens: int = Field(default=256, ge=8, le=32768)
+    prompts: list[str] = Field(
+        default=[
+            "In three sentences, why does a GPU inference server batch requests?",
+            "Name four prime numbers and say what makes each prime.",
+        ],
+        min_length=1,
+    )
+    request: dict[str, Any] = {}
+
+
 class Expectations(_Strict):
     boot_timeout_s: float = Field(default=900.0, gt=0)
     # Per request; a request that times out ends the run (a hung engine answers no others),
@@ -85,6 +176,33 @@ class Expectations(_Strict):
     # a profile never names the variable itself, since it changes between releases.
     nan_switch: bool = True
     max_error_lines: int = Field(default=0, ge=0)
+    # The deep checks (docs/smoke.md, "Deep checks"): a profile declares the ones it runs and
+    # their limits (`lossless: {}` takes the defaults); `smoke --deep` runs every one, the
+    # undeclared with their defaults. Publish requires a pass of each one declared here.
+    lossless: LosslessLimits | None = None
+    long_output: LongOutputLimits | None = None
+    acceptance_per_position: AcceptancePerPositionLimits | None = None
+    burn_in: BurnInLimits | None = None
+    long_context: LongContextLimits | None = None
+    chat: ChatLimits | None = None
+
+    def declared_deep(self) -> tuple[str, ...]:
+        """The deep checks this profile declares, by check name."""
+        return tuple(
+            check for check, field_name in DEEP_FIELDS.items() if getattr(self, field_name)
+        )
+
+
+#: Each deep check's name (as a CheckResult, in the lock and the report) and its field in
+#: ``expect``.
+DEEP_FIELDS = {
+    "lossless": "lossless",
+    "long-output": "long_output",
+    "acceptance-per-position": "acceptance_per_position",
+    "burn-in": "burn_in",
+    "long-context": "long_context",
+    "chat": "chat",
+}
 
 
 class RecipeSource(_Strict):
@@ -149,6 +267,9 @@ class SmokeProfile(_Strict):
         default_factory=_default_prompts, min_length=1
     )
     request: dict[str, Any] = {}  # extra fields merged into every request's sampling params
+    # Fields of the deep checks' own requests (long-output, long-context, chat) over
+    # `request`; each check's `request` goes over these.
+    deep_request: dict[str, Any] = {}
     expect: Expectations = Expectations()
     container: ContainerSettings = ContainerSettings()
     recipe: RecipeSource | None = None  # set by `sparkbuild profile import`
@@ -225,13 +346,21 @@ def load_profile(
 
 
 __all__ = [
+    "DEEP_FIELDS",
     "PROMPT_SETS",
+    "AcceptancePerPositionLimits",
+    "BurnInLimits",
+    "ChatLimits",
     "ContainerSettings",
     "CustomPrompt",
     "Expectations",
+    "LongContextLimits",
+    "LongOutputLimits",
+    "LosslessLimits",
     "Parallel",
     "RecipeSource",
     "RepetitionLimits",
     "SmokeProfile",
+    "TextLimits",
     "load_profile",
 ]

@@ -4,7 +4,7 @@ declares ``parallel.nodes > 1`` counts only a cluster verdict whose every node r
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 
 from sparkbuild import console, lockfile
 from sparkbuild.errors import GateClosedError, SparkbuildError
@@ -13,14 +13,22 @@ from sparkbuild.spec import Build
 
 
 def _counted_verdict(
-    result: lockfile.SmokeRecord | None, image_id: str, cluster: bool = False
+    result: lockfile.SmokeRecord | None,
+    image_id: str,
+    cluster: bool = False,
+    declared: Sequence[str] = (),
 ) -> str:
     """'pass' only for a verified run of ``image_id`` (on a cluster profile: a run on its
-    cluster with every node on that id); otherwise what the record says."""
+    cluster with every node on that id) that passed every deep check the profile declares;
+    otherwise what the record says."""
     if result is None or not result.verdict:
         return "missing"
     if result.verdict != "pass":
         return result.verdict
+    unproven = [check for check in declared if result.checks.get(check) != "pass"]
+    if unproven:
+        shown = ", ".join(f"{c} {result.checks.get(c, 'not run')}" for c in unproven)
+        return f"pass without the declared deep checks ({shown})"
     if not result.image_verified(image_id):
         return f"unverified pass ({result.target or 'unknown target'})"
     if (cluster or result.nodes) and not result.every_node_ran(image_id):
@@ -45,19 +53,39 @@ def cluster_profiles(settings: Settings, build: Build) -> frozenset[str]:
     return frozenset(found)
 
 
+def declared_checks(settings: Settings, build: Build) -> dict[str, tuple[str, ...]]:
+    """The deep checks each of the build's profiles declares (``expect.lossless``, ...):
+    publish counts a pass only with each of them passed."""
+    from sparkbuild.engines.profiles import load_profile
+
+    found = {}
+    for name in build.smoke_profiles:
+        try:
+            _, profile = load_profile(settings, name, need_model=False)
+        except SparkbuildError:
+            continue
+        if profile.expect.declared_deep():
+            found[name] = profile.expect.declared_deep()
+    return found
+
+
 def smoke_verdicts(
     entry: lockfile.BuildEntry | None,
     build: Build,
     image_id: str,
     clusters: Collection[str] = (),
+    declared: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, str]:
     """profile -> verdict for every profile the build lists: 'pass' (a verified run of this
-    image), 'fail', 'missing', or 'unverified pass (WHY)' (a command or URL run, or a cluster
-    profile without a run whose every node ran this image). ``clusters``: the profiles
-    that declare more than one node."""
+    image), 'fail', 'missing', 'unverified pass (WHY)' (a command or URL run, or a cluster
+    profile without a run whose every node ran this image), or 'pass without the declared
+    deep checks (...)'. ``clusters``: the profiles that declare more than one node;
+    ``declared``: the deep checks each profile declares."""
     recorded = ((entry.smoke if entry else None) or {}).get(image_id) or {}
+    demands = declared or {}
     return {
-        p: _counted_verdict(recorded.get(p), image_id, p in clusters) for p in build.smoke_profiles
+        p: _counted_verdict(recorded.get(p), image_id, p in clusters, demands.get(p, ()))
+        for p in build.smoke_profiles
     }
 
 
@@ -68,6 +96,7 @@ def smoke_gate(
     *,
     force: bool,
     clusters: Collection[str] = (),
+    declared: Mapping[str, Sequence[str]] | None = None,
 ) -> bool:
     """Whether the image passed every profile; refuses (or with ``force`` warns) otherwise."""
     short = image_id[:19]
@@ -78,7 +107,7 @@ def smoke_gate(
         )
         hint = f"add `smoke: [PROFILE]` to build '{build.name}' and record a run"
     else:
-        verdicts = smoke_verdicts(entry, build, image_id, clusters)
+        verdicts = smoke_verdicts(entry, build, image_id, clusters, declared)
         failing = {p: v for p, v in verdicts.items() if v != "pass"}
         if not failing:
             return True

@@ -19,7 +19,12 @@ from sparkbuild.errors import (
 from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers
 from sparkbuild.publish.destination import Destination
-from sparkbuild.publish.gate import cluster_profiles, smoke_gate, smoke_verdicts
+from sparkbuild.publish.gate import (
+    cluster_profiles,
+    declared_checks,
+    smoke_gate,
+    smoke_verdicts,
+)
 from sparkbuild.publish.record import after_push
 from sparkbuild.publish.signing import Signing, already_signed, sign_publication
 from sparkbuild.registry import manifests
@@ -282,9 +287,10 @@ def publish_build(
     image_id = str(image.image_id)
     destination: Destination = destination_of(build, str(image.tree))
     clusters = cluster_profiles(settings, build)
-    verified = smoke_gate(entry, build, image_id, force=force, clusters=clusters)
+    declared = declared_checks(settings, build)
+    verified = smoke_gate(entry, build, image_id, force=force, clusters=clusters, declared=declared)
     verified = preflight_gate(settings, build, image_id, force=force, entry=entry) and verified
-    verdicts = smoke_verdicts(entry, build, image_id, clusters)
+    verdicts = smoke_verdicts(entry, build, image_id, clusters, declared)
     record = publication_record(entry, destination.reference)
     rolled_back = {h.digest for h in record.published() if h.rolled_back}
     client = RegistryClient(destination.registry, credentials)

@@ -28,7 +28,7 @@ from sparkbuild import fileio, lockfile
 from sparkbuild.errors import ReportError
 from sparkbuild.jsontext import Fields
 from sparkbuild.preflight.gate import preflight_verdicts
-from sparkbuild.publish.gate import smoke_verdicts
+from sparkbuild.publish.gate import declared_checks, smoke_verdicts
 from sparkbuild.report import dates, diff, render, runs, sides, view
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds
@@ -96,7 +96,7 @@ def _gate(settings: Settings, spec: Build | None, entry: lockfile.BuildEntry) ->
     if spec is None or not image_id:
         return None
     return {
-        "smoke": smoke_verdicts(entry, spec, image_id),
+        "smoke": smoke_verdicts(entry, spec, image_id, (), declared_checks(settings, spec)),
         "preflight": preflight_verdicts(settings, spec, image_id, entry),
     }
 

@@ -424,7 +424,7 @@ def image_labels_of(name: str, entry: lockfile.BuildEntry) -> list[tuple[str, st
 # generically below it, so a record a newer stage writes is still shown whole.
 SMOKE_SHOWN = frozenset(
     ("verdict", "checks", "accept_len", "boot_seconds", "engine", "engine_version",
-     "nan_signal", "target", "verified", "image_id")
+     "nan_signal", "target", "verified", "image_id", "numbers", "evidence", "declared")
 )  # fmt: skip
 BENCH_SHOWN = frozenset(
     ("label", "created", "harness", "seed", "runs", "engine_args", "host", "cells")

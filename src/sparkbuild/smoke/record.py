@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkbuild import lockfile
+from sparkbuild import jsontext, lockfile
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.redact import redact
 from sparkbuild.smoke.runner import SmokeResult
@@ -17,7 +17,8 @@ def topology(parallel: Parallel) -> lockfile.Topology:
 
 
 def smoke_record(result: SmokeResult) -> lockfile.SmokeRecord:
-    """The verdict; a cluster run adds its topology, launcher and every node's image id."""
+    """The verdict; a cluster run adds its topology, launcher and every node's image id; each
+    check's numbers and what came back (the evidence), and the deep checks declared."""
     record = lockfile.SmokeRecord(
         verdict=result.verdict,
         checks={check.name: check.status for check in result.checks},
@@ -29,7 +30,11 @@ def smoke_record(result: SmokeResult) -> lockfile.SmokeRecord:
         target=redact(f"{result.target_kind}:{result.target}"),
         verified=result.verified,
         image_id=result.image_id if result.verified else None,
+        numbers={c.name: jsontext.finite(c.value) for c in result.checks if c.value is not None},
+        evidence=[lockfile.EvidenceRecord(**e.to_json()) for e in result.evidence],
     )
+    if result.declared:
+        record.declared = list(result.declared)
     if result.cluster is not None:
         run = result.cluster
         record.cluster = run.name

@@ -16,13 +16,27 @@ SCREEN_LOG_LINES = 12
 
 
 def _value(value: Any) -> str:
+    """A check's measured value in a table cell: numbers and short lists; what is nested
+    deeper (a divergence, windows) is in the detail, the JSON and the lock."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.2f}"
     if isinstance(value, dict):
-        return " ".join(f"{k}={_value(v)}" for k, v in value.items())
+        shown = {k: v for k, v in value.items() if not isinstance(v, dict | list) or _flat(v)}
+        return " ".join(f"{k}={_value(v)}" for k, v in shown.items())
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
     return str(value)
+
+
+def _flat(value: Any) -> bool:
+    """A short list of numbers (per-position rates), shown in full."""
+    return (
+        isinstance(value, list)
+        and len(value) <= 8
+        and all(isinstance(v, int | float) for v in value)
+    )
 
 
 def _short(text: str, limit: int = 90) -> str:

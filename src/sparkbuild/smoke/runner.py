@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,9 @@ from sparkbuild.engines.signatures import Diagnosis, Evidence, diagnose
 from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
 from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke import checks
+from sparkbuild.smoke.deep.evidence import RequestEvidence
+from sparkbuild.smoke.deep.plan import DeepPlan
+from sparkbuild.smoke.deep.run import DeepRun
 
 EXCERPT_LINES = 40
 
@@ -43,6 +47,9 @@ class SmokeResult:
     nan_signal: str = ""  # which NaN detection was active, as the engine version reads it
     cluster: ClusterRun | None = None  # a multi-node run: its topology and every node's image
     before_boot: dict[str, Any] | None = None  # the memory fit and page cache (boot_prep)
+    # What came back, per request: the first and last characters, finish reason, tokens.
+    evidence: list[RequestEvidence] = field(default_factory=list)
+    declared: tuple[str, ...] = ()  # the deep checks the profile declares (publish needs them)
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
@@ -84,6 +91,8 @@ class SmokeResult:
             "cluster": self.cluster.to_json() if self.cluster else None,
             "verified": self.verified,
             "before_boot": self.before_boot,
+            "declared": list(self.declared),
+            "evidence": [e.to_json() for e in self.evidence],
         }
 
 
@@ -166,7 +175,12 @@ def serve_prompts(
     prompts: Sequence[Prompt],
     profile: SmokeProfile,
     progress: Callable[[str], None],
+    *,
+    ranked: int = 0,
+    extra: Mapping[str, Any] | None = None,
 ) -> _Served:
+    """The profile's requests, one after another (``ranked``: with that many alternatives
+    per token and the token ids; ``extra``: the request fields, the profile's by default)."""
     session = adapter.session()
     before = adapter.snapshot_counters(session, base_url)
     served = _Served([], [], [], [], None, None, adapter.server_version(session, base_url))
@@ -174,8 +188,9 @@ def serve_prompts(
         progress(f"request {prompt.name}")
         try:
             generation = adapter.generate(
-                session, base_url, prompt.text, profile.expect.max_tokens, profile.request
-            )
+                session, base_url, prompt.text, profile.expect.max_tokens,
+                profile.request if extra is None else extra, ranked=ranked,
+            )  # fmt: skip
         except EngineHTTPError as exc:
             served.errors.append(exc)
             if exc.timed_out:  # a hung engine answers none of the rest either
@@ -239,11 +254,14 @@ def run_smoke(
     *,
     progress: Callable[[str], None] = lambda _message: None,
     waiting: Callable[[str], None] = lambda _detail: None,
+    deep: DeepPlan | None = None,
 ) -> SmokeResult:
     """Run every check against ``target``; the target is started and always stopped here.
     ``progress`` hears each stage (boot, each request), ``waiting`` the boot wait's live
-    detail (seconds waited, the engine's last log line)."""
+    detail (seconds waited, the engine's last log line). ``deep``: the deep checks to run
+    as well (smoke/deep/)."""
     began = time.monotonic()
+    deep_run = DeepRun(deep, adapter, profile, progress) if deep is not None else None
     expect = profile.expect
     with target:
         readiness: Readiness | None = None
@@ -259,13 +277,33 @@ def run_smoke(
                 waiting=lambda seconds, line: waiting(boot_detail(seconds, line)),
             )
         if readiness is not None and not readiness.ready:
-            return _boot_failure(target, adapter, profile, profile_name, readiness, began)
+            failed = _boot_failure(target, adapter, profile, profile_name, readiness, began)
+            if deep_run is not None:
+                failed = dataclasses.replace(
+                    failed,
+                    checks=[*failed.checks, *deep_run.checks("engine did not boot")],
+                    declared=deep_run.plan.declared,
+                )
+            return failed
         run_from = target.logs.count if target.logs is not None else 0
         prompts = profile_prompts(profile)
         progress(f"requests: at most {request_bound_s(profile, len(prompts)):g} s in all")
-        served = serve_prompts(adapter, target.base_url, prompts, profile, progress)
-        exited = target.exit_code()
+        if deep_run is not None:
+            deep_run.before_requests(target.base_url)
+        served = serve_prompts(
+            adapter, target.base_url, prompts, profile, progress,
+            ranked=deep.ranked if deep else 0,
+            extra=deep_run.request_extra(profile.request) if deep_run else None,
+        )  # fmt: skip
         run_to = target.logs.count if target.logs is not None else 0
+        answered = _engine_answers(served, target)
+        if deep_run is not None and answered:
+            if target.kind in ("image", "cluster"):
+                deep_run.image_id = getattr(target, "image_id", None)
+            deep_run.on_engine(target.base_url, prompts, served.names, served.generations)
+        exited = target.exit_code()
+    if deep_run is not None and answered:
+        deep_run.after_engine()
     if exited is None and isinstance(target, MultiNodeTarget) and target.failed:
         # A killed leader fails the requests before its daemon says so; the cluster's stop
         # names the rank that went (never one it stopped itself).
@@ -293,6 +331,8 @@ def run_smoke(
         ),
         checks.check_errors(served.errors, error_lines, expect.max_error_lines, nan_responses),
     ]
+    if deep_run is not None:
+        results += deep_run.checks(_deep_skip(served, exited, target))
     verdict: Verdict = "fail" if any(r.status == "fail" for r in results) else "pass"
     interesting = [*nan_lines, *error_lines] if verdict == "fail" else []
     return SmokeResult(
@@ -314,7 +354,30 @@ def run_smoke(
         engine_version=str(adapter.version) if adapter.version else served.engine_version,
         nan_signal=nan_signal(profile, adapter, target.owns_engine),
         cluster=ClusterRun.of(target) if isinstance(target, MultiNodeTarget) else None,
+        evidence=[
+            *(
+                RequestEvidence.of("smoke", n, g)
+                for n, g in zip(served.names, served.generations, strict=True)
+            ),
+            *(deep_run.evidence if deep_run else ()),
+        ],
+        declared=deep.declared if deep else (),
     )
+
+
+def _engine_answers(served: _Served, target: Target) -> bool:
+    """Whether the engine is worth more requests: it did not hang or exit (an engine that
+    answered with errors, NaN ones among them, still has the deep checks to fail)."""
+    hung = any(e.timed_out for e in served.errors)
+    return not hung and target.exit_code() is None
+
+
+def _deep_skip(served: _Served, exited: int | None, target: Target) -> str:
+    if exited is not None:
+        return f"not run: {target.describe_exit(exited)} during the requests"
+    if any(e.timed_out for e in served.errors):
+        return "not run: the engine hung during the smoke's requests"
+    return "not run: the smoke's own requests got no answer"
 
 
 def _diagnoses(

@@ -6,6 +6,7 @@ adapter; every other module here is one engine (as cibuildwheel keeps one module
 platform), registered by ``known`` under its name.
 """
 
+from sparkbuild.engines.adapters.answers import ChatAnswer
 from sparkbuild.engines.adapters.base import (
     MAX_TOKENS,
     VERSION_PATHS,
@@ -14,6 +15,7 @@ from sparkbuild.engines.adapters.base import (
     EngineAdapter,
     Generation,
     Layout,
+    PositionCounts,
     RankCommand,
     RankPlace,
     first_model,
@@ -46,6 +48,7 @@ __all__ = [
     "MAX_TOKENS",
     "VERSION_PATHS",
     "Acceptance",
+    "ChatAnswer",
     "Counters",
     "EngineAdapter",
     "EngineName",
@@ -53,6 +56,7 @@ __all__ = [
     "LauncherName",
     "Layout",
     "Moved",
+    "PositionCounts",
     "PreflightFacts",
     "ProbeFacts",
     "RankCommand",

@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import requests
 from packaging.version import Version
@@ -38,6 +38,7 @@ MAX_TOKENS = 1 << 22
 #: Prometheus sample suffixes of counters and histograms: these never go down.
 _MONOTONIC_SUFFIXES = ("_total", "_count", "_bucket")
 _MONOTONIC_TYPES = frozenset({"counter", "histogram", "summary"})
+_Parsed = TypeVar("_Parsed")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,29 @@ class Generation:
     spec_verify_ct: int | None = None  # SGLang: verify steps for this request
     spec_accept_length: float | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # With ``generate(..., ranked=k)``: the generated token ids, and per position the k most
+    # likely token ids with their logprobs (what the lossless and burn-in checks compare).
+    token_ids: tuple[int, ...] = ()
+    top_logprobs: tuple[Mapping[int, float], ...] = field(default=(), repr=False)
+    token_texts: tuple[str, ...] = field(default=(), repr=False)  # when the engine sends them
+
+
+@dataclass(frozen=True)
+class PositionCounts:
+    """The engine's per-position acceptance counters at one moment: accepted draft tokens at
+    each draft position, and the drafts proposed. ``note`` says why there are none."""
+
+    accepted: tuple[float, ...] = ()
+    drafts: float = 0.0
+    note: str = ""
+
+    def rates_since(self, before: PositionCounts) -> list[float] | None:
+        """The share of drafts whose token at each position was accepted, in between."""
+        drafts = self.drafts - before.drafts
+        if not self.accepted or drafts <= 0:
+            return None
+        earlier = list(before.accepted) + [0.0] * (len(self.accepted) - len(before.accepted))
+        return [(now - then) / drafts for now, then in zip(self.accepted, earlier, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -208,7 +232,7 @@ def first_model(payload: Any) -> Mapping[str, Any]:
     return first
 
 
-def parse_or_fail(what: str, parse: Callable[[], Generation]) -> Generation:
+def parse_or_fail(what: str, parse: Callable[[], _Parsed]) -> _Parsed:
     """Run ``parse`` over a 200 answer; a wrong shape becomes EngineHTTPError naming ``what``."""
     try:
         return parse()
@@ -406,8 +430,36 @@ class EngineAdapter(ABC):
         prompt: str,
         max_tokens: int,
         extra: Mapping[str, Any] | None = None,
+        *,
+        ranked: int = 0,
     ) -> Generation:
-        """One greedy completion with logprobs; raises EngineHTTPError on an HTTP failure."""
+        """One greedy completion with logprobs; raises EngineHTTPError on an HTTP failure.
+        With ``ranked=k`` (k >= 2) it also returns the token ids and, per position, the k
+        most likely ids with their logprobs (:attr:`Generation.top_logprobs`)."""
+
+    @abstractmethod
+    def without_speculation(self, args: Sequence[str]) -> list[str]:
+        """``args`` with every flag that turns this engine's speculative decoding on
+        dropped: the same engine as its own reference, for the lossless check."""
+
+    #: Why the engine has no per-position acceptance counter (empty when it has one).
+    per_position_missing: ClassVar[str] = ""
+
+    def position_counts(self, session: net.Session, base_url: str) -> PositionCounts:
+        """The engine's per-position acceptance counters now (empty, with a note, when the
+        engine exports none or they cannot be read)."""
+        return PositionCounts(note=self.per_position_missing or f"{self.name}: none")
+
+    #: The request field of a sampling seed (vLLM's body, SGLang's ``sampling_params``).
+    seed_field: ClassVar[str] = "seed"
+
+    #: Where the answer's reasoning is, in the order the engine's releases have used.
+    reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)
+
+    def request_model(self, session: net.Session, base_url: str) -> str:
+        """The model name an OpenAI-style request names (engines that serve one model take
+        any)."""
+        return "default"
 
     def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
         """Acceptance over the interval between two counter snapshots; void (``impossible``)
@@ -489,9 +541,11 @@ class EngineAdapter(ABC):
             problem = f"{where}: not Prometheus text ({_short(str(exc))})"
             return Counters({}, False, time.monotonic(), problem, malformed=True)
 
-    def _post(
+    def post_json(
         self, session: net.Session, url: str, body: Mapping[str, Any]
     ) -> tuple[dict[str, Any], float]:
+        """One JSON POST to the engine: its answer object and the seconds it took;
+        EngineHTTPError (named, with the request) on any failure."""
         started = time.monotonic()
         try:
             response = session.post(url, json=body, timeout=self.request_timeout_s)

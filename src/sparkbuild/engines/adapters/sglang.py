@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
@@ -306,17 +307,69 @@ class SglangAdapter(EngineAdapter):
         prompt: str,
         max_tokens: int,
         extra: Mapping[str, Any] | None = None,
+        *,
+        ranked: int = 0,
     ) -> Generation:
-        body = {
+        body: dict[str, Any] = {
             "text": prompt,
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **(extra or {})},
             "return_logprob": True,
         }
+        if ranked:
+            body.update(top_logprobs_num=ranked, return_text_in_logprobs=True)
         url = base_url + "/generate"
-        payload, seconds = self._post(session, url, body)
-        return parse_or_fail(
-            f"POST {url}", lambda: self.generation_from_response(prompt, payload, seconds)
+        payload, seconds = self.post_json(session, url, body)
+        parse = self.ranked_from_response if ranked else self.generation_from_response
+        return parse_or_fail(f"POST {url}", lambda: parse(prompt, payload, seconds))
+
+    @classmethod
+    def ranked_from_response(
+        cls, prompt: str, payload: Mapping[str, Any], seconds: float = 0.0
+    ) -> Generation:
+        """A /generate response with ``top_logprobs_num`` and ``return_text_in_logprobs``:
+        ``output_token_logprobs`` [logprob, id, text] and ``output_top_logprobs``, per
+        position a list of the same triples (0.5.10 to 0.5.23)."""
+        plain = cls.generation_from_response(prompt, payload, seconds)
+        meta = payload.get("meta_info") or {}
+        entries = meta.get("output_token_logprobs") or []
+        top = meta.get("output_top_logprobs") or []
+        return replace(
+            plain,
+            token_ids=tuple(whole_number(e[1], "token id", 1 << 31) for e in entries),
+            token_texts=tuple(str(e[2]) if len(e) > 2 else "" for e in entries),
+            top_logprobs=tuple(
+                {whole_number(a[1], "token id", 1 << 31): _logprob(a[0]) for a in alternatives}
+                for alternatives in top
+            ),
         )
+
+    #: ``sampling_params.sampling_seed`` (0.5.10 to 0.5.23 ``sampling/sampling_params.py``).
+    seed_field = "sampling_seed"
+
+    #: SGLang (0.5.11-0.5.23 read) exports ``sglang:spec_accept_length`` and
+    #: ``sglang:spec_accept_rate``, gauges over every position, and no per-position series.
+    per_position_missing = (
+        "SGLang exports no per-position acceptance (sglang:spec_accept_length and "
+        "sglang:spec_accept_rate are gauges over every position; 0.5.11-0.5.23)"
+    )
+
+    def without_speculation(self, args: Sequence[str]) -> list[str]:
+        """SGLang speculates with ``--speculative-algorithm``; every other ``--speculative-*``
+        flag (and ``--enable-multi-layer-eagle``) needs it, so all go, with their values
+        (0.5.23 ``arg_groups/fields/spec.py``: the boolean ones take none)."""
+        kept: list[str] = []
+        dropping = False
+        for word in args:
+            name = word.partition("=")[0]
+            if _speculation_flag(name):
+                dropping = "=" not in word
+                continue
+            if dropping and not word.startswith("--"):
+                dropping = False
+                continue
+            dropping = False
+            kept.append(word)
+        return kept
 
     @staticmethod
     def generation_from_response(
@@ -437,3 +490,13 @@ ADAPTER = SglangAdapter
 
 def _flag_value(args: Sequence[str], flag: str) -> str | None:
     return next((value for name, value in pairwise(args) if name == flag), None)
+
+
+def _speculation_flag(name: str) -> bool:
+    bare = name.removeprefix("--no-").removeprefix("--")
+    return bare.startswith("speculative-") or bare == "enable-multi-layer-eagle"
+
+
+def _logprob(value: Any) -> float:
+    number = optional_float(value)
+    return number if number is not None else math.nan

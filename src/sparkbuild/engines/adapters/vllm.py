@@ -18,14 +18,17 @@ Source builds (read from the 0.33.0 sdist and its docker/Dockerfile):
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
 import requests
 from packaging.version import Version
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparkbuild import jsontext, net
 from sparkbuild.engines.adapters.base import (
@@ -34,6 +37,7 @@ from sparkbuild.engines.adapters.base import (
     EngineAdapter,
     Generation,
     Layout,
+    PositionCounts,
     RankCommand,
     RankPlace,
     first_model,
@@ -346,20 +350,65 @@ class VllmAdapter(EngineAdapter):
         prompt: str,
         max_tokens: int,
         extra: Mapping[str, Any] | None = None,
+        *,
+        ranked: int = 0,
     ) -> Generation:
         body: dict[str, Any] = {
             "model": self.served_model(session, base_url),
             "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": 0,
-            "logprobs": 1,
+            "logprobs": max(1, ranked),
             **(extra or {}),
         }
+        if ranked:  # tokens and the alternatives' keys become "token_id:N"
+            body["return_tokens_as_token_ids"] = True
         url = base_url + "/v1/completions"
-        payload, seconds = self._post(session, url, body)
-        return parse_or_fail(
-            f"POST {url}", lambda: self.generation_from_response(prompt, payload, seconds)
+        payload, seconds = self.post_json(session, url, body)
+        parse = self.ranked_from_response if ranked else self.generation_from_response
+        return parse_or_fail(f"POST {url}", lambda: parse(prompt, payload, seconds))
+
+    @classmethod
+    def ranked_from_response(
+        cls, prompt: str, payload: Mapping[str, Any], seconds: float = 0.0
+    ) -> Generation:
+        """A /v1/completions response asked with ``return_tokens_as_token_ids``: the token
+        ids and each position's alternatives by id."""
+        plain = cls.generation_from_response(prompt, payload, seconds)
+        choice = (payload.get("choices") or [{}])[0]
+        top = (choice.get("logprobs") or {}).get("top_logprobs") or ()
+        return replace(
+            plain,
+            token_ids=tuple(_token_id(t) for t in plain.tokens),
+            top_logprobs=tuple(_ranked(alternatives) for alternatives in top),
         )
+
+    def without_speculation(self, args: Sequence[str]) -> list[str]:
+        """vLLM speculates only with ``--speculative-config`` (``-sc``); without it, the same
+        engine decodes one token per step."""
+        return _drop_flags(args, ("--speculative-config", "-sc"))
+
+    def request_model(self, session: net.Session, base_url: str) -> str:
+        return self.served_model(session, base_url)
+
+    #: vLLM 0.32 and later name the parser's output ``reasoning``; earlier releases
+    #: ``reasoning_content``.
+    reasoning_fields = ("reasoning", "reasoning_content")
+    ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+    def position_counts(self, session: net.Session, base_url: str) -> PositionCounts:
+        """``vllm:spec_decode_num_accepted_tokens_per_pos{position}`` and the drafts
+        counter, summed over engines."""
+        where = f"GET {base_url}{self.metrics_path}"
+        try:
+            response = session.get(base_url + self.metrics_path, timeout=10)
+            response.raise_for_status()
+            accepted, drafts = _per_position(response.text, self.ACCEPTED_PER_POS, self.DRAFTS)
+        except (requests.RequestException, ValueError) as exc:
+            return PositionCounts(note=f"{where}: {type(exc).__name__}: {str(exc)[:200]}")
+        if not accepted:
+            return PositionCounts(note=f"no {self.ACCEPTED_PER_POS} on {self.metrics_path}")
+        return PositionCounts(tuple(accepted), drafts)
 
     @staticmethod
     def generation_from_response(
@@ -416,6 +465,56 @@ class VllmAdapter(EngineAdapter):
 
 
 _RAY_BACKEND = re.compile(r"--distributed-executor-backend[\s=]+ray\b")
+
+
+def _token_id(token: str) -> int:
+    """``token_id:123`` (vLLM's ``return_tokens_as_token_ids``) as 123."""
+    prefix, _, number = token.partition(":")
+    if prefix != "token_id" or not number.isdigit():
+        raise ValueError(f"token {token[:40]!r} is not token_id:N")
+    return int(number)
+
+
+def _ranked(alternatives: Any) -> dict[int, float]:
+    if not isinstance(alternatives, Mapping):
+        raise ValueError(f"top_logprobs entry is {type(alternatives).__name__}, not an object")
+    ranked: dict[int, float] = {}
+    for token, value in alternatives.items():
+        number = optional_float(value)
+        ranked[_token_id(str(token))] = number if number is not None else math.nan
+    return ranked
+
+
+def _drop_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``args`` without ``flags`` (``--flag VALUE`` and ``--flag=VALUE`` alike)."""
+    kept: list[str] = []
+    skip = False
+    for word in args:
+        if skip:
+            skip = False
+            continue
+        name, equals, _ = word.partition("=")
+        if name in flags:
+            skip = not equals
+            continue
+        kept.append(word)
+    return kept
+
+
+def _per_position(text: str, family: str, drafts_name: str) -> tuple[list[float], float]:
+    """Accepted tokens by draft position (summed over every other label) and the drafts."""
+    by_position: dict[int, float] = {}
+    drafts = 0.0
+    for metric in text_string_to_metric_families(text):
+        for sample in metric.samples:
+            if sample.name == family + "_total" and "position" in sample.labels:
+                position = int(sample.labels["position"])
+                by_position[position] = by_position.get(position, 0.0) + float(sample.value)
+            elif sample.name == drafts_name:
+                drafts += float(sample.value)
+    if not by_position:
+        return [], drafts
+    return [by_position.get(i, 0.0) for i in range(max(by_position) + 1)], drafts
 
 
 def _with_positional_model(launcher: list[str], serve: list[str]) -> list[str]:

@@ -1,0 +1,101 @@
+"""What the deep checks ask an engine beyond completions, the same for every engine that
+speaks the OpenAI-style API with vLLM's and SGLang's extras: a chat answer with its reasoning
+apart, a token count, the text of token ids. Each engine's facts (its reasoning fields, the
+model name a request names) come from its adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparkbuild import net
+from sparkbuild.engines.adapters.base import EngineAdapter, parse_or_fail, whole_number
+from sparkbuild.errors import EngineHTTPError
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    """One answer of ``/v1/chat/completions``: its content and its reasoning, kept apart as
+    the engine's reasoning parser split them."""
+
+    content: str
+    reasoning: str
+    finish_reason: str | None
+    completion_tokens: int
+    prompt_tokens: int
+    seconds: float = 0.0
+
+
+def chat(
+    adapter: EngineAdapter,
+    session: net.Session,
+    base_url: str,
+    prompt: str,
+    max_tokens: int,
+    extra: Mapping[str, Any] | None = None,
+) -> ChatAnswer:
+    """One greedy chat answer through ``/v1/chat/completions`` (the model's chat template
+    and the server's reasoning parser apply)."""
+    body = {
+        "model": adapter.request_model(session, base_url),
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **(extra or {}),
+    }
+    url = base_url + "/v1/chat/completions"
+    payload, seconds = adapter.post_json(session, url, body)
+    return parse_or_fail(f"POST {url}", lambda: chat_answer(adapter, payload, seconds))
+
+
+def chat_answer(
+    adapter: EngineAdapter, payload: Mapping[str, Any], seconds: float = 0.0
+) -> ChatAnswer:
+    """A chat completion as a :class:`ChatAnswer`; ValueError/TypeError on a wrong shape."""
+    choice = (payload.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    if not isinstance(message, Mapping):
+        raise ValueError(f"choices[0].message is {repr(message)[:60]}")
+    reasoning = next((message[f] for f in adapter.reasoning_fields if message.get(f)), "")
+    usage = payload.get("usage") or {}
+    return ChatAnswer(
+        content=str(message.get("content") or ""),
+        reasoning=str(reasoning or ""),
+        finish_reason=choice.get("finish_reason"),
+        completion_tokens=whole_number(usage.get("completion_tokens"), "completion_tokens"),
+        prompt_tokens=whole_number(usage.get("prompt_tokens"), "prompt_tokens"),
+        seconds=seconds,
+    )
+
+
+def count_tokens(
+    adapter: EngineAdapter, session: net.Session, base_url: str, text: str
+) -> tuple[int, int | None] | None:
+    """How many tokens ``text`` is to the served model, and the model's context length when
+    the engine says (``/tokenize``: ``count``, ``max_model_len``; vLLM and SGLang alike);
+    None when the engine does not tell."""
+    body = {"model": adapter.request_model(session, base_url), "prompt": text}
+    try:
+        payload, _ = adapter.post_json(session, base_url + "/tokenize", body)
+        count = whole_number(payload.get("count"), "count")
+        limit = payload.get("max_model_len")
+        return count, whole_number(limit, "max_model_len") if limit else None
+    except (EngineHTTPError, ValueError):
+        return None
+
+
+def detokenize(
+    adapter: EngineAdapter, session: net.Session, base_url: str, ids: Sequence[int]
+) -> str | None:
+    """The text of token ``ids`` (``/detokenize``); None when the engine does not say."""
+    body = {"model": adapter.request_model(session, base_url), "tokens": list(ids)}
+    try:
+        payload, _ = adapter.post_json(session, base_url + "/detokenize", body)
+    except EngineHTTPError:
+        return None
+    text = payload.get("prompt", payload.get("text"))
+    return text if isinstance(text, str) else None
+
+
+__all__ = ["ChatAnswer", "chat", "chat_answer", "count_tokens", "detokenize"]

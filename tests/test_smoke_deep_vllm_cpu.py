@@ -1,0 +1,237 @@
+"""`sparkbuild smoke --deep` on the real vLLM engine on the CPU: the deep checks pass on the
+CPU reference, and each fails on real bad output, naming what failed.
+
+Boots are the cost (about 20 s each on 2 quiet cores), so they are shared: six in all. The
+CPU reference runs as a user runs it, with its own second boot for lossless's reference:
+that one run shows every check passing. One engine without speculation serves as the
+reference (``--reference-url``) of the engine whose verifier accepts every draft, and as the
+engine under test of the late loop (``--url``). The NaN model is booted once. The
+think-token model, served with n-gram speculation and a reasoning parser that files all of
+its text as reasoning, fails two checks in one run: chat, and acceptance per position
+against a floor its third position does not reach.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
+from sparkbuild.smoke.checks import repeated_fraction
+from tests.support.smoke_cli import REPO, SmokeRun, run_smoke_cli, write_profile
+from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
+from tests.support.vllm_patched import patched_overlay
+
+pytestmark = pytest.mark.engine
+
+DEEP = ("lossless", "long_output", "acceptance_per_position", "burn_in", "long_context", "chat")
+_REFERENCE_ARGS = yaml.safe_load((REPO / "smoke" / "cpu-reference.yaml").read_text())["args"]
+SPECULATION = _REFERENCE_ARGS[_REFERENCE_ARGS.index("--speculative-config") + 1]
+# The tiny tokenizer's whole words after a space (" the", " quick", ...): greedy decoding
+# over them with presence_penalty 2 visits each once, then falls back into its own loop.
+WORDS = [270, 290, 353, 355, 358, 359, 360, 363, 364, 365, 366, 367, 368, 369, 370, 375, 376,
+         377, 378, 379, 380, 381, 382, 388, 389, 390, 391, 399, 400, 401, 402, 403, 404, 405,
+         406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417, 418, 419, 420, 421, 422,
+         423, 425, 426]  # fmt: skip
+
+
+def _serve(model: Path, *extra: str) -> Iterator[str]:
+    port = free_port()
+    adapter = VllmAdapter()
+    args = [*ENGINE_ARGS, *extra]
+    argv = [*shlex.split(vllm_server_command()),
+            *adapter.serve_args(str(model), "127.0.0.1", port, args)]  # fmt: skip
+    with ProcessTarget(argv, port=port, env=ENGINE_ENV) as target:
+        readiness = wait_ready(target, adapter, timeout_s=400)
+        assert target.logs is not None
+        assert readiness.ready, "\n".join(target.logs.tail(30))
+        yield target.base_url
+
+
+@pytest.fixture(scope="module")
+def plain_server() -> Iterator[str]:
+    """The tiny model without speculation: lossless's reference, and a --url engine."""
+    yield from _serve(tiny_llama())
+
+
+@pytest.fixture(scope="module")
+def nan_server() -> Iterator[str]:
+    yield from _serve(tiny_llama(nan=True))
+
+
+@pytest.fixture(scope="module")
+def thinking_server() -> Iterator[str]:
+    """A model whose tokenizer has <think> tokens, served with deepseek_r1's reasoning parser
+    and the CPU reference's n-gram speculation: its random text never closes </think>, so
+    the parser files all of it as reasoning."""
+    yield from _serve(tiny_llama(think=True), "--reasoning-parser", "deepseek_r1",
+                      "--speculative-config", SPECULATION)  # fmt: skip
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "smoke").mkdir()
+    return tmp_path
+
+
+def _only(*checks: str, **limits: Any) -> dict[str, Any]:
+    """An ``expect`` that declares ``checks`` alone (the CPU reference declares all six)."""
+    expect: dict[str, Any] = {name: None for name in DEEP}
+    for name in checks:
+        expect[name] = limits.get(name, {})
+    return expect
+
+
+def test_the_cpu_reference_passes_every_deep_check(project: Path) -> None:
+    """n-gram speculation on against off on the real engine: the CPU engine is bit-exact."""
+    (project / "smoke" / "cpu-reference.yaml").write_text(
+        (REPO / "smoke" / "cpu-reference.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    lock = project / "images.lock"
+    lock.write_text(yaml.safe_dump({"schema": 1, "builds": {"tiny": {
+        "image": {"image_id": "sha256:" + "c" * 64}}}}), encoding="utf-8")  # fmt: skip
+
+    run = run_smoke_cli(
+        project, "--deep", "--command", vllm_server_command(), "--profile", "cpu-reference",
+        "--model", str(tiny_llama()), "--record", "tiny", timeout=1500,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.explain()
+    for name in ("lossless", "long-output", "acceptance-per-position", "burn-in",
+                 "long-context", "chat"):  # fmt: skip
+        assert run.check(name)["status"] == "pass", run.explain()
+    lossless = run.check("lossless")
+    assert lossless["value"]["identical"] == 4 and lossless["value"]["divergence"] is None
+    assert "second boot without speculation" in lossless["detail"]
+    rates = run.check("acceptance-per-position")["value"]["rates"]
+    assert len(rates) == 3 and rates[0] > rates[2] > 0
+    assert run.check("long-output")["value"]["max_tokens"] == 512  # the profile's length
+    assert "deep: burn-in round 3 of 3" in run.stderr  # progress per phase
+    assert "deep: lossless: booting vllm without speculation" in run.stderr
+    assert run.result is not None
+    evidence = {(e["check"], e["request"]) for e in run.result["evidence"]}
+    assert ("smoke", "prose/story") in evidence and (
+        "lossless",
+        "reference prose/story",
+    ) in evidence
+    longest = next(e for e in run.result["evidence"] if e["check"] == "long-output")
+    assert len(longest["head"]) == 500 and len(longest["tail"]) == 500
+    recorded = yaml.safe_load(lock.read_text(encoding="utf-8"))["builds"]["tiny"]["smoke"]
+    entry = recorded["sha256:" + "c" * 64]["cpu-reference"]
+    assert entry["checks"]["lossless"] == "pass" and entry["declared"] == [
+        "lossless", "long-output", "acceptance-per-position", "burn-in", "long-context", "chat"
+    ]  # fmt: skip
+    assert entry["numbers"]["acceptance-per-position"]["rates"] == rates
+    assert any(e["check"] == "long-context" for e in entry["evidence"])
+
+
+def test_a_verifier_that_accepts_every_draft_fails_lossless(
+    project: Path, plain_server: str
+) -> None:
+    """Our patch to vLLM's greedy verifier, applied by sparkbuild's source stage: accept_len
+    goes up, and lossless names where the text left the model's."""
+    overlay = patched_overlay()
+    write_profile(project, "accept-all", env={"PYTHONPATH": str(overlay)},
+                  expect=_only("lossless"))  # fmt: skip
+
+    run = run_smoke_cli(
+        project, "--command", vllm_server_command(), "--profile", "accept-all",
+        "--model", str(tiny_llama()), "--reference-url", plain_server,
+    )  # fmt: skip
+
+    assert run.returncode == 1, run.explain()
+    assert run.check("accept_len")["status"] == "pass"
+    assert run.result is not None and run.result["accept_len"] > 3.0  # nearly every draft taken
+    lossless = run.check("lossless")
+    assert lossless["status"] == "fail", run.explain()
+    divergence = lossless["value"]["divergence"]
+    assert divergence["request"] in ("repetitive/count", "repetitive/echo", "prose/memory",
+                                      "prose/story")  # fmt: skip
+    assert divergence["token_id"] != divergence["reference_id"] and not divergence["tie"]
+    assert divergence["gap"] >= 0.02
+    assert f"token {divergence['position']} is {divergence['token_id']}" in lossless["detail"]
+    assert "speculation changed the text" in lossless["detail"]
+    assert f"--reference-url {plain_server}" in lossless["detail"]
+    # What today's smoke trusts passes: drafts are accepted, logprobs are finite, no error.
+    for name in ("accept_len", "nan", "errors"):
+        assert run.check(name)["status"] == "pass", run.check("output")
+
+
+def test_nan_weights_fail_long_context(project: Path, nan_server: str) -> None:
+    write_profile(project, "nan", expect={**_only("long_context", long_context={
+        "depth": 900, "max_tokens": 16}), "speculation": False})  # fmt: skip
+
+    run = run_smoke_cli(project, "--url", nan_server, "--profile", "nan")
+
+    assert run.returncode == 1, run.explain()
+    context = run.check("long-context")
+    assert context["status"] == "fail", run.explain()
+    assert "NaN" in context["detail"] and context["value"]["nan"] is True
+    assert context["value"]["prompt_tokens"] > 850
+
+
+def test_a_late_loop_fails_long_output_where_the_plain_check_passes(
+    project: Path, plain_server: str
+) -> None:
+    """Greedy decoding with presence_penalty over 54 words: each word once, then a loop. The
+    plain output check (8-gram repetition over the whole answer, limit 60 %) passes it."""
+    greedy = {"temperature": 0, "presence_penalty": 2.0, "allowed_token_ids": WORDS}
+    limits = {"max_tokens": 110, "request": greedy}  # over the reference's sampling deep_request
+    write_profile(project, "late", expect={**_only("long_output", long_output=limits),
+                                           "speculation": False})  # fmt: skip
+
+    run = run_smoke_cli(project, "--url", plain_server, "--profile", "late")
+
+    assert run.returncode == 1, run.explain()
+    long_output = run.check("long-output")
+    assert long_output["status"] == "fail", run.explain()
+    (generation,) = long_output["value"]["generations"]
+    first = min(f["start"] for f in generation["findings"])
+    assert first >= 40, generation  # the loop starts late: a clean first half
+    assert f"at token {first} of 110" in long_output["detail"]
+    assert run.result is not None
+    text = next(e["head"] for e in run.result["evidence"] if e["check"] == "long-output")
+    assert repeated_fraction(text.split(), 8) < 0.6  # what the plain check would have judged
+
+
+@pytest.fixture(scope="module")
+def thinking_run(thinking_server: str, tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
+    """One run on the thinking engine, declaring chat and a floor for each draft position
+    that its third position does not reach (n-gram k=3 accepts about 0.6 there)."""
+    project = tmp_path_factory.mktemp("thinking")
+    floors = {"min_rates": [0.0, 0.0, 0.99]}
+    expect = _only("chat", "acceptance_per_position", chat={"max_tokens": 24},
+                   acceptance_per_position=floors)  # fmt: skip
+    write_profile(project, "think", expect=expect)
+    return run_smoke_cli(project, "--url", thinking_server, "--profile", "think")
+
+
+def test_a_parser_that_files_everything_as_reasoning_fails_chat(thinking_run: SmokeRun) -> None:
+    run = thinking_run
+    assert run.returncode == 1, run.explain()
+    chat = run.check("chat")
+    assert chat["status"] == "fail", run.explain()
+    assert "chat/1: the content is empty (all" in chat["detail"]
+    assert "characters went to reasoning" in chat["detail"]
+    assert run.result is not None
+    notes = {e.get("note") for e in run.result["evidence"] if e["check"] == "chat"}
+    assert "reasoning" in notes  # kept apart in the evidence
+
+
+def test_acceptance_per_position_fails_below_its_floor(thinking_run: SmokeRun) -> None:
+    """The real engine's per-position counters against a floor its third position does not
+    reach: the failure names the position and shows every rate."""
+    run = thinking_run
+    assert run.returncode == 1, run.explain()
+    per_position = run.check("acceptance-per-position")
+    assert per_position["status"] == "fail", run.explain()
+    assert per_position["detail"].startswith("position 3 accepted"), per_position
+    assert "floor 0.99" in per_position["detail"] and "by position: 1:" in per_position["detail"]
+    rates = per_position["value"]["rates"]
+    assert len(rates) == 3 and rates[2] < 0.99 and run.check("accept_len")["status"] == "pass"
