@@ -23,6 +23,7 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,13 @@ def test_statements_parse_with_the_in_toto_and_cyclonedx_libraries(signed: Signe
         "sha256:"
     )
     assert provenance.run_details.builder.version["sparkbuild"]
+    # The image stage recorded when it built the image; the provenance says the same.
+    image = locked["image"]
+    started, finished = (datetime.fromisoformat(image[k]) for k in ("started", "finished"))
+    assert started.utcoffset() == timedelta(0) and started <= finished
+    metadata = provenance.run_details.metadata
+    assert metadata.started_on.ToDatetime(tzinfo=UTC) == started
+    assert metadata.finished_on.ToDatetime(tzinfo=UTC) == finished
 
     verdicts = parsed["verdicts"]["predicate"]
     assert (
