@@ -112,6 +112,11 @@ CLUSTER_DEMO = (
     "the two-node demo over ssh:// (Docker, sshd, two engine ranks): "
     "tests/test_cluster_docker.py runs this block as written, as the suite's one two-node pass"
 )
+COPY = (
+    "docs/verify.md's copy to another registry: tests/test_publish_signing.py::"
+    "test_a_copy_to_another_registry_keeps_its_signature_and_attestations runs the block as "
+    "written, between two registries on this machine, and verifies the copy"
+)
 VENV = "makes a venv and installs into it: this test runs in the venv it was installed in"
 
 # First match wins; a documented command no rule matches fails the test.
@@ -135,6 +140,8 @@ RULES = [
     Rule(r"^nox -s bench -- --url", "check", "needs an engine serving at the URL"),
     Rule(r"^nox -s bump", "check", "needs SGLang's sources at the new release (GitHub)"),
     Rule(r"^nox -s preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
+    Rule(r"^skopeo copy --all --preserve-digests docker://ghcr\.io/\S+[@:]sha256", "check", COPY),
+    Rule(r"^sparkbuild verify registry\.example/mirror/", "check", COPY),
     Rule(
         r"^docker run .* skopeo copy ",
         "check",
