@@ -540,6 +540,21 @@ def _offline_image_command(offline: OfflinePath, command: DocCommand) -> None:
         assert "Smoke cpu-image ✓ pass" in page and "a container of the image" in page, page
 
 
+def test_the_offline_helper_leaves_a_running_environment_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second `start` on the same directory is refused with a hint, and stops nothing."""
+    state = tmp_path / "offline-demo" / ".registry"
+    state.mkdir(parents=True)
+    (state / "registry.pid").write_text(str(os.getpid()))  # stands for the running registry
+    assert offline_env.main(["start", str(tmp_path / "offline-demo")]) == 1
+    said = capsys.readouterr().err
+    assert "error: " in said and "already has an offline image environment" in said
+    assert "hint: `python tests/support/offline_env.py stop" in said
+    assert (state / "registry.pid").is_file()  # not stopped, not removed
+    assert offline_env.main(["restart", "x"]) == 2
+
+
 # --- the two-node demo over ssh:// (docs/cluster.md) ------------------------------------------
 
 

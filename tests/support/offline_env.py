@@ -131,6 +131,10 @@ def main(argv: list[str]) -> int:
         _say("usage: python tests/support/offline_env.py start|stop DIR")
         return 2
     project = Path(argv[1]).absolute()
+    if argv[0] == "start" and (project / _STATE).exists():  # a running demo is left alone
+        _say(f"error: {project} already has an offline image environment ({_STATE})")
+        _say(f"hint: `python tests/support/offline_env.py stop {argv[1]}` first")
+        return 1
     try:
         (start if argv[0] == "start" else stop)(project)
     except KeyboardInterrupt:
