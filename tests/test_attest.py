@@ -179,6 +179,28 @@ def test_provenance_and_verdicts_parse_with_the_in_toto_library() -> None:
     assert _parse(statements.statement(subject, statements.VERDICTS_PREDICATE, verdicts))
 
 
+def test_the_provenance_carries_the_build_times_the_lock_recorded_and_never_invents_them() -> None:
+    entry = _entry()
+    assert entry.image is not None
+    metadata = statements.provenance("b", "builds/x.yaml", entry)["runDetails"]["metadata"]
+    assert "startedOn" not in metadata and "finishedOn" not in metadata  # an older lock
+    entry.image.started, entry.image.finished = "2026-11-25T18:01:02+00:00", "2026-11-25T18:07:09Z"
+    made = statements.statement(
+        statements.Subject("ghcr.io/acme/sparkbuild/sglang", (DIGEST,)),
+        statements.PROVENANCE_PREDICATE,
+        statements.provenance("b", "builds/x.yaml", entry),
+    )
+    _parse(made)
+    predicate = json.loads(made)["predicate"]
+    assert predicate["runDetails"]["metadata"]["startedOn"] == "2026-11-25T18:01:02Z"
+    assert predicate["runDetails"]["metadata"]["finishedOn"] == "2026-11-25T18:07:09Z"
+    parsed = json_format.ParseDict(predicate, provenance_pb2.Provenance()).run_details.metadata
+    assert parsed.finished_on.ToSeconds() - parsed.started_on.ToSeconds() == 367
+    entry.image.finished = None  # one without the other: neither is claimed
+    metadata = statements.provenance("b", "builds/x.yaml", entry)["runDetails"]["metadata"]
+    assert "startedOn" not in metadata and "finishedOn" not in metadata
+
+
 DPKG_STATUS = """Package: libc6
 Status: install ok installed
 Architecture: arm64

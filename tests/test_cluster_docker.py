@@ -6,13 +6,15 @@ are reached through the local daemon, named twice in the cluster file. The engin
 multi-node runtime does the distribution: vLLM's mp executor, TP=2, gloo between the two
 containers, `--headless` on rank 1. A second Docker daemon on this host stands for a node
 whose store differs. x86_64 here: the Sparks' arm64 is not needed to prove the launcher.
+
+The two-node pass over ssh:// (a real sshd on 127.0.0.1) is docs/cluster.md's demo block,
+which tests/test_docs_commands.py runs as written: the suite's one passing two-node boot.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -34,7 +36,7 @@ from tests.support.cluster_env import (
     second_daemon,
     write_cluster_project,
 )
-from tests.support.smoke_cli import SmokeRun, run_smoke_cli
+from tests.support.smoke_cli import run_smoke_cli
 from tests.support.vllm_image import MODEL_IN_IMAGE, vllm_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.docker]
@@ -71,83 +73,6 @@ def _pinned_project(project: Path, image: str, network: Network, **kwargs: Any) 
 def project(tmp_path: Path, image: str, network: Network) -> tuple[Path, str]:
     """A project with the two-node profile, a cluster file, and a lock pinning ``image``."""
     return tmp_path, _pinned_project(tmp_path, image, network)
-
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "cluster.md"
-DEMO_SECTION = "### Try it on this machine: two nodes, one over `ssh://`"
-
-
-def documented_demo() -> list[str]:
-    """docs/cluster.md's two-node demo block, one command a line, comments dropped."""
-    text = DOC.read_text(encoding="utf-8").split(DEMO_SECTION, 1)[1]
-    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
-    return [re.sub(r"\s+#\s.*$", "", line) for line in block.splitlines() if line.strip()]
-
-
-def _run_documented_demo(work: Path, image: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """The block as written, in ``work`` (the clone's tests/ beside it), its sshd state in a
-    directory of its own instead of /tmp/sb-sshd; the network and sshd are stopped after,
-    whatever happened."""
-    from tests.support import cluster_env, sshd
-
-    (work / "tests").symlink_to(Path(__file__).resolve().parent)
-    state = work / "sshd-state"
-    lines = [line.replace("/tmp/sb-sshd", str(state)) for line in documented_demo()]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("DOCKER_HOST", None)
-    try:
-        done = subprocess.run(
-            ["bash", "-c", "\n".join(["set -eu -o pipefail", *lines])], cwd=work, env=env,
-            capture_output=True, text=True, timeout=1500, check=False,
-        )  # fmt: skip
-    finally:
-        cluster_env.stop_demo(work / "pair-demo")
-        sshd.main(["stop", str(state)])
-    return done, work / "pair-demo"
-
-
-def test_two_nodes_pass_and_record_a_verified_verdict_with_both_nodes(
-    tmp_path: Path, image: str
-) -> None:
-    """docs/cluster.md's demo, as written: the leader on this host's daemon, the worker over
-    ssh:// (a real sshd on 127.0.0.1, to this machine's own daemon), the endpoint a Spark
-    pair's cluster file names, on a fresh install (the docker SDK needs paramiko for it)."""
-    assert any(" smoke " in line and "--cluster" in line for line in documented_demo())
-    image_id = _image_id(image)
-
-    done, project_dir = _run_documented_demo(tmp_path, image)
-
-    result_file = project_dir / "smoke.json"
-    result = json.loads(result_file.read_text()) if result_file.exists() else None
-    run = SmokeRun(done.returncode, done.stdout, done.stderr, result)
-    cluster_name = next((project_dir / "clusters").glob("pair-*.yaml")).stem
-    endpoint = yaml.safe_load((project_dir / "clusters" / f"{cluster_name}.yaml").read_text())[
-        "nodes"
-    ][1]["endpoint"]
-    assert endpoint.startswith("ssh://") and "@127.0.0.1:" in endpoint
-
-    assert run.returncode == 0, run.explain()
-    assert run.result is not None and run.result["verdict"] == "pass"
-    assert run.check("ranks")["status"] == "pass", run.check("ranks")
-    assert run.check("ranks")["value"] == 2
-    assert run.check("accept_len")["status"] == "pass" and run.result["accept_len"] > 1.0
-    cluster = run.result["cluster"]
-    assert cluster["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
-    assert cluster["launcher"] == "mp"
-    assert [(n["name"], n["rank"], n["image_id"]) for n in cluster["nodes"]] == [
-        ("node-1", 0, image_id), ("node-2", 1, image_id)]  # fmt: skip
-    assert [n["endpoint"] for n in cluster["nodes"]] == ["local", endpoint]
-    record = yaml.safe_load((project_dir / "images.lock").read_text())["builds"]["cpu"]["smoke"]
-    entry = record[image_id]["cpu-tp2"]
-    assert entry["verified"] is True and entry["image_id"] == image_id
-    assert entry["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
-    assert [n["image_id"] for n in entry["nodes"]] == [image_id, image_id]
-    assert entry["checks"]["ranks"] == "pass"
-    # Every line of the kept log says which node printed it; rank 1 ran headless.
-    log = Path(run.result["log_file"]).read_text()
-    assert "[node-2]" in log and "[node-1]" in log
-    assert any("[node-2]" in line and "world_size=2 rank=1" in line for line in log.splitlines())
-    assert cluster_containers(cluster_name) == []
 
 
 @pytest.mark.parametrize(

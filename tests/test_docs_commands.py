@@ -8,6 +8,11 @@ command needs a decision here):
 - README's quick start runs once, as written, in a clone-like directory with a fresh
   sparkbuild cache (it boots the CPU engine twice: smoke, then bench);
 - ``bench compare`` and the claims commands of docs/bench.md run on the quick start's report;
+- docs/source.md's offline path runs as written: a local mirror, a lock and a report (no
+  Docker), then the whole block again with a built tiny image, a recorded smoke in a
+  container of it (one CPU engine boot) and a report;
+- docs/cluster.md's two-node demo over ssh:// runs as written (the suite's one passing
+  two-node boot: tests/test_cluster_docker.py runs only the failures);
 - the source commands (docs/source.md) and ``releases`` run on local upstream repositories;
 - everything else needs a DGX Spark, GitHub, Docker or a registry. It is skipped with its
   reason, after the checks that need none of those: the command and every option exist, the
@@ -34,7 +39,10 @@ import yaml
 
 from sparkbuild.cli import main
 from sparkbuild.settings import Settings
+from tests.support import offline_env
+from tests.support.cache import shared_test_cache
 from tests.support.cli import CliResult, run_cli
+from tests.support.docker_env import docker_client, remove_images
 from tests.support.gitrepos import git, make_upstream, tagged_repo
 from tests.support.nox_sessions import nox_sessions
 
@@ -43,6 +51,9 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
 QUICK_START = "## Quick start without a GPU"
 OFFLINE = ("docs/source.md", "### Working offline")
+OFFLINE_IMAGE = "offline-image"
+CLUSTER = ("docs/cluster.md", "### Try it on this machine: two nodes, one over `ssh://`")
+CLUSTER_DEMO = "cluster-demo"
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,8 @@ def documented_commands() -> list[DocCommand]:
 @dataclass(frozen=True)
 class Rule:
     pattern: str
-    kind: str  # quick-start | offline | bench-report | source | releases | check
+    kind: str  # quick-start | offline | offline-image | cluster-demo | bench-report | source |
+    # releases | check
     reason: str = ""
 
 
@@ -108,9 +120,10 @@ SPARK = "needs a DGX Spark (GPU) and its image"
 GITHUB_DOCKER = "builds linux/arm64 images: needs the upstream repository (GitHub) and Docker"
 REGISTRY = "needs a registry and its credentials"
 SUITE = "runs the test suite itself (CI runs it from a clean clone)"
-CLUSTER_DEMO = (
-    "the two-node demo over ssh:// (Docker, sshd, two engine ranks): "
-    "tests/test_cluster_docker.py runs this block as written, as the suite's one two-node pass"
+COPY = (
+    "docs/verify.md's copy to another registry: tests/test_publish_signing.py::"
+    "test_a_copy_to_another_registry_keeps_its_signature_and_attestations runs the block as "
+    "written, between two registries on this machine, and verifies the copy"
 )
 VENV = "makes a venv and installs into it: this test runs in the venv it was installed in"
 
@@ -119,10 +132,14 @@ RULES = [
     Rule(r"^git clone --mirror /media/usb/vllm\.git ~/mirrors/vllm\.git$", "offline"),
     Rule(r"^sparkbuild --repo vllm=\$HOME/mirrors/vllm\.git (patches|lock) ", "offline"),
     Rule(r"^sparkbuild report --attach vllm-0\.33\.0-spark=benchmarks/", "offline"),
+    Rule(r"^python tests/support/offline_env\.py (start|stop) offline-demo\b", OFFLINE_IMAGE),
+    Rule(
+        r"^sparkbuild --project offline-demo (--repo \S+ )?(build|smoke|report) ", "offline-image"
+    ),
     Rule(r"^eval \"\$\(python tests/support/vllm_cpu\.py \|\| echo false\)\"$", "quick-start"),
-    Rule(r"^eval \"\$\(python tests/support/(sshd|cluster_env)\.py start ", "check", CLUSTER_DEMO),
-    Rule(r"^python tests/support/(sshd|cluster_env)\.py stop ", "check", CLUSTER_DEMO),
-    Rule(r"^sparkbuild --project pair-demo smoke --image ", "check", CLUSTER_DEMO),
+    Rule(r"^eval \"\$\(python tests/support/(sshd|cluster_env)\.py start ", CLUSTER_DEMO),
+    Rule(r"^python tests/support/(sshd|cluster_env)\.py stop ", CLUSTER_DEMO),
+    Rule(r"^sparkbuild --project pair-demo smoke --image ", CLUSTER_DEMO),
     Rule(r"^export ENGINE=", "quick-start"),
     Rule(r"^sparkbuild (smoke|bench) --command \"\$ENGINE\"", "quick-start"),
     Rule(r"^sparkbuild bench compare benchmarks/cpu-reference\.json my-run\.json", "quick-start"),
@@ -135,6 +152,8 @@ RULES = [
     Rule(r"^nox -s bench -- --url", "check", "needs an engine serving at the URL"),
     Rule(r"^nox -s bump", "check", "needs SGLang's sources at the new release (GitHub)"),
     Rule(r"^nox -s preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
+    Rule(r"^skopeo copy --all --preserve-digests docker://ghcr\.io/\S+[@:]sha256", "check", COPY),
+    Rule(r"^sparkbuild verify registry\.example/mirror/", "check", COPY),
     Rule(
         r"^docker run .* skopeo copy ",
         "check",
@@ -211,7 +230,10 @@ def rule_for(command: DocCommand) -> Rule:
         if re.search(rule.pattern, command.text):
             if rule.kind == "quick-start" and not command.quick_start:
                 continue
-            if rule.kind == "offline" and (command.doc, command.section) != OFFLINE:
+            offline = rule.kind in ("offline", "offline-image")
+            if offline and (command.doc, command.section) != OFFLINE:
+                continue
+            if rule.kind == CLUSTER_DEMO and (command.doc, command.section) != CLUSTER:
                 continue
             return rule
     raise AssertionError(
@@ -226,7 +248,9 @@ COMMANDS = documented_commands()
 def test_the_docs_have_the_commands_this_test_expects() -> None:
     kinds = [rule_for(c).kind for c in COMMANDS]
     assert kinds.count("quick-start") == 6, [c.text for c in COMMANDS if c.quick_start]
-    assert kinds.count("offline") == 5, [c.text for c in COMMANDS if c.section == OFFLINE[1]]
+    offline = [c.text for c in COMMANDS if c.section == OFFLINE[1]]
+    assert kinds.count("offline") == 5 and kinds.count("offline-image") == 5, offline
+    assert kinds.count(CLUSTER_DEMO) == 5, [c.text for c in COMMANDS if c.section == CLUSTER[1]]
     assert kinds.count("source") >= 4 and kinds.count("bench-report") >= 3
     assert kinds.count("releases") >= 1
     readme = [c.text for c in COMMANDS if c.doc == "README.md"]
@@ -414,11 +438,10 @@ def _quick_start_command(quick_start: QuickStart, command: DocCommand) -> None:
 OfflinePath = QuickStart  # the same record: a documented block run in a directory
 
 
-@pytest.fixture(scope="module")
-def offline_path(tmp_path_factory: pytest.TempPathFactory) -> OfflinePath:
-    """docs/source.md's offline block, as written, in a clone-like directory with no lock,
-    a new HOME and cache, and no network but the repository standing for the USB copy."""
-    tmp = tmp_path_factory.mktemp("offline")
+def _run_offline(tmp: Path, kinds: tuple[str, ...], timeout: float) -> OfflinePath:
+    """docs/source.md's offline block (its commands of ``kinds``), as written, in a
+    clone-like directory with no lock, a new HOME and cache, and no network but the
+    repository standing for the USB copy (and, for the image, registries on 127.0.0.1)."""
     usb = tmp / "usb-copy"
     (usb / "vllm").mkdir(parents=True)
     (usb / "vllm" / "__init__.py").write_text('__version__ = "0.33.0"\n')
@@ -426,14 +449,39 @@ def offline_path(tmp_path_factory: pytest.TempPathFactory) -> OfflinePath:
     work = tmp / "clone"  # the project's own files, copied: a patch may not lead outside it
     for name in ("builds", "patches", "smoke", "claims", "clusters", "benchmarks"):
         shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (work / "tests").symlink_to(ROOT / "tests")  # the offline image helper
     (tmp / "home").mkdir()
-    run = [c for c in COMMANDS if rule_for(c).kind == "offline"]
+    run = [c for c in COMMANDS if rule_for(c).kind in kinds]
     texts = [c.text.replace("/media/usb/vllm.git", str(usb)) for c in run]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKBUILD_", "GIT_"))}
     env.update(HOME=str(tmp / "home"), SPARKBUILD_CACHE_DIR=str(tmp / "cache"))
     env.update(SPARKBUILD_NET_ATTEMPTS="1")  # nothing here may need the network
-    outputs, exit_code = run_block(texts, work, env, timeout=600)
+    env.update(SPARKBUILD_TEST_CACHE=str(shared_test_cache()))  # the suite's engine and rootfs
+    outputs, exit_code = run_block(texts, work, env, timeout=timeout)
     return OfflinePath(work, {run[n].line: v for n, v in outputs.items()}, exit_code)
+
+
+@pytest.fixture(scope="module")
+def offline_path(tmp_path_factory: pytest.TempPathFactory) -> OfflinePath:
+    """The block up to its lock and report: a local mirror, no Docker."""
+    return _run_offline(tmp_path_factory.mktemp("offline"), ("offline",), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def offline_image_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflinePath]:
+    """The whole block: then a built tiny image, a recorded smoke (one CPU engine boot in a
+    container of that image) and a report. The registry and the images go, whatever
+    happened."""
+    tmp = tmp_path_factory.mktemp("offline-image")
+    try:
+        yield _run_offline(tmp, ("offline", "offline-image"), timeout=1500)
+    finally:
+        demo = tmp / "clone" / "offline-demo"
+        offline_env.stop(demo)
+        lock = demo / "images.lock"
+        pinned = yaml.safe_load(lock.read_text()) if lock.is_file() else None
+        image = ((pinned or {}).get("builds", {}).get(offline_env.BUILD) or {}).get("image", {})
+        remove_images(docker_client(), [offline_env.IMAGE, *filter(None, [image.get("image_id")])])
 
 
 def _offline_command(offline: OfflinePath, command: DocCommand) -> None:
@@ -454,6 +502,135 @@ def _offline_command(offline: OfflinePath, command: DocCommand) -> None:
     elif text.startswith("sparkbuild report"):
         page = (offline.workdir / "report" / "builds" / "vllm-0.33.0-spark.html").read_text()
         assert "cpu-reference.json" in page and "attached with <code>--attach</code>" in page
+
+
+def _text_of(page: Path) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", page.read_text()).split())
+
+
+def _offline_image_command(offline: OfflinePath, command: DocCommand) -> None:
+    stdout, stderr = _outputs_of(offline, command, "the offline path's image part")
+    demo = offline.workdir / "offline-demo"
+    text = command.text
+    entry = (
+        yaml.safe_load((demo / "images.lock").read_text())["builds"]
+        if " start " not in text
+        else {}
+    )
+    image = (entry.get(offline_env.BUILD) or {}).get("image") or {}
+    if " start " in text:
+        assert "a registry on 127.0.0.1:" in stderr, stderr
+        assert (demo / "builds" / "vllm.yaml").is_file() and (
+            demo / "smoke" / "cpu-image.yaml"
+        ).is_file()
+    elif " stop " in text:
+        assert not (demo / ".registry").exists()
+    elif " build " in text:
+        assert f"built {image['image_id'][:19]} linux/arm64" in stdout + stderr, stdout + stderr
+        assert image["base_image"].startswith("127.0.0.1:") and image["tags"] == [offline_env.IMAGE]
+        assert image["started"] <= image["finished"]
+    elif " smoke " in text:
+        assert "smoke PASS" in stdout, stdout + stderr
+        record = entry[offline_env.BUILD]["smoke"][image["image_id"]]["cpu-image"]
+        assert record["verdict"] == "pass" and record["verified"] is True
+        assert record["image_id"] == image["image_id"]
+    elif " report " in text:
+        page = _text_of(demo / "report" / "builds" / f"{offline_env.BUILD}.html")
+        assert f"built image id {image['image_id']}" in page, page
+        assert "Smoke cpu-image ✓ pass" in page and "a container of the image" in page, page
+
+
+def test_the_offline_helper_leaves_a_running_environment_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second `start` on the same directory is refused with a hint, and stops nothing."""
+    state = tmp_path / "offline-demo" / ".registry"
+    state.mkdir(parents=True)
+    (state / "registry.pid").write_text(str(os.getpid()))  # stands for the running registry
+    assert offline_env.main(["start", str(tmp_path / "offline-demo")]) == 1
+    said = capsys.readouterr().err
+    assert "error: " in said and "already has an offline image environment" in said
+    assert "hint: `python tests/support/offline_env.py stop" in said
+    assert (state / "registry.pid").is_file()  # not stopped, not removed
+    assert offline_env.main(["restart", "x"]) == 2
+
+
+# --- the two-node demo over ssh:// (docs/cluster.md) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuickStart]:
+    """docs/cluster.md's demo block as written (the suite's one two-node run): the leader on
+    this host's daemon, the worker over ssh:// to the same daemon through a real sshd on
+    127.0.0.1, in a directory with the clone's tests/ and the sshd's state in a directory of
+    its own instead of /tmp/sb-sshd. The network and sshd go after, whatever happened."""
+    from tests.support import cluster_env, sshd
+
+    tmp = tmp_path_factory.mktemp("cluster-demo")
+    work = tmp / "clone"
+    work.mkdir()
+    (work / "tests").symlink_to(ROOT / "tests")
+    state = tmp / "sshd-state"
+    run = [c for c in COMMANDS if rule_for(c).kind == CLUSTER_DEMO]
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    try:
+        texts = [c.text.replace("/tmp/sb-sshd", str(state)) for c in run]
+        outputs, exit_code = run_block(texts, work, env, timeout=1500)
+        yield QuickStart(work, {run[n].line: v for n, v in outputs.items()}, exit_code)
+    finally:
+        cluster_env.stop_demo(work / "pair-demo")
+        sshd.main(["stop", str(state)])
+
+
+def _cluster_demo_command(demo: QuickStart, command: DocCommand) -> None:
+    from tests.support.cluster_env import cluster_containers
+    from tests.support.smoke_cli import SmokeRun
+
+    stdout, stderr = _outputs_of(demo, command, "the two-node demo")
+    project = demo.workdir / "pair-demo"
+    (cluster_file,) = (project / "clusters").glob("pair-*.yaml")
+    nodes = yaml.safe_load(cluster_file.read_text())["nodes"]
+    endpoint = nodes[1]["endpoint"]
+    text = command.text
+    if "sshd.py start" in text:  # the endpoint the cluster file names is its sshd's
+        assert endpoint.startswith("ssh://") and "@127.0.0.1:" in endpoint, endpoint
+    elif "cluster_env.py start" in text:
+        assert [n["endpoint"] for n in nodes] == ["local", endpoint]
+    elif " smoke " in text:
+        result_file = project / "smoke.json"
+        result = json.loads(result_file.read_text()) if result_file.exists() else None
+        run = SmokeRun(0, stdout, stderr, result)
+        assert run.result is not None and run.result["verdict"] == "pass", run.explain()
+        assert run.check("ranks")["status"] == "pass" and run.check("ranks")["value"] == 2
+        assert run.check("accept_len")["status"] == "pass" and run.result["accept_len"] > 1.0
+        cluster = run.result["cluster"]
+        assert cluster["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
+        assert cluster["launcher"] == "mp"
+        lock = yaml.safe_load((project / "images.lock").read_text())["builds"]["cpu"]
+        image_id = lock["image"]["image_id"]
+        assert [(n["name"], n["rank"], n["image_id"]) for n in cluster["nodes"]] == [
+            ("node-1", 0, image_id), ("node-2", 1, image_id)]  # fmt: skip
+        assert [n["endpoint"] for n in cluster["nodes"]] == ["local", endpoint]
+        entry = lock["smoke"][image_id]["cpu-tp2"]
+        assert entry["verified"] is True and entry["image_id"] == image_id
+        assert entry["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
+        assert [n["image_id"] for n in entry["nodes"]] == [image_id, image_id]
+        assert entry["checks"]["ranks"] == "pass"
+        # Every line of the kept log says which node printed it; rank 1 ran headless.
+        log = Path(run.result["log_file"]).read_text()
+        assert "[node-2]" in log and "[node-1]" in log
+        assert any(
+            "[node-2]" in line and "world_size=2 rank=1" in line for line in log.splitlines()
+        )
+    elif "cluster_env.py stop" in text:
+        assert cluster_containers(cluster_file.stem) == []
+        network = yaml.safe_load(cluster_file.read_text())["fabric"]["network"]
+        inspect = subprocess.run(
+            ["docker", "network", "inspect", network], capture_output=True, check=False
+        )
+        assert inspect.returncode != 0, f"the network {network} is still there"
+    elif "sshd.py stop" in text:
+        assert not (demo.workdir.parent / "sshd-state").exists()
 
 
 # --- the source commands on a local upstream --------------------------------------------------
@@ -491,9 +668,13 @@ def _source_words(text: str, upstream: str, tmp: str) -> list[str]:
 
 
 def _param(command: DocCommand) -> Any:
-    """The quick start and the commands on its report boot the CPU engine: marked so."""
-    boots = rule_for(command).kind in ("quick-start", "bench-report")
-    return pytest.param(command, id=command.id, marks=[pytest.mark.engine] if boots else [])
+    """The quick start, the commands on its report and the offline path's image boot the CPU
+    engine: marked so (the last builds an image too)."""
+    kind = rule_for(command).kind
+    boots = ("quick-start", "bench-report", "offline-image", CLUSTER_DEMO)
+    marks = [pytest.mark.engine] if kind in boots else []
+    marks += [pytest.mark.docker] if kind in ("offline-image", CLUSTER_DEMO) else []
+    return pytest.param(command, id=command.id, marks=marks)
 
 
 @pytest.mark.parametrize("command", [_param(c) for c in COMMANDS])
@@ -506,6 +687,10 @@ def test_documented_command(command: DocCommand, request: pytest.FixtureRequest)
         _quick_start_command(request.getfixturevalue("quick_start"), command)
     elif rule.kind == "offline":
         _offline_command(request.getfixturevalue("offline_path"), command)
+    elif rule.kind == "offline-image":
+        _offline_image_command(request.getfixturevalue("offline_image_path"), command)
+    elif rule.kind == CLUSTER_DEMO:
+        _cluster_demo_command(request.getfixturevalue("cluster_demo"), command)
     elif rule.kind == "bench-report":
         quick_start: QuickStart = request.getfixturevalue("quick_start")
         result = _bench_report_command(quick_start, command)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +121,6 @@ def test_overlay_build_labels_skip_and_lock(env: OverlayEnv) -> None:
     labels = image["Config"]["Labels"]
     commit = git(env.repo, "rev-parse", f"v{VERSION}^{{commit}}")
     commit_epoch = int(git(env.repo, "log", "-1", "--format=%ct", commit))
-    from datetime import UTC, datetime
-
     assert labels["org.opencontainers.image.revision"] == commit
     assert labels["org.opencontainers.image.version"] == VERSION
     assert labels["org.opencontainers.image.source"] == str(env.repo)
@@ -170,10 +169,15 @@ def test_overlay_build_labels_skip_and_lock(env: OverlayEnv) -> None:
     assert section["image_id"] == first["image_id"]
     assert section["tags"] == first["tags"]
     assert lock["source"]["tree"] == tree
+    started, finished = (datetime.fromisoformat(section[k]) for k in ("started", "finished"))
+    assert started.utcoffset() == timedelta(0) and started <= finished
 
     second = build_json(sparkbuild(project, cache, "build", BUILD, "--json"))
     assert second["skipped"] is True
     assert second["image_id"] == first["image_id"]
+    # Up to date: the times stay those of the run that built it, not this one's.
+    again = load_lock(project)["builds"][BUILD]["image"]
+    assert (again["started"], again["finished"]) == (section["started"], section["finished"])
 
     # The tag now points elsewhere; --locked still builds from the pinned digest (up to date).
     push_arm64_base(env.registry, "sparkbuild-tests/sglang", tag="moving", work_dir=env.work)

@@ -202,6 +202,41 @@ def test_lock_check_holds_a_complete_shape(
     assert problem in problems[0]
 
 
+TIMES = "      repo_digest: null\n"
+
+
+def test_build_times_are_optional_and_load_when_utc(full: Path) -> None:
+    assert "started" not in full.read_text()  # a lock older than the build times
+    assert lockfile.schema_problems(full) == []
+    text = full.read_text()
+    times = "      started: '2026-11-25T18:01:02+00:00'\n      finished: '2026-11-25T18:07:09Z'\n"
+    full.write_text(text.replace(TIMES, TIMES + times))
+    image = lockfile.read_entry(full, "b1").image
+    assert image is not None and image.build_times() is not None
+    assert lockfile.schema_problems(full) == []
+
+
+@pytest.mark.parametrize(
+    "started, finished, problem",
+    [
+        ("2026-11-25T18:01:02", "2026-11-25T18:07:09Z", "not a UTC time"),
+        ("2026-11-25T19:01:02+01:00", "2026-11-25T18:07:09Z", "not a UTC time"),
+        ("yesterday", "2026-11-25T18:07:09Z", "not an ISO 8601 date and time"),
+        ("2026-11-25T18:07:09Z", "2026-11-25T18:01:02Z", "is before started"),
+    ],
+)
+def test_build_times_off_utc_or_out_of_order_are_refused_by_name(
+    full: Path, started: str, finished: str, problem: str
+) -> None:
+    text = full.read_text()
+    assert TIMES in text
+    times = f"      started: '{started}'\n      finished: '{finished}'\n"
+    full.write_text(text.replace(TIMES, TIMES + times))
+    with pytest.raises(LockError) as raised:
+        lockfile.load(full)
+    assert "builds.b1.image" in raised.value.message and problem in raised.value.message
+
+
 # --- the schema is the models: every record from its stage's result ----------------------
 
 SPEC = """\

@@ -19,10 +19,12 @@ import copy
 import hashlib
 import io
 import json
+import shlex
 import subprocess
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,13 @@ from in_toto_attestation.v1.statement import Statement
 
 from sparkbuild.attest import layout
 from tests.support.cli import CliResult
-from tests.support.docker_env import LocalRegistry, docker_cli, docker_login, require_command
+from tests.support.docker_env import (
+    LocalRegistry,
+    docker_cli,
+    docker_login,
+    require_command,
+    start_registry,
+)
 from tests.support.image_project import load_lock
 from tests.support.oci_push import push_blob, push_image, put_manifest
 from tests.support.preflight_lock import record_preflight
@@ -59,6 +67,7 @@ from tests.support.skopeo_env import (
     sigstore_policy,
     sigstore_skopeo,
 )
+from tests.test_docs_commands import documented_commands
 
 pytestmark = [pytest.mark.docker]
 
@@ -307,6 +316,13 @@ def test_statements_parse_with_the_in_toto_and_cyclonedx_libraries(signed: Signe
         "sha256:"
     )
     assert provenance.run_details.builder.version["sparkbuild"]
+    # The image stage recorded when it built the image; the provenance says the same.
+    image = locked["image"]
+    started, finished = (datetime.fromisoformat(image[k]) for k in ("started", "finished"))
+    assert started.utcoffset() == timedelta(0) and started <= finished
+    metadata = provenance.run_details.metadata
+    assert metadata.started_on.ToDatetime(tzinfo=UTC) == started
+    assert metadata.finished_on.ToDatetime(tzinfo=UTC) == finished
 
     verdicts = parsed["verdicts"]["predicate"]
     assert (
@@ -718,16 +734,17 @@ def test_skopeo_verifies_the_signature_on_pull(signed: Signed) -> None:
 
 
 def _skopeo_with(
-    env: PublishEnv, skopeo: Skopeo, policy: Path, *args: str
+    env: PublishEnv, skopeo: Skopeo, policy: Path, *args: str, registries: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """skopeo with ``policy`` and sigstore attachments, reading from the test registry
-    (every path it names is under the test's work directory)."""
+    """skopeo with ``policy`` and ``registries`` (registries.d; by default sigstore
+    attachments), reading from the test registry (every path it names is under the test's
+    work directory)."""
     assert env.registry.auth is not None
     return skopeo.run(
         "--policy",
         str(policy),
         "--registries.d",
-        str(_registries_d(env)),
+        str(registries or _registries_d(env)),
         args[0],
         "--src-creds",
         ":".join(env.registry.auth),
@@ -782,6 +799,91 @@ def test_skopeo_signs_with_our_key_and_sparkbuild_verify_accepts_it(
     assert ours["ok"] and ours["detail"].startswith("signed by "), ours
     theirs = sign_and_verify(signed.other, "interop-other/sglang")
     assert not theirs["ok"] and "does not verify with this key" in theirs["detail"], theirs
+
+
+COPY_SECTION = "## Copy an image with its signature and attestations"
+
+
+def documented_copy() -> list[str]:
+    """docs/verify.md's copy block, as written (the docs-commands rule points here)."""
+    found = [
+        c.text
+        for c in documented_commands()
+        if c.doc == "docs/verify.md" and c.section == COPY_SECTION
+    ]
+    assert [t.split()[:2] for t in found] == [["skopeo", "copy"]] * 3 + [["sparkbuild", "verify"]]
+    return found
+
+
+def _documented_words(signed: Signed, text: str, mirror: LocalRegistry, digest: str) -> list[str]:
+    """A command of the copy block from the test registry to ``mirror``, for ``digest``."""
+    env = signed.env
+    text = text.replace("ghcr.io/my-org/sparkbuild/sglang", f"{env.registry.address}/{REPOSITORY}")
+    text = text.replace("registry.example", mirror.address).replace("<hex>", digest[7:])
+    return shlex.split(text.replace("cosign.pub", str(signed.keys.public)))
+
+
+def _copy(signed: Signed, words: list[str], registries: Path) -> None:
+    """`skopeo copy` as documented, with an accept-anything policy and ``registries``."""
+    env = signed.env
+    assert words[:2] == ["skopeo", "copy"], words
+    policy = accept_anything_policy(env.work / "accept-anything.json")
+    args = ["copy", "--dest-tls-verify=false", *words[2:]]
+    copied = _skopeo_with(env, _sigstore_skopeo(), policy, *args, registries=registries)
+    assert copied.returncode == 0, copied.stderr
+
+
+def _verify_copy(signed: Signed, words: list[str]) -> CliResult:
+    assert words[:2] == ["sparkbuild", "verify"], words
+    env = signed.env
+    result = run_publish_cli(
+        env.project, *words[1:], env=env.creds_env(), docker_config=env.empty_docker_config
+    )
+    signed.outputs += [result.stdout, result.stderr]
+    return result
+
+
+def test_a_copy_to_another_registry_keeps_its_signature_and_attestations(signed: Signed) -> None:
+    """docs/verify.md's copy block, run as written from the test registry to a second one:
+    `sparkbuild verify` passes the copy. Copying the image alone (registries.d without
+    sigstore attachments) leaves the signature behind, and verify names the missing tag;
+    without the two attestation tags it names each attestation as not attached."""
+    env = signed.env
+    record = _record(env.lock, REPOSITORY, env.registry)
+    assert record is not None, "test_signed_publish_verifies publishes first"
+    digest = record["digest"]
+    block = documented_copy()
+    plain = env.work / "registries-plain.d"  # containers/image's default: no attachments
+    plain.mkdir(exist_ok=True)
+    with start_registry(env.work / "mirror-registry") as mirror:
+
+        def words(text: str, repository: str = "mirror/sglang") -> list[str]:
+            moved = text.replace("/mirror/sglang", f"/{repository}")
+            return _documented_words(signed, moved, mirror, digest)
+
+        for text in block[:-1]:
+            _copy(signed, words(text), _registries_d(env))
+        assert mirror.manifest_digest("mirror/sglang", layout.signature_tag(digest))
+        verified = _verify_copy(signed, words(block[-1]))
+        assert verified.exit_code == 0, _output(verified)
+        assert f"{mirror.address}/mirror/sglang@{digest}" in verified.stdout
+        assert "verified" in verified.stdout
+
+        def failed_after(repository: str, registries: Path) -> dict[str, dict[str, Any]]:
+            _copy(signed, words(block[0], repository), registries)  # the image only
+            result = _verify_copy(signed, [*words(block[-1], repository), "--json"])
+            assert result.exit_code == 1, _output(result)
+            return _failed(result)
+
+        bare = failed_after("bare/sglang", plain)
+        assert bare["signature"]["error"] == "SignatureError"
+        assert f"no {layout.signature_tag(digest)} tag" in bare["signature"]["detail"]
+        assert "none attached" in bare["attestation:provenance"]["detail"]
+        unattested = failed_after("signature-only/sglang", _registries_d(env))
+        assert "signature" not in unattested
+        kinds = {"attestation:sbom", "attestation:provenance", "attestation:verdicts"}
+        assert kinds <= set(unattested)
+        assert all("none attached" in unattested[k]["detail"] for k in kinds)
 
 
 def test_the_key_and_passphrase_never_leak(signed: Signed) -> None:

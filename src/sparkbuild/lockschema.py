@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal, Self, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from sparkbuild import validate
 from sparkbuild.checks import ItemStatus, Status, Verdict
@@ -44,6 +45,22 @@ Repository = Annotated[
         pattern=rf"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?/{_COMPONENT}(?:/{_COMPONENT})*$"
     ),
 ]
+
+
+def _utc_time(value: str) -> str:
+    """An ISO 8601 date and time at UTC (offset zero), kept as written."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("not an ISO 8601 date and time") from None
+    if moment.utcoffset() != timedelta(0):
+        raise ValueError("not a UTC time: it must end in +00:00 or Z")
+    return value
+
+
+UtcTime = Annotated[str, AfterValidator(_utc_time)]
+
+
 # A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
 Number = int | float
 _IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
@@ -137,6 +154,28 @@ class ImageSection(_Section):
     repo_digest: str | None = None
     tags: list[str] = []
     cuda_code: dict[str, Any] | None = None  # source mode: what the built cubins target
+    # When the build of this image started (the image job, before its source was prepared)
+    # and finished (built and checked), UTC; absent in locks older than these fields, and
+    # for an image no sparkbuild run was seen building.
+    started: UtcTime | None = None
+    finished: UtcTime | None = None
+
+    @model_validator(mode="after")
+    def _finished_after_started(self) -> Self:
+        times = self.build_times()
+        if times is not None and times[1] < times[0]:
+            raise ValueError(f"finished ({self.finished}) is before started ({self.started})")
+        return self
+
+    def build_times(self) -> tuple[datetime, datetime] | None:
+        """(started, finished) of the image's build, when both are recorded."""
+        if not self.started or not self.finished:
+            return None
+        return datetime.fromisoformat(self.started), datetime.fromisoformat(self.finished)
+
+    def set_build_times(self, started: datetime, finished: datetime) -> None:
+        self.started = started.astimezone(UTC).isoformat(timespec="seconds")
+        self.finished = finished.astimezone(UTC).isoformat(timespec="seconds")
 
 
 class LockedWheel(_Section):

@@ -197,6 +197,15 @@ def start_registry(root: Path, *, auth: bool = False) -> Iterator[LocalRegistry]
     With `auth=True` it requires basic auth (bcrypt htpasswd, as the Debian package sets up)
     for a random user and password, available as `registry.username` / `.password`.
     """
+    registry = serve_registry(root, auth=auth)
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+def serve_registry(root: Path, *, auth: bool = False) -> LocalRegistry:
+    """:func:`start_registry`'s registry, left running: the caller stops it."""
     binary = require_command("docker-registry")
     root.mkdir(parents=True, exist_ok=True)
     username = password = None
@@ -216,14 +225,9 @@ def start_registry(root: Path, *, auth: bool = False) -> Iterator[LocalRegistry]
             )
         registry = LocalRegistry(f"127.0.0.1:{port}", root, process, log_path, username, password)
         if _wait_until_serving(registry):
-            break
+            return registry
         registry.stop()
-    else:
-        raise AssertionError(f"docker-registry did not start:\n{registry.log_tail()}")
-    try:
-        yield registry
-    finally:
-        registry.stop()
+    raise AssertionError(f"docker-registry did not start:\n{registry.log_tail()}")
 
 
 def _wait_until_serving(registry: LocalRegistry, timeout: float = 20) -> bool:

@@ -145,15 +145,10 @@ def _struct(values: dict[str, str]) -> Struct:
     return struct
 
 
-def provenance(
-    build: str,
-    spec_file: str,
-    entry: lockfile.BuildEntry,
-    *,
-    started: datetime | None = None,
-    finished: datetime | None = None,
-) -> dict[str, Any]:
-    """The SLSA Provenance v1 predicate of ``build``'s image, from its lock entry."""
+def provenance(build: str, spec_file: str, entry: lockfile.BuildEntry) -> dict[str, Any]:
+    """The SLSA Provenance v1 predicate of ``build``'s image, from its lock entry. Its
+    ``runDetails.metadata`` has ``startedOn``/``finishedOn`` when the lock recorded the
+    image's build times (never made up: an older lock's provenance has neither)."""
     source = entry.source or lockfile.SourceSection()
     image = entry.image or lockfile.ImageSection()
     definition = provenance_pb2.BuildDefinition(
@@ -173,9 +168,10 @@ def provenance(
         resolved_dependencies=resolved_dependencies(entry),
     )
     metadata = provenance_pb2.BuildMetadata(invocation_id=_invocation())
-    for field, moment in (("started_on", started), ("finished_on", finished)):
-        if moment is not None:
-            getattr(metadata, field).FromDatetime(moment.astimezone(UTC))
+    times = image.build_times()
+    if times is not None:
+        metadata.started_on.FromDatetime(times[0].astimezone(UTC))
+        metadata.finished_on.FromDatetime(times[1].astimezone(UTC))
     run = provenance_pb2.RunDetails(
         builder=provenance_pb2.Builder(id=builder_id(), version={"sparkbuild": __version__}),
         metadata=metadata,

@@ -14,6 +14,7 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -257,8 +258,21 @@ def find_local(api: DockerClient, digest: str) -> Image | None:
     return max(images, key=lambda image: str(image.attrs.get("Created", "")))
 
 
+BuildTimes = tuple[datetime, datetime]  # when an image's build started and finished
+
+
+def _build_times(job: ImageJob, image_id: str, skipped: bool) -> BuildTimes | None:
+    """This run's, for an image it built. An up-to-date image was built by an earlier run:
+    that run's times, when the lock recorded them for this very image, else none (this run
+    built nothing, so its own times would be a lie)."""
+    if not skipped:
+        return job.started_at, datetime.now(tz=UTC)
+    pinned = job.entry.image if job.entry else None
+    return pinned.build_times() if pinned is not None and pinned.image_id == image_id else None
+
+
 def _lock_section(
-    plan: _Plan, image: Image, cuda_code: dict[str, Any] | None
+    plan: _Plan, image: Image, cuda_code: dict[str, Any] | None, times: BuildTimes | None
 ) -> lockfile.ImageSection:
     section = lockfile.ImageSection(
         mode=plan.prepared.build.image.mode,
@@ -273,6 +287,8 @@ def _lock_section(
     )
     if cuda_code is not None:  # source mode only, so overlay entries keep their shape
         section.cuda_code = cuda_code
+    if times is not None:
+        section.set_build_times(*times)
     return section
 
 
@@ -380,6 +396,7 @@ class ImageJob:
     entry: lockfile.BuildEntry | None
     locked: lockfile.ImageSection | None
     started: float  # time.monotonic() when the job started: the build's seconds count from here
+    started_at: datetime  # the same moment on the clock (UTC), for images.lock
 
     @classmethod
     def start(
@@ -392,7 +409,7 @@ class ImageJob:
     ) -> ImageJob:
         """Check what building ``build`` needs; ``lock`` is the command's lock handle (else
         one is opened)."""
-        started = time.monotonic()
+        started, started_at = time.monotonic(), datetime.now(tz=UTC)
         cache = builder.cache_refs(options.cache_from, options.cache_to, build.name)
         api = dockerhost.client()
         client = builder.find_client(need_buildx=options.builder_name is not None)
@@ -419,6 +436,7 @@ class ImageJob:
             entry=entry,
             locked=locked_section,
             started=started,
+            started_at=started_at,
         )
 
 
@@ -441,9 +459,10 @@ def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
         )
     image, skipped = _local_or_built(plan, job)
     cuda_code = _verify_cuda_code(plan, job.api, image)
+    times = _build_times(job, str(image.id), skipped)
     if not job.options.locked:
         source.record(prepared, job.lock)
-    job.lock.set_section(build.name, _lock_section(plan, image, cuda_code))
+    job.lock.set_section(build.name, _lock_section(plan, image, cuda_code, times))
     job.lock.write()  # source and image together, once
     return ImageResult(
         build=build.name,
