@@ -87,6 +87,7 @@ def test_the_site_has_an_index_a_page_per_build_and_a_previous_published_page(
     human = made.run("report", "--out", str(out))
     assert human.exit_code == 0, human.output
     assert f"open {out / 'index.html'}" in human.stdout
+    assert f"report: 2 builds, 4 pages in {out}" in human.stdout
 
 
 def test_every_stage_has_a_verdict_red_and_stale_ones_marked(made: ReportProject) -> None:

@@ -93,7 +93,8 @@ def report(
         console.warn(note)
     if not diff_sides:
         console.out.print(
-            f"report: {result.builds} builds, {len(result.pages)} pages in {result.out}",
+            f"report: {console.plural(result.builds, 'build')}, "
+            f"{console.plural(len(result.pages), 'page')} in {result.out}",
             markup=False,
         )
     console.out.print(f"open {result.index}", markup=False)
