@@ -66,9 +66,11 @@ def _context_client(name: str, timeout: int) -> docker.DockerClient:
         raise docker.errors.DockerException(f"no docker context named {name!r}")
     host = context.Host or "unix:///var/run/docker.sock"
     return docker.DockerClient(
-        base_url=host, tls=context.TLSConfig or False, timeout=timeout,
+        base_url=host,
+        tls=context.TLSConfig or False,
+        timeout=timeout,
         use_ssh_client=host.startswith("ssh://"),
-    )  # fmt: skip
+    )
 
 
 _ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}

@@ -163,8 +163,11 @@ def check(path: Path) -> tuple[LockFile | None, list[str]]:
         return lock, [f"{path.name}: not a mapping with `schema:` and `builds:`"]
     if "schema" not in data:
         return lock, [f"{path.name}: no `schema:` field (sparkbuild writes `schema: {SCHEMA}`)"]
-    problems = [f"`{key}`: Extra inputs are not permitted" for key in data if key not in
-                ("schema", "builds")]  # fmt: skip
+    problems = [
+        f"`{key}`: Extra inputs are not permitted"
+        for key in data
+        if key not in ("schema", "builds")
+    ]
     if "builds" not in data:
         problems.append("`builds`: Field required")
     problems += missing_fields(lock.builds, ("builds",))

@@ -386,9 +386,11 @@ class LockFile(_Section):
         return self.builds.get(build)
 
     def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "schema": SCHEMA, "builds": {
-            name: entry.to_json() for name, entry in self.builds.items()
-        }}  # fmt: skip
+        return {
+            **super().to_json(),
+            "schema": SCHEMA,
+            "builds": {name: entry.to_json() for name, entry in self.builds.items()},
+        }
 
 
 def empty() -> LockFile:

@@ -259,9 +259,14 @@ def load_model(path: Path, model: type[Model], context: dict[str, Any] | None = 
 
 
 def named_file(
-    directory: Path, name_or_path: str, *, file_kind: str, name_kind: str, known: str,
+    directory: Path,
+    name_or_path: str,
+    *,
+    file_kind: str,
+    name_kind: str,
+    known: str,
     otherwise: str,
-) -> Path:  # fmt: skip
+) -> Path:
     """A YAML file by path (it has a .yaml/.yml suffix or a '/'), else by name in
     ``directory``; a UsageError naming what is missing (``file_kind`` for a path, ``name_kind``
     for a name) and, as its hint, the ``known`` names there or ``otherwise``."""

@@ -104,11 +104,17 @@ class NamedSweep(_Strict):
 
     def sweep(self, *, seed: int = 0, warmup: bool = True) -> Sweep:
         return Sweep(
-            pp=self.args.pp, tg=self.args.tg, depth=self.args.depth,
-            concurrency=self.args.concurrency, runs=self.args.runs, seed=seed, warmup=warmup,
-            name=self.name, prefix_caching=self.args.prefix_caching,
+            pp=self.args.pp,
+            tg=self.args.tg,
+            depth=self.args.depth,
+            concurrency=self.args.concurrency,
+            runs=self.args.runs,
+            seed=seed,
+            warmup=warmup,
+            name=self.name,
+            prefix_caching=self.args.prefix_caching,
             schedule=[Scheduled(depth=d, concurrency=c) for d, c in self.schedule],
-        )  # fmt: skip
+        )
 
     def benchmark_args(self) -> dict[str, Any]:
         """The profile's args as sparkrun records them in ``metadata.benchmark.args``."""
@@ -288,14 +294,23 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> d
     layout = _layout(profile)
     origin: dict[str, Any] = {"profile": name, "target": report.target.kind}
     if profile.recipe is not None:
-        origin["imported_from"] = {"file": profile.recipe.file, "sha256": profile.recipe.sha256,
-                                   "container": profile.recipe.container}  # fmt: skip
+        origin["imported_from"] = {
+            "file": profile.recipe.file,
+            "sha256": profile.recipe.sha256,
+            "container": profile.recipe.container,
+        }
     spec = RecipeSpec(
-        engine=engine, runtime=profile.recipe.runtime if profile.recipe else engine,
-        model=report.engine.model, args=report.engine.args, env=_env(report.engine.env),
-        tp=layout["tp"], pp=layout["pp"], container=_container(report)[0],
-        description=profile.description or name, metadata={"sparkbuild": origin},
-    )  # fmt: skip
+        engine=engine,
+        runtime=profile.recipe.runtime if profile.recipe else engine,
+        model=report.engine.model,
+        args=report.engine.args,
+        env=_env(report.engine.env),
+        tp=layout["tp"],
+        pp=layout["pp"],
+        container=_container(report)[0],
+        description=profile.description or name,
+        metadata={"sparkbuild": origin},
+    )
     return recipe_document(spec)
 
 
@@ -327,13 +342,13 @@ def _hosts(report: BenchReport) -> list[str]:
 
 def _cluster(report: BenchReport, layout: Mapping[str, int]) -> dict[str, Any]:
     hosts = _hosts(report)
+    run_digest = hashlib.sha256(f"{report.label}|{report.created}".encode()).hexdigest()
     cluster: dict[str, Any] = {
-        "cluster_id": "sparkbuild-" + hashlib.sha256(
-            f"{report.label}|{report.created}".encode()).hexdigest()[:12],
+        "cluster_id": f"sparkbuild-{run_digest[:12]}",
         "node_count": len(hosts),
         "hosts": pseudonyms(hosts),
         "hosts_redacted": True,
-    }  # fmt: skip
+    }
     cluster.update({k: v for k, v in layout.items() if v != 1})
     return cluster
 
@@ -353,9 +368,13 @@ def submission_metadata(
         runtime_info["image_id"] = report.target.image_id
     sweep = report.sweep
     args: dict[str, Any] = {
-        "depth": sweep.depth, "pp": sweep.pp, "tg": sweep.tg, "concurrency": sweep.concurrency,
-        "prefix_caching": sweep.prefix_caching, "runs": sweep.runs,
-    }  # fmt: skip
+        "depth": sweep.depth,
+        "pp": sweep.pp,
+        "tg": sweep.tg,
+        "concurrency": sweep.concurrency,
+        "prefix_caching": sweep.prefix_caching,
+        "runs": sweep.runs,
+    }
     profile_name = named_sweep(sweep.name).profile if sweep.name in NAMED_SWEEPS else sweep.name
     return {
         "recipe": {

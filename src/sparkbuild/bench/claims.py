@@ -181,9 +181,13 @@ class LoadedClaim(BaseModel):
 def claims_path(settings: Settings, name_or_path: str) -> Path:
     """A claims file by path, or by name in the project's ``claims/`` directory."""
     return named_file(
-        settings.project_dir / "claims", name_or_path, file_kind="claims file",
-        name_kind="claims file", known="known", otherwise="pass a claims file path",
-    )  # fmt: skip
+        settings.project_dir / "claims",
+        name_or_path,
+        file_kind="claims file",
+        name_kind="claims file",
+        known="known",
+        otherwise="pass a claims file path",
+    )
 
 
 def load_claims(path: Path) -> list[LoadedClaim]:

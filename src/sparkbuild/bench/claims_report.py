@@ -55,8 +55,12 @@ class ClaimRow:
             "source": self.claim.source,
             "url": self.claim.url,
             "date": self.claim.date,
-            "cell": {"pp": cell.pp, "tg": cell.tg, "depth": cell.depth,
-                     "concurrency": cell.concurrency},
+            "cell": {
+                "pp": cell.pp,
+                "tg": cell.tg,
+                "depth": cell.depth,
+                "concurrency": cell.concurrency,
+            },
             "metric": self.metric,
             "claimed": list(self.claimed) if isinstance(self.claimed, tuple) else self.claimed,
             "measured": self.measured.model_dump() if self.measured else None,
@@ -65,7 +69,7 @@ class ClaimRow:
             "reason": self.reason,
             "run_cells": self.run_cells,
             "unpublished": unpublished(self.claim),
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -78,16 +82,22 @@ class ClaimsComparison:
     def to_json(self) -> dict[str, Any]:
         r = self.report
         return {
-            "run": {"label": r.label, "created": r.created, "profile": r.profile,
-                    "engine": r.engine.name, "version": r.engine.version,
-                    "model": r.engine.model, "target": f"{r.target.kind} {r.target.value}",
-                    "complete": r.complete},
+            "run": {
+                "label": r.label,
+                "created": r.created,
+                "profile": r.profile,
+                "engine": r.engine.name,
+                "version": r.engine.version,
+                "model": r.engine.model,
+                "target": f"{r.target.kind} {r.target.value}",
+                "complete": r.complete,
+            },
             "rows": [row.to_json() for row in self.rows],
             "differences": {
                 name: [d.to_json() for d in found] for name, found in self.differences.items()
             },
             "other_claims": self.other_claims,
-        }  # fmt: skip
+        }
 
 
 # --- matching ------------------------------------------------------------------------------
@@ -176,9 +186,10 @@ def match_claim(claim: LoadedClaim, report: BenchReport) -> list[ClaimRow]:
         ]
     cell = claim.claim.cell
     same_shape = [
-        c for c in report.cells
+        c
+        for c in report.cells
         if all(getattr(cell, d) in (None, getattr(c, d)) for d, _ in DIMENSIONS)
-    ]  # fmt: skip
+    ]
     rows: list[ClaimRow] = []
     for metric, claimed in claim.claim.figures().items():
         if not same_shape:
@@ -190,8 +201,16 @@ def match_claim(claim: LoadedClaim, report: BenchReport) -> list[ClaimRow]:
         if not cells:
             measured_at = _join(sorted({c.concurrency for c in same_shape}))
             reason = f"concurrency differs: claim c={cell.concurrency}, run c={measured_at}"
-            rows.append(ClaimRow(claim, metric, claimed, "not comparable", reason=reason,
-                                 run_cells=_cell_words(same_shape)))  # fmt: skip
+            rows.append(
+                ClaimRow(
+                    claim,
+                    metric,
+                    claimed,
+                    "not comparable",
+                    reason=reason,
+                    run_cells=_cell_words(same_shape),
+                )
+            )
             continue
         rows.append(_compare(claim, metric, claimed, cells))
     return rows
@@ -210,8 +229,9 @@ def _compare(claim: LoadedClaim, metric: str, claimed: Figure, cells: list[CellR
         return ClaimRow(claim, metric, claimed, "not comparable", reason=missing, run_cells=words)
     failed = sum(c.errors for c in cells)
     reason = f"{failed} of {sum(c.requests for c in cells)} requests failed" if failed else None
-    return ClaimRow(claim, metric, claimed, "compared", stat, ratio_to(stat.median, claimed),
-                    reason, words)  # fmt: skip
+    return ClaimRow(
+        claim, metric, claimed, "compared", stat, ratio_to(stat.median, claimed), reason, words
+    )
 
 
 def _no_cell(claim: LoadedClaim, report: BenchReport) -> str:
@@ -421,16 +441,25 @@ def render(result: ClaimsComparison, console: Console) -> None:
 
 def _claims_table(result: ClaimsComparison, rows: Sequence[ClaimRow]) -> Table:
     table = Table(header_style="bold", pad_edge=False)
-    for title, justify in (("claim", "left"), ("figure", "left"), ("claimed", "right"),
-                           ("measured (median, min-max)", "right"), ("ratio", "right"),
-                           ("differs", "left")):  # fmt: skip
+    for title, justify in (
+        ("claim", "left"),
+        ("figure", "left"),
+        ("claimed", "right"),
+        ("measured (median, min-max)", "right"),
+        ("ratio", "right"),
+        ("differs", "left"),
+    ):
         table.add_column(title, justify=justify)  # type: ignore[arg-type]
     for row in rows:
         table.add_row(
-            f"{row.claim.id}", METRICS[row.metric], figure_text(row.claimed, row.metric),
-            measured_text(row), ratio_text(row), _differs(result, row),
+            f"{row.claim.id}",
+            METRICS[row.metric],
+            figure_text(row.claimed, row.metric),
+            measured_text(row),
+            ratio_text(row),
+            _differs(result, row),
             style=None if row.status == "compared" else "yellow",
-        )  # fmt: skip
+        )
     return table
 
 
@@ -482,13 +511,22 @@ def markdown(result: ClaimsComparison) -> str:
     for name, source, date, url in sorted(sources, key=lambda s: s[0]):
         out.append(f"- {name}: {source} ({date})" + (f" <{url}>" if url else ""))
     if _tabled(result):
-        out += ["", "| claim | figure | claimed | measured (median, min-max) | ratio | differs |",
-                "|---|---|---:|---:|---:|---|"]  # fmt: skip
+        out += [
+            "",
+            "| claim | figure | claimed | measured (median, min-max) | ratio | differs |",
+            "|---|---|---:|---:|---:|---|",
+        ]
     else:
         out += ["", "No published cell was measured in this run."]
     for row in _tabled(result):
-        cells = [row.claim.id, METRICS[row.metric], figure_text(row.claimed, row.metric),
-                 measured_text(row), ratio_text(row), _differs(result, row)]  # fmt: skip
+        cells = [
+            row.claim.id,
+            METRICS[row.metric],
+            figure_text(row.claimed, row.metric),
+            measured_text(row),
+            ratio_text(row),
+            _differs(result, row),
+        ]
         out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     notes = _notes(result)
     if notes:

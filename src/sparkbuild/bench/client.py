@@ -154,9 +154,16 @@ class _Chunks:
 
     def failed(self, sent: float, error: str, *, transport: bool = False) -> StreamResult:
         return StreamResult(
-            sent, self.first, self.last, time.monotonic(), None, None, self.finish, error,
+            sent,
+            self.first,
+            self.last,
+            time.monotonic(),
+            None,
+            None,
+            self.finish,
+            error,
             transport_error=transport,
-        )  # fmt: skip
+        )
 
     def result(self, sent: float) -> StreamResult:
         done = time.monotonic()

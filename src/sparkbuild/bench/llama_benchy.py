@@ -46,18 +46,44 @@ from sparkbuild.bench.results import (
 from sparkbuild.bench.sweep import Sweep
 
 CSV_COLUMNS = (
-    "model", "test_name", "t_s_mean", "t_s_std", "t_s_req_mean", "t_s_req_std",
-    "peak_ts_mean", "peak_ts_std", "peak_ts_req_mean", "peak_ts_req_std", "ttfr_mean",
-    "ttfr_std", "est_ppt_mean", "est_ppt_std", "e2e_ttft_mean", "e2e_ttft_std",
-)  # fmt: skip
+    "model",
+    "test_name",
+    "t_s_mean",
+    "t_s_std",
+    "t_s_req_mean",
+    "t_s_req_std",
+    "peak_ts_mean",
+    "peak_ts_std",
+    "peak_ts_req_mean",
+    "peak_ts_req_std",
+    "ttfr_mean",
+    "ttfr_std",
+    "est_ppt_mean",
+    "est_ppt_std",
+    "e2e_ttft_mean",
+    "e2e_ttft_std",
+)
 SPARKBUILD_CSV_COLUMNS = (
-    "engine_t_s_req_mean", "engine_t_s_req_std", "burst_runs", "ttft_p50_ms", "ttft_p99_ms",
-    "itl_p50_ms", "itl_p99_ms", "flags",
-)  # fmt: skip
+    "engine_t_s_req_mean",
+    "engine_t_s_req_std",
+    "burst_runs",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "flags",
+)
 MD_HEADERS = (
-    "model", "test", "t/s (total)", "t/s (req)", "peak t/s", "peak t/s (req)", "ttfr (ms)",
-    "est_ppt (ms)", "e2e_ttft (ms)",
-)  # fmt: skip
+    "model",
+    "test",
+    "t/s (total)",
+    "t/s (req)",
+    "peak t/s",
+    "peak t/s (req)",
+    "ttfr (ms)",
+    "est_ppt (ms)",
+    "e2e_ttft (ms)",
+)
 MD_HEADERS_C1 = ("model", "test", "t/s", "peak t/s", "ttfr (ms)", "est_ppt (ms)", "e2e_ttft (ms)")
 SPARKBUILD_MD_HEADERS = ("engine t/s (req)", "bursts")
 
@@ -145,8 +171,10 @@ def to_report(data: Mapping[str, Any], path: Path) -> BenchReport:
     if not runs:
         raise ValueError("no benchmark runs (only context-prefill phases, or none at all)")
     cells = [_cell(r) for r in runs]
-    repeats = max((len((r.tg_throughput or r.pp_throughput or _Metric(mean=0)).values)
-                   for r in runs), default=1)  # fmt: skip
+    repeats = max(
+        (len((r.tg_throughput or r.pp_throughput or _Metric(mean=0)).values) for r in runs),
+        default=1,
+    )
     return BenchReport(
         created=parsed.timestamp,
         label=f"llama-benchy {parsed.version} · {parsed.model} ({path.name})",
@@ -250,8 +278,14 @@ def to_csv(report: BenchReport) -> str:
         line = {"model": row["model"], "test_name": row["test_name"]}
         for key in ("t_s", "t_s_req", "e2e_ttft", "engine_t_s_req"):
             line[f"{key}_mean"], line[f"{key}_std"] = _split(row.get(key))
-        for key in ("burst_runs", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms",
-                    "flags"):  # fmt: skip
+        for key in (
+            "burst_runs",
+            "ttft_p50_ms",
+            "ttft_p99_ms",
+            "itl_p50_ms",
+            "itl_p99_ms",
+            "flags",
+        ):
             line[key] = row.get(key, "")
         writer.writerow({k: v for k, v in line.items() if k in writer.fieldnames})
     return buffer.getvalue()
@@ -266,8 +300,10 @@ def to_markdown(report: BenchReport) -> str:
     engine rate and burst count."""
     multi = max(report.sweep.concurrency, default=1) > 1
     headers = [*(MD_HEADERS if multi else MD_HEADERS_C1), *SPARKBUILD_MD_HEADERS]
-    lines = ["| " + " | ".join(headers) + " |",
-             "|:" + "|".join(["-" * 3] + ["--:"] * (len(headers) - 1)) + "|"]  # fmt: skip
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|:" + "|".join(["-" * 3] + ["--:"] * (len(headers) - 1)) + "|",
+    ]
     for row in rows(report):
         values = [row["model"], row["test_name"], _fmt(row["t_s"])]
         if multi:
@@ -359,20 +395,37 @@ def json_to_csv(data: Mapping[str, Any]) -> str:
         suffix = f" (c{run['concurrency']})" if multi else ""
         rows = []
         if run.get("pp_throughput"):
-            pp_metrics = (run["pp_throughput"], run["pp_req_throughput"], None, None,
-                          run["ttfr"], run["est_ppt"], run["e2e_ttft"])  # fmt: skip
+            pp_metrics = (
+                run["pp_throughput"],
+                run["pp_req_throughput"],
+                None,
+                None,
+                run["ttfr"],
+                run["est_ppt"],
+                run["e2e_ttft"],
+            )
             rows.append(("pp", *pp_metrics))
         if run.get("tg_throughput") or run.get("peak_throughput"):
-            tg_metrics = (run["tg_throughput"], run["tg_req_throughput"], run["peak_throughput"],
-                          run["peak_req_throughput"], None, None, None)  # fmt: skip
+            tg_metrics = (
+                run["tg_throughput"],
+                run["tg_req_throughput"],
+                run["peak_throughput"],
+                run["peak_req_throughput"],
+                None,
+                None,
+                None,
+            )
             rows.append(("tg", *tg_metrics))
         for kind, *metrics in rows:
             line: dict[str, Any] = {
                 "model": data["model"],
                 "test_name": _test_name(run, kind, suffix),
             }
-            for name, metric in zip(("t_s", "t_s_req", "peak_ts", "peak_ts_req", "ttfr",
-                                     "est_ppt", "e2e_ttft"), metrics, strict=True):  # fmt: skip
+            for name, metric in zip(
+                ("t_s", "t_s_req", "peak_ts", "peak_ts_req", "ttfr", "est_ppt", "e2e_ttft"),
+                metrics,
+                strict=True,
+            ):
                 line[f"{name}_mean"] = metric["mean"] if metric else None
                 line[f"{name}_std"] = metric["std"] if metric else None
             writer.writerow(line)
@@ -397,20 +450,31 @@ def _csv_stat(row: Mapping[str, str], column: str, scale: float = 1.0) -> Stat:
     return Stat(median=round(float(text) * scale, 4), n=1)  # a mean over runs: one figure
 
 
-def _csv_cell(pp: Mapping[str, str], tg: Mapping[str, str] | None, key: re.Match[str],
-              size: int) -> CellResult:  # fmt: skip
+def _csv_cell(
+    pp: Mapping[str, str], tg: Mapping[str, str] | None, key: re.Match[str], size: int
+) -> CellResult:
     depth, concurrency = int(key["depth"] or 0), int(key["c"] or 1)
     return CellResult(
-        pp=int(key["size"]), tg=size, depth=depth, concurrency=concurrency,
+        pp=int(key["size"]),
+        tg=size,
+        depth=depth,
+        concurrency=concurrency,
         ttft_s=_csv_stat(pp, "e2e_ttft", 0.001),
         prefill_tps=_csv_stat(pp, "t_s_req") if pp.get("t_s_req_mean") else _csv_stat(pp, "t_s"),
         prefill_tps_aggregate=_csv_stat(pp, "t_s"),
-        decode_tps_request=Stat() if tg is None else (
-            _csv_stat(tg, "t_s_req") if tg.get("t_s_req_mean") else _csv_stat(tg, "t_s")),
+        decode_tps_request=Stat()
+        if tg is None
+        else (_csv_stat(tg, "t_s_req") if tg.get("t_s_req_mean") else _csv_stat(tg, "t_s")),
         decode_tps_aggregate=Stat() if tg is None else _csv_stat(tg, "t_s"),
-        output_tps=Stat(), accept_len=None, prompt_tokens_target=depth + int(key["size"]),
-        prompt_tokens=None, completion_tokens=None, requests=0, errors=0, runs=[],
-    )  # fmt: skip
+        output_tps=Stat(),
+        accept_len=None,
+        prompt_tokens_target=depth + int(key["size"]),
+        prompt_tokens=None,
+        completion_tokens=None,
+        requests=0,
+        errors=0,
+        runs=[],
+    )
 
 
 #: A llama-benchy CSV holds a row per test (tens, for a sweep); these bound what a file
@@ -479,7 +543,9 @@ def csv_to_report(text: str, path: Path) -> BenchReport:
             pending = (row, match)
             continue
         same = pending is not None and (pending[1]["depth"], pending[1]["c"]) == (
-            match["depth"], match["c"])  # fmt: skip
+            match["depth"],
+            match["c"],
+        )
         if pending is None or not same:
             raise ValueError(f"line {number}: {name!r} has no pp row before it")
         cells.append(_csv_cell(pending[0], row, pending[1], int(match["size"])))

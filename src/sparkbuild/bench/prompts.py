@@ -70,6 +70,7 @@ _CORPUS = (
 
 # Common words that most tokenizers keep whole; the ones the engine's tokenizer really keeps
 # as one token (with a leading space) spell the request heads and pad fitted bodies.
+# a word list: one word a line would spread it over 49 lines
 _HEAD_CANDIDATES = (
     "the", "a", "and", "of", "to", "in", "is", "it", "on", "for", "as", "at", "by", "an",
     "be", "or", "we", "he", "she", "they", "this", "that", "with", "from", "one", "two",

@@ -510,6 +510,10 @@ def markdown_compare(
 def record(lock_path: Path, build: str, report: BenchReport) -> str:
     """Store the summary under ``builds.<build>.bench.<image_id>.<profile>``."""
     return lockfile.record_for_image(
-        lock_path, build, report.profile or report.label, bench_record(report),
-        tested_id=report.target.image_id, activity="benchmark",
-    )  # fmt: skip
+        lock_path,
+        build,
+        report.profile or report.label,
+        bench_record(report),
+        tested_id=report.target.image_id,
+        activity="benchmark",
+    )

@@ -78,8 +78,7 @@ def _flag_difference(before: Sequence[str], now: Sequence[str]) -> str:
     return "; ".join(parts) or f"in another order ({' '.join(now)})"
 
 
-def differences(resume: Resume, plan: BenchPlan, target: Mapping[str, str | None]
-                ) -> list[str]:  # fmt: skip
+def differences(resume: Resume, plan: BenchPlan, target: Mapping[str, str | None]) -> list[str]:
     """Every engine setting of ``plan`` (and its ``target``: kind, value, image id) that
     differs from the earlier run's."""
     earlier = resume.earlier
@@ -92,10 +91,14 @@ def differences(resume: Resume, plan: BenchPlan, target: Mapping[str, str | None
     if _shown(list(plan.args)) != _shown(engine.args):
         found.append(f"serve flags: {_flag_difference(engine.args, list(plan.args))}")
     if _shown(dict(plan.env)) != _shown(engine.env):
-        names = sorted(set(engine.env) ^ set(plan.env) | {
-            k for k in set(engine.env) & set(plan.env)
-            if _shown(engine.env[k]) != _shown(plan.env[k])
-        })  # fmt: skip
+        names = sorted(
+            set(engine.env) ^ set(plan.env)
+            | {
+                k
+                for k in set(engine.env) & set(plan.env)
+                if _shown(engine.env[k]) != _shown(plan.env[k])
+            }
+        )
         found.append(f"environment: {', '.join(names)}")
     then = earlier.target
     if target.get("kind") != then.kind:

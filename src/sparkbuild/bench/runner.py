@@ -492,10 +492,20 @@ def run_bench(
 
                 if plan.checkpoint is not None:
                     checkpoint = plan.checkpoint
-                    sweeper.on_cell = lambda: write_checkpoint(checkpoint, _report(
-                        sweeper, target, info, prompts(), UNFINISHED, began=began,
-                        boot_seconds=boot_seconds, complete=False, load_start=load_start,
-                    ))  # fmt: skip
+                    sweeper.on_cell = lambda: write_checkpoint(
+                        checkpoint,
+                        _report(
+                            sweeper,
+                            target,
+                            info,
+                            prompts(),
+                            UNFINISHED,
+                            began=began,
+                            boot_seconds=boot_seconds,
+                            complete=False,
+                            load_start=load_start,
+                        ),
+                    )
                 error: str | None = None
                 try:
                     await sweeper.sweep(engine, factory)
@@ -505,9 +515,16 @@ def run_bench(
 
         engine_info, prompt_info, report_error = asyncio.run(main())
     return _report(
-        sweeper, target, engine_info, prompt_info, report_error, began=began,
-        boot_seconds=boot_seconds, complete=report_error is None, load_start=load_start,
-    )  # fmt: skip
+        sweeper,
+        target,
+        engine_info,
+        prompt_info,
+        report_error,
+        began=began,
+        boot_seconds=boot_seconds,
+        complete=report_error is None,
+        load_start=load_start,
+    )
 
 
 def _report(

@@ -142,9 +142,11 @@ def _continuing(run: BenchRun, options: BenchOptions) -> BenchRun:
     if resume is not None:
         check_same_engine(resume, plan, _target_facts(options.launch))
         plan = replace(
-            plan, done=resume.done, resumed=resume.record(),
+            plan,
+            done=resume.done,
+            resumed=resume.record(),
             version_check=lambda version: check_same_version(resume, version),
-        )  # fmt: skip
+        )
         console.info(
             f"resuming {resume.path}: {len(resume.done)} cells measured, "
             f"{plan.sweep.cell_count - len(resume.done)} to go"
@@ -283,10 +285,14 @@ def _with_profile(
         check_single_box(profile, name)
     cells = list(plan.sweep.cells())
     prep = before_boot(
-        name, profile, launch, None, cluster,
+        name,
+        profile,
+        launch,
+        None,
+        cluster,
         concurrency=max(c.concurrency for c in cells),
         context=max(c.prompt_tokens + c.tg for c in cells),
-    )  # fmt: skip
+    )
     plan = replace(plan, before_boot=prep.to_json())
     if cluster is not None:
         assert choice.image is not None

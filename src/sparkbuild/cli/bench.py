@@ -71,8 +71,9 @@ def bench(
     request = claims.request(ctx.obj, out.markdown_path, stdout_taken=outputs.json_path == "-")
     given = [f"--{name}" for name in GRID_OPTIONS if _typed(ctx, name)]
     sweep_only = ("seed", "no_warmup", "prefix_caching")  # a resumed run keeps the earlier's
-    resume = grid.resumed([*given, *(f"--{n.replace('_', '-')}" for n in sweep_only
-                                     if _typed(ctx, n))])  # fmt: skip
+    resume = grid.resumed(
+        [*given, *(f"--{n.replace('_', '-')}" for n in sweep_only if _typed(ctx, n))]
+    )
     measure = resume.settings(grid.label) if resume else grid.settings(given)
     if resume is not None and outputs.json_path is None:  # the file resumed, made whole
         outputs = replace(outputs, json_path=str(resume.path))

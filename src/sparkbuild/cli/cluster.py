@@ -35,8 +35,9 @@ def write_manifest(
     from sparkbuild.engines.versions import parse_version
 
     adapter = adapter_for(profile.engine, version=parse_version(engine_version or ""))
-    plan = lws_plan(profile, adapter, spec, spec.kubernetes or KubernetesTarget(),
-                    choice.image, "smoke")  # fmt: skip
+    plan = lws_plan(
+        profile, adapter, spec, spec.kubernetes or KubernetesTarget(), choice.image, "smoke"
+    )
     # The LWS names its pods and headless Service after itself: a DNS-1035 label, short
     # enough for the pod suffixes (`-0-3`).
     label = re.sub(r"[^a-z0-9-]+", "-", f"sparkbuild-{name}".lower())[:52].strip("-")

@@ -158,9 +158,12 @@ def import_recipe_command(
         _write(claims_path, claims_text)
     if as_json:
         emit_json(
-            {**imported.to_json(), "profile": str(profile_path),
-             "claims": str(claims_path) if claims_text else None}
-        )  # fmt: skip
+            {
+                **imported.to_json(),
+                "profile": str(profile_path),
+                "claims": str(claims_path) if claims_text else None,
+            }
+        )
         return
     _show(imported.notes, profile_path, claims_path if claims_text else None)
 
@@ -272,8 +275,15 @@ def export_recipe_command(
         _free(out, force, "recipe")
         _write(out, text)
     if as_json:
-        emit_json({"profile": name, "container": image, "build": build,
-                   "recipe": str(out) if out else None, "text": text})  # fmt: skip
+        emit_json(
+            {
+                "profile": name,
+                "container": image,
+                "build": build,
+                "recipe": str(out) if out else None,
+                "text": text,
+            }
+        )
     elif out is None:
         click.echo(text, nl=False)
     else:
@@ -328,11 +338,17 @@ def fit_command(
         raise UsageError(f"--engine-version {engine_version!r} is not a version") from None
     name, loaded = load_profile(settings, profile_name, model=model, need_model=False)
     fit = profile_fit(
-        loaded.engine, loaded.model, loaded.args, version=version,
-        context=parse_size(context) if context else None, concurrency=concurrency,
-        tp=loaded.parallel.tp, pp=loaded.parallel.pp, draft_patched=draft_memory_patch,
+        loaded.engine,
+        loaded.model,
+        loaded.args,
+        version=version,
+        context=parse_size(context) if context else None,
+        concurrency=concurrency,
+        tp=loaded.parallel.tp,
+        pp=loaded.parallel.pp,
+        draft_patched=draft_memory_patch,
         memory_gib=memory_gib,
-    )  # fmt: skip
+    )
     if isinstance(fit, str):
         raise UsageError(fit, "pass --model with a local model directory (its config.json)")
     if as_json:

@@ -78,19 +78,24 @@ def draft_patched(labels: dict[str, str]) -> bool:
     except json.JSONDecodeError:
         return False
     return any(
-        isinstance(p, dict) and str(p.get("file", "")).endswith(DRAFT_MEMORY_PATCH)
+        isinstance(p, dict)
+        and str(p.get("file", "")).endswith(DRAFT_MEMORY_PATCH)
         and p.get("status") == "applied"
         for p in patches
-    )  # fmt: skip
+    )
 
 
 def _drop_on(endpoint: str | None, image: str, node: str) -> None:
     """Drop a node's page cache through a privileged container of ``image`` there."""
     try:
         dockerhost.client(endpoint=endpoint).containers.run(
-            image, command=DROP_COMMAND[1:], entrypoint=DROP_COMMAND[0], privileged=True,
-            remove=True, network_mode="none",
-        )  # fmt: skip
+            image,
+            command=DROP_COMMAND[1:],
+            entrypoint=DROP_COMMAND[0],
+            privileged=True,
+            remove=True,
+            network_mode="none",
+        )
     except docker.errors.DockerException as exc:
         raise UsageError(
             f"--drop-caches: cannot drop the page cache on {node}: a privileged container "
@@ -139,10 +144,16 @@ def prepare_boot(
     no_estimate = None if spark else "not a DGX Spark: no memory estimate"
     if spark:
         estimate = profile_fit(
-            profile.engine, profile.model, profile.args, version=version, context=context,
-            concurrency=concurrency, tp=profile.parallel.tp, pp=profile.parallel.pp,
+            profile.engine,
+            profile.model,
+            profile.args,
+            version=version,
+            context=context,
+            concurrency=concurrency,
+            tp=profile.parallel.tp,
+            pp=profile.parallel.pp,
             draft_patched=draft_patched(labels),
-        )  # fmt: skip
+        )
         fit, no_estimate = _check_fit(estimate, force, name)
     drop = drop_caches if drop_caches is not None else spark and kind != "command"
     dropped: list[str] = []
@@ -188,8 +199,15 @@ def before_boot(
     kind = "cluster" if cluster else choice.kind()
     labels = _labels(choice.image, nodes[0][1]) if choice.image else {}
     return prepare_boot(
-        name, profile, kind=kind, image=choice.image, nodes=nodes,
-        version=version or parse_version(labels.get(VERSION_LABEL)), labels=labels,
-        force=launch.force, drop_caches=launch.drop_caches, concurrency=concurrency,
+        name,
+        profile,
+        kind=kind,
+        image=choice.image,
+        nodes=nodes,
+        version=version or parse_version(labels.get(VERSION_LABEL)),
+        labels=labels,
+        force=launch.force,
+        drop_caches=launch.drop_caches,
+        concurrency=concurrency,
         context=context,
-    )  # fmt: skip
+    )

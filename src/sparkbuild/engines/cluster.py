@@ -204,10 +204,13 @@ class ClusterSpec(_Strict):
 def cluster_path(settings: Settings, name_or_path: str) -> Path:
     """A cluster by name (``clusters/<name>.yaml``) or by path."""
     return named_file(
-        settings.project_dir / "clusters", name_or_path, file_kind="cluster file",
-        name_kind="cluster", known="known clusters",
+        settings.project_dir / "clusters",
+        name_or_path,
+        file_kind="cluster file",
+        name_kind="cluster",
+        known="known clusters",
         otherwise="write clusters/NAME.yaml (docs/cluster.md has the schema), or pass a file path",
-    )  # fmt: skip
+    )
 
 
 def load_cluster(settings: Settings, name_or_path: str) -> tuple[str, ClusterSpec]:

@@ -96,10 +96,12 @@ def _container(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str,
         "env": env,
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
-            *({"name": f"mount-{i}", "mountPath": m.target, "readOnly": m.read_only}
-              for i, m in enumerate(plan.mounts)),
+            *(
+                {"name": f"mount-{i}", "mountPath": m.target, "readOnly": m.read_only}
+                for i, m in enumerate(plan.mounts)
+            ),
         ],
-    }  # fmt: skip
+    }
     if plan.kube.gpus_per_node > 0:
         count = str(plan.kube.gpus_per_node)
         container["resources"] = {"limits": {plan.kube.gpu_resource: count}}
@@ -119,17 +121,25 @@ def _pod_spec(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str, 
         "containers": [_container(adapter, plan, leader)],
         "volumes": [
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": kube.shm_size}},
-            *({"name": f"mount-{i}", "hostPath": {"path": str(m.source), "type": "Directory"}}
-              for i, m in enumerate(plan.mounts)),
+            *(
+                {"name": f"mount-{i}", "hostPath": {"path": str(m.source), "type": "Directory"}}
+                for i, m in enumerate(plan.mounts)
+            ),
         ],
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 30,
         # One rank per machine: a Spark has one GPU, and two ranks of a group must not share.
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {LWS_NAME_LABEL: plan.name}},
-             "topologyKey": "kubernetes.io/hostname"},
-        ]}},
-    }  # fmt: skip
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {LWS_NAME_LABEL: plan.name}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                ]
+            }
+        },
+    }
     if kube.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -251,9 +261,13 @@ class KubeTarget(MultiNodeTarget):
 
     def _run(self, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
         done = subprocess.run(
-            [*self._kubectl(), *args], input=stdin, capture_output=True, text=True,
-            timeout=timeout, check=False,
-        )  # fmt: skip
+            [*self._kubectl(), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if done.returncode != 0:
             raise EngineContainerError(
                 f"kubectl {' '.join(args[:2])} failed: {done.stderr.strip()[:500]}",
@@ -270,23 +284,32 @@ class KubeTarget(MultiNodeTarget):
         self.started_at = time.monotonic()
         deadline = f"{int(self.plan.kube.ready_timeout_s)}s"
         self.progress("waiting for every pod of the group to be created")
-        self._run("wait", "--for=condition=Available", f"lws/{self.plan.name}",
-                  f"--timeout={deadline}", timeout=self.plan.kube.ready_timeout_s + 30)  # fmt: skip
+        self._run(
+            "wait",
+            "--for=condition=Available",
+            f"lws/{self.plan.name}",
+            f"--timeout={deadline}",
+            timeout=self.plan.kube.ready_timeout_s + 30,
+        )
         digests = self._check_digests("start")
         self.node_images = [NodeImage(pod, "kubernetes", d, d) for pod, d in digests.items()]
         for pod in digests:
             self._follow(pod)
         self._local_port = free_port()
         leader = f"pod/{self.plan.name}-0"
-        self._children.append(subprocess.Popen(
-            [*self._kubectl(), "port-forward", leader, f"{self._local_port}:{self.plan.port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
+        self._children.append(
+            subprocess.Popen(
+                [*self._kubectl(), "port-forward", leader, f"{self._local_port}:{self.plan.port}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         self.image_id = self.pin
 
     def _check_digests(self, when: str) -> dict[str, str | None]:
-        pods = json.loads(self._run("get", "pods", "-l", f"{LWS_NAME_LABEL}={self.plan.name}",
-                                    "-o", "json"))  # fmt: skip
+        pods = json.loads(
+            self._run("get", "pods", "-l", f"{LWS_NAME_LABEL}={self.plan.name}", "-o", "json")
+        )
         digests = pod_image_digests(pods)
         wrong = {pod: d for pod, d in digests.items() if d != self.pin}
         if len(digests) < self.parallel.nodes or wrong:
@@ -300,8 +323,11 @@ class KubeTarget(MultiNodeTarget):
         return digests
 
     def _follow(self, pod: str) -> None:
-        proc = subprocess.Popen([*self._kubectl(), "logs", "-f", f"pod/{pod}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [*self._kubectl(), "logs", "-f", f"pod/{pod}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         self._children.append(proc)
 
         def pump() -> None:
@@ -322,9 +348,18 @@ class KubeTarget(MultiNodeTarget):
             for child in self._children:
                 child.terminate()
             if self._applied:
-                subprocess.run([*self._kubectl(), "delete", f"lws/{self.plan.name}",
-                                "--ignore-not-found", "--wait=false"],
-                               capture_output=True, check=False, timeout=120)  # fmt: skip
+                subprocess.run(
+                    [
+                        *self._kubectl(),
+                        "delete",
+                        f"lws/{self.plan.name}",
+                        "--ignore-not-found",
+                        "--wait=false",
+                    ],
+                    capture_output=True,
+                    check=False,
+                    timeout=120,
+                )
             self.log.close()
 
 

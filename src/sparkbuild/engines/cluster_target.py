@@ -70,8 +70,9 @@ class RankContainer(ContainerTarget):
     """One rank's container on its node: on the fabric's network (``host``, or a
     user-defined network with the node's address), labelled with the cluster and node."""
 
-    def __init__(self, *, node: Node, network: str, cluster: str, http_port: int | None,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, *, node: Node, network: str, cluster: str, http_port: int | None, **kwargs: Any
+    ) -> None:
         super().__init__(endpoint=node.docker_endpoint, **kwargs)
         self.node = node
         self.network = network
@@ -81,8 +82,11 @@ class RankContainer(ContainerTarget):
 
     def _run_kwargs(self) -> dict[str, Any]:
         kwargs = super()._run_kwargs()
-        kwargs["labels"] = {**kwargs["labels"], CLUSTER_LABEL: self.cluster,
-                            NODE_LABEL: self.node.name}  # fmt: skip
+        kwargs["labels"] = {
+            **kwargs["labels"],
+            CLUSTER_LABEL: self.cluster,
+            NODE_LABEL: self.node.name,
+        }
         kwargs.pop("ports", None)
         if self.network == "host":
             kwargs["network_mode"] = "host"
@@ -164,8 +168,9 @@ def _fetch(
         pulled = _pull_by_digest(client, node, digests, progress)
         if not pulled:
             _stream(local, client, node, pin, progress)
-    repository, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (
-        image, "", "latest")  # fmt: skip
+    repository, _, tag = (
+        image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+    )
     client.images.get(pin).tag(repository, tag or "latest")
     return _image_id_on(client, image)
 
@@ -301,8 +306,11 @@ class ClusterTarget(MultiNodeTarget):
         if not self.ranks:
             raise EngineContainerError(f"cluster {self.cluster_name} has not started")
         node = self.nodes[0]
-        port = self.container_port if self.cluster.fabric.network == "host" else (
-            self.leader.host_port())  # fmt: skip
+        port = (
+            self.container_port
+            if self.cluster.fabric.network == "host"
+            else self.leader.host_port()
+        )
         if port is None:
             raise EngineContainerError(f"the leader on {node.name} has no published port")
         return f"http://{node.http_host()}:{port}"
@@ -319,19 +327,31 @@ class ClusterTarget(MultiNodeTarget):
             node = self.nodes[rank]
             place = RankPlace(rank, len(self.nodes), leader.address, port, node.address)
             http = self.container_port if rank == 0 else None
-            bind = "0.0.0.0" if self.cluster.fabric.network != "host" or not node.local else (
-                "127.0.0.1")  # fmt: skip
+            bind = (
+                "0.0.0.0"
+                if self.cluster.fabric.network != "host" or not node.local
+                else "127.0.0.1"
+            )
             command = self.adapter.rank_command(
                 self.launcher, self.serve(bind, self.container_port), self.parallel, place
             )
             container = RankContainer(
-                node=node, network=self.cluster.fabric.network, cluster=self.cluster_name,
-                http_port=http, image=self.pin, entrypoint=command.entrypoint,
-                args=command.args, container_port=self.container_port,
-                env={**self.env, **self.cluster.fabric.env, **node.env}, mounts=self.mounts,
-                gpus=self.gpus, ipc=self.ipc, shm_size=self.shm_size, stage=self.stage,
+                node=node,
+                network=self.cluster.fabric.network,
+                cluster=self.cluster_name,
+                http_port=http,
+                image=self.pin,
+                entrypoint=command.entrypoint,
+                args=command.args,
+                container_port=self.container_port,
+                env={**self.env, **self.cluster.fabric.env, **node.env},
+                mounts=self.mounts,
+                gpus=self.gpus,
+                ipc=self.ipc,
+                shm_size=self.shm_size,
+                stage=self.stage,
                 logs=_PrefixedLog(self.log, node.name),
-            )  # fmt: skip
+            )
             self.ranks.append(container)
             self.progress(f"starting rank {rank} on {node.name}")
             container.start()

@@ -261,16 +261,24 @@ def make_cluster_target(
     port = settings.port or adapter.default_port
     launcher = settings.launcher or list(adapter.cluster_launcher or adapter.default_launcher)
     return ClusterTarget(
-        name, spec, choice.image, pin, adapter, profile.parallel,
+        name,
+        spec,
+        choice.image,
+        pin,
+        adapter,
+        profile.parallel,
         launcher=launcher,
         serve=lambda host, serve_port: adapter.serve_args(model, host, serve_port, profile.args),
         container_port=port,
         env={**mount_env, **profile.env, **settings.env},
         mounts=mounts,
         gpus=choice.gpus if choice.gpus is not None else settings.gpus,
-        ipc=settings.ipc, shm_size=settings.shm_size, stage=stage, log_path=log_path,
+        ipc=settings.ipc,
+        shm_size=settings.shm_size,
+        stage=stage,
+        log_path=log_path,
         progress=progress,
-    )  # fmt: skip
+    )
 
 
 def check_single_box(profile: SmokeProfile, name: str) -> None:
@@ -296,9 +304,15 @@ def cluster_target(
     name, spec = cluster
     if spec.kubernetes is None:
         return make_cluster_target(
-            choice, profile, adapter, logs, stage=stage, cluster=cluster, pin=pin,
+            choice,
+            profile,
+            adapter,
+            logs,
+            stage=stage,
+            cluster=cluster,
+            pin=pin,
             progress=console.info,
-        )  # fmt: skip
+        )
     assert choice.image is not None
     if choice.key is not None:
         raise UsageError(

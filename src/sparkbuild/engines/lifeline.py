@@ -148,7 +148,7 @@ class Lifeline:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C or a kill of our group does not reach it
-            )  # fmt: skip
+            )
         finally:
             os.close(read_end)
 

@@ -58,6 +58,7 @@ from sparkbuild.errors import UsageError
 
 GIB = 1 << 30
 SPARK_MEMORY_GIB = 119.0
+# a table: bytes per element of each dtype name, several to a row
 _DTYPE_BYTES = {
     "auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 4.0,
     "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp4_e2m1": 0.5, "nvfp4": 0.5,
@@ -116,8 +117,12 @@ class Item:
     inside: bool  # inside the static budget (else allocated beside it)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "gib": round(self.gib, 2), "formula": self.formula,
-                "inside": self.inside}  # fmt: skip
+        return {
+            "name": self.name,
+            "gib": round(self.gib, 2),
+            "formula": self.formula,
+            "inside": self.inside,
+        }
 
 
 @dataclass(frozen=True)
@@ -142,13 +147,19 @@ class Fit:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model": self.model, "fits": self.fits, "memory_gib": self.memory_gib,
-            "budget_gib": round(self.budget_gib, 2), "reserve_gib": self.reserve_gib,
-            "peak_gib": round(self.peak_gib, 2), "pool_gib": round(self.pool_gib, 2),
-            "pool_tokens": self.pool_tokens, "need_tokens": self.need_tokens,
-            "items": [i.to_json() for i in self.items], "problems": list(self.problems),
+            "model": self.model,
+            "fits": self.fits,
+            "memory_gib": self.memory_gib,
+            "budget_gib": round(self.budget_gib, 2),
+            "reserve_gib": self.reserve_gib,
+            "peak_gib": round(self.peak_gib, 2),
+            "pool_gib": round(self.pool_gib, 2),
+            "pool_tokens": self.pool_tokens,
+            "need_tokens": self.need_tokens,
+            "items": [i.to_json() for i in self.items],
+            "problems": list(self.problems),
             "notes": list(self.notes),
-        }  # fmt: skip
+        }
 
 
 # --- the model's shape ----------------------------------------------------------------------
@@ -169,8 +180,9 @@ def _layer_kinds(config: Mapping[str, Any], layers: int) -> list[str]:
         names = [code.get(c, "mlp") for c in config["hybrid_override_pattern"]]
     elif config.get("full_attention_interval"):
         every = int(config["full_attention_interval"])
-        names = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
-                 for i in range(layers)]  # fmt: skip
+        names = [
+            "full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)
+        ]
     else:
         names = ["attention"] * layers
     kinds = {"linear_attention": "linear", "mamba": "mamba", "mlp": "mlp", "moe": "mlp"}
@@ -187,19 +199,25 @@ def _state_bytes(config: Mapping[str, Any], kinds: Sequence[str]) -> int:
         per = heads * dim * state * 4 + (heads * dim + 2 * groups * state) * (kernel - 1) * 2
         total += per * kinds.count("mamba")
     if "linear" in kinds:
-        k_heads, v_heads = int(config.get("linear_num_key_heads", 0)), int(
-            config.get("linear_num_value_heads", 0))  # fmt: skip
-        k_dim, v_dim = int(config.get("linear_key_head_dim", 0)), int(
-            config.get("linear_value_head_dim", 0))  # fmt: skip
+        k_heads, v_heads = (
+            int(config.get("linear_num_key_heads", 0)),
+            int(config.get("linear_num_value_heads", 0)),
+        )
+        k_dim, v_dim = (
+            int(config.get("linear_key_head_dim", 0)),
+            int(config.get("linear_value_head_dim", 0)),
+        )
         kernel = int(config.get("linear_conv_kernel_dim", 4))
-        per = v_heads * k_dim * v_dim * 4 + (2 * k_heads * k_dim + v_heads * v_dim) * (
-            kernel - 1) * 2  # fmt: skip
+        per = (
+            v_heads * k_dim * v_dim * 4 + (2 * k_heads * k_dim + v_heads * v_dim) * (kernel - 1) * 2
+        )
         total += per * kinds.count("linear")
     return total
 
 
-def shape_from_config(name: str, config: Mapping[str, Any], weight_bytes: int, source: str
-                      ) -> ModelShape:  # fmt: skip
+def shape_from_config(
+    name: str, config: Mapping[str, Any], weight_bytes: int, source: str
+) -> ModelShape:
     """A model's shape from its ``config.json`` (nested ``text_config`` read too)."""
     text = _text_config(config)
     try:
@@ -208,17 +226,23 @@ def shape_from_config(name: str, config: Mapping[str, Any], weight_bytes: int, s
         hidden = int(text["hidden_size"])
         kinds = _layer_kinds(text, layers)
         shape = ModelShape(
-            name=name, layers=layers, kv_layers=kinds.count("attention"),
+            name=name,
+            layers=layers,
+            kv_layers=kinds.count("attention"),
             kv_heads=int(text.get("num_key_value_heads") or heads),
-            head_dim=int(text.get("head_dim") or hidden // heads), hidden=hidden,
-            vocab=int(text["vocab_size"]), weight_bytes=weight_bytes,
-            mtp_layers=int(text.get("num_nextn_predict_layers")
-                           or text.get("mtp_num_hidden_layers") or 0),
+            head_dim=int(text.get("head_dim") or hidden // heads),
+            hidden=hidden,
+            vocab=int(text["vocab_size"]),
+            weight_bytes=weight_bytes,
+            mtp_layers=int(
+                text.get("num_nextn_predict_layers") or text.get("mtp_num_hidden_layers") or 0
+            ),
             state_bytes=_state_bytes(text, kinds),
             max_context=int(text["max_position_embeddings"])
-            if text.get("max_position_embeddings") else None,
+            if text.get("max_position_embeddings")
+            else None,
             source=source,
-        )  # fmt: skip
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(
             f"{source}: the model config lacks what the memory estimate reads ({exc})",
@@ -283,9 +307,18 @@ def _number(args: Sequence[str], names: tuple[str, ...], default: float) -> floa
         raise UsageError(f"{names[0]} {text!r} is not a number") from None
 
 
-def launch_of(engine: str, args: Sequence[str], *, version: Version | None, context: int | None,
-              concurrency: int, tp: int = 1, pp: int = 1, max_context: int | None = None,
-              draft_patched: bool = False) -> tuple[Launch, str | None]:  # fmt: skip
+def launch_of(
+    engine: str,
+    args: Sequence[str],
+    *,
+    version: Version | None,
+    context: int | None,
+    concurrency: int,
+    tp: int = 1,
+    pp: int = 1,
+    max_context: int | None = None,
+    draft_patched: bool = False,
+) -> tuple[Launch, str | None]:
     """The launch a profile's flags ask for, and the draft checkpoint it names (if any)."""
     adapter = adapter_type(engine)
     facts = adapter.memory
@@ -296,10 +329,18 @@ def launch_of(engine: str, args: Sequence[str], *, version: Version | None, cont
     kv = (_flag(args, "--kv-cache-dtype") or "auto").lower()
     chosen = context or (int(length) if length and length.isdigit() else max_context) or 8192
     launch = Launch(
-        engine=engine, facts=facts, version=version, fraction=fraction, context=chosen,
-        concurrency=concurrency, kv_bytes=_DTYPE_BYTES.get(kv, 2.0), tp=tp, pp=pp,
-        speculative=adapter.speculative_method(args), draft_patched=draft_patched,
-    )  # fmt: skip
+        engine=engine,
+        facts=facts,
+        version=version,
+        fraction=fraction,
+        context=chosen,
+        concurrency=concurrency,
+        kv_bytes=_DTYPE_BYTES.get(kv, 2.0),
+        tp=tp,
+        pp=pp,
+        speculative=adapter.speculative_method(args),
+        draft_patched=draft_patched,
+    )
     return launch, adapter.draft_model(args)
 
 
@@ -310,8 +351,7 @@ def _gib(value: float) -> float:
     return value / GIB
 
 
-def estimate(shape: ModelShape, launch: Launch, *, memory_gib: float = SPARK_MEMORY_GIB
-             ) -> Fit:  # fmt: skip
+def estimate(shape: ModelShape, launch: Launch, *, memory_gib: float = SPARK_MEMORY_GIB) -> Fit:
     """The fit of ``launch`` on one node of ``memory_gib`` (formulas in the docstring)."""
     ranks = launch.tp * launch.pp
     kv_layers = max(1, math.ceil(shape.kv_layers / launch.pp))
@@ -332,8 +372,9 @@ def estimate(shape: ModelShape, launch: Launch, *, memory_gib: float = SPARK_MEM
     kv_cell = kv_token
     if draft_w or draft_layers:
         counted = launch.draft_counted
-        items.append(Item("draft weights", _gib(draft_w), "draft checkpoint, or W x d / layers",
-                          counted))  # fmt: skip
+        items.append(
+            Item("draft weights", _gib(draft_w), "draft checkpoint, or W x d / layers", counted)
+        )
         if counted:
             pool -= draft_w
             kv_cell = kv_token * (1 + draft_layers / kv_layers)
@@ -349,9 +390,14 @@ def estimate(shape: ModelShape, launch: Launch, *, memory_gib: float = SPARK_MEM
                 )
             )
             if transient:
-                items.append(Item("draft embed+lm_head", _gib(transient),
-                                  "2 x 2 x vocab x hidden / tp (bf16, loaded then shared)",
-                                  False))  # fmt: skip
+                items.append(
+                    Item(
+                        "draft embed+lm_head",
+                        _gib(transient),
+                        "2 x 2 x vocab x hidden / tp (bf16, loaded then shared)",
+                        False,
+                    )
+                )
             notes.append(
                 f"{launch.engine} {launch.version or '(version unknown)'} sizes the KV pool "
                 "before the draft loads: the draft's memory lands outside the budget"
@@ -380,10 +426,18 @@ def estimate(shape: ModelShape, launch: Launch, *, memory_gib: float = SPARK_MEM
             f"{launch.concurrency} full-length sequences at once (the rest queue)"
         )
     return Fit(
-        model=shape.name, memory_gib=memory_gib, budget_gib=_gib(budget), reserve_gib=reserve,
-        items=tuple(items), pool_gib=_gib(pool), pool_tokens=pool_tokens, need_tokens=need,
-        peak_gib=peak, problems=tuple(problems), notes=tuple(notes),
-    )  # fmt: skip
+        model=shape.name,
+        memory_gib=memory_gib,
+        budget_gib=_gib(budget),
+        reserve_gib=reserve,
+        items=tuple(items),
+        pool_gib=_gib(pool),
+        pool_tokens=pool_tokens,
+        need_tokens=need,
+        peak_gib=peak,
+        problems=tuple(problems),
+        notes=tuple(notes),
+    )
 
 
 def _draft(shape: ModelShape, launch: Launch, notes: list[str]) -> tuple[float, int, float]:
@@ -409,8 +463,10 @@ def _draft(shape: ModelShape, launch: Launch, notes: list[str]) -> tuple[float, 
 
 def describe(fit: Fit) -> list[str]:
     """The estimate as lines for the terminal."""
-    lines = [f"memory fit of {fit.model}: {'fits' if fit.fits else 'does not fit'} "
-             f"(peak {fit.peak_gib:.1f} of {fit.memory_gib:g} GiB)"]  # fmt: skip
+    lines = [
+        f"memory fit of {fit.model}: {'fits' if fit.fits else 'does not fit'} "
+        f"(peak {fit.peak_gib:.1f} of {fit.memory_gib:g} GiB)"
+    ]
     for item in fit.items:
         where = "in budget" if item.inside else "beside it"
         lines.append(f"  {item.name:20} {item.gib:7.2f} GiB  {where:9}  {item.formula}")
@@ -450,9 +506,16 @@ def profile_fit(
             "Hugging Face cache) and is not in data/memory/models.yaml"
         )
     launch, draft = launch_of(
-        engine, args, version=version, context=context, concurrency=concurrency, tp=tp, pp=pp,
-        max_context=shape.max_context, draft_patched=draft_patched,
-    )  # fmt: skip
+        engine,
+        args,
+        version=version,
+        context=context,
+        concurrency=concurrency,
+        tp=tp,
+        pp=pp,
+        max_context=shape.max_context,
+        draft_patched=draft_patched,
+    )
     if draft is not None:
         draft_shape = model_shape(draft)
         if draft_shape is None:

@@ -310,9 +310,13 @@ def expand_env(value: str, where: str) -> str:
 def profile_path(settings: Settings, name_or_path: str) -> Path:
     """A profile by name (``smoke/<name>.yaml``) or by path."""
     return named_file(
-        settings.smoke_dir, name_or_path, file_kind="profile file", name_kind="smoke profile",
-        known="known profiles", otherwise="pass a profile file path",
-    )  # fmt: skip
+        settings.smoke_dir,
+        name_or_path,
+        file_kind="profile file",
+        name_kind="smoke profile",
+        known="known profiles",
+        otherwise="pass a profile file path",
+    )
 
 
 def resolve_model(

@@ -70,8 +70,13 @@ def _referenced(key: str, values: Mapping[str, Any]) -> bool:
     return any(isinstance(v, str) and "{" + key + "}" in v for v in values.values())
 
 
-def flags_from_defaults(adapter: type[EngineAdapter], values: Mapping[str, Any],
-                        model: str, revision: str | None, notes: Notes) -> list[str]:  # fmt: skip
+def flags_from_defaults(
+    adapter: type[EngineAdapter],
+    values: Mapping[str, Any],
+    model: str,
+    revision: str | None,
+    notes: Notes,
+) -> list[str]:
     """The flags sparkrun 0.4.2 renders for a recipe without a command: its flag map in its
     order (the adapter's ``leading_keys`` first), structured values as compact JSON,
     ``false`` on a flag the engine turns on by default as ``--no-<flag>``
@@ -185,8 +190,14 @@ def _strip_prefix(
     )
 
 
-def serve_of(adapter: type[EngineAdapter], words: list[str], named: str, notes: Notes,
-           base: Path, version: Version | None) -> Serve:  # fmt: skip
+def serve_of(
+    adapter: type[EngineAdapter],
+    words: list[str],
+    named: str,
+    notes: Notes,
+    base: Path,
+    version: Version | None,
+) -> Serve:
     rest, env = _strip_prefix(adapter, words)
     facts = adapter.recipes
     model = named

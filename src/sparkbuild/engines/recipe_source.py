@@ -69,8 +69,9 @@ def merge(base: Mapping[str, Any], outer: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _merge_mapping(base: Mapping[str, Any], outer: Mapping[str, Any], *, whole: bool
-                   ) -> dict[str, Any]:  # fmt: skip
+def _merge_mapping(
+    base: Mapping[str, Any], outer: Mapping[str, Any], *, whole: bool
+) -> dict[str, Any]:
     result = dict(base)
     for key, value in outer.items():
         if value is None:
@@ -119,8 +120,9 @@ def read_recipe(path: Path, notes: Notes) -> dict[str, Any]:
             raise UsageError(f"{chain[-1]}: include must be one recipe name, not {name!r}")
         base = _sibling(chain[-1], name)
         if base in chain:
-            raise UsageError(f"{path}: include loops: {' -> '.join(p.name for p in chain)} -> "
-                             f"{base.name}")  # fmt: skip
+            raise UsageError(
+                f"{path}: include loops: {' -> '.join(p.name for p in chain)} -> {base.name}"
+            )
         if len(chain) > MAX_INCLUDE_DEPTH:
             raise UsageError(f"{path}: include chain deeper than {MAX_INCLUDE_DEPTH} recipes")
         chain.append(base)
@@ -217,8 +219,9 @@ _LAUNCH_ONLY = {
 }
 
 
-def fill_env_value(name: str, value: str, values: Mapping[str, Any], nodes: int,
-                   revision: str | None) -> str:  # fmt: skip
+def fill_env_value(
+    name: str, value: str, values: Mapping[str, Any], nodes: int, revision: str | None
+) -> str:
     """One env value with its ``{config.*}``/``{launch.*}`` tokens filled, or an error
     naming the token only a running sparkrun knows."""
 
@@ -255,15 +258,23 @@ def fill_env_value(name: str, value: str, values: Mapping[str, Any], nodes: int,
 #: What a DGX Spark answers to sparkrun's hardware selectors (RECIPES.md, "Conditional
 #: Overrides"): one GB10 per node.
 SPARK_FACTS: dict[str, Any] = {
-    "platform": "dgx-spark", "vendor": "nvidia", "accelerator": "gb10", "arch": "sm_121",
-    "capability": ["unified-memory"], "gpus_per_node": 1,
-}  # fmt: skip
+    "platform": "dgx-spark",
+    "vendor": "nvidia",
+    "accelerator": "gb10",
+    "arch": "sm_121",
+    "capability": ["unified-memory"],
+    "gpus_per_node": 1,
+}
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
-    "in": lambda a, b: a in b, "not_in": lambda a, b: a not in b,
-    "gt": lambda a, b: a > b, "gte": lambda a, b: a >= b,
-    "lt": lambda a, b: a < b, "lte": lambda a, b: a <= b,
-}  # fmt: skip
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "in": lambda a, b: a in b,
+    "not_in": lambda a, b: a not in b,
+    "gt": lambda a, b: a > b,
+    "gte": lambda a, b: a >= b,
+    "lt": lambda a, b: a < b,
+    "lte": lambda a, b: a <= b,
+}
 
 
 def _holds(actual: Any, wanted: Any) -> bool:
@@ -304,13 +315,19 @@ def matching_overrides(
             )
         elif holds:
             matched.append(entry)
-            applied = [f"{layer}.{k}={v}" for layer in ("defaults", "env")
-                       for k, v in (entry.get(layer) or {}).items()]  # fmt: skip
+            applied = [
+                f"{layer}.{k}={v}"
+                for layer in ("defaults", "env")
+                for k, v in (entry.get(layer) or {}).items()
+            ]
             if entry.get("container"):
                 applied.append("container (not carried: --image names the image)")
-            notes.add(f"overrides[{at}]", "changed",
-                      f"when {detail} holds on a DGX Spark with this layout (sparkrun decides "
-                      f"it at launch): {', '.join(applied)}")  # fmt: skip
+            notes.add(
+                f"overrides[{at}]",
+                "changed",
+                f"when {detail} holds on a DGX Spark with this layout (sparkrun decides "
+                f"it at launch): {', '.join(applied)}",
+            )
         else:
             notes.add(
                 f"overrides[{at}]",

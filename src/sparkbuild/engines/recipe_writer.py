@@ -207,10 +207,16 @@ def export_recipe(
     runtimes = adapter_type(profile.engine).recipes.export_runtimes
     runtime = runtimes.get(parallel.launcher or "", next(iter(runtimes.values()), profile.engine))
     spec = RecipeSpec(
-        engine=profile.engine, runtime=runtime, model=_exported_model(profile, model),
-        args=[*profile.args, *_parallel_args(profile)], env=dict(profile.env),
-        tp=parallel.tp, pp=parallel.pp, container=_checked_container(container),
+        engine=profile.engine,
+        runtime=runtime,
+        model=_exported_model(profile, model),
+        args=[*profile.args, *_parallel_args(profile)],
+        env=dict(profile.env),
+        tp=parallel.tp,
+        pp=parallel.pp,
+        container=_checked_container(container),
         description=profile.description or name,
-        metadata={"sparkbuild": {"profile": name, **(origin or {})}}, min_nodes=parallel.nodes,
-    )  # fmt: skip
+        metadata={"sparkbuild": {"profile": name, **(origin or {})}},
+        min_nodes=parallel.nodes,
+    )
     return recipe_document(spec)

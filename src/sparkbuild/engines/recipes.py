@@ -213,8 +213,9 @@ def _launched() -> str:
 # --- the parallel layout -------------------------------------------------------------------
 
 
-def parallel_layout(engine: str, runtime: str, sizes: Mapping[str, str], notes: _Notes
-                    ) -> dict[str, Any] | None:  # fmt: skip
+def parallel_layout(
+    engine: str, runtime: str, sizes: Mapping[str, str], notes: _Notes
+) -> dict[str, Any] | None:
     """The profile's ``parallel`` mapping (nodes, tp, ep, pp, launcher) from the recipe's
     parallel flags; ``None`` for one engine on one Spark. One GPU per DGX Spark, so the
     ranks are the nodes (RECIPES.md). Field names follow the profiles' ``parallel`` layout:
@@ -264,8 +265,14 @@ def parallel_layout(engine: str, runtime: str, sizes: Mapping[str, str], notes: 
 # --- everything else of the recipe -------------------------------------------------------
 
 
-def _env(recipe: RecipeFile, extra: Mapping[str, str], layers: Sequence[Mapping[str, Any]],
-         values: Mapping[str, Any], nodes: int, notes: _Notes) -> dict[str, str]:  # fmt: skip
+def _env(
+    recipe: RecipeFile,
+    extra: Mapping[str, str],
+    layers: Sequence[Mapping[str, Any]],
+    values: Mapping[str, Any],
+    nodes: int,
+    notes: _Notes,
+) -> dict[str, str]:
     """The recipe's env (and its matched overrides'), templates filled (recipe_source)."""
     merged: dict[str, Any] = dict(recipe.env)
     for layer in layers:
@@ -352,8 +359,13 @@ def _container(recipe: RecipeFile, notes: _Notes) -> dict[str, Any]:
 # --- the whole import ----------------------------------------------------------------------
 
 
-def _speculative(adapter: type[EngineAdapter], args: Sequence[str], recipe: RecipeFile,
-                 values: Mapping[str, Any], path: Path) -> bool:  # fmt: skip
+def _speculative(
+    adapter: type[EngineAdapter],
+    args: Sequence[str],
+    recipe: RecipeFile,
+    values: Mapping[str, Any],
+    path: Path,
+) -> bool:
     """Whether the profile speculates; a recipe that asks for speculation and would import
     without it is refused (its accept_len check would be off for exactly that recipe)."""
     flags = adapter.recipes.speculative_flags
@@ -382,17 +394,24 @@ def _size(values: Mapping[str, Any], *keys: str) -> int:
     return 1
 
 
-def _facts(engine: str, runtime: str, declared: Mapping[str, Any],
-           overrides: Mapping[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+def _facts(
+    engine: str, runtime: str, declared: Mapping[str, Any], overrides: Mapping[str, Any] | None
+) -> dict[str, Any]:
     """What sparkrun's ``when:`` selectors read, for this recipe on DGX Sparks."""
     values = {**declared, **(overrides or {})}
     tp = _size(values, "tensor_parallel")
     pp = _size(values, "pipeline_parallel")
     return {
-        **SPARK_FACTS, "tp": tp, "pp": pp, "dp": _size(values, "data_parallel"),
-        "ep": _size(values, "expert_parallel", "ep_size"), "cp": 1, "nodes": tp * pp,
-        "runtime": runtime, "runtime_family": engine,
-    }  # fmt: skip
+        **SPARK_FACTS,
+        "tp": tp,
+        "pp": pp,
+        "dp": _size(values, "data_parallel"),
+        "ep": _size(values, "expert_parallel", "ep_size"),
+        "cp": 1,
+        "nodes": tp * pp,
+        "runtime": runtime,
+        "runtime_family": engine,
+    }
 
 
 def load_recipe(path: Path, notes: _Notes) -> tuple[RecipeFile, bytes]:
@@ -445,8 +464,9 @@ def import_recipe(
         )
     adapter = adapter_type(engine)
     declared = {k: collapse_default(v) for k, v in recipe.defaults.items()}
-    layers = matching_overrides(recipe.overrides, _facts(engine, runtime, declared, overrides),
-                                declared, notes)  # fmt: skip
+    layers = matching_overrides(
+        recipe.overrides, _facts(engine, runtime, declared, overrides), declared, notes
+    )
     values: dict[str, Any] = dict(declared)
     for layer in layers:
         values.update(layer.get("defaults") or {})

@@ -170,9 +170,15 @@ def _wheel_how(a: lockfile.LockedWheel, b: lockfile.LockedWheel) -> list[str]:
 
 SOURCE_FIELDS = ("repo", "ref", "version", "commit", "tree", "spec_digest")
 IMAGE_FIELDS = (
-    "mode", "platform", "base_image", "base_digest", "image_id", "repo_digest",
-    "inputs_digest", "tags",
-)  # fmt: skip
+    "mode",
+    "platform",
+    "base_image",
+    "base_digest",
+    "image_id",
+    "repo_digest",
+    "inputs_digest",
+    "tags",
+)
 FIGURES: tuple[tuple[str, Callable[[CellFigures], float | None]], ...] = (
     ("decode tok/s/req (client)", lambda c: c.decode_request),
     ("decode tok/s/req (engine)", lambda c: c.decode_engine),
@@ -183,18 +189,23 @@ FIGURES: tuple[tuple[str, Callable[[CellFigures], float | None]], ...] = (
 
 
 def _fields(names: Sequence[str], a: Any, b: Any) -> list[Field]:
-    return [Field(n, getattr(a, n, None) if a else None, getattr(b, n, None) if b else None)
-            for n in names]  # fmt: skip
+    return [
+        Field(n, getattr(a, n, None) if a else None, getattr(b, n, None) if b else None)
+        for n in names
+    ]
 
 
 def _published(a: lockfile.BuildEntry, b: lockfile.BuildEntry) -> list[Field]:
     """The digest each repository's tags point at, on each side."""
     left, right = a.publish or {}, b.publish or {}
     return [
-        Field(f"published to {repo}", left[repo].digest if repo in left else None,
-              right[repo].digest if repo in right else None)
+        Field(
+            f"published to {repo}",
+            left[repo].digest if repo in left else None,
+            right[repo].digest if repo in right else None,
+        )
         for repo in sorted({*left, *right})
-    ]  # fmt: skip
+    ]
 
 
 def _verdicts(a: Side, b: Side, ca: Context, cb: Context) -> list[VerdictRow]:
@@ -226,8 +237,11 @@ def _figures(a: lockfile.BuildEntry, b: lockfile.BuildEntry) -> list[FigureRow]:
             y = right[profile].get(label)
             if y is None:
                 continue
-            rows += [FigureRow(profile, label, name, get(x), get(y)) for name, get in FIGURES
-                     if get(x) is not None or get(y) is not None]  # fmt: skip
+            rows += [
+                FigureRow(profile, label, name, get(x), get(y))
+                for name, get in FIGURES
+                if get(x) is not None or get(y) is not None
+            ]
     return rows
 
 
@@ -240,16 +254,31 @@ def diff_entries(a: Side, b: Side, ca: Context, cb: Context) -> Diff:
         b=b,
         source=_fields(SOURCE_FIELDS, sa, sb),
         commit_range=compare_link(repo, sa.commit, sb.commit) if same_repo and sa and sb else None,
-        prs=_changes(sa.prs if sa else [], sb.prs if sb else [], lambda p: f"#{p.number}",
-                     _pr_words, _pr_how),
-        patches=_changes(sa.patches if sa else [], sb.patches if sb else [], lambda p: p.file,
-                         _patch_words, _patch_how),
-        steps=_changes(sa.steps if sa else [], sb.steps if sb else [],
-                       lambda s: f"{s.step} {s.file}", lambda s: str(s.status), _step_how),
-        wheels=_changes(a.entry.requirements or [], b.entry.requirements or [],
-                        lambda w: w.name, lambda w: f"{w.version} ({w.filename})", _wheel_how),
-        image=[*_fields(IMAGE_FIELDS, a.entry.image, b.entry.image),
-               *_published(a.entry, b.entry)],
+        prs=_changes(
+            sa.prs if sa else [], sb.prs if sb else [], lambda p: f"#{p.number}", _pr_words, _pr_how
+        ),
+        patches=_changes(
+            sa.patches if sa else [],
+            sb.patches if sb else [],
+            lambda p: p.file,
+            _patch_words,
+            _patch_how,
+        ),
+        steps=_changes(
+            sa.steps if sa else [],
+            sb.steps if sb else [],
+            lambda s: f"{s.step} {s.file}",
+            lambda s: str(s.status),
+            _step_how,
+        ),
+        wheels=_changes(
+            a.entry.requirements or [],
+            b.entry.requirements or [],
+            lambda w: w.name,
+            lambda w: f"{w.version} ({w.filename})",
+            _wheel_how,
+        ),
+        image=[*_fields(IMAGE_FIELDS, a.entry.image, b.entry.image), *_published(a.entry, b.entry)],
         verdicts=_verdicts(a, b, ca, cb),
         figures=_figures(a.entry, b.entry),
-    )  # fmt: skip
+    )

@@ -77,8 +77,9 @@ class LockHistory:
             raise ReportError(
                 f"{revision!r} is not a git revision (letters, digits and ._/~^-)", LIST_HINT
             )
-        done = self._git("rev-parse", "--verify", "--quiet", "--end-of-options",
-                         f"{revision}^{{commit}}")  # fmt: skip
+        done = self._git(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}"
+        )
         if done.returncode != 0:
             raise ReportError(
                 f"no revision {revision!r} in the repository of {self.lock_path}", LIST_HINT
@@ -256,8 +257,12 @@ def resolve(given: str, history: LockHistory) -> Side:
             f"{given!r} names no build", "write BUILD, BUILD@REV or BUILD@published~N"
         )
     if not at:
-        return Side(given, build, history.lock_path.name, _entry(history.current, build,
-                    history.lock_path.name))  # fmt: skip
+        return Side(
+            given,
+            build,
+            history.lock_path.name,
+            _entry(history.current, build, history.lock_path.name),
+        )
     published = _PUBLISHED.match(where)
     if published:
         return _published(given, build, int(published.group(1) or 0), history)
@@ -297,12 +302,15 @@ def side_for_image(given: str, build: str, image_id: str, history: LockHistory) 
     )
     publish = {
         repository: lockfile.PublishRecord(
-            tag=publication.tag, digest=publication.digest, image_id=image_id,
-            verified=publication.verified, history=[publication],
+            tag=publication.tag,
+            digest=publication.digest,
+            image_id=image_id,
+            verified=publication.verified,
+            history=[publication],
         )
         for repository, record in ((current.publish if current else None) or {}).items()
         for publication in record.history
         if publication.image_id == image_id
-    }  # fmt: skip
+    }
     entry = lockfile.BuildEntry(image=lockfile.ImageSection(image_id=image_id), publish=publish)
     return Side(given, build, "the publish history", entry, note=note)

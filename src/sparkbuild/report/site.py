@@ -75,14 +75,19 @@ class ReportResult:
             "pages": [page.to_json() for page in self.pages],
             "bench_runs": {
                 "matched": [
-                    {"file": str(m.run.path), "build": m.build, "image_id": m.image_id,
-                     "recorded": m.recorded, "claims": len(m.claims.rows) if m.claims else 0}
+                    {
+                        "file": str(m.run.path),
+                        "build": m.build,
+                        "image_id": m.image_id,
+                        "recorded": m.recorded,
+                        "claims": len(m.claims.rows) if m.claims else 0,
+                    }
                     for m in self.bench_runs.matched
                 ],
                 "unmatched": [{"file": str(p), "why": why} for p, why in self.bench_runs.unmatched],
             },
             "notes": list(self.notes),
-        }  # fmt: skip
+        }
 
 
 def _specs(settings: Settings) -> dict[str, Build]:
@@ -224,12 +229,24 @@ def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
             if page_diff is not None:
                 previous[name] = page_file("diff", f"{name}--previous")
                 writer.write(Page("previous", previous[name], name), "diff.html", diff=page_diff)
-            page = view.build_page(name, entry, row, bench_runs, context,
-                                   _gate(settings, spec, entry))  # fmt: skip
-            writer.write(Page("build", page_file("builds", name), name), "build.html", page=page,
-                        previous_page=previous.get(name))  # fmt: skip
-        writer.write(Page("index", "index.html"), "index.html", rows=rows, previous=previous,
-                    runs=bench_runs, notes=notes, stale_days=f"{options.stale_days:g}")  # fmt: skip
+            page = view.build_page(
+                name, entry, row, bench_runs, context, _gate(settings, spec, entry)
+            )
+            writer.write(
+                Page("build", page_file("builds", name), name),
+                "build.html",
+                page=page,
+                previous_page=previous.get(name),
+            )
+        writer.write(
+            Page("index", "index.html"),
+            "index.html",
+            rows=rows,
+            previous=previous,
+            runs=bench_runs,
+            notes=notes,
+            stale_days=f"{options.stale_days:g}",
+        )
         pages = [writer.pages[-1], *writer.pages[:-1]]  # the index first
         result = ReportResult(out, tuple(pages), len(rows), bench_runs, tuple(notes))
         (staging / MANIFEST).write_text(

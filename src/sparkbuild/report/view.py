@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -65,10 +65,7 @@ def _aged(cell: StageCell, context: Context) -> StageCell:
     if age is None or age <= context.stale_days or cell.tone in ("bad", "none"):
         return cell
     note = f"recorded {int(age)} days ago (stale after {context.stale_days:g})"
-    return StageCell(
-        cell.stage, cell.verdict, "stale", cell.date, cell.verified, cell.label,
-        (*cell.notes, note),
-    )  # fmt: skip
+    return replace(cell, tone="stale", notes=(*cell.notes, note))
 
 
 def current_image(entry: lockfile.BuildEntry) -> str | None:
@@ -148,12 +145,9 @@ def preflight_cell(name: str, entry: lockfile.BuildEntry, context: Context) -> S
     chosen, verified = (in_image, True) if in_image else (of_tree, False)
     if not chosen:
         key = next(iter(runs))
-        cell = StageCell(
-            "preflight", run_verdict(runs[key]), "stale",
-            context.dates.of("builds", name, "preflight", key), False,
-            notes=("for another tree or image than the lock pins",),
-        )  # fmt: skip
-        return cell
+        date = context.dates.of("builds", name, "preflight", key)
+        note = "for another tree or image than the lock pins"
+        return StageCell("preflight", run_verdict(runs[key]), "stale", date, False, notes=(note,))
     verdicts = {k: run_verdict(r) for k, r in chosen.items()}
     key = next((k for k, v in verdicts.items() if v == "pass"), next(iter(verdicts)))
     verdict = verdicts[key]
@@ -193,8 +187,10 @@ def smoke_cells(
             other_id, old = older[profile]
             note = f"for an older image ({short(other_id, 19)})"
             date = context.dates.of("builds", name, "smoke", other_id, profile)
-            cells.append(StageCell("smoke", str(old.verdict), "stale", date,
-                                   old.image_verified(other_id), profile, (note,)))  # fmt: skip
+            verified = old.image_verified(other_id)
+            cells.append(
+                StageCell("smoke", str(old.verdict), "stale", date, verified, profile, (note,))
+            )
         else:
             hint = f"sparkbuild smoke --image IMAGE --profile {profile} --record {name}"
             cells.append(StageCell("smoke", "missing", "bad", label=profile, notes=(hint,)))
@@ -208,8 +204,8 @@ def _smoke_cell(
     verified = record.image_verified(image_id)
     if record.verdict == "fail":
         failed = [check for check, status in record.checks.items() if status == "fail"]
-        return StageCell("smoke", "fail", "bad", date, verified, profile,
-                         (f"failed: {', '.join(failed)}",) if failed else ())  # fmt: skip
+        notes = (f"failed: {', '.join(failed)}",) if failed else ()
+        return StageCell("smoke", "fail", "bad", date, verified, profile, notes)
     if not verified:
         note = (
             f"unverified: a {record.target_kind} run "
@@ -283,8 +279,9 @@ def publish_cells(name: str, entry: lockfile.BuildEntry, context: Context) -> li
         else:
             tone = "good"
         notes.append(_signed_note(record.signed))
-        cells.append(StageCell("publish", "published", tone, date, record.verified, repository,
-                               tuple(notes)))  # fmt: skip
+        cells.append(
+            StageCell("publish", "published", tone, date, record.verified, repository, tuple(notes))
+        )
     return cells or [StageCell("publish", "not published", "none")]
 
 
@@ -423,9 +420,22 @@ def image_labels_of(name: str, entry: lockfile.BuildEntry) -> list[tuple[str, st
 # Fields each record's table shows by name; any other field (a topology, say) is listed
 # generically below it, so a record a newer stage writes is still shown whole.
 SMOKE_SHOWN = frozenset(
-    ("verdict", "checks", "accept_len", "boot_seconds", "engine", "engine_version",
-     "nan_signal", "target", "verified", "image_id", "numbers", "evidence", "declared")
-)  # fmt: skip
+    (
+        "verdict",
+        "checks",
+        "accept_len",
+        "boot_seconds",
+        "engine",
+        "engine_version",
+        "nan_signal",
+        "target",
+        "verified",
+        "image_id",
+        "numbers",
+        "evidence",
+        "declared",
+    )
+)
 BENCH_SHOWN = frozenset(
     ("label", "created", "harness", "seed", "runs", "engine_args", "host", "cells")
 )
@@ -510,22 +520,28 @@ def build_page(
     tree = source.tree if source else None
     preflight = [
         PreflightView(
-            key, run, run_verdict(run),
+            key,
+            run,
+            run_verdict(run),
             (run.where == "image" and run.image_id == image_id) or bool(tree and run.tree == tree),
             context.dates.of("builds", name, "preflight", key),
         )
         for key, run in (entry.preflight or {}).items()
-    ]  # fmt: skip
+    ]
     preflight.sort(key=lambda run: not run.current)
     smoke = [
         SmokeView(
-            profile, other_id, other_id == image_id, record,
+            profile,
+            other_id,
+            other_id == image_id,
+            record,
             _smoke_cell(name, other_id, profile, record, context),
-            obtained(record, other_id), extra_fields(record),
+            obtained(record, other_id),
+            extra_fields(record),
         )
         for other_id, by_profile in _current_first(entry.smoke, image_id)
         for profile, record in by_profile.items()
-    ]  # fmt: skip
+    ]
     bench = [
         _bench_view(name, other_id, other_id == image_id, key, record, runs)
         for other_id, by_key in _current_first(entry.bench, image_id)
@@ -534,9 +550,17 @@ def build_page(
     recorded = {id(view.run) for view in bench if view.run}
     unrecorded = [m for m in runs.for_build(name) if id(m) not in recorded]
     return BuildPage(
-        name, entry, row, headlines, image_labels_of(name, entry), preflight, smoke, bench,
-        gate, unrecorded,
-    )  # fmt: skip
+        name,
+        entry,
+        row,
+        headlines,
+        image_labels_of(name, entry),
+        preflight,
+        smoke,
+        bench,
+        gate,
+        unrecorded,
+    )
 
 
 _Keyed = dict[str, dict[str, Any]]
@@ -563,6 +587,13 @@ def _bench_view(
         ]
     cells.sort(key=lambda c: (c.pp, c.tg, c.depth, c.concurrency))
     return BenchView(
-        key, image_id, current, record, cells, bench_charts(cells), match, flags,
+        key,
+        image_id,
+        current,
+        record,
+        cells,
+        bench_charts(cells),
+        match,
+        flags,
         extra_fields(record),
-    )  # fmt: skip
+    )

