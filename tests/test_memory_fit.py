@@ -35,8 +35,7 @@ VLLM_MEMORY = _vllm_memory
 
 def _fit(name: str, version: str, **kwargs: Any) -> memory_fit.Fit:
     profile = load_model(ROOT / "smoke" / f"{name}.yaml", SmokeProfile)
-    fit = memory_fit.profile_fit(profile.engine, profile.model, profile.args,
-                                 version=Version(version), **kwargs)  # fmt: skip
+    fit = memory_fit.profile_fit(profile, version=Version(version), **kwargs)
     assert not isinstance(fit, str), fit
     return fit
 

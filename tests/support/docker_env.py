@@ -358,7 +358,7 @@ def _tar_with_extras(rootfs: Path, extras: Mapping[str, Path], dest: Path) -> No
                     archive.add(path, arcname="./" + name, recursive=False)
 
 
-def push_arm64_base(
+def push_arm64_base(  # noqa: PLR0913 - a test image's build options, each with a default
     registry: LocalRegistry,
     repository: str,
     *,

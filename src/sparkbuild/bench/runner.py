@@ -527,7 +527,7 @@ def run_bench(
     )
 
 
-def _report(
+def _report(  # noqa: PLR0913 - the sweep and its target, then what the run measured beside them
     sweeper: Sweeper,
     target: Target,
     engine_info: EngineInfo,

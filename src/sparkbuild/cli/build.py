@@ -77,7 +77,7 @@ def _summary(result: ImageResult) -> str:
 )
 @options.json()
 @click.pass_obj
-def build_command(
+def build_command(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     builds: tuple[str, ...],
     engine: str | None,

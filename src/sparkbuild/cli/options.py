@@ -230,7 +230,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
     """
 
     @functools.wraps(function)
-    def with_launch(
+    def with_launch(  # noqa: PLR0913 - click passes each launch option as a parameter
         *args: Any,
         image: str | None,
         command: str | None,

@@ -117,7 +117,7 @@ def _selected(settings: Settings, names: tuple[str, ...], recorded: tuple[str, .
     "(repeatable; with no BUILDS named, checks just these).",
 )
 @click.pass_obj
-def preflight_command(
+def preflight_command(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     builds: tuple[str, ...],
     profiles: tuple[str, ...],

@@ -97,7 +97,7 @@ def _free(path: Path, force: bool, what: str) -> None:
 )
 @options.json()
 @click.pass_obj
-def import_recipe_command(
+def import_recipe_command(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     recipe: Path,
     name: str | None,
@@ -240,7 +240,7 @@ def _origin(build: str | None, entry: Any, profile_name: str) -> dict[str, Any]:
 @click.option("--force", is_flag=True, help="Replace an existing --out file.")
 @options.json()
 @click.pass_obj
-def export_recipe_command(
+def export_recipe_command(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     profile_name: str,
     build: str | None,
@@ -311,7 +311,7 @@ def export_recipe_command(
 )
 @options.json()
 @click.pass_obj
-def fit_command(
+def fit_command(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     profile_name: str,
     model: str | None,
@@ -338,14 +338,10 @@ def fit_command(
         raise UsageError(f"--engine-version {engine_version!r} is not a version") from None
     name, loaded = load_profile(settings, profile_name, model=model, need_model=False)
     fit = profile_fit(
-        loaded.engine,
-        loaded.model,
-        loaded.args,
+        loaded,
         version=version,
         context=parse_size(context) if context else None,
         concurrency=concurrency,
-        tp=loaded.parallel.tp,
-        pp=loaded.parallel.pp,
         draft_patched=draft_memory_patch,
         memory_gib=memory_gib,
     )

@@ -137,7 +137,7 @@ def _publish_line(result: PublishResult) -> str:
 @_credential_options
 @options.json()
 @click.pass_obj
-def publish_command(
+def publish_command(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     builds: tuple[str, ...],
     registry_text: str,
@@ -229,7 +229,7 @@ def _rollback_line(result: RollbackResult) -> str:
 @_credential_options
 @options.json()
 @click.pass_obj
-def rollback_command(
+def rollback_command(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     build_name: str,
     to_digest: str | None,

@@ -121,7 +121,7 @@ def _check_fit(fit: Fit | str, force: bool, name: str) -> tuple[Fit | None, str 
     return fit, None
 
 
-def prepare_boot(
+def prepare_boot(  # noqa: PLR0913 - what a boot is about to run, from each part of the launch
     name: str,
     profile: SmokeProfile,
     *,
@@ -144,14 +144,10 @@ def prepare_boot(
     no_estimate = None if spark else "not a DGX Spark: no memory estimate"
     if spark:
         estimate = profile_fit(
-            profile.engine,
-            profile.model,
-            profile.args,
+            profile,
             version=version,
             context=context,
             concurrency=concurrency,
-            tp=profile.parallel.tp,
-            pp=profile.parallel.pp,
             draft_patched=draft_patched(labels),
         )
         fit, no_estimate = _check_fit(estimate, force, name)

@@ -245,7 +245,7 @@ class MultiNodeTarget(Target):
 class ClusterTarget(MultiNodeTarget):
     """The engine across the cluster's nodes: rank ``i`` on node ``i``, rank 0 the leader."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - ContainerTarget's settings, passed to each rank
         self,
         cluster_name: str,
         cluster: ClusterSpec,

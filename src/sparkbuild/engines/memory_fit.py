@@ -54,6 +54,7 @@ from packaging.version import Version
 
 from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.adapters.facts import MemoryFacts
+from sparkbuild.engines.profiles import Parallel, SmokeProfile
 from sparkbuild.errors import UsageError
 
 GIB = 1 << 30
@@ -314,8 +315,7 @@ def launch_of(
     version: Version | None,
     context: int | None,
     concurrency: int,
-    tp: int = 1,
-    pp: int = 1,
+    parallel: Parallel,
     max_context: int | None = None,
     draft_patched: bool = False,
 ) -> tuple[Launch, str | None]:
@@ -336,8 +336,8 @@ def launch_of(
         context=chosen,
         concurrency=concurrency,
         kv_bytes=_DTYPE_BYTES.get(kv, 2.0),
-        tp=tp,
-        pp=pp,
+        tp=parallel.tp,
+        pp=parallel.pp,
         speculative=adapter.speculative_method(args),
         draft_patched=draft_patched,
     )
@@ -485,34 +485,29 @@ def parse_size(text: str) -> int:
 
 
 def profile_fit(
-    engine: str,
-    model: str,
-    args: Sequence[str],
+    profile: SmokeProfile,
     *,
     version: Version | None,
     context: int | None = None,
     concurrency: int = 1,
-    tp: int = 1,
-    pp: int = 1,
     draft_patched: bool = False,
     memory_gib: float = SPARK_MEMORY_GIB,
 ) -> Fit | str:
     """The fit of a profile's launch, or why there is no estimate (a model whose shape is
     neither on disk nor shipped)."""
-    shape = model_shape(model)
+    shape = model_shape(profile.model)
     if shape is None:
         return (
-            f"no memory estimate: {model} has no config.json here (a local directory or the "
-            "Hugging Face cache) and is not in data/memory/models.yaml"
+            f"no memory estimate: {profile.model} has no config.json here (a local directory or "
+            "the Hugging Face cache) and is not in data/memory/models.yaml"
         )
     launch, draft = launch_of(
-        engine,
-        args,
+        profile.engine,
+        profile.args,
         version=version,
         context=context,
         concurrency=concurrency,
-        tp=tp,
-        pp=pp,
+        parallel=profile.parallel,
         max_context=shape.max_context,
         draft_patched=draft_patched,
     )

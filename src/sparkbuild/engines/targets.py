@@ -327,7 +327,7 @@ class ContainerTarget(Target):
 
     kind: TargetKind = "image"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - docker's container settings, each by name
         self,
         image: str,
         *,

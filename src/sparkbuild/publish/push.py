@@ -227,7 +227,7 @@ def _write_publish(
     lock.write()
 
 
-def _sign(
+def _sign(  # noqa: PLR0913 - a publication's parts, as publish_build holds them
     build: Build,
     settings: Settings,
     entry: lockfile.BuildEntry,

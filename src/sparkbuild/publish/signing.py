@@ -96,7 +96,7 @@ def already_signed(
     return verification.ok
 
 
-def sign_publication(
+def sign_publication(  # noqa: PLR0913 - a publication's parts, as publish_build holds them
     api: DockerClient,
     client: RegistryClient,
     build: Build,

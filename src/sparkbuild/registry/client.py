@@ -163,7 +163,7 @@ class RegistryClient:
         token = self._tokens.get(scope)
         return {"Authorization": f"Bearer {token}"} if token else {}
 
-    def _request(
+    def _request(  # noqa: PLR0913 - one HTTP request's options, each by name
         self,
         method: str,
         path: str,
