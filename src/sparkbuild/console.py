@@ -356,13 +356,13 @@ def _pack(pairs: list[tuple[str, str]], width: int) -> Iterator[Text]:
     yield line
 
 
-def _plain(cell: Any) -> str:
+def _plain(cell: object) -> str:
     if isinstance(cell, Breakable):
         return cell.text
     return cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
 
 
-def _widest_word(cell: Any) -> int:
+def _widest_word(cell: object) -> int:
     return max((cell_len(word) for word in _plain(cell).split()), default=0)
 
 

@@ -433,7 +433,7 @@ class BadYAMLError(Exception):
         self.line = line
 
 
-def _rewritten(value: Any, text: Callable[[str], str]) -> Any:
+def _rewritten(value: object, text: Callable[[str], str]) -> Any:
     """A field's value with each string in it (itself, or a list's items) through ``text``."""
     if isinstance(value, str):
         return text(value)

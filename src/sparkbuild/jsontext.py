@@ -43,7 +43,7 @@ def loads(text: str | bytes, *, nonfinite: bool = False) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-def finite(value: Any) -> Any:
+def finite(value: object) -> Any:
     """``value`` with every non-finite float replaced by None (JSON ``null``)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -59,7 +59,7 @@ def dumps(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Any:
     """``value`` as JSON-ready data: a dataclass as the mapping of its fields in order (see
     :data:`JSON`), a pydantic model as it dumps itself, sequences as lists, mappings as
     dicts, paths as strings; anything else as it is."""

@@ -421,7 +421,7 @@ def _missing(model: BaseModel, loc: tuple[str | int, ...]) -> Iterator[str]:
             yield from missing_fields(getattr(model, name), (*loc, _alias(model, name)))
 
 
-def missing_fields(value: Any, loc: tuple[str | int, ...]) -> Iterator[str]:
+def missing_fields(value: object, loc: tuple[str | int, ...]) -> Iterator[str]:
     """What a lock sparkbuild wrote would have, and ``value`` (models, lists and mappings of
     them, at ``loc``) lacks: each :data:`Written` field unset, null or off its pattern."""
     if isinstance(value, BaseModel):

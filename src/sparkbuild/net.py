@@ -83,7 +83,7 @@ class _Watchdog:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http-deadline", daemon=True)
 
-    def watch(self, connection_or_socket: Any) -> None:
+    def watch(self, connection_or_socket: object) -> None:
         self._connections.append(connection_or_socket)
 
     def remaining(self) -> float:
@@ -109,11 +109,11 @@ class _Watchdog:
         self._thread.join()
 
 
-def _is_socket(value: Any) -> bool:
+def _is_socket(value: object) -> bool:
     return isinstance(value, socket.socket) or hasattr(value, "recv_into")
 
 
-def _shut(sock: Any) -> None:
+def _shut(sock: object) -> None:
     if sock is None:
         return
     with contextlib.suppress(OSError, ValueError):
@@ -124,7 +124,7 @@ def _shut(sock: Any) -> None:
             socket.socket.shutdown(raw, socket.SHUT_RDWR)
 
 
-def _watched(connection_or_socket: Any) -> None:
+def _watched(connection_or_socket: object) -> None:
     watchdog = getattr(_active, "watchdog", None)
     if watchdog is not None and connection_or_socket is not None:
         watchdog.watch(connection_or_socket)
@@ -162,7 +162,7 @@ class _WatchedAdapter(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = _POOLS
 
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: object) -> Any:
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         manager.pool_classes_by_scheme = _POOLS
         return manager
@@ -271,7 +271,7 @@ class Session:
         timeout: float | None = None,
         max_body: int | None = None,
         redirects: Redirects = "same-host",
-        **kwargs: Any,
+        **kwargs: object,
     ) -> requests.Response:
         seconds = self.deadline_s if timeout is None else min(float(timeout), self.deadline_s)
         with _Watchdog(seconds) as watchdog:

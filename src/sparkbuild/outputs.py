@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from sparkbuild import fileio, jsontext
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import redact
 
 
-def emit_json(payload: Any, path: str | None = None, *, option: str = "--json-file") -> None:
+def emit_json(payload: object, path: str | None = None, *, option: str = "--json-file") -> None:
     """JSON for scripts: to stdout (``--json``: no path, or ``-``), else to the file ``path``
     (``option`` names where it came from, for the error)."""
     # jsontext: a non-finite figure is written as null, never as NaN or Infinity (not JSON)

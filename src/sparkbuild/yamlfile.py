@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -198,7 +198,7 @@ def _field_name(loc: Location) -> str:
     return "".join(parts) or "(top level)"
 
 
-def _unwrap_optional(annotation: Any) -> Any:
+def _unwrap_optional(annotation: object) -> Any:
     args = [arg for arg in get_args(annotation) if arg is not type(None)]
     if get_origin(annotation) in (Union, UnionType) and len(args) == 1:
         return args[0]
@@ -246,7 +246,9 @@ def describe_error(
     return f"{where}: {field}: {message}"
 
 
-def load_model(path: Path, model: type[Model], context: dict[str, Any] | None = None) -> Model:
+def load_model(
+    path: Path, model: type[Model], context: Mapping[str, object] | None = None
+) -> Model:
     """Validate a YAML file into ``model``; every problem is reported with file and line."""
     data, lines = read_yaml(path)
     if not isinstance(data, dict):
@@ -295,7 +297,7 @@ class SafeDumper(yaml.SafeDumper):
     """Plain data only, and never an anchor or alias: every file sparkbuild writes is read
     back by a loader that refuses aliases."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: object) -> bool:
         return True
 
 
@@ -321,7 +323,7 @@ def comment_line(text: str) -> str:
 
 
 def dump_yaml(
-    data: Any,
+    data: object,
     *,
     comment: Iterable[str] = (),
     dumper: type[yaml.SafeDumper] = SafeDumper,
@@ -342,7 +344,7 @@ def dump_yaml(
     return "".join(f"{comment_line(line)}\n" for line in comment) + body
 
 
-def peer_yaml(data: Any) -> str:
+def peer_yaml(data: object) -> str:
     """``data`` as PyYAML's ``safe_dump`` writes it with its defaults but key order kept:
     the exact text a peer hashes (sparkrun's ``effective_hash`` over its recipe text), which
     :func:`dump_yaml`'s choices (unicode kept, 100 columns) would change."""

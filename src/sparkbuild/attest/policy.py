@@ -13,6 +13,7 @@ The document is built from pydantic models with Kyverno's field names and dumped
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
@@ -26,7 +27,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _named(name: str, python: str, *default: Any) -> Any:
+def _named(name: str, python: str, *default: object) -> Any:
     """A field called ``python`` in code and ``name`` (Kyverno's) in the document."""
     return Field(*default, validation_alias=AliasChoices(name, python), serialization_alias=name)
 
@@ -126,5 +127,5 @@ def kyverno_policy(public: PublicKey, images: list[str], name: str) -> dict[str,
     }
 
 
-def render(document: dict[str, Any]) -> str:
+def render(document: Mapping[str, object]) -> str:
     return dump_yaml(document)

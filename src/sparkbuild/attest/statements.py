@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -49,7 +49,7 @@ class Subject:
     digests: tuple[str, ...]  # the manifest (or index) digest first, then platform manifests
 
 
-def statement(subject: Subject, predicate_type: str, predicate: dict[str, Any]) -> bytes:
+def statement(subject: Subject, predicate_type: str, predicate: Mapping[str, object]) -> bytes:
     """The Statement's JSON bytes, validated by the in-toto attestation library."""
     subjects = [
         ResourceDescriptor(name=subject.name, digest={"sha256": d.removeprefix("sha256:")}).pb
@@ -231,7 +231,7 @@ def verdicts(build: str, entry: lockfile.BuildEntry, image_id: str, digest: str)
     }
 
 
-def passing_profiles(predicate: dict[str, Any], profiles: Iterable[str]) -> dict[str, str]:
+def passing_profiles(predicate: Mapping[str, object], profiles: Iterable[str]) -> dict[str, str]:
     """profile -> the smoke verdict a verdicts predicate holds for it ('missing' if none)."""
     smoke = predicate.get("smoke")
     smoke = smoke if isinstance(smoke, dict) else {}

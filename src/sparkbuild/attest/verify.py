@@ -9,6 +9,7 @@ envelope that verifies, about this very digest, from a referrer whose subject is
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,7 +305,7 @@ def check_provenance(
 
 
 def check_verdicts(
-    predicate: dict[str, Any], profiles: tuple[str, ...], image_id: str | None
+    predicate: Mapping[str, object], profiles: tuple[str, ...], image_id: str | None
 ) -> Finding:
     """A verified passing smoke verdict of this image for every profile the build lists."""
     if not profiles:

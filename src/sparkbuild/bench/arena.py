@@ -354,7 +354,7 @@ def _cluster(report: BenchReport, layout: Mapping[str, int]) -> dict[str, Any]:
 
 
 def submission_metadata(
-    report: BenchReport, name: str, profile: SmokeProfile, recipe: Mapping[str, Any]
+    report: BenchReport, name: str, profile: SmokeProfile, recipe: Mapping[str, object]
 ) -> dict[str, Any]:
     """The keys sparkrun 0.4.2's ``generate_metadata`` writes, filled with what this run
     knows; ``recipe`` is the submission's recipe (``effective_recipe``)."""

@@ -105,7 +105,7 @@ class _StreamError(Exception):
     pass
 
 
-def _usage_int(usage: Mapping[str, Any], key: str) -> int | None:
+def _usage_int(usage: Mapping[str, object], key: str) -> int | None:
     """A token count of the engine's ``usage``; a negative, huge or non-finite one is a
     malformed chunk (ValueError)."""
     value = usage.get(key)
@@ -235,7 +235,7 @@ async def stream_completion(
 
 
 async def stream_many(
-    client: httpx.AsyncClient, bodies: Sequence[Mapping[str, Any]]
+    client: httpx.AsyncClient, bodies: Sequence[Mapping[str, object]]
 ) -> list[StreamResult]:
     """All ``bodies`` in flight at once (the cell's concurrency), results in the same order."""
     return list(await asyncio.gather(*(stream_completion(client, body) for body in bodies)))

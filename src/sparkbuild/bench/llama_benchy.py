@@ -122,7 +122,7 @@ class _Report(BaseModel):
     benchmarks: list[_Run]
 
 
-def is_llama_benchy(data: Any) -> bool:
+def is_llama_benchy(data: object) -> bool:
     """A llama-benchy JSON: ``benchmarks[]`` at the top, no sparkbuild ``schema_version``."""
     return isinstance(data, dict) and "benchmarks" in data and "schema_version" not in data
 
@@ -163,7 +163,7 @@ def _cell(run: _Run) -> CellResult:
     )
 
 
-def to_report(data: Mapping[str, Any], path: Path) -> BenchReport:
+def to_report(data: Mapping[str, object], path: Path) -> BenchReport:
     """A llama-benchy JSON as a (client-side only) sparkbuild report, for ``bench compare``.
     Raises ValueError/ValidationError on a file that does not have the 0.4 shape."""
     parsed = _Report.model_validate(data)

@@ -202,7 +202,7 @@ def _differences(a: BenchReport, b: BenchReport) -> dict[str, str]:
     """Every way the two runs differ, keyed by dimension, with a short description."""
     found: dict[str, str] = {}
 
-    def note(name: str, left: Any, right: Any) -> None:
+    def note(name: str, left: object, right: object) -> None:
         if left != right:
             found[name] = f"{left!s} vs {right!s}"
 

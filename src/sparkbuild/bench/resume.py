@@ -19,7 +19,6 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sparkbuild.bench.results import BenchReport, CellResult, Resumed
 from sparkbuild.bench.runner import BenchPlan, SweepSettings
@@ -65,7 +64,7 @@ def load_resume(path: Path) -> Resume:
     return Resume(path, earlier)
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return redact(json.dumps(value, sort_keys=True, default=str))
 
 

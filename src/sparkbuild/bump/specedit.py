@@ -38,7 +38,7 @@ def dump(data: CommentedMap) -> str:
     return buffer.getvalue()
 
 
-def flow_map(**items: Any) -> CommentedMap:
+def flow_map(**items: object) -> CommentedMap:
     """``{file: ..., when: ...}`` on one line, as the shipped specs write list items."""
     entry = CommentedMap(
         (k, quoted(v) if k == "when" else v) for k, v in items.items() if v is not None
@@ -47,7 +47,7 @@ def flow_map(**items: Any) -> CommentedMap:
     return entry
 
 
-def quoted(value: Any) -> Any:
+def quoted(value: object) -> Any:
     """Strings double-quoted, as the shipped specs write `when` ranges."""
     return DoubleQuotedScalarString(value) if isinstance(value, str) else value
 
@@ -62,7 +62,7 @@ def item_list(parent: CommentedMap, key: str) -> CommentedSeq:
     return value
 
 
-def set_when(entry: Any, when: str | None) -> None:
+def set_when(entry: object, when: str | None) -> None:
     if not isinstance(entry, CommentedMap):
         raise SpecError(f"cannot set `when` on {entry!r}")
     if when is None:

@@ -315,7 +315,7 @@ def claims_options(*, claims_json: bool = False) -> options.Decorator:
     ``claims: Claims``."""
     group = (*CLAIMS, CLAIMS_JSON) if claims_json else CLAIMS
 
-    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(function: Callable[..., object]) -> Callable[..., Any]:
         return options.stack(group, options.grouped("claims", Claims)(function))
 
     return decorate

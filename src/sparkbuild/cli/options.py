@@ -58,7 +58,7 @@ class FiniteFloat(click.FloatRange):
 SECONDS = FiniteFloat(min=1)
 
 
-def _option(*decls: str, **attrs: Any) -> Callable[..., Callable[[F], F]]:
+def _option(*decls: str, **attrs: object) -> Callable[..., Callable[[F], F]]:
     """One shared option: ``decls`` and ``attrs`` as click takes them, overridable per use."""
 
     def option(**overrides: Any) -> Callable[[F], F]:
@@ -190,7 +190,7 @@ LAUNCH: dict[str, Callable[..., Decorator]] = {
 
 
 def launch(
-    *, serves: Sequence[Decorator] = (), **overrides: Mapping[str, Any]
+    *, serves: Sequence[Decorator] = (), **overrides: Mapping[str, object]
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """The launch group on a command, its values handed over as one ``launch: LaunchSettings``.
 
@@ -231,7 +231,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(function)
     def with_launch(  # noqa: PLR0913 - click passes each launch option as a parameter
-        *args: Any,
+        *args: object,
         image: str | None,
         command: str | None,
         url: str | None,
@@ -246,7 +246,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         key_path: Path | None = None,  # --key, on the commands that list it
         force: bool = False,  # --force: boot whatever the memory estimate says
         drop_caches: bool | None = None,  # --drop-caches/--no-drop-caches
-        **rest: Any,
+        **rest: object,
     ) -> R:
         # Here, not at the top: engines (requests, pydantic) load only for the commands that
         # launch one, not for `sparkbuild patches`.
@@ -277,7 +277,7 @@ def grouped(parameter: str, group: type[G]) -> Callable[[Callable[..., R]], Call
 
     def decorate(function: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(function)
-        def with_group(*args: Any, **values: Any) -> R:
+        def with_group(*args: object, **values: object) -> R:
             mine = {name: values.pop(name) for name in names if name in values}
             return function(*args, **{parameter: group(**mine)}, **values)
 

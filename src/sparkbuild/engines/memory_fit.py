@@ -166,7 +166,7 @@ class Fit:
 # --- the model's shape ----------------------------------------------------------------------
 
 
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def _text_config(config: Mapping[str, object]) -> Mapping[str, Any]:
     nested = config.get("text_config")
     return {**config, **nested} if isinstance(nested, Mapping) else config
 
@@ -217,7 +217,7 @@ def _state_bytes(config: Mapping[str, Any], kinds: Sequence[str]) -> int:
 
 
 def shape_from_config(
-    name: str, config: Mapping[str, Any], weight_bytes: int, source: str
+    name: str, config: Mapping[str, object], weight_bytes: int, source: str
 ) -> ModelShape:
     """A model's shape from its ``config.json`` (nested ``text_config`` read too)."""
     text = _text_config(config)

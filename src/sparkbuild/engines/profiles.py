@@ -277,7 +277,7 @@ class SmokeProfile(_Strict):
 
     @field_validator("args", mode="before")
     @classmethod
-    def _args_as_strings(cls, value: Any) -> Any:
+    def _args_as_strings(cls, value: object) -> Any:
         # YAML turns `- 1024` into an int; flags are strings on a command line.
         if isinstance(value, list):
             return [

@@ -30,12 +30,12 @@ _SHELL = ("&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1")
 # --- the command template ------------------------------------------------------------------
 
 
-def scalar_text(value: Any) -> str:
+def scalar_text(value: object) -> str:
     return "" if value is None else str(value)
 
 
 def render_command(
-    template: str, values: Mapping[str, Any], text_of: Callable[[Any, str], str] | None = None
+    template: str, values: Mapping[str, object], text_of: Callable[[object, str], str] | None = None
 ) -> str:
     """``{key}`` placeholders filled from ``values`` until nothing changes (a value may hold
     another placeholder); unknown ones are left as they are, as sparkrun leaves them.
@@ -51,7 +51,7 @@ def render_command(
 _CHAIN_KEYS = ("model", "model_revision", "resolved_model_path")
 
 
-def _filled_default(key: str, value: Any, values: Mapping[str, Any], notes: Notes) -> Any:
+def _filled_default(key: str, value: object, values: Mapping[str, object], notes: Notes) -> Any:
     """A default holding ``{placeholders}``, filled: sparkrun 0.4.2 hands it to the engine
     unfilled when the recipe has no command (the engine then refuses it), said in a note."""
     if not isinstance(value, str) or not PLACEHOLDER.search(value):
@@ -66,13 +66,13 @@ def _filled_default(key: str, value: Any, values: Mapping[str, Any], notes: Note
     return filled
 
 
-def _referenced(key: str, values: Mapping[str, Any]) -> bool:
+def _referenced(key: str, values: Mapping[str, object]) -> bool:
     return any(isinstance(v, str) and "{" + key + "}" in v for v in values.values())
 
 
 def flags_from_defaults(
     adapter: type[EngineAdapter],
-    values: Mapping[str, Any],
+    values: Mapping[str, object],
     model: str,
     revision: str | None,
     notes: Notes,
@@ -103,7 +103,7 @@ def flags_from_defaults(
     return words
 
 
-def command_text(value: Any, key: str, notes: Notes) -> str:
+def command_text(value: object, key: str, notes: Notes) -> str:
     """A value put into a command template. sparkrun 0.4.2 writes Python's ``str()`` there;
     for a mapping or a list that is not what the engine parses, so it is written as JSON
     and said."""

@@ -31,7 +31,7 @@ import copy
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.yamlfile import read_yaml
@@ -42,10 +42,14 @@ _SUFFIXES = (".yaml", ".yml")
 _LEFT, _RIGHT = "\x00<", "\x00>"  # stand-ins for an escaped brace while placeholders fill
 
 
+# replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
+Status = Literal["carried", "changed", "replaced", "dropped"]
+
+
 class Notes(Protocol):
     """Where the import says what became of each item (``recipes.CarryNote``)."""
 
-    def add(self, item: str, status: Any, detail: str) -> None: ...
+    def add(self, item: str, status: Status, detail: str) -> None: ...
 
 
 # --- include: -------------------------------------------------------------------------------
@@ -201,7 +205,7 @@ def render_escaped(template: str, fill: Callable[[str], str], notes: Notes, wher
     return _unmask(fill(_mask(template)))
 
 
-def collapse_default(value: Any) -> Any:
+def collapse_default(value: object) -> Any:
     """A ``defaults`` value with v1's doubled braces collapsed (text values only)."""
     if isinstance(value, str) and "{{" in value:
         return value.replace("{{", "{").replace("}}", "}")
@@ -220,7 +224,7 @@ _LAUNCH_ONLY = {
 
 
 def fill_env_value(
-    name: str, value: str, values: Mapping[str, Any], nodes: int, revision: str | None
+    name: str, value: str, values: Mapping[str, object], nodes: int, revision: str | None
 ) -> str:
     """One env value with its ``{config.*}``/``{launch.*}`` tokens filled, or an error
     naming the token only a running sparkrun knows."""
@@ -277,7 +281,7 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _holds(actual: Any, wanted: Any) -> bool:
+def _holds(actual: object, wanted: object) -> bool:
     if isinstance(actual, list):  # capability: any of the node's tags
         return any(_holds(a, wanted) for a in actual)
     if isinstance(wanted, Mapping):

@@ -131,12 +131,12 @@ def _literal(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _RecipeDumper.add_representer(str, _literal)
 
 
-def recipe_yaml(document: Mapping[str, Any]) -> str:
+def recipe_yaml(document: Mapping[str, object]) -> str:
     """The recipe file's text (the command as a literal block)."""
     return dump_yaml(dict(document), dumper=_RecipeDumper)
 
 
-def effective_yaml(document: Mapping[str, Any], container: str | None) -> str:
+def effective_yaml(document: Mapping[str, object], container: str | None) -> str:
     """The recipe as sparkrun records a run of it (``metadata.recipe.text``, hashed into
     ``effective_hash``): plain YAML in the same key order, with the container that ran
     (null for none, last when the recipe names none)."""
@@ -195,7 +195,7 @@ def export_recipe(
     container: str,
     *,
     model: str | None = None,
-    origin: Mapping[str, Any] | None = None,
+    origin: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """The sparkrun recipe that runs ``profile``'s engine from the image ``container`` (by
     digest): its flags (the tunable ones in ``defaults``), env and parallel layout."""

@@ -34,7 +34,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -52,6 +52,7 @@ from sparkbuild.engines.recipe_command import (
 )
 from sparkbuild.engines.recipe_source import (
     SPARK_FACTS,
+    Status,
     collapse_default,
     convert_v1,
     fill_env_value,
@@ -66,8 +67,6 @@ from sparkbuild.redact import strip_userinfo
 from sparkbuild.yamlfile import dump_yaml
 
 Scalar = str | bool | int | float | None
-# replaced: the recipe's value is not kept, sparkbuild sets its own (the launcher's --host)
-Status = Literal["carried", "changed", "replaced", "dropped"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -114,7 +113,7 @@ class RecipeFile(BaseModel):
 
     @field_validator("recipe_version", mode="before")
     @classmethod
-    def _version(cls, value: Any) -> Any:
+    def _version(cls, value: object) -> Any:
         return str(value) if isinstance(value, int | float) else value  # YAML reads 2 as an int
 
 
@@ -363,7 +362,7 @@ def _speculative(
     adapter: type[EngineAdapter],
     args: Sequence[str],
     recipe: RecipeFile,
-    values: Mapping[str, Any],
+    values: Mapping[str, object],
     path: Path,
 ) -> bool:
     """Whether the profile speculates; a recipe that asks for speculation and would import
@@ -386,7 +385,7 @@ def _speculative(
     return carried
 
 
-def _size(values: Mapping[str, Any], *keys: str) -> int:
+def _size(values: Mapping[str, object], *keys: str) -> int:
     for key in keys:
         text = str(values.get(key) or "")
         if text.isdigit() and int(text) > 0:
@@ -395,7 +394,10 @@ def _size(values: Mapping[str, Any], *keys: str) -> int:
 
 
 def _facts(
-    engine: str, runtime: str, declared: Mapping[str, Any], overrides: Mapping[str, Any] | None
+    engine: str,
+    runtime: str,
+    declared: Mapping[str, object],
+    overrides: Mapping[str, object] | None,
 ) -> dict[str, Any]:
     """What sparkrun's ``when:`` selectors read, for this recipe on DGX Sparks."""
     values = {**declared, **(overrides or {})}
@@ -539,7 +541,9 @@ def problems_of(error: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
 
 
-def _validate(profile: Mapping[str, Any], layout: dict[str, Any] | None, path: Path) -> None:
+def _validate(
+    profile: Mapping[str, object], layout: Mapping[str, object] | None, path: Path
+) -> None:
     """The profile as today's profile model reads it (``parallel`` too where it knows it)."""
     data = dict(profile)
     if layout is not None and "parallel" in SmokeProfile.model_fields:

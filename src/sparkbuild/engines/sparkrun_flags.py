@@ -19,7 +19,6 @@ import json
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict
@@ -41,7 +40,7 @@ class EngineFlags(BaseModel):
         """The defaults key sparkrun renders as ``flag``, if any."""
         return next((key for key, known in self.flags.items() if known == flag), None)
 
-    def words(self, key: str, value: Any) -> list[str]:
+    def words(self, key: str, value: object) -> list[str]:
         """The engine words sparkrun renders for ``key: value`` without a command (unquoted,
         as the shell hands them over); empty when it renders nothing."""
         flag = self.flags.get(key)
@@ -69,7 +68,7 @@ class SparkrunFlags(BaseModel):
         return key or next((k for k, flags in self.read_keys.items() if flag in flags), None)
 
 
-def is_true(value: Any) -> bool:
+def is_true(value: object) -> bool:
     """A recipe boolean as sparkrun 0.4.2 reads one: a YAML boolean, else any text holding
     ``1``, ``t`` or ``y`` (``true``, ``yes``, ``1``; so ``on`` is false and ``auto`` true),
     empty or ``0`` false."""
@@ -79,7 +78,7 @@ def is_true(value: Any) -> bool:
     return any(c in text for c in "1ty")
 
 
-def value_text(value: Any) -> str:
+def value_text(value: object) -> str:
     """One flag value as sparkrun passes it to the engine: compact JSON for a mapping or a
     list, a JSON-looking string stripped, anything else its text."""
     if isinstance(value, Mapping | list | tuple):

@@ -13,7 +13,6 @@ import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from sparkbuild import git
 from sparkbuild.errors import UsageError
@@ -43,7 +42,7 @@ def rfc3339(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _compact(value: Any) -> str:
+def _compact(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -84,7 +83,7 @@ def image_labels(
     return labels
 
 
-def inputs_digest(parts: Mapping[str, Any]) -> str:
+def inputs_digest(parts: Mapping[str, object]) -> str:
     payload = _compact({"format": INPUTS_FORMAT, **parts})
     return "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
 

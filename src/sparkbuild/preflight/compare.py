@@ -4,6 +4,7 @@ not the patch's."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from sparkbuild.checks import CheckResult
@@ -37,14 +38,14 @@ def compare_with_release(patched: CheckResult, base: CheckResult | None, what: s
     return _compare_imports(patched, base_failing)
 
 
-def _failure_key(item: dict[str, Any]) -> tuple[Any, ...]:
+def _failure_key(item: Mapping[str, object]) -> tuple[Any, ...]:
     """The same failure in two trees: module and what is missing, paths left out (the
     patched and the unpatched tree sit in different directories)."""
     error = re.sub(r"\([^()]*/[^()]*\)", "", str(item.get("error", "")))
     return (item.get("module"), item.get("missing_module"), item.get("missing_name"), error)
 
 
-def _import_line(item: dict[str, Any]) -> str:
+def _import_line(item: Mapping[str, object]) -> str:
     if item.get("missing_name"):
         package = f" ({item['package']})" if item.get("package") else ""
         return (

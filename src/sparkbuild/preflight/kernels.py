@@ -24,7 +24,7 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -280,7 +280,7 @@ class StandinCache:
 
 
 def _standin_problem(
-    folder: Path, data: dict[str, Any] | None, stem: str, requirement: str | None
+    folder: Path, data: Mapping[str, object] | None, stem: str, requirement: str | None
 ) -> str | None:
     """Why the stand-in ``folder`` is not the one its manifest says it was made from."""
     why = trust.chain_problem(folder)

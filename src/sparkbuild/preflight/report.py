@@ -12,7 +12,7 @@ PACKAGE_CHECKS = ("compile", "imports", "registry", "signals")
 PROFILE_CHECKS = ("flags", "env", "config")
 
 
-def check_from_probe(name: str, data: Any) -> CheckResult:
+def check_from_probe(name: str, data: object) -> CheckResult:
     """The probe's answer for check ``name`` (a failure when it gave none that makes sense)."""
     if not isinstance(data, dict) or data.get("status") not in ("pass", "fail", "skip"):
         return CheckResult(name, "fail", f"the probe returned no valid result for {name}")

@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,7 +29,7 @@ class ProbeTarget(Protocol):
     @property
     def where(self) -> str: ...
 
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]: ...
+    def run(self, plan: Mapping[str, object]) -> dict[str, Any]: ...
 
 
 # The probe's stand-ins for kernel binaries (the package preflight/native), shipped beside it
@@ -95,7 +96,7 @@ class LocalTarget:
     package_root: Path | None
     where: str = "venv"
 
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
+    def run(self, plan: Mapping[str, object]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="sparkbuild-preflight-") as tmp:
             probe = write_probe(Path(tmp))
             full = {**plan, "workdir": str(Path(tmp) / "work")}
@@ -119,7 +120,7 @@ class ImageTarget:
     where: str = "image"
     extra_args: tuple[str, ...] = ()  # more `docker run` options (mounts, environment)
 
-    def run(self, plan: dict[str, Any]) -> dict[str, Any]:
+    def run(self, plan: Mapping[str, object]) -> dict[str, Any]:
         client = shutil.which(self.docker)
         if client is None:
             raise PreflightSetupError(

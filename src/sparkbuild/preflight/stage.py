@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ def probe_plan(
     profiles: list[ProfilePlan],
     unavailable: dict[str, str],
     checks: tuple[str, ...],
-    standins: tuple[dict[str, Any], ...] = (),
+    standins: tuple[Mapping[str, object], ...] = (),
 ) -> dict[str, Any]:
     facts = adapter_type(build.engine)
     return {
@@ -95,7 +96,7 @@ def _package_checks(
 
 
 def _baseline(
-    settings: Settings, prepared: PreparedSource, chosen: ChosenTargets, plan: dict[str, Any]
+    settings: Settings, prepared: PreparedSource, chosen: ChosenTargets, plan: Mapping[str, object]
 ) -> dict[str, Any]:
     """The unpatched release's imports/registry results, cached: the same release commit,
     dependencies and plan always give the same answer, so warm runs skip it."""
@@ -203,7 +204,7 @@ def run_preflight(
 
 
 def _deps_json(
-    venv: LocalVenv | None, kernels: KernelStandins | None, data: dict[str, Any]
+    venv: LocalVenv | None, kernels: KernelStandins | None, data: Mapping[str, object]
 ) -> dict[str, Any]:
     """The venv's dependencies, the kernel stand-ins, and what the probe stood in for."""
     out: dict[str, Any] = {}

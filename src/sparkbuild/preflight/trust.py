@@ -116,11 +116,11 @@ def sha256_of(path: Path) -> str:
 # --- manifests -----------------------------------------------------------------------------
 
 
-def _digest(body: Mapping[str, Any]) -> str:
+def _digest(body: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def write_manifest(path: Path, body: Mapping[str, Any]) -> None:
+def write_manifest(path: Path, body: Mapping[str, object]) -> None:
     """``body`` with a digest of itself, written whole (a manifest is written last: an
     item without one was never finished)."""
     fileio.write_atomic(path, json.dumps({**body, "sha256": _digest(body)}, indent=1) + "\n")

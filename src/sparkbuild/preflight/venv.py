@@ -184,7 +184,7 @@ def _startup_files(venv: Path, site: Path) -> dict[str, str]:
     return found
 
 
-def _seal(target: Path, python: Path, made_from: Manifest, **more: Any) -> None:
+def _seal(target: Path, python: Path, made_from: Manifest, **more: object) -> None:
     """The manifest, written last: what the venv was made from and what it runs at startup
     (nothing in it writable by others, whatever the umask it was made under)."""
     trust.seal_modes(target)

@@ -12,6 +12,7 @@ config digest of its ``PLATFORM`` manifest, never of an attestation.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from sparkbuild.registry.address import Manifest
@@ -34,7 +35,7 @@ def _body(manifest: Manifest) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
+def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -42,13 +43,13 @@ def is_index(manifest: Manifest) -> bool:
     return manifest.media_type in INDEX_TYPES or "manifests" in _body(manifest)
 
 
-def _object(descriptor: dict[str, Any], key: str) -> dict[str, Any]:
+def _object(descriptor: Mapping[str, object], key: str) -> dict[str, Any]:
     """``descriptor[key]`` if it is a JSON object, else empty (an index is registry data)."""
     value = descriptor.get(key)
     return value if isinstance(value, dict) else {}
 
 
-def _is_attestation(descriptor: dict[str, Any]) -> bool:
+def _is_attestation(descriptor: Mapping[str, object]) -> bool:
     annotations = _object(descriptor, "annotations")
     platform = _object(descriptor, "platform")
     return annotations.get(_REFERENCE_TYPE) == "attestation-manifest" or (
@@ -56,7 +57,7 @@ def _is_attestation(descriptor: dict[str, Any]) -> bool:
     )
 
 
-def _matches_platform(descriptor: dict[str, Any], platform: str) -> bool:
+def _matches_platform(descriptor: Mapping[str, object], platform: str) -> bool:
     os_name, _, rest = platform.partition("/")
     architecture, _, variant = rest.partition("/")
     offered = _object(descriptor, "platform")

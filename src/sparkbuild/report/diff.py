@@ -188,7 +188,7 @@ FIGURES: tuple[tuple[str, Callable[[CellFigures], float | None]], ...] = (
 )
 
 
-def _fields(names: Sequence[str], a: Any, b: Any) -> list[Field]:
+def _fields(names: Sequence[str], a: object, b: object) -> list[Field]:
     return [
         Field(n, getattr(a, n, None) if a else None, getattr(b, n, None) if b else None)
         for n in names

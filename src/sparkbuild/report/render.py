@@ -29,7 +29,7 @@ class _Finalize:
     def __init__(self) -> None:
         self._shown: dict[str, str] = {}
 
-    def __call__(self, value: Any) -> Any:
+    def __call__(self, value: object) -> Any:
         if isinstance(value, Markup):  # a macro's output, already escaped piece by piece
             return value
         if value is None:

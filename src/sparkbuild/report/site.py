@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,7 +147,7 @@ def diff_page(a: str, b: str) -> str:
 class _Writer:
     """Renders pages into a staging directory."""
 
-    def __init__(self, staging: Path, common: dict[str, Any], cache_dir: Path) -> None:
+    def __init__(self, staging: Path, common: Mapping[str, object], cache_dir: Path) -> None:
         self.staging = staging
         self.env = render.environment()
         # No link to the upstream's page of a commit that came from a local mirror (--repo).
@@ -155,7 +155,7 @@ class _Writer:
         self.common = common
         self.pages: list[Page] = []
 
-    def write(self, written: Page, template: str, /, **values: Any) -> None:
+    def write(self, written: Page, template: str, /, **values: object) -> None:
         root = "../" * written.path.count("/")
         try:
             text = self.env.get_template(template).render(**self.common, root=root, **values)

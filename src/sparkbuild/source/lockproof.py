@@ -111,7 +111,7 @@ def _hint(build: Build) -> str:
     )
 
 
-def _differences(locked: Any, derived: Any, where: str) -> list[str]:
+def _differences(locked: object, derived: object, where: str) -> list[str]:
     """Paths of ``where`` whose recorded value differs from the derived one; a key the lock
     does not record (written by an older sparkbuild) is not compared."""
     if isinstance(locked, dict) and isinstance(derived, dict):
@@ -134,7 +134,7 @@ def _differences(locked: Any, derived: Any, where: str) -> list[str]:
     return [] if locked == derived else [where]
 
 
-def _refuse(build: Build, locked: Any, derived: Any, said_by: str) -> None:
+def _refuse(build: Build, locked: object, derived: object, said_by: str) -> None:
     """A LockError naming every recorded field (dicts as ``to_json`` gives them) that differs
     from what ``said_by`` gives, and both values of the first."""
     fields = [path.lstrip(".") for path in _differences(locked, derived, "")]
@@ -151,7 +151,7 @@ def _refuse(build: Build, locked: Any, derived: Any, said_by: str) -> None:
     )
 
 
-def _shown(data: Any, path: str) -> str:
+def _shown(data: object, path: str) -> str:
     for part in filter(None, path.replace("[", ".[").split(".")):
         if isinstance(data, dict):
             data = data.get(part)

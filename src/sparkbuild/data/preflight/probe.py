@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ Check = dict[str, Any]
 _STATE: dict[str, Any] = {"standins": None, "package": None}
 
 
-def result(status: str, detail: str, items: list[Any] | None = None) -> Check:
+def result(status: str, detail: str, items: Sequence[object] | None = None) -> Check:
     return {"status": status, "detail": detail, "items": items or []}
 
 
@@ -215,7 +216,7 @@ def summarize_imports(items: list[dict[str, Any]]) -> Check:
     return result("pass", f"{count} import", items)
 
 
-def import_failure_line(item: dict[str, Any]) -> str:
+def import_failure_line(item: Mapping[str, object]) -> str:
     if item.get("missing_name"):
         package = f" ({item['package']})" if item.get("package") else ""
         return (
@@ -375,7 +376,7 @@ class Engine:
             server_args.ServerArgs.add_cli_args(parser)
             return parser.parse_args(argv)
 
-        def capture(cls: Any, namespace: argparse.Namespace) -> Any:
+        def capture(cls: object, namespace: argparse.Namespace) -> Any:
             raise _ParsedError(namespace)
 
         cls = server_args.ServerArgs
@@ -596,7 +597,7 @@ def engine_config_classes(engine: Engine) -> dict[str, Any]:
     return {key: registry[key] for key in list(registry)}
 
 
-def load_draft_config(path: Path, model: dict[str, Any], trust: bool) -> Check:
+def load_draft_config(path: Path, model: Mapping[str, object], trust: bool) -> Check:
     from transformers import AutoConfig
 
     version = dist_version("transformers")
@@ -665,7 +666,7 @@ def without_count_flags(args: list[str]) -> list[str]:
     return out
 
 
-def reserved_tokens(root: Path, engine: Engine, server_args: Any) -> int:
+def reserved_tokens(root: Path, engine: Engine, server_args: object) -> int:
     """Run the release's own reserved-token computation for ``server_args``."""
     utils = root / "srt/managers/utils.py"
     if utils.exists() and "def compute_num_reserved_tokens" in utils.read_text():
@@ -680,7 +681,7 @@ def reserved_tokens(root: Path, engine: Engine, server_args: Any) -> int:
     return int(_inline_reserved_tokens(path, engine, server_args))
 
 
-def resolved_spec(engine: Engine, server_args: Any) -> Any:
+def resolved_spec(engine: Engine, server_args: object) -> Any:
     """The speculative settings as the boot path reads them: from 0.5.18 the runtime
     context's resolved ``spec`` namespace (published by the tokenizer), else ServerArgs."""
     if importlib.util.find_spec(f"{engine.package}.srt.runtime_context") is None:
@@ -692,7 +693,7 @@ def resolved_spec(engine: Engine, server_args: Any) -> Any:
     return context.get_spec()
 
 
-def publish_for_tokenizer(engine: Engine, server_args: Any) -> None:
+def publish_for_tokenizer(engine: Engine, server_args: object) -> None:
     setter = getattr(engine.module("srt.server_args"), "set_global_server_args_for_tokenizer", None)
     if setter is not None:
         setter(server_args)
@@ -700,7 +701,7 @@ def publish_for_tokenizer(engine: Engine, server_args: Any) -> None:
     engine.module("srt.runtime_context").publish(server_args, role="tokenizer")
 
 
-def _inline_reserved_tokens(path: Path, engine: Engine, server_args: Any) -> Any:
+def _inline_reserved_tokens(path: Path, engine: Engine, server_args: object) -> Any:
     """Up to 0.5.16 the computation is inline in TokenizerManager.__init__: run that
     statement (the release's or the patched text) on its own."""
     tree = ast.parse(path.read_text())
@@ -796,7 +797,10 @@ GPU_ONLY = re.compile(
 
 
 def config_failure(
-    what: str, exc: BaseException, steps: list[dict[str, Any]], unavailable: dict[str, str]
+    what: str,
+    exc: BaseException,
+    steps: list[dict[str, Any]],
+    unavailable: dict[str, str],
 ) -> Check:
     if GPU_ONLY.search(str(exc)):
         # The engine checks the GPU platform itself here; a CPU cannot stand in for it.
@@ -869,7 +873,7 @@ def guarded(function: Any, *args: Any) -> Check:
         return result("fail", f"the check itself failed: {type(exc).__name__}: {exc}")
 
 
-def install_standins(plan: dict[str, Any]) -> None:
+def install_standins(plan: Mapping[str, object]) -> None:
     """Kernel packages from their real Python, with stand-ins for their native loads."""
     if not plan.get("standins") and not plan.get("gpu"):
         return

@@ -205,7 +205,7 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def whole_number(value: Any, name: str, maximum: int = MAX_TOKENS) -> int:
+def whole_number(value: object, name: str, maximum: int = MAX_TOKENS) -> int:
     """An engine's count field, 0 to ``maximum``; a string, a fraction, a negative or huge
     number, NaN or infinity there is a malformed response (ValueError)."""
     if value is None:
@@ -219,7 +219,7 @@ def whole_number(value: Any, name: str, maximum: int = MAX_TOKENS) -> int:
     return int(value)
 
 
-def first_model(payload: Any) -> Mapping[str, Any]:
+def first_model(payload: object) -> Mapping[str, Any]:
     """The first entry of an OpenAI ``/v1/models`` answer, or ValueError saying what is off."""
     if not isinstance(payload, Mapping):
         raise ValueError(f"the answer is a JSON {type(payload).__name__}, not an object")
@@ -271,7 +271,7 @@ def _token_count(text: str) -> int | None:
 VERSION_PATHS = ("/version", "/get_server_info", "/server_info")
 
 
-def reported_version(payload: Any) -> str | None:
+def reported_version(payload: object) -> str | None:
     """The ``version`` of a version endpoint's JSON, if it has one (cut: it is engine text)."""
     value = payload.get("version") if isinstance(payload, dict) else None
     return str(value)[:200] if value else None
@@ -374,7 +374,7 @@ class EngineAdapter(ABC):
         return None
 
     @classmethod
-    def recipe_runtime(cls, runtime: str, defaults: Mapping[str, Any], command: str) -> str:
+    def recipe_runtime(cls, runtime: str, defaults: Mapping[str, object], command: str) -> str:
         """sparkrun's runtime ``runtime`` as sparkrun resolves it for this engine (a bare
         engine name may stand for one of several); any other runtime as it is."""
         return runtime

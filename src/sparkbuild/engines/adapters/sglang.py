@@ -476,7 +476,7 @@ class SglangAdapter(EngineAdapter):
         return Acceptance(True, generated / verify, "counters", verify, generated)
 
     @staticmethod
-    def server_info_accept_length(server_info: Mapping[str, Any]) -> float | None:
+    def server_info_accept_length(server_info: Mapping[str, object]) -> float | None:
         """``internal_states[*].avg_spec_accept_length`` (lifetime average; mean over DP ranks)."""
         states = server_info.get("internal_states") or []
         if not isinstance(states, list):

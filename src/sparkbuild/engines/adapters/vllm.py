@@ -339,7 +339,7 @@ class VllmAdapter(EngineAdapter):
         return load_format_of(version, name)
 
     @classmethod
-    def recipe_runtime(cls, runtime: str, defaults: Mapping[str, Any], command: str) -> str:
+    def recipe_runtime(cls, runtime: str, defaults: Mapping[str, object], command: str) -> str:
         """sparkrun's bare ``vllm`` runtime is ``vllm-ray`` with the Ray backend, else
         ``vllm-distributed`` (RECIPES.md, "Runtime Resolution")."""
         if runtime != cls.name:

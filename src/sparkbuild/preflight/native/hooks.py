@@ -55,7 +55,7 @@ class SubmoduleLoader(importlib.abc.Loader):
     def create_module(self, spec: Any) -> NativeModule:
         return self.parent.submodule(spec.name)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: object) -> None:
         pass
 
 
@@ -181,7 +181,7 @@ class Hooks:
         real = module.load_module
         hooks = self
 
-        def load_module(path: Any, *args: Any, **kwargs: Any) -> Any:
+        def load_module(path: object, *args: object, **kwargs: object) -> Any:
             owner = hooks.owner(str(path))
             if owner is None:
                 return real(path, *args, **kwargs)
@@ -197,7 +197,7 @@ class Hooks:
         hooks = self
 
         class StandinCDLL(real):  # type: ignore[misc,valid-type]
-            def __new__(cls, name: Any, *args: Any, **kwargs: Any) -> Any:
+            def __new__(cls, name: object, *args: object, **kwargs: object) -> Any:
                 owner = hooks.owner(name) if isinstance(name, str | Path) else None
                 if owner is not None:
                     hooks.loaded.append({"library": Path(str(name)).name, "package": owner.label})
@@ -216,7 +216,7 @@ class Hooks:
         real = ops.load_library
         hooks = self
 
-        def load_library(path: Any) -> None:
+        def load_library(path: object) -> None:
             owner = hooks.owner(str(path))
             if owner is None:
                 real(path)
@@ -304,7 +304,9 @@ def installed(dist: str) -> dict[str, Any] | None:
 
 
 def install(
-    plan: list[dict[str, Any]], gpu: dict[str, Any] | None = None, site: str | None = None
+    plan: list[dict[str, Any]],
+    gpu: dict[str, Any] | None = None,
+    site: str | None = None,
 ) -> Hooks:
     """Serve each planned distribution's real Python with stand-in binaries. An entry is
     a directory the host extracted (``roots``), or (``installed``) a distribution of this

@@ -29,13 +29,13 @@ class _NativeMeta(abc.ABCMeta):
     def __iter__(cls) -> Iterator[Any]:
         return iter(())
 
-    def __getitem__(cls, key: Any) -> Any:
+    def __getitem__(cls, key: object) -> Any:
         return stub(f"{cls.__qualname__}[]")
 
-    def __setitem__(cls, key: Any, value: Any) -> None:
+    def __setitem__(cls, key: object, value: object) -> None:
         pass
 
-    def __contains__(cls, key: Any) -> bool:
+    def __contains__(cls, key: object) -> bool:
         return False
 
 
@@ -43,10 +43,10 @@ class NativeValue(metaclass=_NativeMeta):
     """What a stand-in binary gives back: it can be called, subclassed and passed around,
     and runs nothing."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Any:
         return object.__new__(cls)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 
     def __getattr__(self, name: str) -> Any:
@@ -54,7 +54,7 @@ class NativeValue(metaclass=_NativeMeta):
             raise AttributeError(name)
         return deeper(type(self).__qualname__, name)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], type | types.FunctionType):
             return args[0]  # a decorator (``@register_value_caster(...)``) keeps what it wraps
         return stub(f"{type(self).__qualname__}()")()
@@ -62,13 +62,13 @@ class NativeValue(metaclass=_NativeMeta):
     def __iter__(self) -> Iterator[Any]:
         return iter(())
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: object) -> Any:
         return stub(f"{type(self).__qualname__}[]")()
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: object, value: object) -> None:
         pass
 
-    def __contains__(self, key: Any) -> bool:
+    def __contains__(self, key: object) -> bool:
         return False
 
     def __len__(self) -> int:
@@ -242,7 +242,7 @@ def standin_kernel(torch: Any, schema: str) -> Any:
     of the schema's return types; nothing is computed."""
     returns = [str(r.type) for r in torch._C.parse_schema(schema).returns]
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
+    def kernel(*args: object, **kwargs: object) -> Any:
         values = [standin_value(torch, kind) for kind in returns]
         return None if not values else values[0] if len(values) == 1 else tuple(values)
 
@@ -259,7 +259,7 @@ class TvmFfiModule:
         symbols = NativeIndex.of(path).get("symbols", [])
         self._functions = {s[len(prefix) :] for s in symbols if s.startswith(prefix)}
 
-    def get_function(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def get_function(self, name: str, *args: object, **kwargs: object) -> Any:
         if name not in self._functions:
             raise AttributeError(
                 f"{Path(self._name).name} of {self._owner.label} exports no function {name!r}"
