@@ -15,7 +15,7 @@ does so in a named constructor (``GitError.failed``, ``EngineHTTPError.answered`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -37,7 +37,7 @@ class SparkbuildError(Exception):
         self.message = message
         self.hint = hint
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         """This error's own fields (beyond message and hint), by name."""
         return {name: getattr(self, name) for name in self.FIELDS}
 
@@ -433,7 +433,7 @@ class BadYAMLError(Exception):
         self.line = line
 
 
-def _rewritten(value: object, text: Callable[[str], str]) -> Any:
+def _rewritten(value: object, text: Callable[[str], str]) -> object:
     """A field's value with each string in it (itself, or a list's items) through ``text``."""
     if isinstance(value, str):
         return text(value)

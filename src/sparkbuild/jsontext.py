@@ -27,7 +27,7 @@ from pydantic import BaseModel
 JSON = "json"  # a dataclass field's metadata key: the field's name in the JSON, or None: left out
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
@@ -43,7 +43,7 @@ def loads(text: str | bytes, *, nonfinite: bool = False) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-def finite(value: object) -> Any:
+def finite(value: object) -> object:
     """``value`` with every non-finite float replaced by None (JSON ``null``)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -59,7 +59,7 @@ def dumps(value: Any, **options: Any) -> str:
     return json.dumps(finite(value), allow_nan=False, **options)
 
 
-def plain(value: object) -> Any:
+def plain(value: object) -> object:
     """``value`` as JSON-ready data: a dataclass as the mapping of its fields in order (see
     :data:`JSON`), a pydantic model as it dumps itself, sequences as lists, mappings as
     dicts, paths as strings; anything else as it is."""
@@ -81,7 +81,7 @@ def plain(value: object) -> Any:
 class Fields:
     """For a frozen dataclass whose JSON is its fields: ``to_json()`` from :func:`plain`."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = plain(self)
         assert isinstance(data, dict), f"{type(self).__name__} is not a dataclass"
         return data

@@ -82,7 +82,7 @@ class _Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The plain mapping: exactly the keys that were read or set, nothing defaulted."""
         return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
 

@@ -79,7 +79,7 @@ class _Watchdog:
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds
         self.fired = False
-        self._connections: list[Any] = []
+        self._connections: list[object] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="http-deadline", daemon=True)
 
@@ -162,7 +162,7 @@ class _WatchedAdapter(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = _POOLS
 
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: object) -> Any:
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: object) -> object:
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         manager.pool_classes_by_scheme = _POOLS
         return manager
@@ -370,7 +370,7 @@ def _late(method: str, url: str, seconds: float) -> DeadlineExceeded:
     return DeadlineExceeded(f"no complete answer to {method} {url} within {seconds:g} s")
 
 
-def _without_credentials(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _without_credentials(kwargs: dict[str, Any]) -> dict[str, object]:
     headers = {k: v for k, v in (kwargs.get("headers") or {}).items() if k != "Authorization"}
     return {**kwargs, "headers": headers, "auth": None}
 

@@ -33,7 +33,6 @@ import tomllib
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement
@@ -364,7 +363,7 @@ class RequirementReport:
     def ok(self) -> bool:
         return not any(not c.overridden for c in self.conflicts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "requirements": [r.req for r in self.build.active_requirements()],
             "release_pins_from": self.source,

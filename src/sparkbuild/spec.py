@@ -73,7 +73,7 @@ class PRFields(BaseModel):
     number: int = Field(gt=0, strict=True)  # `true` is not PR #1, nor "103" PR #103
     when: str | None = None
 
-    def digest_payload(self) -> list[Any]:
+    def digest_payload(self) -> list[object]:
         """What :meth:`Build.spec_digest` covers of a PR (every locked digest depends on it)."""
         return [self.number, self.when]
 
@@ -255,9 +255,9 @@ class Step:
     def id(self) -> str:
         return f"{self.step}:{self.file}"
 
-    def to_data(self) -> dict[str, Any]:
+    def to_data(self) -> dict[str, object]:
         """What the spec says, for the spec digest (unset expectations left out)."""
-        data: dict[str, Any] = {"step": self.step, "file": self.file, "when": self.when}
+        data: dict[str, object] = {"step": self.step, "file": self.file, "when": self.when}
         for key in ("mode", "flags_var", "remove_targets", "remove_includes"):
             value = getattr(self, key)
             if value is not None:
@@ -298,7 +298,7 @@ class Build:
     smoke_profiles: tuple[str, ...]
     spec_file: Path
     description: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
     requirements: tuple[Requirement, ...] = ()
     steps: tuple[Step, ...] = ()
 

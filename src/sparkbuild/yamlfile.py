@@ -55,7 +55,7 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 def _check_duplicate_keys(node: yaml.Node) -> None:
     if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
+        seen: dict[object, int] = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             line = key_node.start_mark.line + 1
@@ -92,7 +92,7 @@ def _plain_for_libyaml(text: str) -> bool:
     return True
 
 
-def _parse_with_libyaml(text: str) -> tuple[Any, yaml.Node | None] | None:
+def _parse_with_libyaml(text: str) -> tuple[object, yaml.Node | None] | None:
     """The document through libyaml, or None when the pure-Python loader must decide (no
     libyaml, an alias, deep nesting, or any error: its messages and lines are the ones we show)."""
     if not yaml.__with_libyaml__:
@@ -126,7 +126,7 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def parse_yaml(raw: bytes) -> tuple[Any, yaml.Node | None]:
+def parse_yaml(raw: bytes) -> tuple[object, yaml.Node | None]:
     """Data and node tree of a YAML document: UTF-8 only, no aliases, no duplicate keys."""
     try:
         text = raw.decode("utf-8")
@@ -137,7 +137,7 @@ def parse_yaml(raw: bytes) -> tuple[Any, yaml.Node | None]:
         return _parse(text)
 
 
-def _parse(text: str) -> tuple[Any, yaml.Node | None]:
+def _parse(text: str) -> tuple[object, yaml.Node | None]:
     parsed = _parse_with_libyaml(text)
     if parsed is not None:
         return parsed
@@ -158,7 +158,7 @@ def _parse(text: str) -> tuple[Any, yaml.Node | None]:
     return data, node
 
 
-def read_yaml(path: Path) -> tuple[Any, dict[Location, int]]:
+def read_yaml(path: Path) -> tuple[object, dict[Location, int]]:
     """Parsed data and the line of every key and list item."""
     try:
         raw = fileio.read_bytes(path)  # a FIFO, a device or a huge file is refused, not read
@@ -198,7 +198,7 @@ def _field_name(loc: Location) -> str:
     return "".join(parts) or "(top level)"
 
 
-def _unwrap_optional(annotation: object) -> Any:
+def _unwrap_optional(annotation: object) -> object:
     args = [arg for arg in get_args(annotation) if arg is not type(None)]
     if get_origin(annotation) in (Union, UnionType) and len(args) == 1:
         return args[0]
@@ -207,7 +207,7 @@ def _unwrap_optional(annotation: object) -> Any:
 
 def _known_fields(model: type[BaseModel], loc: Location) -> list[str]:
     """Field names allowed at ``loc`` (the parent of an unknown key), for did-you-mean."""
-    annotation: Any = model
+    annotation: object = model
     for part in loc:
         annotation = _unwrap_optional(annotation)
         if get_origin(annotation) in (list, dict):

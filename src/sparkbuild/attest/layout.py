@@ -133,7 +133,7 @@ def subject_of(manifest: Manifest) -> Descriptor:
 
 def simple_signing_payload(reference: str, digest: str, creator: str, timestamp: int) -> bytes:
     """What the image signature signs: the repository and the manifest digest."""
-    payload: dict[str, Any] = {
+    payload: dict[str, object] = {
         "critical": {
             "identity": {"docker-reference": reference},
             "image": {"docker-manifest-digest": digest},
@@ -160,7 +160,7 @@ class _Critical(BaseModel):
 
 class SigningPayload(BaseModel):
     critical: _Critical
-    optional: dict[str, Any] | None = None
+    optional: dict[str, object] | None = None
 
 
 def cosign_config(diff_ids: list[str]) -> bytes:

@@ -79,11 +79,11 @@ class _VerifyImages(_Model):
     required: bool = True
 
 
-def _pods() -> dict[str, Any]:
+def _pods() -> dict[str, object]:
     return {"any": [{"resources": {"kinds": ["Pod"]}}]}
 
 
-def kyverno_policy(public: PublicKey, images: list[str], name: str) -> dict[str, Any]:
+def kyverno_policy(public: PublicKey, images: list[str], name: str) -> dict[str, object]:
     """The ClusterPolicy as a mapping (what :func:`render` dumps)."""
     attestors = [_AttestorSet(entries=[_Attestor(keys=_Keys(public_keys=public.pem().decode()))])]
     verdicts = _Attestation(

@@ -208,5 +208,5 @@ def build_sbom(
             "nothing was signed",
             "this is a sparkbuild bug; report it with the image's distribution list",
         )
-    document: dict[str, Any] = json.loads(text)
+    document: dict[str, object] = json.loads(text)
     return Sbom(document, len(contents.packages) + len(contents.distributions))

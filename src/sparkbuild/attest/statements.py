@@ -81,7 +81,7 @@ def _invocation() -> str:
     return ""
 
 
-def _dependency(name: str, uri: str, digest: dict[str, str], **notes: str | None) -> Any:
+def _dependency(name: str, uri: str, digest: dict[str, str], **notes: str | None) -> object:
     annotations = {key: value for key, value in notes.items() if value}
     return ResourceDescriptor(name=name, uri=uri, digest=digest, annotations=annotations).pb
 
@@ -177,16 +177,16 @@ def provenance(build: str, spec_file: str, entry: lockfile.BuildEntry) -> dict[s
         metadata=metadata,
     )
     message = provenance_pb2.Provenance(build_definition=definition, run_details=run)
-    predicate: dict[str, Any] = json_format.MessageToDict(message)
+    predicate: dict[str, object] = json_format.MessageToDict(message)
     return predicate
 
 
 # --- verdicts --------------------------------------------------------------------------------
 
 
-def _smoke(records: dict[str, lockfile.SmokeRecord], image_id: str) -> dict[str, Any]:
+def _smoke(records: dict[str, lockfile.SmokeRecord], image_id: str) -> dict[str, object]:
     """Only verified runs of this very image (as publish's gate counts them)."""
-    kept: dict[str, Any] = {}
+    kept: dict[str, object] = {}
     for profile, record in records.items():
         if record.verified is not True or record.image_id != image_id:
             continue
@@ -196,7 +196,7 @@ def _smoke(records: dict[str, lockfile.SmokeRecord], image_id: str) -> dict[str,
     return kept
 
 
-def _preflight(runs: dict[str, lockfile.PreflightRun], image_id: str) -> dict[str, Any]:
+def _preflight(runs: dict[str, lockfile.PreflightRun], image_id: str) -> dict[str, object]:
     """Only runs inside this very image (the only preflight publish counts)."""
     return {
         key: run.to_json()
@@ -205,7 +205,7 @@ def _preflight(runs: dict[str, lockfile.PreflightRun], image_id: str) -> dict[st
     }
 
 
-def _bench(records: dict[str, lockfile.BenchRecord]) -> dict[str, Any]:
+def _bench(records: dict[str, lockfile.BenchRecord]) -> dict[str, object]:
     return {
         profile: {
             "label": record.label,

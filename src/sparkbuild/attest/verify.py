@@ -34,7 +34,7 @@ class Finding:
     detail: str
     error: str | None = None  # the named error's class, when it failed
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "error": self.error}
 
 
@@ -44,7 +44,7 @@ class Verification:
     digest: str
     key: str  # the key's fingerprint
     findings: list[Finding] = field(default_factory=list)
-    predicates: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> predicate
+    predicates: dict[str, dict[str, object]] = field(default_factory=dict)  # kind -> predicate
     build: str | None = None
 
     @property
@@ -54,7 +54,7 @@ class Verification:
     def failed(self, error: SparkbuildError, name: str) -> None:
         self.findings.append(Finding(name, False, error.message, type(error).__name__))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "reference": self.reference,
             "digest": self.digest,
@@ -162,7 +162,7 @@ def _statement(
     digest: str,
     referrer: discover.Referrer,
     public: PublicKey,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     where = f"{client.registry.host}/{repository}@{referrer.digest}"
     layers = [x for x in referrer.manifest.layers if x.media_type == layout.DSSE_ENVELOPE]
     if len(layers) != 1:

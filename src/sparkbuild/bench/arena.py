@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -116,7 +115,7 @@ class NamedSweep(_Strict):
             schedule=[Scheduled(depth=d, concurrency=c) for d, c in self.schedule],
         )
 
-    def benchmark_args(self) -> dict[str, Any]:
+    def benchmark_args(self) -> dict[str, object]:
         """The profile's args as sparkrun records them in ``metadata.benchmark.args``."""
         return self.args.model_dump()
 
@@ -222,7 +221,7 @@ def recipe_claims(
         "hardware": hardware,
         "note": f"Spark Arena recipe {imported.source.file} (sha256 {imported.source.sha256[:16]})",
     }
-    claim: dict[str, Any] = {"setup": imported.name, "cell": dict(cell)}
+    claim: dict[str, object] = {"setup": imported.name, "cell": dict(cell)}
     claim.update({metric: list(v) if isinstance(v, tuple) else v for metric, v in figures.items()})
     data = {
         "source": source,
@@ -286,13 +285,13 @@ def _container(report: BenchReport) -> tuple[str | None, bool]:
     return report.target.value, False
 
 
-def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> dict[str, Any]:
+def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> dict[str, object]:
     """The recipe as the run used it (engine, model, flags and env of the report), written
     as sparkrun wants one (engines/recipe_writer); the imported recipe's provenance in
     ``metadata``."""
     engine = report.engine.name if report.engine.name in ADAPTERS else profile.engine
     layout = _layout(profile)
-    origin: dict[str, Any] = {"profile": name, "target": report.target.kind}
+    origin: dict[str, object] = {"profile": name, "target": report.target.kind}
     if profile.recipe is not None:
         origin["imported_from"] = {
             "file": profile.recipe.file,
@@ -314,7 +313,7 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> d
     return recipe_document(spec)
 
 
-def _timing(report: BenchReport) -> dict[str, Any]:
+def _timing(report: BenchReport) -> dict[str, object]:
     """Start, end and duration of the sweep (the boot left out), from the report."""
     try:
         end = datetime.strptime(report.created, "%Y-%m-%dT%H:%M:%S%z")
@@ -340,10 +339,10 @@ def _hosts(report: BenchReport) -> list[str]:
     return [report.host.hostname]
 
 
-def _cluster(report: BenchReport, layout: Mapping[str, int]) -> dict[str, Any]:
+def _cluster(report: BenchReport, layout: Mapping[str, int]) -> dict[str, object]:
     hosts = _hosts(report)
     run_digest = hashlib.sha256(f"{report.label}|{report.created}".encode()).hexdigest()
-    cluster: dict[str, Any] = {
+    cluster: dict[str, object] = {
         "cluster_id": f"sparkbuild-{run_digest[:12]}",
         "node_count": len(hosts),
         "hosts": pseudonyms(hosts),
@@ -355,7 +354,7 @@ def _cluster(report: BenchReport, layout: Mapping[str, int]) -> dict[str, Any]:
 
 def submission_metadata(
     report: BenchReport, name: str, profile: SmokeProfile, recipe: Mapping[str, object]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The keys sparkrun 0.4.2's ``generate_metadata`` writes, filled with what this run
     knows; ``recipe`` is the submission's recipe (``effective_recipe``)."""
     engine = report.engine.name
@@ -363,11 +362,11 @@ def submission_metadata(
     layout = _layout(profile)
     imported = profile.recipe
     effective = redact(effective_yaml(recipe, container))
-    runtime_info: dict[str, Any] = {engine: report.engine.version or "unknown"}
+    runtime_info: dict[str, object] = {engine: report.engine.version or "unknown"}
     if report.target.image_id:
         runtime_info["image_id"] = report.target.image_id
     sweep = report.sweep
-    args: dict[str, Any] = {
+    args: dict[str, object] = {
         "depth": sweep.depth,
         "pp": sweep.pp,
         "tg": sweep.tg,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -47,7 +47,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _as_strings(value: object) -> Any:
+def _as_strings(value: object) -> object:
     # YAML turns `- 4` into an int; flags are strings on a command line.
     if isinstance(value, list):
         return [
@@ -76,7 +76,7 @@ class Setup(_Strict):
 
     @field_validator("flags", mode="before")
     @classmethod
-    def _flags(cls, value: object) -> Any:
+    def _flags(cls, value: object) -> object:
         return _as_strings(value)
 
 
@@ -139,7 +139,7 @@ class ClaimsFile(_Strict):
 
     @field_validator("date", mode="before")
     @classmethod
-    def _date(cls, value: object) -> Any:
+    def _date(cls, value: object) -> object:
         text = str(value)  # YAML reads 2026-03-01 as a date and 2026 as an int
         if not _DATE.match(text):
             raise ValueError("date must be YYYY, YYYY-MM or YYYY-MM-DD")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -45,7 +45,7 @@ class ClaimRow:
     reason: str | None = None
     run_cells: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         cell = self.claim.claim.cell
         return {
             "id": self.claim.id,
@@ -79,7 +79,7 @@ class ClaimsComparison:
     differences: dict[str, list[Difference]]  # setup name -> how the run differs from it
     other_claims: int  # claims about other models or profiles, left out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         r = self.report
         return {
             "run": {

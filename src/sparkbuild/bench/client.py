@@ -127,7 +127,7 @@ class _Chunks:
     what: str
     first: float | None = None
     last: float | None = None
-    usage: Mapping[str, Any] = field(default_factory=dict)
+    usage: Mapping[str, object] = field(default_factory=dict)
     finish: str | None = None
     first_tokens: int = 1
     times: list[float] = field(default_factory=list)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sparkbuild import console
 from sparkbuild.bench import report as bench_report
@@ -53,7 +52,7 @@ class Comparison:
 
     subject: str | None = None
     warnings: tuple[str, ...] = ()
-    rows: tuple[dict[str, Any], ...] = ()
+    rows: tuple[dict[str, object], ...] = ()
 
 
 def run_compare(options: CompareOptions) -> Comparison:

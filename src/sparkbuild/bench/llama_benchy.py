@@ -223,7 +223,7 @@ def rows(report: BenchReport) -> list[dict[str, Any]]:
     ``(mean, std)`` pair or None."""
     multi = max(report.sweep.concurrency, default=1) > 1
     model = report.engine.served_model or report.engine.model
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for cell in report.cells:
         depth = f" @ d{cell.depth}" if cell.depth > 0 else ""
         conc = f" (c{cell.concurrency})" if multi else ""
@@ -318,7 +318,7 @@ def to_markdown(report: BenchReport) -> str:
 # --- its JSON and CSV, from a sparkbuild report ------------------------------------------
 
 
-def _metric(values: Sequence[float | None], scale: float = 1.0) -> dict[str, Any] | None:
+def _metric(values: Sequence[float | None], scale: float = 1.0) -> dict[str, object] | None:
     """llama-benchy's ``{mean, std, values}`` (numpy's std: ddof 0), or None with no value."""
     present = [round(v * scale, 6) for v in values if v is not None]
     if not present:
@@ -327,7 +327,9 @@ def _metric(values: Sequence[float | None], scale: float = 1.0) -> dict[str, Any
     return {"mean": round(mean, 6), "std": round(std, 6), "values": present}
 
 
-def _benchmark_run(cell: CellResult, runs: Sequence[RunFigures], context: bool) -> dict[str, Any]:
+def _benchmark_run(
+    cell: CellResult, runs: Sequence[RunFigures], context: bool
+) -> dict[str, object]:
     """One llama-benchy ``BenchmarkRun``: its totals are the batch's when concurrency > 1,
     the request's otherwise (``results.py``, ``add``). sparkbuild's runs stand where
     llama-benchy's batches do, so per-request values are each run's mean over its requests;
@@ -358,7 +360,7 @@ def _benchmark_run(cell: CellResult, runs: Sequence[RunFigures], context: bool) 
 def to_json(report: BenchReport) -> dict[str, Any]:
     """The report as llama-benchy 0.4's ``--format json`` (its ``BenchmarkReport``): each
     cell in run order, its context load first when the sweep's prefix caching sent one."""
-    benchmarks: list[dict[str, Any]] = []
+    benchmarks: list[dict[str, object]] = []
     for cell in report.cells:
         if cell.context_runs:
             benchmarks.append(_benchmark_run(cell, cell.context_runs, context=True))
@@ -417,7 +419,7 @@ def json_to_csv(data: Mapping[str, Any]) -> str:
             )
             rows.append(("tg", *tg_metrics))
         for kind, *metrics in rows:
-            line: dict[str, Any] = {
+            line: dict[str, object] = {
                 "model": data["model"],
                 "test_name": _test_name(run, kind, suffix),
             }

@@ -382,9 +382,9 @@ def near_zero(value: float | None, digits: int | None = None) -> bool:
 NEAR_ZERO_TEXT = "n/a (baseline ~0)"
 
 
-def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
+def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, object]]:
     """Cells present in both, each with A, B and Δ% per column (medians)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     firsts: tuple[dict[CellKey, CellResult], dict[CellKey, CellResult]] = ({}, {})
     for report, first in zip((a, b), firsts, strict=True):  # one look-up per cell: linear
         for cell in report.cells:
@@ -393,7 +393,7 @@ def compare_rows(a: BenchReport, b: BenchReport) -> list[dict[str, Any]]:
         left, right = firsts[0][key], firsts[1].get(key)
         if right is None:
             continue
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "pp": key.pp,
             "tg": key.tg,
             "depth": key.depth,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -281,7 +281,7 @@ class BenchReport(_Model):
     pending_cells: list[str] = []
     cells: list[CellResult] = Field(default_factory=list)
     # Before the boot on a DGX Spark: the memory fit and the page cache (engines/boot_prep).
-    before_boot: dict[str, Any] | None = None
+    before_boot: dict[str, object] | None = None
     resumed_from: Resumed | None = None  # bench --resume: the earlier run it continued
 
     def cell(self, key: CellKey) -> CellResult | None:

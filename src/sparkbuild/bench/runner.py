@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -92,11 +91,11 @@ class BenchPlan:
     model: str
     args: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    request: Mapping[str, Any] = field(default_factory=dict)  # extra request fields
+    request: Mapping[str, object] = field(default_factory=dict)  # extra request fields
     boot_timeout_s: float = 900.0
     request_timeout_s: float = STREAM_TIMEOUT_S
     topology: Parallel | None = None  # the profile's parallel layout; None: unknown
-    before_boot: Mapping[str, Any] | None = None  # the memory fit and page cache (boot_prep)
+    before_boot: Mapping[str, object] | None = None  # the memory fit and page cache (boot_prep)
     # bench --resume: the cells already measured (carried, not run), where they came from,
     # and the check of the engine's version once it answers.
     done: tuple[CellResult, ...] = ()
@@ -163,7 +162,7 @@ class Sweeper:
         prefix = f"{self.adapter.name}:"
         return counters, snapshot_timing(self.session, self.target.base_url, prefix)
 
-    def _body(self, engine: ServedEngine, prompt: BenchPrompt, tokens: int) -> dict[str, Any]:
+    def _body(self, engine: ServedEngine, prompt: BenchPrompt, tokens: int) -> dict[str, object]:
         return {
             "model": engine.served_model,
             "prompt": prompt.text,

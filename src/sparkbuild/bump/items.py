@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from packaging.version import Version
 
@@ -101,7 +101,7 @@ class BumpPlan:
             counted[decision.action] = counted.get(decision.action, 0) + 1
         return counted
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "engine": self.engine,
             "from": self.from_build.name,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import io
 from pathlib import Path
-from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -47,7 +46,7 @@ def flow_map(**items: object) -> CommentedMap:
     return entry
 
 
-def quoted(value: object) -> Any:
+def quoted(value: object) -> object:
     """Strings double-quoted, as the shipped specs write `when` ranges."""
     return DoubleQuotedScalarString(value) if isinstance(value, str) else value
 

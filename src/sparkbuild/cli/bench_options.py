@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import click
 
@@ -315,7 +315,7 @@ def claims_options(*, claims_json: bool = False) -> options.Decorator:
     ``claims: Claims``."""
     group = (*CLAIMS, CLAIMS_JSON) if claims_json else CLAIMS
 
-    def decorate(function: Callable[..., object]) -> Callable[..., Any]:
+    def decorate(function: Callable[..., object]) -> Callable[..., object]:
         return options.stack(group, options.grouped("claims", Claims)(function))
 
     return decorate

@@ -48,7 +48,7 @@ class _Group(click.Group):
                 self.commands[command.name or ""] = command
         return self.commands.get(cmd_name)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
             with interrupts.signals_interrupt():
                 return super().invoke(ctx)

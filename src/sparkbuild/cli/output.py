@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from sparkbuild import console
 from sparkbuild.cli.main import render_error
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands tha
     from sparkbuild.spec import Build
 
 
-def failed_json(failures: Sequence[tuple[str, SparkbuildError]]) -> list[dict[str, Any]]:
+def failed_json(failures: Sequence[tuple[str, SparkbuildError]]) -> list[dict[str, object]]:
     """The ``failed`` list of a command's JSON: each build that stopped, why, and what to do."""
     return [{"build": name, "error": exc.message, "hint": exc.hint} for name, exc in failures]
 
@@ -49,7 +49,7 @@ class FailurePrinter:
 
 
 class _Reportable(Protocol):
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> dict[str, object]: ...
 
 
 Result = TypeVar("Result", bound=_Reportable)

@@ -23,7 +23,7 @@ def profile() -> None:
 
 def _overrides(values: tuple[str, ...]) -> dict[str, Any]:
     """``-o KEY=VALUE`` as sparkrun reads them: the value as a YAML scalar (8192 a number)."""
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}
     for value in values:
         key, sep, text = value.partition("=")
         if not sep or not key.isidentifier():
@@ -178,7 +178,7 @@ def _show(notes: Any, profile_path: Path, claims_path: Path | None) -> None:
     console.info(f"next: sparkbuild preflight BUILD --profile {profile_path.stem}")
 
 
-def _published_image(settings: Settings, build: str, repository: str | None) -> tuple[str, Any]:
+def _published_image(settings: Settings, build: str, repository: str | None) -> tuple[str, object]:
     """The reference by digest of ``build``'s image in a registry (what ``publish`` pushed,
     else the digest ``build`` recorded), and the build's lock entry."""
     from sparkbuild.lockfile import LockHandle
@@ -211,7 +211,7 @@ def _published_image(settings: Settings, build: str, repository: str | None) -> 
     )
 
 
-def _origin(build: str | None, entry: Any, profile_name: str) -> dict[str, Any]:
+def _origin(build: str | None, entry: Any, profile_name: str) -> dict[str, object]:
     """Where the recipe's image came from, and the smoke verdict this profile got on it."""
     if build is None or entry is None or entry.image is None:
         return {}

@@ -138,7 +138,7 @@ def patches(settings: Settings, builds: tuple[str, ...], locked: bool, as_json: 
 
 def _with_requirements(
     data: dict[str, Any], checked: dict[str, requirements.RequirementReport | None]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     report = checked.get(str(data.get("build")))
     return {**data, "requirements": report.to_json()} if report else data
 

@@ -21,7 +21,6 @@ import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker.errors
 from packaging.version import Version
@@ -49,7 +48,7 @@ class BootPrep:
     forced: bool
     dropped: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "spark": self.spark,
             "fit": self.fit.to_json() if self.fit else None,

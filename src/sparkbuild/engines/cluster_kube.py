@@ -85,9 +85,9 @@ def _worker_rank(words: list[str]) -> list[str]:
 
 def _container(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str, Any]:
     command, args = _rank_args(adapter, plan, leader)
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(plan.env.items())]
+    env: list[dict[str, object]] = [{"name": k, "value": v} for k, v in sorted(plan.env.items())]
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    container: dict[str, Any] = {
+    container: dict[str, object] = {
         "name": "engine",
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
@@ -115,7 +115,7 @@ def _container(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str,
     return container
 
 
-def _pod_spec(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str, Any]:
+def _pod_spec(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str, object]:
     kube = plan.kube
     spec: dict[str, Any] = {
         "containers": [_container(adapter, plan, leader)],
@@ -151,7 +151,7 @@ def _pod_spec(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str, 
     return spec
 
 
-def _worker_affinity(selectors: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+def _worker_affinity(selectors: Sequence[Mapping[str, str]]) -> dict[str, object]:
     """The workers share a template, so their node selectors become one requirement: the
     node matches any of them (each a term; terms are ORed)."""
     terms = [
@@ -172,7 +172,7 @@ def render_lws(adapter: EngineAdapter, plan: LwsPlan) -> dict[str, Any]:
 
     def template(leader: bool) -> dict[str, Any]:
         role = {"org.sparkbuild.role": "leader" if leader else "worker"}
-        metadata: dict[str, Any] = {"labels": {**labels, **role}}
+        metadata: dict[str, object] = {"labels": {**labels, **role}}
         if plan.kube.annotations:
             metadata["annotations"] = dict(plan.kube.annotations)
         return {"metadata": metadata, "spec": _pod_spec(adapter, plan, leader)}

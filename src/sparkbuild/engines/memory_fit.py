@@ -117,7 +117,7 @@ class Item:
     formula: str
     inside: bool  # inside the static budget (else allocated beside it)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "name": self.name,
             "gib": round(self.gib, 2),
@@ -146,7 +146,7 @@ class Fit:
     def fits(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "model": self.model,
             "fits": self.fits,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -277,7 +277,7 @@ class SmokeProfile(_Strict):
 
     @field_validator("args", mode="before")
     @classmethod
-    def _args_as_strings(cls, value: object) -> Any:
+    def _args_as_strings(cls, value: object) -> object:
         # YAML turns `- 1024` into an int; flags are strings on a command line.
         if isinstance(value, list):
             return [

@@ -13,7 +13,6 @@ import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
@@ -51,7 +50,7 @@ def render_command(
 _CHAIN_KEYS = ("model", "model_revision", "resolved_model_path")
 
 
-def _filled_default(key: str, value: object, values: Mapping[str, object], notes: Notes) -> Any:
+def _filled_default(key: str, value: object, values: Mapping[str, object], notes: Notes) -> object:
     """A default holding ``{placeholders}``, filled: sparkrun 0.4.2 hands it to the engine
     unfilled when the recipe has no command (the engine then refuses it), said in a note."""
     if not isinstance(value, str) or not PLACEHOLDER.search(value):

@@ -55,7 +55,7 @@ class Notes(Protocol):
 # --- include: -------------------------------------------------------------------------------
 
 
-def merge(base: Mapping[str, Any], outer: Mapping[str, Any]) -> dict[str, Any]:
+def merge(base: Mapping[str, Any], outer: Mapping[str, Any]) -> dict[str, object]:
     """``outer`` over ``base`` by RECIPES.md's include rules (neither is changed)."""
     merged = copy.deepcopy(dict(base))
     merged.pop("include", None)
@@ -75,7 +75,7 @@ def merge(base: Mapping[str, Any], outer: Mapping[str, Any]) -> dict[str, Any]:
 
 def _merge_mapping(
     base: Mapping[str, Any], outer: Mapping[str, Any], *, whole: bool
-) -> dict[str, Any]:
+) -> dict[str, object]:
     result = dict(base)
     for key, value in outer.items():
         if value is None:
@@ -113,7 +113,7 @@ def _sibling(path: Path, name: str) -> Path:
     )
 
 
-def read_recipe(path: Path, notes: Notes) -> dict[str, Any]:
+def read_recipe(path: Path, notes: Notes) -> dict[str, object]:
     """The recipe at ``path`` with its include chain merged, as sparkrun loads it."""
     chain: list[Path] = [path.resolve()]
     data = _mapping(path)
@@ -143,13 +143,13 @@ def read_recipe(path: Path, notes: Notes) -> dict[str, Any]:
             "changed",
             "merged over " + " -> ".join(p.name for p in chain[1:]) + " (RECIPES.md rules)",
         )
-    merged: dict[str, Any] = {}
+    merged: dict[str, object] = {}
     for layer in reversed(layers):
         merged = merge(merged, layer)
     return merged
 
 
-def _mapping(path: Path) -> dict[str, Any]:
+def _mapping(path: Path) -> dict[str, object]:
     data, _lines = read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a recipe is a YAML mapping", "see docs/smoke.md")
@@ -159,7 +159,7 @@ def _mapping(path: Path) -> dict[str, Any]:
 # --- version 1 ------------------------------------------------------------------------------
 
 
-def convert_v1(data: dict[str, Any], notes: Notes) -> dict[str, Any]:
+def convert_v1(data: dict[str, Any], notes: Notes) -> dict[str, object]:
     """A version 1 recipe as sparkrun migrates it on load (the node range from ``mode``,
     ``solo_only`` and ``cluster_only``); its braces collapse where they are read."""
     if str(data.get("recipe_version", "2")) != "1":
@@ -205,7 +205,7 @@ def render_escaped(template: str, fill: Callable[[str], str], notes: Notes, wher
     return _unmask(fill(_mask(template)))
 
 
-def collapse_default(value: object) -> Any:
+def collapse_default(value: object) -> object:
     """A ``defaults`` value with v1's doubled braces collapsed (text values only)."""
     if isinstance(value, str) and "{{" in value:
         return value.replace("{{", "{").replace("}}", "}")
@@ -261,7 +261,7 @@ def fill_env_value(
 
 #: What a DGX Spark answers to sparkrun's hardware selectors (RECIPES.md, "Conditional
 #: Overrides"): one GB10 per node.
-SPARK_FACTS: dict[str, Any] = {
+SPARK_FACTS: dict[str, object] = {
     "platform": "dgx-spark",
     "vendor": "nvidia",
     "accelerator": "gb10",
@@ -301,7 +301,7 @@ def matching_overrides(
 ) -> list[Mapping[str, Any]]:
     """The ``overrides:`` entries whose ``when:`` holds for ``facts`` (and ``declared``
     defaults for ``config:``), each said in a note."""
-    matched: list[Mapping[str, Any]] = []
+    matched: list[Mapping[str, object]] = []
     for at, entry in enumerate(overrides or []):
         if not isinstance(entry, Mapping):
             raise UsageError(f"overrides[{at}] is not a mapping")

@@ -43,7 +43,7 @@ class RecipeSpec:
     pp: int = 1
     container: str | None = None
     description: str = ""
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)
     min_nodes: int = 1
 
 
@@ -93,18 +93,18 @@ def _templated(engine: str, args: Sequence[str], defaults: dict[str, Any]) -> li
     return lines
 
 
-def recipe_document(spec: RecipeSpec) -> dict[str, Any]:
+def recipe_document(spec: RecipeSpec) -> dict[str, object]:
     """The recipe as a mapping, in sparkrun's export order."""
     adapter = adapter_type(spec.engine)
     facts = adapter.recipes
-    defaults: dict[str, Any] = {"port": adapter.default_port, "host": "0.0.0.0"}
+    defaults: dict[str, object] = {"port": adapter.default_port, "host": "0.0.0.0"}
     lines = [facts.export_command, "--host {host}", "--port {port}"]
     for key, size in (("tensor_parallel", spec.tp), ("pipeline_parallel", spec.pp)):
         if size > 1:
             defaults[key] = size
             lines.append(f"{facts.rendered_keys[key]} {{{key}}}")
     lines += _templated(spec.engine, spec.args, defaults)
-    document: dict[str, Any] = {
+    document: dict[str, object] = {
         "recipe_version": "2",
         "model": spec.model,
         "runtime": spec.runtime,

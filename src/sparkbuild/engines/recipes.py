@@ -85,35 +85,35 @@ class RecipeFile(BaseModel):
     container: str = ""
     min_nodes: int = Field(default=1, ge=1)
     max_nodes: int | None = Field(default=None, ge=1)
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, object] = {}
     description: str = ""
-    defaults: dict[str, Any] = {}  # scalars, or mappings and lists (structured values)
+    defaults: dict[str, object] = {}  # scalars, or mappings and lists (structured values)
     env: dict[str, Scalar] = {}
     command: str | None = None
     mods: list[str] = []
-    pre_exec: list[Any] = []
-    post_exec: list[Any] = []
-    post_commands: list[Any] = []
+    pre_exec: list[object] = []
+    post_exec: list[object] = []
+    post_commands: list[object] = []
     builder: str = ""
-    builder_config: dict[str, Any] = {}
+    builder_config: dict[str, object] = {}
     build_args: list[str] = []
-    executor_config: dict[str, Any] = {}
-    runtime_config: dict[str, Any] = {}
-    distribution_config: dict[str, Any] | None = None
-    benchmark: dict[str, Any] | None = None
+    executor_config: dict[str, object] = {}
+    runtime_config: dict[str, object] = {}
+    distribution_config: dict[str, object] | None = None
+    benchmark: dict[str, object] | None = None
     # sparkrun 0.4.2's other keys (RECIPES.md): read, and said what becomes of each.
-    overrides: list[Any] = []
-    containers: list[Any] = []
+    overrides: list[object] = []
+    containers: list[object] = []
     min_sparkrun_version: str | None = None
-    runtime_cache: Any = None
+    runtime_cache: object = None
     executor: str | None = None
-    layout: Any = None
-    readiness: Any = None
+    layout: object = None
+    readiness: object = None
     stop_after_post: bool = False
 
     @field_validator("recipe_version", mode="before")
     @classmethod
-    def _version(cls, value: object) -> Any:
+    def _version(cls, value: object) -> object:
         return str(value) if isinstance(value, int | float) else value  # YAML reads 2 as an int
 
 
@@ -156,7 +156,7 @@ class ImportedRecipe:
             data["parallel"] = self.parallel
         return dump_yaml(data, comment=comment)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "name": self.name,
             "recipe": self.source.model_dump(mode="json"),
@@ -273,7 +273,7 @@ def _env(
     notes: _Notes,
 ) -> dict[str, str]:
     """The recipe's env (and its matched overrides'), templates filled (recipe_source)."""
-    merged: dict[str, Any] = dict(recipe.env)
+    merged: dict[str, object] = dict(recipe.env)
     for layer in layers:
         merged.update(layer.get("env") or {})
     env: dict[str, str] = {}
@@ -346,7 +346,7 @@ def _not_carried(recipe: RecipeFile, notes: _Notes) -> None:
 
 
 def _container(recipe: RecipeFile, notes: _Notes) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
+    settings: dict[str, object] = {}
     for key, value in recipe.executor_config.items():
         if key in ("gpus", "ipc", "shm_size") and isinstance(value, str):
             settings[key] = value
@@ -398,7 +398,7 @@ def _facts(
     runtime: str,
     declared: Mapping[str, object],
     overrides: Mapping[str, object] | None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """What sparkrun's ``when:`` selectors read, for this recipe on DGX Sparks."""
     values = {**declared, **(overrides or {})}
     tp = _size(values, "tensor_parallel")
@@ -469,7 +469,7 @@ def import_recipe(
     layers = matching_overrides(
         recipe.overrides, _facts(engine, runtime, declared, overrides), declared, notes
     )
-    values: dict[str, Any] = dict(declared)
+    values: dict[str, object] = dict(declared)
     for layer in layers:
         values.update(layer.get("defaults") or {})
     values.update(overrides or {})
@@ -521,7 +521,7 @@ def import_recipe(
         not_carried=[n.item for n in notes.items if n.status == "dropped"],
     )
     description = recipe.description or str(recipe.metadata.get("description") or "")
-    profile: dict[str, Any] = {
+    profile: dict[str, object] = {
         "engine": engine,
         "model": model or serve.model,
         "description": f"{description or recipe.model} (Spark Arena recipe {path.stem})",

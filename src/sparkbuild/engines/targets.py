@@ -380,7 +380,7 @@ class ContainerTarget(Target):
         return self.image
 
     def _run_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "entrypoint": self.entrypoint,
             "command": self.args,
             "detach": True,

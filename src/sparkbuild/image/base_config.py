@@ -48,7 +48,7 @@ def _platform_manifest(index: dict[str, Any], platform: str, what: str) -> str:
     raise BaseImageError(f"{what} has no {platform} manifest")
 
 
-def image_config(base: BaseImage, platform: str) -> dict[str, Any]:
+def image_config(base: BaseImage, platform: str) -> dict[str, object]:
     """The ``config`` section (User, Env, ...) of ``base`` for ``platform``."""
     host, repository = split_reference(base.reference)
     stored = creds.from_docker_config(host) or creds.Credentials("nowhere (anonymous)")

@@ -67,9 +67,9 @@ class ImageResult:
     base_image: str
     base_digest: str
     mode: str
-    cuda_code: dict[str, Any] | None = None  # source mode: what the built wheels carry
+    cuda_code: dict[str, object] | None = None  # source mode: what the built wheels carry
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "build": self.build,
             "image_id": self.image_id,
@@ -99,7 +99,7 @@ class _Plan:
     tags: tuple[str, ...]
     build_args: dict[str, str]
     epoch: int
-    digest_parts: dict[str, Any] = field(default_factory=dict)
+    digest_parts: dict[str, object] = field(default_factory=dict)
     # Extra wheels (images.lock `requirements`) and their files: one more layer when set.
     wheels: list[lockfile.LockedWheel] = field(default_factory=list)
     wheel_files: list[Path] = field(default_factory=list)
@@ -292,7 +292,7 @@ def _lock_section(
     return section
 
 
-def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> dict[str, Any] | None:
+def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> dict[str, object] | None:
     """Source mode: the built wheels' cubins match TORCH_CUDA_ARCH_LIST, or the image goes."""
     if plan.prepared.build.image.mode != "source":
         return None

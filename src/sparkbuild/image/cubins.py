@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import docker.errors
 
@@ -51,7 +51,7 @@ class CudaCode:
     def _members(self) -> list[dict[str, list[str]]]:
         return [code for members in self.wheels.values() for code in members.values()]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "wheels_dir": self.wheels_dir,
             "expected": list(self.expected),

@@ -27,7 +27,6 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from filelock import FileLock
 from packaging.markers import default_environment
@@ -101,7 +100,7 @@ class KernelStandin:
     requires: tuple[str, ...]
     real: bool = False  # a CPU dependency imported for real, not a stand-in
 
-    def to_probe(self) -> dict[str, Any]:
+    def to_probe(self) -> dict[str, object]:
         return {
             "dist": self.dist,
             "version": self.version,
@@ -123,10 +122,10 @@ class KernelStandins:
     def import_names(self) -> set[str]:
         return {m for p in self.packages for m in p.modules if not p.real}
 
-    def to_probe(self) -> list[dict[str, Any]]:
+    def to_probe(self) -> list[dict[str, object]]:
         return [p.to_probe() for p in self.packages]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "packages": [
                 f"{p.dist}=={p.version} ({p.wheel}{', real' if p.real else ''})"
@@ -268,7 +267,7 @@ class StandinCache:
         shutil.rmtree(work, ignore_errors=True)
         modules, requires = _unpack(wheel, work, real=real)
         trust.seal_modes(work)
-        ready: dict[str, Any] = {"dist": dist, "version": version, "real": real}
+        ready: dict[str, object] = {"dist": dist, "version": version, "real": real}
         ready |= {"modules": modules, "requires": requires, "wheel": index.to_json()}
         ready["files"] = trust.file_hashes(work)
         trust.write_manifest(work / _READY, ready)

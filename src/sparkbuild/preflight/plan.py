@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 from packaging.version import Version
@@ -53,7 +52,7 @@ UNAVAILABLE_MODULES = {
 # 12.1, 48 SMs, ~119 GiB of unified memory shared with the CPU, CUDA 13). An engine that
 # imports its kernel packages and picks its backends only on a CUDA platform then takes the
 # Spark's import paths on the CPU.
-SPARK_GPU: dict[str, Any] = {
+SPARK_GPU: dict[str, object] = {
     "name": "NVIDIA GB10",
     "capability": [12, 1],
     "sms": 48,
@@ -65,13 +64,13 @@ SPARK_GPU: dict[str, Any] = {
 
 
 @cache
-def known_models() -> dict[str, dict[str, Any]]:
+def known_models() -> dict[str, dict[str, object]]:
     text = resources.files("sparkbuild").joinpath(MODELS_FILE).read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
     return {str(k): dict(v) for k, v in data.items()}
 
 
-def model_entry(model: str) -> dict[str, Any] | None:
+def model_entry(model: str) -> dict[str, object] | None:
     """How to stand in for ``model``: a local directory as is, else the known architecture."""
     local = Path(model).expanduser()
     if (local / "config.json").is_file():
@@ -88,7 +87,7 @@ class ProfilePlan:
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
 
-    def to_probe(self) -> dict[str, Any]:
+    def to_probe(self) -> dict[str, object]:
         draft = adapter_type(self.engine).draft_model(self.args)
         target = model_entry(self.model)
         return {

@@ -20,7 +20,7 @@ def check_from_probe(name: str, data: object) -> CheckResult:
     return CheckResult(name, data["status"], detail, items=tuple(data.get("items", [])))
 
 
-def _check_json(check: CheckResult) -> dict[str, Any]:
+def _check_json(check: CheckResult) -> dict[str, object]:
     return {"status": check.status, "detail": check.detail, "items": list(check.items)}
 
 
@@ -83,7 +83,7 @@ class PreflightReport:
         """Why the verdict is not ``pass``: every failure, then every skip."""
         return [*self.failures(), *self.skips()]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "build": self.build,
             "engine": self.engine,

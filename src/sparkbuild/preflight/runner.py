@@ -71,7 +71,7 @@ def write_probe(directory: Path) -> Path:
     return probe
 
 
-def parse_output(stdout: str, stderr: str, where: str) -> dict[str, Any]:
+def parse_output(stdout: str, stderr: str, where: str) -> dict[str, object]:
     _, sep, tail = stdout.rpartition(MARKER + "\n")
     if not sep:
         raise ProbeError(

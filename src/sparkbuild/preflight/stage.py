@@ -97,7 +97,7 @@ def _package_checks(
 
 def _baseline(
     settings: Settings, prepared: PreparedSource, chosen: ChosenTargets, plan: Mapping[str, object]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The unpatched release's imports/registry results, cached: the same release commit,
     dependencies and plan always give the same answer, so warm runs skip it."""
     assert chosen.base is not None
@@ -119,7 +119,7 @@ def _baseline(
     return data
 
 
-def _cached_baseline(path: Path) -> dict[str, Any] | None:
+def _cached_baseline(path: Path) -> dict[str, object] | None:
     """A cached baseline read as a verdict input: a regular file of the user's, written by
     no one else (never a symlink), holding a JSON object; else None, the file removed."""
     why = trust.path_problem(path)
@@ -207,7 +207,7 @@ def _deps_json(
     venv: LocalVenv | None, kernels: KernelStandins | None, data: Mapping[str, object]
 ) -> dict[str, Any]:
     """The venv's dependencies, the kernel stand-ins, and what the probe stood in for."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if venv is not None:
         out = {**venv.deps.to_json(), "unavailable": list(venv.unavailable)}
         out["venv"] = str(venv.path)

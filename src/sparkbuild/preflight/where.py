@@ -188,7 +188,7 @@ def unavailable_modules(
     }
 
 
-def image_standins() -> list[dict[str, Any]]:
+def image_standins() -> list[dict[str, object]]:
     """In a built image the kernel packages are installed: the probe stands in for their
     binaries where they are."""
     names = [n for n in CUDA_ONLY if n not in ("torch", "torchvision", *REAL_ON_CPU)]

@@ -53,7 +53,7 @@ class PublishResult:
     aliases: dict[str, str | None] = field(default_factory=dict)  # alias -> digest it left
     signed: lockfile.SignedRecord | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "build": self.build,
             "repository": self.repository,

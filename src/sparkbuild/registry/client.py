@@ -56,7 +56,7 @@ class _TransientError(Exception):
         self.detail = detail
 
 
-def _json_object(body: bytes) -> dict[str, Any] | None:
+def _json_object(body: bytes) -> dict[str, object] | None:
     """``body`` as a JSON object, or None for anything else (garbage, a list, NaN)."""
     try:
         data = jsontext.loads(body)

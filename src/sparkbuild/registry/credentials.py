@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import docker.auth
 import docker.errors
@@ -56,7 +55,7 @@ class Credentials:
 def from_docker_config(registry_host: str) -> Credentials | None:
     try:
         config = docker.auth.load_config()
-        entry: dict[str, Any] | None = config.resolve_authconfig(registry_host)
+        entry: dict[str, object] | None = config.resolve_authconfig(registry_host)
     except docker.errors.DockerException as exc:
         # The helper's own message can quote what it was given; keep only the helper's name.
         raise CredentialStoreError(

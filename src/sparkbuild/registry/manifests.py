@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from sparkbuild.registry.address import Manifest
 from sparkbuild.registry.client import RegistryClient
@@ -27,7 +26,7 @@ INDEX_TYPES = frozenset(
 _REFERENCE_TYPE = "vnd.docker.reference.type"
 
 
-def _body(manifest: Manifest) -> dict[str, Any]:
+def _body(manifest: Manifest) -> dict[str, object]:
     try:
         data = json.loads(manifest.body)
     except ValueError:
@@ -35,7 +34,7 @@ def _body(manifest: Manifest) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _list(value: object) -> list[Any]:
+def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
@@ -43,7 +42,7 @@ def is_index(manifest: Manifest) -> bool:
     return manifest.media_type in INDEX_TYPES or "manifests" in _body(manifest)
 
 
-def _object(descriptor: Mapping[str, object], key: str) -> dict[str, Any]:
+def _object(descriptor: Mapping[str, object], key: str) -> dict[str, object]:
     """``descriptor[key]`` if it is a JSON object, else empty (an index is registry data)."""
     value = descriptor.get(key)
     return value if isinstance(value, dict) else {}

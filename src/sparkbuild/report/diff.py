@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from packaging.version import InvalidVersion, Version
 
@@ -28,8 +28,8 @@ class Field:
     """One value on both sides."""
 
     name: str
-    a: Any
-    b: Any
+    a: object
+    b: object
 
     @property
     def changed(self) -> bool:

@@ -9,8 +9,6 @@ Security Policy that allows no script at all, as a second wall.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jinja2
 from markupsafe import Markup
 
@@ -29,7 +27,7 @@ class _Finalize:
     def __init__(self) -> None:
         self._shown: dict[str, str] = {}
 
-    def __call__(self, value: object) -> Any:
+    def __call__(self, value: object) -> object:
         if isinstance(value, Markup):  # a macro's output, already escaped piece by piece
             return value
         if value is None:

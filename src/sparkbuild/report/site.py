@@ -67,7 +67,7 @@ class ReportResult:
         first = next((p for p in self.pages if p.kind in ("index", "diff")), None)
         return self.out / first.path if first else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "generator": GENERATOR,
             "out": str(self.out),
@@ -169,7 +169,7 @@ class _Writer:
 
 def _common(
     lock_path: Path, now: datetime, runs_read: int = 0, index: bool = True
-) -> dict[str, Any]:
+) -> dict[str, object]:
     return {
         "has_index": index,
         "lock_name": lock_path.name,

@@ -120,7 +120,7 @@ class ClusterRun:
         """Every node ran ``pin``, read from its own container."""
         return bool(pin) and bool(self.nodes) and all(n.ran_image_id == pin for n in self.nodes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "name": self.name,
             "topology": self.topology.model_dump(exclude={"launcher"}),
@@ -133,7 +133,7 @@ class ClusterRun:
         }
 
 
-def _check_json(check: CheckResult) -> dict[str, Any]:
+def _check_json(check: CheckResult) -> dict[str, object]:
     return {
         "name": check.name,
         "status": check.status,

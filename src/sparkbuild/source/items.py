@@ -7,7 +7,7 @@ import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from sparkbuild import git
 from sparkbuild.checks import ItemStatus
@@ -42,8 +42,8 @@ class ItemResult:
     # a conflict's: the scratch commit it failed on (earlier conflicts left out); not serialised
     before_commit: str | None = field(default=None, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {
             "kind": self.kind,
             "id": self.id,
             "status": self.status,
@@ -99,7 +99,7 @@ class PreparedSource:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(dest, filter="tar")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "build": self.build.name,
             "engine": self.build.engine,

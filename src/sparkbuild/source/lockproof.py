@@ -162,7 +162,7 @@ def _shown(data: object, path: str) -> str:
     return repr(data)[:80]
 
 
-def spec_fields(build: Build) -> dict[str, Any]:
+def spec_fields(build: Build) -> dict[str, object]:
     """What the spec alone says a lock entry records (the PRs' and patches' own fields)."""
     return {
         "engine": build.engine,
@@ -177,7 +177,7 @@ def spec_fields(build: Build) -> dict[str, Any]:
     }
 
 
-def _spec_part(recorded: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
+def _spec_part(recorded: dict[str, Any], keys: dict[str, Any]) -> dict[str, object]:
     """The part of a recorded entry that :func:`spec_fields` covers."""
     part = {key: recorded[key] for key in keys if key in recorded and key not in ("prs", "patches")}
     for items in ("prs", "patches"):

@@ -77,7 +77,7 @@ def module_name(package: str, rel: str) -> str:
     return ".".join([package, *parts])
 
 
-def describe_error(exc: BaseException, unavailable: dict[str, str]) -> dict[str, Any]:
+def describe_error(exc: BaseException, unavailable: dict[str, str]) -> dict[str, object]:
     """What failed, with the missing module or name and the package we left out, if any."""
     info: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
     if isinstance(exc, ModuleNotFoundError) and exc.name:
@@ -110,7 +110,7 @@ def describe_error(exc: BaseException, unavailable: dict[str, str]) -> dict[str,
     return info
 
 
-def try_import(name: str, unavailable: dict[str, str]) -> dict[str, Any] | None:
+def try_import(name: str, unavailable: dict[str, str]) -> dict[str, object] | None:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             importlib.import_module(name)
@@ -376,7 +376,7 @@ class Engine:
             server_args.ServerArgs.add_cli_args(parser)
             return parser.parse_args(argv)
 
-        def capture(cls: object, namespace: argparse.Namespace) -> Any:
+        def capture(cls: object, namespace: argparse.Namespace) -> object:
             raise _ParsedError(namespace)
 
         cls = server_args.ServerArgs
@@ -394,7 +394,7 @@ class Engine:
             logging.disable(logging.WARNING)  # prepare_server_args reconfigures logging
         raise RuntimeError("prepare_server_args returned without building ServerArgs")
 
-    def server_config(self, namespace: argparse.Namespace) -> Any:
+    def server_config(self, namespace: argparse.Namespace) -> object:
         """The server's config from parsed flags, as the engine builds it at launch."""
         if self.server_args_kind:
             return self.module("srt.server_args").ServerArgs.from_cli_args(namespace)
@@ -644,7 +644,7 @@ def model_import_cause(
     return None
 
 
-def server_args_from(engine: Engine, argv: list[str]) -> Any:
+def server_args_from(engine: Engine, argv: list[str]) -> object:
     namespace, error = parse_flags(engine, argv)
     if namespace is None:
         raise ValueError(f"flags rejected: {error}")
@@ -681,7 +681,7 @@ def reserved_tokens(root: Path, engine: Engine, server_args: object) -> int:
     return int(_inline_reserved_tokens(path, engine, server_args))
 
 
-def resolved_spec(engine: Engine, server_args: object) -> Any:
+def resolved_spec(engine: Engine, server_args: object) -> object:
     """The speculative settings as the boot path reads them: from 0.5.18 the runtime
     context's resolved ``spec`` namespace (published by the tokenizer), else ServerArgs."""
     if importlib.util.find_spec(f"{engine.package}.srt.runtime_context") is None:
@@ -714,7 +714,7 @@ def _inline_reserved_tokens(path: Path, engine: Engine, server_args: object) -> 
         ):
             body = ast.Module(body=[node], type_ignores=[])
             holder = type("Holder", (), {})()
-            namespace: dict[str, Any] = {"self": holder, "server_args": server_args}
+            namespace: dict[str, object] = {"self": holder, "server_args": server_args}
             exec(
                 compile(ast.fix_missing_locations(body), str(path), "exec"),
                 {**module_globals(f"{engine.package}.srt.managers.tokenizer_manager"), **namespace},
@@ -723,7 +723,7 @@ def _inline_reserved_tokens(path: Path, engine: Engine, server_args: object) -> 
     raise LookupError(f"{path}: no num_reserved_tokens computation found")
 
 
-def module_globals(name: str) -> dict[str, Any]:
+def module_globals(name: str) -> dict[str, object]:
     """A module's globals for running one of its statements; when the module itself needs a
     CUDA-only package, the statement runs with builtins only (it reads ``server_args``)."""
     try:
@@ -754,7 +754,7 @@ def check_config(
 ) -> Check:
     unavailable = plan.get("unavailable_modules", {})
     workdir = Path(plan["workdir"]) / profile["name"]
-    steps: list[dict[str, Any]] = []
+    steps: list[dict[str, object]] = []
     target = profile.get("target")
     if not target:
         return result("skip", f"no known architecture for model {profile.get('model')!r}")
@@ -885,7 +885,7 @@ def install_standins(plan: Mapping[str, object]) -> None:
     )
 
 
-def native_loads() -> list[dict[str, Any]]:
+def native_loads() -> list[dict[str, object]]:
     if _STATE["standins"] is None:
         return []
     seen = {json.dumps(item, sort_keys=True) for item in _STATE["standins"].loaded}

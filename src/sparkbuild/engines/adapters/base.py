@@ -219,7 +219,7 @@ def whole_number(value: object, name: str, maximum: int = MAX_TOKENS) -> int:
     return int(value)
 
 
-def first_model(payload: object) -> Mapping[str, Any]:
+def first_model(payload: object) -> Mapping[str, object]:
     """The first entry of an OpenAI ``/v1/models`` answer, or ValueError saying what is off."""
     if not isinstance(payload, Mapping):
         raise ValueError(f"the answer is a JSON {type(payload).__name__}, not an object")

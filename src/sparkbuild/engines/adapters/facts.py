@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -66,7 +66,7 @@ class ProbeFacts:
     model_inspector: str | None = None  # module:name of the registry a failed inspection names
     signals_source: str = ""  # where the adapter declares its signals (named in a failure)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "parser": self.parser,
             "prog": self.prog,

@@ -67,7 +67,7 @@ def _one_of(names: Callable[[], list[str]]) -> BeforeValidator:
     """A field's check that its value is one of ``names()`` (read at each validation, so an
     engine registered later counts), refused as a literal of them would be."""
 
-    def check(value: object) -> Any:
+    def check(value: object) -> object:
         known = names()
         if not isinstance(value, str) or value not in known:
             expected = {"expected": _quoted(known)}

@@ -489,7 +489,7 @@ class SglangAdapter(EngineAdapter):
         values = [v for v in found if v is not None and math.isfinite(v)]
         return sum(values) / len(values) if values else None
 
-    def fetch_server_info(self, session: net.Session, base_url: str) -> Mapping[str, Any] | None:
+    def fetch_server_info(self, session: net.Session, base_url: str) -> Mapping[str, object] | None:
         for path in ("/server_info", "/get_server_info"):
             try:
                 response = session.get(base_url + path, timeout=10)

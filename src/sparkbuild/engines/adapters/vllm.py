@@ -315,7 +315,7 @@ class VllmAdapter(EngineAdapter):
         return NAN_SWITCH
 
     @classmethod
-    def _speculative_config(cls, args: Sequence[str]) -> dict[str, Any]:
+    def _speculative_config(cls, args: Sequence[str]) -> dict[str, object]:
         for flag, value in pairwise(args):
             if flag == "--speculative-config":
                 try:
@@ -376,7 +376,7 @@ class VllmAdapter(EngineAdapter):
         *,
         ranked: int = 0,
     ) -> Generation:
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "model": self.served_model(session, base_url),
             "prompt": prompt,
             "max_tokens": max_tokens,

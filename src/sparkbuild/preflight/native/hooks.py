@@ -95,8 +95,8 @@ class Hooks:
 
     def __init__(self, standins: list[Standin]) -> None:
         self.standins = standins
-        self.loaded: list[dict[str, Any]] = []
-        self.libraries: list[Any] = []  # torch.library.Library objects must stay alive
+        self.loaded: list[dict[str, object]] = []
+        self.libraries: list[object] = []  # torch.library.Library objects must stay alive
         self.defined: set[str] = set()
 
     def owner(self, path: str | Path) -> Standin | None:
@@ -235,7 +235,7 @@ class PlatformStandin:
     def __init__(self, gpu: dict[str, Any]) -> None:
         self.gpu = gpu
 
-    def properties(self) -> Any:
+    def properties(self) -> object:
         gpu = self.gpu
         return types.SimpleNamespace(
             name=gpu["name"],
@@ -258,7 +258,7 @@ class PlatformStandin:
         cuda, gpu = torch.cuda, self.gpu
         capability = tuple(gpu["capability"])
         memory = int(gpu["memory_bytes"])
-        answers: dict[str, Any] = {
+        answers: dict[str, object] = {
             "is_available": lambda: True,
             "device_count": lambda: int(gpu.get("count", 1)),
             "current_device": lambda: 0,

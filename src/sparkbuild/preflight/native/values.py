@@ -21,15 +21,15 @@ class _NativeMeta(abc.ABCMeta):
     """Stand-in classes: attribute lookups give further stand-ins, iteration is empty. An
     ABCMeta, so a class may derive from a stand-in and an abstract base at once."""
 
-    def __getattr__(cls, name: str) -> Any:
+    def __getattr__(cls, name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return deeper(cls.__qualname__, name)
 
-    def __iter__(cls) -> Iterator[Any]:
+    def __iter__(cls) -> Iterator[object]:
         return iter(())
 
-    def __getitem__(cls, key: object) -> Any:
+    def __getitem__(cls, key: object) -> object:
         return stub(f"{cls.__qualname__}[]")
 
     def __setitem__(cls, key: object, value: object) -> None:
@@ -49,20 +49,20 @@ class NativeValue(metaclass=_NativeMeta):
     def __init__(self, *args: object, **kwargs: object) -> None:
         pass
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return deeper(type(self).__qualname__, name)
 
-    def __call__(self, *args: object, **kwargs: object) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         if len(args) == 1 and not kwargs and isinstance(args[0], type | types.FunctionType):
             return args[0]  # a decorator (``@register_value_caster(...)``) keeps what it wraps
         return stub(f"{type(self).__qualname__}()")()
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         return iter(())
 
-    def __getitem__(self, key: object) -> Any:
+    def __getitem__(self, key: object) -> object:
         return stub(f"{type(self).__qualname__}[]")()
 
     def __setitem__(self, key: object, value: object) -> None:
@@ -74,7 +74,7 @@ class NativeValue(metaclass=_NativeMeta):
     def __len__(self) -> int:
         return 0
 
-    def __enter__(self) -> Any:  # bindings' contexts (MLIR's InsertionPoint, Context)
+    def __enter__(self) -> object:  # bindings' contexts (MLIR's InsertionPoint, Context)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -96,7 +96,7 @@ class NativeValue(metaclass=_NativeMeta):
 _MAX_DEPTH = 8  # deeper attribute chains end: a loop walking `.parent` must stop
 
 
-def deeper(qualname: str, name: str) -> Any:
+def deeper(qualname: str, name: str) -> object:
     """An attribute of a stand-in value; ``None`` past the depth limit, which ends loops
     such as ``while info is not None: info = info.parent_type_info``."""
     if qualname.count(".") >= _MAX_DEPTH:
@@ -176,7 +176,7 @@ class NativeModule(types.ModuleType):
         taken = set(importer) | set(dir(builtins)) | set(keyword.kwlist)
         return sorted(self._sparkbuild_public() - taken)
 
-    def _sparkbuild_reexport(self, name: str) -> Any:
+    def _sparkbuild_reexport(self, name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return getattr(self, name)
@@ -188,7 +188,7 @@ class NativeModule(types.ModuleType):
         # "io_data_type"): a name read from the binary may be the tail of a longer string.
         return not self._sparkbuild_exact and any(n.endswith(name) for n in self._sparkbuild_names)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         if name in self._sparkbuild_values:
@@ -211,12 +211,12 @@ class NativeLibrary:
         self._owner = owner
         self._symbols = set(NativeIndex.of(path).get("symbols", []))
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return self[name]
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         if name not in self._symbols:
             raise AttributeError(
                 f"{Path(self._name).name} of {self._owner.label}: undefined symbol: {name}"
@@ -226,7 +226,7 @@ class NativeLibrary:
         return value
 
 
-def standin_value(torch: Any, kind: str) -> Any:
+def standin_value(torch: Any, kind: str) -> object:
     """What a stand-in op returns for one return type of its schema: no kernel ran."""
     if kind.endswith("?") or kind.startswith("Optional"):
         return None
@@ -237,12 +237,12 @@ def standin_value(torch: Any, kind: str) -> Any:
     return {"int": 0, "float": 0.0, "bool": False, "str": "", "SymInt": 0}.get(kind)
 
 
-def standin_kernel(torch: Any, schema: str) -> Any:
+def standin_kernel(torch: Any, schema: str) -> object:
     """An implementation for a stand-in op: import-time calls (a version query) get values
     of the schema's return types; nothing is computed."""
     returns = [str(r.type) for r in torch._C.parse_schema(schema).returns]
 
-    def kernel(*args: object, **kwargs: object) -> Any:
+    def kernel(*args: object, **kwargs: object) -> object:
         values = [standin_value(torch, kind) for kind in returns]
         return None if not values else values[0] if len(values) == 1 else tuple(values)
 
@@ -259,19 +259,19 @@ class TvmFfiModule:
         symbols = NativeIndex.of(path).get("symbols", [])
         self._functions = {s[len(prefix) :] for s in symbols if s.startswith(prefix)}
 
-    def get_function(self, name: str, *args: object, **kwargs: object) -> Any:
+    def get_function(self, name: str, *args: object, **kwargs: object) -> object:
         if name not in self._functions:
             raise AttributeError(
                 f"{Path(self._name).name} of {self._owner.label} exports no function {name!r}"
             )
         return stub(f"{Path(self._name).name}.{name}")()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return self.get_function(name)
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         return self.get_function(name)
 
     def __contains__(self, name: str) -> bool:
