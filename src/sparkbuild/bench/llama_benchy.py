@@ -278,14 +278,7 @@ def to_csv(report: BenchReport) -> str:
         line = {"model": row["model"], "test_name": row["test_name"]}
         for key in ("t_s", "t_s_req", "e2e_ttft", "engine_t_s_req"):
             line[f"{key}_mean"], line[f"{key}_std"] = _split(row.get(key))
-        for key in (
-            "burst_runs",
-            "ttft_p50_ms",
-            "ttft_p99_ms",
-            "itl_p50_ms",
-            "itl_p99_ms",
-            "flags",
-        ):
+        for key in SPARKBUILD_CSV_COLUMNS[2:]:  # the engine's figures are split above
             line[key] = row.get(key, "")
         writer.writerow({k: v for k, v in line.items() if k in writer.fieldnames})
     return buffer.getvalue()
