@@ -12,10 +12,11 @@ import gc
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from sparkbuild import fileio
 from sparkbuild.errors import BadYAMLError, SpecError, UsageError
@@ -226,7 +227,7 @@ def _known_fields(model: type[BaseModel], loc: Location) -> list[str]:
 
 
 def describe_error(
-    error: Any, model: type[BaseModel], path: Path, lines: dict[Location, int]
+    error: ErrorDetails, model: type[BaseModel], path: Path, lines: dict[Location, int]
 ) -> str:
     loc: Location = tuple(error["loc"])
     line = _line_for(loc, lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -13,6 +13,9 @@ from sparkbuild import console, fileio
 from sparkbuild.cli import emit_json, options
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
+
+if TYPE_CHECKING:
+    from sparkbuild.lockfile import BuildEntry
 
 
 @click.group("profile")
@@ -178,7 +181,9 @@ def _show(notes: Any, profile_path: Path, claims_path: Path | None) -> None:
     console.info(f"next: sparkbuild preflight BUILD --profile {profile_path.stem}")
 
 
-def _published_image(settings: Settings, build: str, repository: str | None) -> tuple[str, object]:
+def _published_image(
+    settings: Settings, build: str, repository: str | None
+) -> tuple[str, BuildEntry]:
     """The reference by digest of ``build``'s image in a registry (what ``publish`` pushed,
     else the digest ``build`` recorded), and the build's lock entry."""
     from sparkbuild.lockfile import LockHandle
@@ -211,7 +216,7 @@ def _published_image(settings: Settings, build: str, repository: str | None) -> 
     )
 
 
-def _origin(build: str | None, entry: Any, profile_name: str) -> dict[str, object]:
+def _origin(build: str | None, entry: BuildEntry | None, profile_name: str) -> dict[str, object]:
     """Where the recipe's image came from, and the smoke verdict this profile got on it."""
     if build is None or entry is None or entry.image is None:
         return {}

@@ -32,6 +32,8 @@ from sparkbuild.engines.targets import STAGE_LABEL, Mount, free_port
 from sparkbuild.errors import ClusterImageError, EngineContainerError, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sparkbuild.engines.profiles import Parallel
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -218,7 +220,7 @@ class KubeTarget(MultiNodeTarget):
         adapter: EngineAdapter,
         plan: LwsPlan,
         *,
-        log_path: Any = None,
+        log_path: Path | None = None,
         progress: Callable[[str], None] = lambda _message: None,
     ) -> None:
         self.cluster_name = cluster_name

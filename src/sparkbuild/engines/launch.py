@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparkbuild import console, net
 from sparkbuild.engines.adapters import Counters, EngineAdapter
@@ -31,6 +31,9 @@ from sparkbuild.engines.targets import (
     free_port,
 )
 from sparkbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 def command_argv(
@@ -220,7 +223,7 @@ def make_target(
     )
 
 
-def check_signed(choice: TargetChoice, nodes: list[tuple[str, Any]]) -> None:
+def check_signed(choice: TargetChoice, nodes: list[tuple[str, DockerClient]]) -> None:
     """``--key``: refuse, naming the node, an image the key did not sign (engines.signed)."""
     from sparkbuild.attest.keys import load_public
     from sparkbuild.engines.signed import require_signed

@@ -4,8 +4,9 @@ lock as it was and running the command again completes the job)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import docker.errors
 
@@ -266,7 +267,7 @@ def _sign(  # noqa: PLR0913 - a publication's parts, as publish_build holds them
 def publish_build(
     build: Build,
     settings: Settings,
-    destination_of: Any,
+    destination_of: Callable[[Build, str], Destination],
     credentials: Credentials,
     *,
     force: bool = False,
