@@ -18,16 +18,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NoReturn, TypeAlias
 
 from pydantic import BaseModel
+
+# A JSON document as Python holds it. A result's ``to_json()`` is a :data:`JsonObject`: the
+# printers, the lock and the reports get a shape mypy checks, not ``Any``. Sequence and
+# Mapping (not list and dict) so a result's ``list[str]`` or ``dict[str, int]`` goes in as it is.
+JsonValue: TypeAlias = (
+    "str | int | float | bool | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+)
+JsonObject: TypeAlias = "dict[str, JsonValue]"
 
 JSON = "json"  # a dataclass field's metadata key: the field's name in the JSON, or None: left out
 
 
-def _refuse_constant(name: str) -> object:
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
@@ -81,10 +89,10 @@ def plain(value: object) -> object:
 class Fields:
     """For a frozen dataclass whose JSON is its fields: ``to_json()`` from :func:`plain`."""
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         data = plain(self)
         assert isinstance(data, dict), f"{type(self).__name__} is not a dataclass"
         return data
 
 
-__all__ = ["JSON", "Fields", "dumps", "finite", "loads", "plain"]
+__all__ = ["JSON", "Fields", "JsonObject", "JsonValue", "dumps", "finite", "loads", "plain"]

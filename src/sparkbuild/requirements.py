@@ -42,6 +42,7 @@ from packaging.version import Version
 
 from sparkbuild import git, lockfile
 from sparkbuild.errors import LockError, RequirementError, SpecError
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build, Requirement
@@ -363,7 +364,7 @@ class RequirementReport:
     def ok(self) -> bool:
         return not any(not c.overridden for c in self.conflicts)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "requirements": [r.req for r in self.build.active_requirements()],
             "release_pins_from": self.source,

@@ -24,6 +24,7 @@ from sparkbuild.errors import (
     SignatureError,
     SparkbuildError,
 )
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.registry.client import RegistryClient
 
 
@@ -34,7 +35,7 @@ class Finding:
     detail: str
     error: str | None = None  # the named error's class, when it failed
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "ok": self.ok, "detail": self.detail, "error": self.error}
 
 
@@ -54,7 +55,7 @@ class Verification:
     def failed(self, error: SparkbuildError, name: str) -> None:
         self.findings.append(Finding(name, False, error.message, type(error).__name__))
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "reference": self.reference,
             "digest": self.digest,

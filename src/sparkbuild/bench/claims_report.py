@@ -27,7 +27,7 @@ from sparkbuild.bench.report import number
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, Stat
 from sparkbuild.console import show_table
 from sparkbuild.errors import OutputError, UsageError
-from sparkbuild.jsontext import Fields
+from sparkbuild.jsontext import Fields, JsonObject
 from sparkbuild.redact import write_redacted
 
 Status = Literal["compared", "not comparable", "not reproduced"]
@@ -45,7 +45,7 @@ class ClaimRow:
     reason: str | None = None
     run_cells: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         cell = self.claim.claim.cell
         return {
             "id": self.claim.id,
@@ -79,7 +79,7 @@ class ClaimsComparison:
     differences: dict[str, list[Difference]]  # setup name -> how the run differs from it
     other_claims: int  # claims about other models or profiles, left out
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         r = self.report
         return {
             "run": {

@@ -15,7 +15,7 @@ from typing import Literal
 from packaging.version import Version
 
 from sparkbuild import source
-from sparkbuild.jsontext import Fields
+from sparkbuild.jsontext import Fields, JsonObject
 from sparkbuild.settings import Settings
 from sparkbuild.source.mirror import Mirror
 from sparkbuild.spec import Build
@@ -101,7 +101,7 @@ class BumpPlan:
             counted[decision.action] = counted.get(decision.action, 0) + 1
         return counted
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "engine": self.engine,
             "from": self.from_build.name,

@@ -18,6 +18,7 @@ from sparkbuild.errors import (
     VerdictFailedError,
     VerdictSkippedError,
 )
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.outputs import check_writable, emit_json
 
 if TYPE_CHECKING:  # the spec module (pydantic) loads only with the commands that need it
@@ -49,7 +50,7 @@ class FailurePrinter:
 
 
 class _Reportable(Protocol):
-    def to_json(self) -> dict[str, object]: ...
+    def to_json(self) -> JsonObject: ...
 
 
 Result = TypeVar("Result", bound=_Reportable)

@@ -33,6 +33,7 @@ from sparkbuild.engines.page_cache import DROP_COMMAND, drop_local
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import UsageError
+from sparkbuild.jsontext import JsonObject
 
 DRAFT_MEMORY_PATCH = "draft-memory-before-kv-pool.patch"
 PATCHES_LABEL = "io.sparkbuild.patches"
@@ -48,7 +49,7 @@ class BootPrep:
     forced: bool
     dropped: tuple[str, ...]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "spark": self.spark,
             "fit": self.fit.to_json() if self.fit else None,

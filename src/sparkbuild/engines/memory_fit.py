@@ -56,6 +56,7 @@ from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.adapters.facts import MemoryFacts
 from sparkbuild.engines.profiles import Parallel, SmokeProfile
 from sparkbuild.errors import UsageError
+from sparkbuild.jsontext import JsonObject
 
 GIB = 1 << 30
 SPARK_MEMORY_GIB = 119.0
@@ -117,7 +118,7 @@ class Item:
     formula: str
     inside: bool  # inside the static budget (else allocated beside it)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "gib": round(self.gib, 2),
@@ -146,7 +147,7 @@ class Fit:
     def fits(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "model": self.model,
             "fits": self.fits,

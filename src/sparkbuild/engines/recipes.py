@@ -62,7 +62,7 @@ from sparkbuild.engines.recipe_source import (
 )
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
 from sparkbuild.errors import SpecError, UsageError
-from sparkbuild.jsontext import Fields
+from sparkbuild.jsontext import Fields, JsonObject
 from sparkbuild.redact import strip_userinfo
 from sparkbuild.yamlfile import dump_yaml
 
@@ -156,7 +156,7 @@ class ImportedRecipe:
             data["parallel"] = self.parallel
         return dump_yaml(data, comment=comment)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "recipe": self.source.model_dump(mode="json"),

@@ -40,6 +40,7 @@ from sparkbuild.image import (
     source_args,
     tags,
 )
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.settings import Settings
 from sparkbuild.source import PreparedSource
 from sparkbuild.spec import Build, lapsed_note
@@ -67,9 +68,9 @@ class ImageResult:
     base_image: str
     base_digest: str
     mode: str
-    cuda_code: dict[str, object] | None = None  # source mode: what the built wheels carry
+    cuda_code: JsonObject | None = None  # source mode: what the built wheels carry
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "build": self.build,
             "image_id": self.image_id,
@@ -292,7 +293,7 @@ def _lock_section(
     return section
 
 
-def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> dict[str, object] | None:
+def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> JsonObject | None:
     """Source mode: the built wheels' cubins match TORCH_CUDA_ARCH_LIST, or the image goes."""
     if plan.prepared.build.image.mode != "source":
         return None

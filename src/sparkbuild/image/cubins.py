@@ -21,6 +21,7 @@ import docker.errors
 
 from sparkbuild.errors import BuildInputError, CubinCheckError
 from sparkbuild.image import context
+from sparkbuild.jsontext import JsonObject
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -51,7 +52,7 @@ class CudaCode:
     def _members(self) -> list[dict[str, list[str]]]:
         return [code for members in self.wheels.values() for code in members.values()]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "wheels_dir": self.wheels_dir,
             "expected": list(self.expected),

@@ -18,6 +18,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import PreflightSetupError
+from sparkbuild.jsontext import JsonObject
 
 # torch and torchvision as PyPI builds them (CUDA libraries inside; they run on a CPU). The
 # local CPU torch 2.13.0 cannot be used: SGLang imports torchvision at module level
@@ -90,7 +91,7 @@ class DependencySet:
         text = "\n".join([self.engine, self.version, *TORCH, *self.requirements])
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "engine": self.engine,
             "version": self.version,

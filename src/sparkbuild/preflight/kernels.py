@@ -34,6 +34,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from sparkbuild import console
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.preflight import trust
 from sparkbuild.preflight.deps import CUDA_ONLY, STANDIN_ALSO_INSTALLED
 from sparkbuild.preflight.native import (
@@ -125,7 +126,7 @@ class KernelStandins:
     def to_probe(self) -> list[dict[str, object]]:
         return [p.to_probe() for p in self.packages]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "packages": [
                 f"{p.dist}=={p.version} ({p.wheel}{', real' if p.real else ''})"

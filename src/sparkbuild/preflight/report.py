@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkbuild.checks import CheckResult, Status, combined
+from sparkbuild.jsontext import JsonObject
 
 PACKAGE_CHECKS = ("compile", "imports", "registry", "signals")
 PROFILE_CHECKS = ("flags", "env", "config")
@@ -20,7 +21,7 @@ def check_from_probe(name: str, data: object) -> CheckResult:
     return CheckResult(name, data["status"], detail, items=tuple(data.get("items", [])))
 
 
-def _check_json(check: CheckResult) -> dict[str, object]:
+def _check_json(check: CheckResult) -> JsonObject:
     return {"status": check.status, "detail": check.detail, "items": list(check.items)}
 
 
@@ -83,7 +84,7 @@ class PreflightReport:
         """Why the verdict is not ``pass``: every failure, then every skip."""
         return [*self.failures(), *self.skips()]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "build": self.build,
             "engine": self.engine,

@@ -17,6 +17,7 @@ from sparkbuild.errors import (
     PlatformError,
     PublishError,
 )
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.preflight.gate import preflight_gate
 from sparkbuild.publish import layers
 from sparkbuild.publish.destination import Destination
@@ -54,7 +55,7 @@ class PublishResult:
     aliases: dict[str, str | None] = field(default_factory=dict)  # alias -> digest it left
     signed: lockfile.SignedRecord | None = None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "build": self.build,
             "repository": self.repository,

@@ -26,7 +26,7 @@ import jinja2
 
 from sparkbuild import fileio, lockfile
 from sparkbuild.errors import ReportError
-from sparkbuild.jsontext import Fields
+from sparkbuild.jsontext import Fields, JsonObject
 from sparkbuild.preflight.gate import preflight_verdicts
 from sparkbuild.publish.gate import declared_checks, smoke_verdicts
 from sparkbuild.report import dates, diff, render, runs, sides, view
@@ -67,7 +67,7 @@ class ReportResult:
         first = next((p for p in self.pages if p.kind in ("index", "diff")), None)
         return self.out / first.path if first else None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "generator": GENERATOR,
             "out": str(self.out),

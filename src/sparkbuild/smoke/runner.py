@@ -18,6 +18,7 @@ from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.signatures import Diagnosis, Evidence, diagnose
 from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
 from sparkbuild.errors import EngineHTTPError
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.deep.evidence import RequestEvidence
 from sparkbuild.smoke.deep.plan import DeepPlan
@@ -120,7 +121,7 @@ class ClusterRun:
         """Every node ran ``pin``, read from its own container."""
         return bool(pin) and bool(self.nodes) and all(n.ran_image_id == pin for n in self.nodes)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "topology": self.topology.model_dump(exclude={"launcher"}),

@@ -11,6 +11,7 @@ from typing import Literal
 
 from sparkbuild import git
 from sparkbuild.checks import ItemStatus
+from sparkbuild.jsontext import JsonObject
 from sparkbuild.source.mirror import complete
 from sparkbuild.spec import Build
 
@@ -42,8 +43,8 @@ class ItemResult:
     # a conflict's: the scratch commit it failed on (earlier conflicts left out); not serialised
     before_commit: str | None = field(default=None, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, object]:
-        data: dict[str, object] = {
+    def to_json(self) -> JsonObject:
+        data: JsonObject = {
             "kind": self.kind,
             "id": self.id,
             "status": self.status,
@@ -99,7 +100,7 @@ class PreparedSource:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(dest, filter="tar")
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "build": self.build.name,
             "engine": self.build.engine,

@@ -16,6 +16,8 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from sparkbuild.jsontext import JsonObject
+
 
 @dataclass(frozen=True)
 class Moved:
@@ -66,7 +68,7 @@ class ProbeFacts:
     model_inspector: str | None = None  # module:name of the registry a failed inspection names
     signals_source: str = ""  # where the adapter declares its signals (named in a failure)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {
             "parser": self.parser,
             "prog": self.prog,
