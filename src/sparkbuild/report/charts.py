@@ -202,29 +202,25 @@ def bench_charts(cells: Sequence[CellFigures]) -> list[Chart]:
     def concurrency(c: CellFigures) -> int:
         return c.concurrency
 
+    def by_concurrency(title: str, y_label: str, lines: Sequence[Line], empty: str) -> Chart:
+        """A chart against concurrency, a line per cell shape."""
+        return _chart(
+            title, "concurrency", y_label, cells, concurrency, by_shape, shape_words, lines, empty
+        )
+
     return [
-        _chart(
+        by_concurrency(
             "Decode tok/s per request",
-            "concurrency",
             "tok/s",
-            cells,
-            concurrency,
-            by_shape,
-            shape_words,
             [
                 ("client", False, lambda c: c.decode_request),
                 ("engine", True, lambda c: c.decode_engine),
             ],
             "no decode rate was measured",
         ),
-        _chart(
+        by_concurrency(
             "Decode tok/s in total",
-            "concurrency",
             "tok/s",
-            cells,
-            concurrency,
-            by_shape,
-            shape_words,
             [("client", False, lambda c: c.decode_total)],
             "no total decode rate was measured (every run a burst?)",
         ),
@@ -239,14 +235,9 @@ def bench_charts(cells: Sequence[CellFigures]) -> list[Chart]:
             [("TTFT", False, lambda c: c.ttft_s)],
             "no TTFT was measured",
         ),
-        _chart(
+        by_concurrency(
             "Accept length",
-            "concurrency",
             "tokens per step",
-            cells,
-            concurrency,
-            by_shape,
-            shape_words,
             [("accept length", False, lambda c: c.accept_len)],
             "no drafts were proposed (speculation off): no accept length",
         ),
