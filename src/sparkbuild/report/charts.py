@@ -146,7 +146,7 @@ def _ticks(largest: float) -> tuple[float, list[str]]:
 Line = tuple[str, bool, Callable[[CellFigures], float | None]]  # (name, dashed, figure)
 
 
-def _chart(  # noqa: PLR0913 - one chart: each call is a row of bench_charts' table
+def _chart(  # noqa: PLR0913 - a chart's axes, grouping, lines and empty text, set by bench_charts
     title: str,
     x_label: str,
     y_label: str,
