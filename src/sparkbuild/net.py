@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit
 
@@ -251,7 +251,7 @@ class Session:
         self._session.headers["Accept-Encoding"] = "gzip, deflate"  # what BodyReader decodes
 
     @property
-    def headers(self) -> Any:
+    def headers(self) -> MutableMapping[str, str | bytes]:
         return self._session.headers
 
     def get(self, url: str, **kwargs: Any) -> requests.Response:
