@@ -23,7 +23,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from sparkbuild import validate
 from sparkbuild.checks import ItemStatus, Status, Verdict
-from sparkbuild.jsontext import JsonObject
 from sparkbuild.spec import PRFields
 
 SCHEMA = 1
@@ -83,7 +82,7 @@ class _Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    def to_json(self) -> JsonObject:
+    def to_json(self) -> dict[str, Any]:
         """The plain mapping: exactly the keys that were read or set, nothing defaulted."""
         return self.model_dump(mode="python", by_alias=True, exclude_unset=True)
 

@@ -67,7 +67,7 @@ def _default_log_path(settings: Settings, profile: str) -> Path:
 @options.deep()
 @options.reference_url()
 @click.pass_obj
-def smoke(
+def smoke(  # noqa: PLR0913 - click passes each option as a parameter
     settings: Settings,
     launch: LaunchSettings,
     as_json: bool,

@@ -193,9 +193,13 @@ def serve_prompts(
         progress(f"request {prompt.name}")
         try:
             generation = adapter.generate(
-                session, base_url, prompt.text, profile.expect.max_tokens,
-                profile.request if extra is None else extra, ranked=ranked,
-            )  # fmt: skip
+                session,
+                base_url,
+                prompt.text,
+                profile.expect.max_tokens,
+                profile.request if extra is None else extra,
+                ranked=ranked,
+            )
         except EngineHTTPError as exc:
             served.errors.append(exc)
             if exc.timed_out:  # a hung engine answers none of the rest either
@@ -296,10 +300,14 @@ def run_smoke(
         if deep_run is not None:
             deep_run.before_requests(target.base_url)
         served = serve_prompts(
-            adapter, target.base_url, prompts, profile, progress,
+            adapter,
+            target.base_url,
+            prompts,
+            profile,
+            progress,
             ranked=deep.ranked if deep else 0,
             extra=deep_run.request_extra(profile.request) if deep_run else None,
-        )  # fmt: skip
+        )
         run_to = target.logs.count if target.logs is not None else 0
         answered = _engine_answers(served, target)
         if deep_run is not None and answered:

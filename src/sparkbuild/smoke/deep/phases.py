@@ -218,6 +218,7 @@ def _text_verdict(
 
 # --- long context --------------------------------------------------------------------------
 
+# a word list: one word a line would spread it over 60 lines
 _FILLER_WORDS = (
     "the", "system", "memory", "cache", "node", "kernel", "request", "token", "model",
     "layer", "batch", "queue", "server", "graph", "tensor", "stream", "value", "index",
