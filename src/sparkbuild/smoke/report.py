@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -15,7 +13,7 @@ _STYLE = {"pass": "green", "fail": "red", "skip": "dim"}
 SCREEN_LOG_LINES = 12
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     """A check's measured value in a table cell: numbers and short lists; what is nested
     deeper (a divergence, windows) is in the detail, the JSON and the lock."""
     if value is None:
@@ -30,7 +28,7 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _flat(value: Any) -> bool:
+def _flat(value: object) -> bool:
     """A short list of numbers (per-position rates), shown in full."""
     return (
         isinstance(value, list)

@@ -182,7 +182,7 @@ def serve_prompts(
     progress: Callable[[str], None],
     *,
     ranked: int = 0,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> _Served:
     """The profile's requests, one after another (``ranked``: with that many alternatives
     per token and the token ids; ``extra``: the request fields, the profile's by default)."""

@@ -33,7 +33,7 @@ def chat(
     base_url: str,
     prompt: str,
     max_tokens: int,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> ChatAnswer:
     """One greedy chat answer through ``/v1/chat/completions`` (the model's chat template
     and the server's reasoning parser apply)."""

@@ -429,7 +429,7 @@ class EngineAdapter(ABC):
         base_url: str,
         prompt: str,
         max_tokens: int,
-        extra: Mapping[str, Any] | None = None,
+        extra: Mapping[str, object] | None = None,
         *,
         ranked: int = 0,
     ) -> Generation:
@@ -542,7 +542,7 @@ class EngineAdapter(ABC):
             return Counters({}, False, time.monotonic(), problem, malformed=True)
 
     def post_json(
-        self, session: net.Session, url: str, body: Mapping[str, Any]
+        self, session: net.Session, url: str, body: Mapping[str, object]
     ) -> tuple[dict[str, Any], float]:
         """One JSON POST to the engine: its answer object and the seconds it took;
         EngineHTTPError (named, with the request) on any failure."""

@@ -325,7 +325,7 @@ class SglangAdapter(EngineAdapter):
         base_url: str,
         prompt: str,
         max_tokens: int,
-        extra: Mapping[str, Any] | None = None,
+        extra: Mapping[str, object] | None = None,
         *,
         ranked: int = 0,
     ) -> Generation:
@@ -516,6 +516,6 @@ def _speculation_flag(name: str) -> bool:
     return bare.startswith("speculative-") or bare == "enable-multi-layer-eagle"
 
 
-def _logprob(value: Any) -> float:
+def _logprob(value: object) -> float:
     number = optional_float(value)
     return number if number is not None else math.nan

@@ -372,7 +372,7 @@ class VllmAdapter(EngineAdapter):
         base_url: str,
         prompt: str,
         max_tokens: int,
-        extra: Mapping[str, Any] | None = None,
+        extra: Mapping[str, object] | None = None,
         *,
         ranked: int = 0,
     ) -> Generation:
@@ -498,7 +498,7 @@ def _token_id(token: str) -> int:
     return int(number)
 
 
-def _ranked(alternatives: Any) -> dict[int, float]:
+def _ranked(alternatives: object) -> dict[int, float]:
     if not isinstance(alternatives, Mapping):
         raise ValueError(f"top_logprobs entry is {type(alternatives).__name__}, not an object")
     ranked: dict[int, float] = {}

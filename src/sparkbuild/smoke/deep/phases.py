@@ -53,7 +53,7 @@ class Engine:
     profile: SmokeProfile
 
     def extra(
-        self, own: Mapping[str, Any] | None = None, seed: int | None = None
+        self, own: Mapping[str, object] | None = None, seed: int | None = None
     ) -> dict[str, Any]:
         """The profile's request fields, its deep checks' (for ``own`` given), then the
         phase's own, then the seed."""
@@ -76,7 +76,7 @@ class Engine:
 def burn_in(
     engine: Engine,
     first: Sequence[tuple[Prompt, Generation]],
-    extra: Mapping[str, Any],
+    extra: Mapping[str, object],
     limits: BurnInLimits,
     progress: Progress,
 ) -> PhaseResult:
@@ -132,7 +132,7 @@ def burn_in(
 
 
 def _round(
-    engine: Engine, texts: Sequence[str], extra: Mapping[str, Any], limits: BurnInLimits
+    engine: Engine, texts: Sequence[str], extra: Mapping[str, object], limits: BurnInLimits
 ) -> list[Generation]:
     max_tokens = engine.profile.expect.max_tokens
 

@@ -37,7 +37,7 @@ class DeepRun:
     _requests: ll.Requests | None = None
     _runs: list[Generation] = field(default_factory=list)
 
-    def request_extra(self, extra: Mapping[str, Any]) -> dict[str, Any]:
+    def request_extra(self, extra: Mapping[str, object]) -> dict[str, Any]:
         """The smoke's own requests, with the fixed seed of the checks that replay them."""
         if self.plan.seed is None:
             return dict(extra)
