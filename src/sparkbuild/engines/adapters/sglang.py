@@ -329,7 +329,7 @@ class SglangAdapter(EngineAdapter):
         *,
         ranked: int = 0,
     ) -> Generation:
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "text": prompt,
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **(extra or {})},
             "return_logprob": True,

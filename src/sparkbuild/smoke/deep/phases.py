@@ -266,7 +266,7 @@ def long_context(engine: Engine, limits: LongContextLimits, progress: Progress) 
         return PhaseResult(CheckResult("long-context", "fail", what + exc.message, value=failed))
     evidence = [RequestEvidence.of("long-context", f"depth {tokens}", generation, tokens)]
     problems = _context_problems(generation, limits)
-    value: dict[str, Any] = {
+    value: dict[str, object] = {
         "prompt_tokens": tokens,
         "completion_tokens": generation.completion_tokens,
         "finish_reason": generation.finish_reason,
