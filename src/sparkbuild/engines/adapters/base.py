@@ -543,7 +543,7 @@ class EngineAdapter(ABC):
 
     def post_json(
         self, session: net.Session, url: str, body: Mapping[str, object]
-    ) -> tuple[dict[str, Any], float]:
+    ) -> tuple[dict[str, object], float]:
         """One JSON POST to the engine: its answer object and the seconds it took;
         EngineHTTPError (named, with the request) on any failure."""
         started = time.monotonic()

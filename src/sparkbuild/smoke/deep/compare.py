@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sparkbuild.engines.adapters import Generation
 from sparkbuild.redact import redact
@@ -52,7 +51,7 @@ class Divergence:
             f"{self.context}"
         )
 
-    def numbers(self) -> dict[str, Any]:
+    def numbers(self) -> dict[str, object]:
         return {
             "request": self.request,
             "position": self.position,

@@ -222,7 +222,7 @@ def _value(
     ties: Sequence[Divergence],
     reference: Reference,
     divergence: Divergence | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     return {
         "requests": len(requests.names),
         "identical": identical,

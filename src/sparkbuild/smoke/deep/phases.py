@@ -54,7 +54,7 @@ class Engine:
 
     def extra(
         self, own: Mapping[str, object] | None = None, seed: int | None = None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The profile's request fields, its deep checks' (for ``own`` given), then the
         phase's own, then the seed."""
         deep = self.profile.deep_request if own is not None else {}

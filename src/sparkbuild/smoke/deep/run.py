@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.adapters import EngineAdapter, Generation, PositionCounts
@@ -37,7 +36,7 @@ class DeepRun:
     _requests: ll.Requests | None = None
     _runs: list[Generation] = field(default_factory=list)
 
-    def request_extra(self, extra: Mapping[str, object]) -> dict[str, Any]:
+    def request_extra(self, extra: Mapping[str, object]) -> dict[str, object]:
         """The smoke's own requests, with the fixed seed of the checks that replay them."""
         if self.plan.seed is None:
             return dict(extra)

@@ -81,7 +81,7 @@ class TextJudgement:
         more = f" (+{len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
         return f"{first.detail} at {unit} {first.start} of {self.units}{more}"
 
-    def numbers(self) -> dict[str, Any]:
+    def numbers(self) -> dict[str, object]:
         """What the evidence keeps: the findings' kinds and places, the worst window."""
         return {
             "units": self.units,
@@ -171,7 +171,7 @@ def _loop_finding(
 
 def _windows(
     units: Sequence[Hashable], text: str, limits: TextLimits
-) -> tuple[list[Finding], dict[str, Any]]:
+) -> tuple[list[Finding], dict[str, object]]:
     """Each window's share of 8-grams seen earlier, and of garbage in its share of the text."""
     found: list[Finding] = []
     seen: set[tuple[Hashable, ...]] = set()
