@@ -153,7 +153,7 @@ class ImageSection(_Section):
     image_id: Annotated[ImageId | None, _Written(_IMAGE_DIGEST)] = None
     repo_digest: str | None = None
     tags: list[str] = []
-    cuda_code: dict[str, Any] | None = None  # source mode: what the built cubins target
+    cuda_code: dict[str, object] | None = None  # source mode: what the built cubins target
     # When the build of this image started (the image job, before its source was prepared)
     # and finished (built and checked), UTC; absent in locks older than these fields, and
     # for an image no sparkbuild run was seen building.
@@ -263,7 +263,7 @@ class SmokeRecord(_Section):
     launcher: str | None = None  # the engine's multi-node runtime: mp, ray, native, lws
     nodes: list[NodeRecord] = []
     declared: list[str] = []  # the deep checks the profile declared: publish needs each passed
-    numbers: dict[str, Any] = {}  # each check's measured value (divergence, rates, windows)
+    numbers: dict[str, object] = {}  # each check's measured value (divergence, rates, windows)
     evidence: list[EvidenceRecord] = []
 
     @property

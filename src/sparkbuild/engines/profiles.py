@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -109,7 +109,7 @@ class LongOutputLimits(TextLimits):
         "calculators to today's accelerators, one section per era.",
         min_length=1,
     )
-    request: dict[str, Any] = {}  # sampling for these requests only (over the profile's)
+    request: dict[str, object] = {}  # sampling for these requests only (over the profile's)
 
 
 class AcceptancePerPositionLimits(_Strict):
@@ -142,7 +142,7 @@ class LongContextLimits(TextLimits):
 
     depth: int = Field(default=131072, ge=64, le=1 << 22)
     max_tokens: int = Field(default=64, ge=8, le=4096)
-    request: dict[str, Any] = {}
+    request: dict[str, object] = {}
 
 
 class ChatLimits(TextLimits):
@@ -157,7 +157,7 @@ class ChatLimits(TextLimits):
         ],
         min_length=1,
     )
-    request: dict[str, Any] = {}
+    request: dict[str, object] = {}
 
 
 class Expectations(_Strict):
@@ -266,10 +266,10 @@ class SmokeProfile(_Strict):
     prompts: list[PromptSetName | CustomPrompt] = Field(
         default_factory=_default_prompts, min_length=1
     )
-    request: dict[str, Any] = {}  # extra fields merged into every request's sampling params
+    request: dict[str, object] = {}  # extra fields merged into every request's sampling params
     # Fields of the deep checks' own requests (long-output, long-context, chat) over
     # `request`; each check's `request` goes over these.
-    deep_request: dict[str, Any] = {}
+    deep_request: dict[str, object] = {}
     expect: Expectations = Expectations()
     container: ContainerSettings = ContainerSettings()
     recipe: RecipeSource | None = None  # set by `sparkbuild profile import`

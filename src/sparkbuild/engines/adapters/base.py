@@ -54,7 +54,7 @@ class Generation:
     seconds: float
     spec_verify_ct: int | None = None  # SGLang: verify steps for this request
     spec_accept_length: float | None = None
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    raw: Mapping[str, object] = field(default_factory=dict, repr=False)
     # With ``generate(..., ranked=k)``: the generated token ids, and per position the k most
     # likely token ids with their logprobs (what the lossless and burn-in checks compare).
     token_ids: tuple[int, ...] = ()

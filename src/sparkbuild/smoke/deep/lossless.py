@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -43,7 +42,7 @@ class Requests:
     names: tuple[str, ...]
     prompts: tuple[str, ...]
     max_tokens: int
-    extra: dict[str, Any]
+    extra: dict[str, object]
     ranked: int
 
     def key(self, adapter: EngineAdapter, profile: SmokeProfile, image_id: str) -> str:

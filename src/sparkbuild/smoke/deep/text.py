@@ -68,7 +68,7 @@ class TextJudgement:
 
     units: int
     findings: tuple[Finding, ...] = ()
-    worst_window: dict[str, Any] = field(default_factory=dict)
+    worst_window: dict[str, object] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
