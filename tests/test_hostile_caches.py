@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkbuild import cachetrust
 from sparkbuild.errors import UntrustedCacheError
-from sparkbuild.preflight import trust, venv
+from sparkbuild.preflight import venv
 from sparkbuild.preflight.deps import DependencySet, wheel_requirements
 from sparkbuild.preflight.kernels import StandinCache, merged_site
 from sparkbuild.preflight.where import release_wheel
@@ -119,7 +120,7 @@ def test_a_venv_cache_others_can_write_is_refused(venvs: Path, tmp_path: Path, w
 
 def test_a_new_venv_cache_is_private(tmp_path: Path) -> None:
     root = tmp_path / "new" / "cache" / "preflight-venvs"
-    assert trust.private_dir(root, "the preflight venv cache") == root
+    assert cachetrust.private_dir(root, "the preflight venv cache") == root
     for level in (root, root.parent, root.parent.parent):
         assert level.stat().st_mode & 0o777 == 0o700
 
@@ -170,7 +171,7 @@ def _wrong_hashes(venv_path: Path, marker: Path) -> None:
     data = json.loads(manifest.read_text())
     del data["sha256"]
     data["startup"]["lib/python3.11/site-packages/zz-hostile.pth"] = "0" * 64
-    trust.write_manifest(manifest, data)
+    cachetrust.write_manifest(manifest, data)
 
 
 PLANTS: dict[str, Callable[[Path, Path], None]] = {
@@ -278,7 +279,7 @@ def _standin_manifest(root: Path, tmp: Path) -> None:
     data = json.loads(ready.read_text())
     del data["sha256"]
     data["wheel"]["sha256"] = "0" * 64
-    trust.write_manifest(ready, data)
+    cachetrust.write_manifest(ready, data)
 
 
 STANDIN_PLANTS: dict[str, Callable[[Path, Path], None]] = {
@@ -409,12 +410,12 @@ def test_a_planted_release_wheel_is_never_read(tmp_path: Path, record: str) -> N
     if record == "wrong-sha256":
         planted = {"name": "sglang", "version": "0.5.12", "file": real.name,
                    "url": "https://example.invalid/x.whl", "sha256": "0" * 64}  # fmt: skip
-        trust.write_manifest(folder / "sglang-0.5.12.preflight.json", planted)
+        cachetrust.write_manifest(folder / "sglang-0.5.12.preflight.json", planted)
 
     got = release_wheel(project.settings, build)
 
     assert got == folder / real.name
-    assert trust.sha256_of(got) == trust.sha256_of(real)
+    assert cachetrust.sha256_of(got) == cachetrust.sha256_of(real)
     assert not any("evil" in line for line in wheel_requirements(got))
     again = release_wheel(project.settings, build)  # a warm run: the record, no download
     assert again == got

@@ -61,8 +61,8 @@ def _template_user_handling() -> tuple[str, str]:
 def _seed_release_wheel(cache: Path) -> None:
     """The release wheel `lock` reads pins from, from the test cache (not downloaded again)."""
     wheel = download_wheel(VERSION, shared_test_cache())
-    folder = cache / "release-wheels" / f"sglang-{VERSION}"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = cache / "wheels"  # kept there once the index gives its sha256
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     shutil.copyfile(wheel, folder / wheel.name)
 
 

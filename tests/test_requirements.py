@@ -73,8 +73,8 @@ def wheel_cache(test_cache: Path) -> Path:
 
 def _settings(project: Path, cache: Path, test_cache: Path, version: str) -> Settings:
     """Settings whose cache already holds the release wheel pip would fetch for METADATA."""
-    release = cache / "release-wheels" / f"sglang-{version}"
-    release.mkdir(parents=True, exist_ok=True)
+    release = cache / "wheels"  # kept there once the index gives its sha256
+    release.mkdir(mode=0o700, parents=True, exist_ok=True)
     wheel = download_wheel(version, test_cache)
     if not (release / wheel.name).exists():
         shutil.copyfile(wheel, release / wheel.name)
@@ -299,3 +299,35 @@ def test_a_requirement_mode_is_overlay_or_source(tmp_path: Path) -> None:
     project = _project(tmp_path, {"req": PIN, "mode": "sauce"})
     with pytest.raises(SpecError, match=r"requirements.*mode"):
         load_builds(Settings(project_dir=project, cache_dir=tmp_path / "cache"))
+
+
+def _planted_wheel(path: Path, requires: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        info = "sglang-0.5.12.dist-info"
+        archive.writestr(f"{info}/METADATA", f"Name: sglang\nVersion: 0.5.12\n{requires}\n")
+
+
+@pytest.mark.upstream
+def test_a_planted_release_wheel_is_never_read_for_the_release_pins(
+    tmp_path: Path, test_cache: Path
+) -> None:
+    """Issue 34, What 2: `patches` and `lock` took the release's pins from any wheel in
+    ``release-wheels/sglang-VERSION/``. Now only from the file the package index gives, by
+    its sha256 (as preflight's): a planted file, under any name, is never read."""
+    project = _project(tmp_path, {"req": PIN})
+    cache = tmp_path / "cache"
+    real = download_wheel("0.5.12", test_cache)
+    evil = "Requires-Dist: transformers==6.6.6"
+    _planted_wheel(cache / "release-wheels" / "sglang-0.5.12" / real.name, evil)
+    _planted_wheel(cache / "wheels" / real.name, evil)
+    _planted_wheel(cache / "wheels" / "sglang-0.5.12-0evil-py3-none-any.whl", evil)
+    settings = Settings(project_dir=project, cache_dir=cache)
+    build = load_builds(settings)["b"]
+
+    pins, source = requirements.release_pins(build, settings, pyproject=None)
+
+    assert str(pins["transformers"]) == "transformers==5.6.0"
+    assert source == f"{real.name} METADATA"
+    wheel = cache / "wheels" / real.name
+    assert hashlib.sha256(wheel.read_bytes()).digest() == hashlib.sha256(real.read_bytes()).digest()

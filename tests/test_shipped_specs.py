@@ -55,8 +55,8 @@ def _seed_release_wheels(cache: Path, test_cache: Path) -> None:
     files pip would fetch, taken from the test cache instead of downloaded again."""
     for version in ALL_RELEASES:
         wheel = download_wheel(version, test_cache)
-        folder = cache / "release-wheels" / f"sglang-{version}"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = cache / "wheels"  # kept there once the index gives its sha256
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         shutil.copyfile(wheel, folder / wheel.name)
 
 

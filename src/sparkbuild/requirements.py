@@ -9,9 +9,10 @@ patch) name PEP 508 requirements such as ``transformers==5.8.1``. For each build
   requirement that needs compiling fails here, with a hint to use a source build.
 * **conflicts**: the engine release's own pins come from ``python/pyproject.toml`` in the
   resolved tree (``pyproject.toml`` at the package's parent), else from the release
-  wheel's METADATA. A requirement whose version the release pins differently, or a pinned
-  wheel whose own dependencies the release pins differently, is a conflict naming both;
-  ``override: true`` on the requirement says the replacement is intended.
+  wheel's METADATA (checked against the package index's sha256 before it is read). A
+  requirement whose version the release pins differently, or a pinned wheel whose own
+  dependencies the release pins differently, is a conflict naming both; ``override: true``
+  on the requirement says the replacement is intended.
 * **lock**: ``builds.<name>.requirements`` in images.lock holds name, version, file and
   sha256 per wheel; ``--locked`` installs exactly those, and a cached wheel whose hash
   differs is refused.
@@ -40,7 +41,7 @@ from packaging.requirements import Requirement as PEP508Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from sparkbuild import git, lockfile
+from sparkbuild import cachetrust, git, lockfile, wheelindex
 from sparkbuild.errors import LockError, RequirementError, SpecError
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.settings import Settings
@@ -138,20 +139,20 @@ def _pip_download(args: list[str], dest: Path, what: str) -> Path:
 
 
 def release_wheel(build: Build, settings: Settings) -> Path:
-    """The engine release's own wheel (for its METADATA), cached under the cache dir."""
-    folder = settings.cache_dir / "release-wheels" / f"{build.engine}-{build.version}"
-    found = sorted(folder.glob("*.whl"))
-    if found:
-        return found[0]
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".dl-") as tmp:
-        args = [f"--platform={p}" for p in _RELEASE_PLATFORMS]
-        args += ["--implementation=cp", f"{build.engine}=={build.version}"]
-        wheel = _pip_download(args, Path(tmp), f"{build.engine}=={build.version}")
-        folder.mkdir(exist_ok=True)
-        target = folder / wheel.name
-        os.replace(wheel, target)
-    return target
+    """The engine release's own wheel (for its METADATA): checked against the package
+    index's sha256 before it is read, cached while its bytes still are the index's
+    (``wheelindex``); any other wheel of that name in the cache is never read."""
+    folder = cachetrust.private_dir(settings.cache_dir / "wheels", "the wheel cache")
+    record = folder / f"{build.engine}-{build.version}.release.json"
+    args = [f"--platform={p}" for p in _RELEASE_PLATFORMS] + ["--implementation=cp"]
+    got = wheelindex.release(f"{build.engine}=={build.version}", args, folder, record)
+    if isinstance(got, str):
+        raise RequirementError(
+            f"{build.name}: cannot download the {build.engine} {build.version} wheel for the "
+            f"release's own pins: {got}",
+            "check the network and the version on the package index, then run again",
+        )
+    return got
 
 
 def release_pins(

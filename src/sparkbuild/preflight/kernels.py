@@ -5,9 +5,10 @@ downloaded as the Spark's wheel (linux/aarch64, CPython 3.11) and unpacked into 
 its Python files as they are, and each native binary as a placeholder beside an index of
 what the real file provides (``native.index_binary``: symbols, op schemas, names). The wheel
 itself is not kept: it is checked against the package index's sha256 before it is read
-(``wheels.py``), and each stand-in's manifest holds that sha256 and every file it unpacked,
-by sha256, checked before each use (``trust.py``; docs/preflight.md, "What the caches
-trust"): a stand-in that fails is made again, with a note.
+(``sparkbuild/wheelindex.py``), and each stand-in's manifest holds that sha256 and every
+file it unpacked, by sha256, checked before each use (``sparkbuild/cachetrust.py``;
+docs/preflight.md, "What the caches trust"): a stand-in that fails is made again, with a
+note.
 
 The probe puts these directories on ``sys.path`` and serves the native loads from the
 indexes (``native.install``). Their dependencies that the venv lacks come the same way when
@@ -33,9 +34,8 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from sparkbuild import console
+from sparkbuild import cachetrust, console
 from sparkbuild.jsontext import JsonObject
-from sparkbuild.preflight import trust
 from sparkbuild.preflight.deps import CUDA_ONLY, STANDIN_ALSO_INSTALLED
 from sparkbuild.preflight.native import (
     INDEX_VERSION,
@@ -44,7 +44,7 @@ from sparkbuild.preflight.native import (
     index_binary,
     is_native,
 )
-from sparkbuild.preflight.wheels import IndexFile, download, on_index
+from sparkbuild.wheelindex import IndexFile, download, on_index
 
 # What the Spark runs: the stand-ins are its wheels, whatever this host is.
 PLATFORM_ARGS = (
@@ -215,9 +215,9 @@ class StandinCache:
     def get(self, requirement: str, *, real: bool = False) -> KernelStandin | str:
         """The stand-in (or, ``real``, the real package) for ``requirement``, or why it
         cannot be had."""
-        trust.private_dir(self.root, "the kernel stand-in cache")
+        cachetrust.private_dir(self.root, "the kernel stand-in cache")
         resolved = self._resolved_file(requirement, real)
-        record = trust.read_manifest(resolved)
+        record = cachetrust.read_manifest(resolved)
         if record is not None and record.get("requirement") == requirement:
             found = self._load(str(record.get("wheel")), requirement)
             if found is not None:
@@ -231,8 +231,8 @@ class StandinCache:
                 return got
             wheel, index = got
             made = self._load(wheel.stem, requirement) or self._make(wheel, index, real=real)
-            trust.private_dir(resolved.parent, "the kernel stand-in cache")
-            trust.write_manifest(resolved, {"requirement": requirement, "wheel": wheel.stem})
+            cachetrust.private_dir(resolved.parent, "the kernel stand-in cache")
+            cachetrust.write_manifest(resolved, {"requirement": requirement, "wheel": wheel.stem})
             return made
 
     def _folder(self, stem: str) -> Path:
@@ -244,10 +244,10 @@ class StandinCache:
         folder = self._folder(stem)
         if Path(stem).name != stem or not os.path.lexists(folder):
             return None
-        data = trust.read_manifest(folder / _READY)
+        data = cachetrust.read_manifest(folder / _READY)
         why = _standin_problem(folder, data, stem, requirement)
         if why is not None or data is None:
-            trust.discard(folder, "the kernel stand-in", why or "no manifest")
+            cachetrust.discard(folder, "the kernel stand-in", why or "no manifest")
             return None
         return KernelStandin(
             dist=data["dist"],
@@ -267,11 +267,11 @@ class StandinCache:
         work = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(work, ignore_errors=True)
         modules, requires = _unpack(wheel, work, real=real)
-        trust.seal_modes(work)
+        cachetrust.seal_modes(work)
         ready: dict[str, object] = {"dist": dist, "version": version, "real": real}
         ready |= {"modules": modules, "requires": requires, "wheel": index.to_json()}
-        ready["files"] = trust.file_hashes(work)
-        trust.write_manifest(work / _READY, ready)
+        ready["files"] = cachetrust.file_hashes(work)
+        cachetrust.write_manifest(work / _READY, ready)
         shutil.rmtree(target, ignore_errors=True)
         work.rename(target)
         made = self._load(wheel.stem)
@@ -283,7 +283,7 @@ def _standin_problem(
     folder: Path, data: Mapping[str, object] | None, stem: str, requirement: str | None
 ) -> str | None:
     """Why the stand-in ``folder`` is not the one its manifest says it was made from."""
-    why = trust.chain_problem(folder)
+    why = cachetrust.chain_problem(folder)
     if why is not None:
         return why
     if data is None:
@@ -298,7 +298,7 @@ def _standin_problem(
     files = data.get("files")
     if not isinstance(files, dict):
         return "its manifest lists no files"
-    return trust.files_problem(folder, files, skip=frozenset({_READY}))
+    return cachetrust.files_problem(folder, files, skip=frozenset({_READY}))
 
 
 def _wanted(requirement: Requirement, extras: set[str]) -> bool:
@@ -358,19 +358,19 @@ def merged_site(root: Path, packages: tuple[KernelStandin, ...]) -> Path | None:
         return None
     # By the packages' folders, which carry the index version: links into old ones are stale.
     key = hashlib.sha256("\n".join(str(p.root) for p in packages).encode()).hexdigest()[:24]
-    sites = trust.private_dir(root / "sites", "the kernel stand-in cache")
+    sites = cachetrust.private_dir(root / "sites", "the kernel stand-in cache")
     site = sites / key
     if os.path.lexists(site):
         why = _site_problem(site, packages)
         if why is None:
             return root / "sites" / key
-        trust.discard(site, "the stand-ins' site", why)
+        cachetrust.discard(site, "the stand-ins' site", why)
     work = site.with_name(f"{key}.tmp{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     links: dict[str, str] = {}
     for package in packages:
         for path in package.root.rglob("*"):
-            if path.is_dir() or path.name == _READY or trust.PYCACHE in path.parts:
+            if path.is_dir() or path.name == _READY or cachetrust.PYCACHE in path.parts:
                 continue
             relative = path.relative_to(package.root)
             link = work / relative
@@ -378,8 +378,10 @@ def merged_site(root: Path, packages: tuple[KernelStandin, ...]) -> Path | None:
             link.unlink(missing_ok=True)
             link.symlink_to(path)
             links[str(relative)] = str(path)
-    trust.seal_modes(work)
-    trust.write_manifest(work / _READY, {"wheels": [p.wheel for p in packages], "links": links})
+    cachetrust.seal_modes(work)
+    cachetrust.write_manifest(
+        work / _READY, {"wheels": [p.wheel for p in packages], "links": links}
+    )
     shutil.rmtree(site, ignore_errors=True)
     work.rename(site)
     return root / "sites" / key
@@ -387,7 +389,7 @@ def merged_site(root: Path, packages: tuple[KernelStandin, ...]) -> Path | None:
 
 def _site_problem(site: Path, packages: tuple[KernelStandin, ...]) -> str | None:
     """Why ``site`` is not the links its manifest lists, each into one of ``packages``."""
-    data = trust.read_manifest(site / _READY)
+    data = cachetrust.read_manifest(site / _READY)
     if data is None or data.get("wheels") != [p.wheel for p in packages]:
         return "its manifest is missing, or for other stand-ins"
     links = data.get("links")
@@ -400,7 +402,7 @@ def _site_problem(site: Path, packages: tuple[KernelStandin, ...]) -> str | None
             return False
         return any(Path(target).resolve().is_relative_to(r) for r in roots)
 
-    return trust.files_problem(
+    return cachetrust.files_problem(
         site, links, skip=frozenset({_READY}), same=same, within=root_of(packages)
     )
 

@@ -11,11 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sparkbuild import fileio
+from sparkbuild import cachetrust, fileio
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.signatures import diagnose
-from sparkbuild.preflight import trust
 from sparkbuild.preflight.compare import compare_with_release
 from sparkbuild.preflight.kernels import KernelStandins
 from sparkbuild.preflight.plan import SPARK_GPU, ProfilePlan, load_profile_plan
@@ -108,7 +107,9 @@ def _baseline(
         [prepared.base_commit, chosen.deps_digest, plan, probe_digest()], sort_keys=True
     )
     key = hashlib.sha256(text.encode()).hexdigest()[:32]
-    folder = trust.private_dir(settings.cache_dir / "preflight-baselines", "the baseline cache")
+    folder = cachetrust.private_dir(
+        settings.cache_dir / "preflight-baselines", "the baseline cache"
+    )
     path = folder / f"{key}.json"
     if os.path.lexists(path):
         cached = _cached_baseline(path)
@@ -122,7 +123,7 @@ def _baseline(
 def _cached_baseline(path: Path) -> dict[str, object] | None:
     """A cached baseline read as a verdict input: a regular file of the user's, written by
     no one else (never a symlink), holding a JSON object; else None, the file removed."""
-    why = trust.path_problem(path)
+    why = cachetrust.path_problem(path)
     if why is None and (path.is_symlink() or not path.is_file()):
         why = "is not a regular file"
     if why is None:
@@ -134,7 +135,7 @@ def _cached_baseline(path: Path) -> dict[str, object] | None:
             if isinstance(cached, dict):
                 return cached
             why = "is not a JSON object"
-    trust.discard(path, "the cached baseline", why)
+    cachetrust.discard(path, "the cached baseline", why)
     return None
 
 

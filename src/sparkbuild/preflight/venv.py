@@ -5,15 +5,15 @@ interrupted install is redone, never reused. A requirement that pip cannot insta
 wheel for this CPU, a build failure) is recorded as unavailable: checks that need it report a
 skip naming it, never a pass.
 
-Before a venv's ``bin/python`` runs, the venv proves itself (``trust.py``; docs/preflight.md,
-"What the caches trust"): its directories are the user's and written by no one else, its
-manifest is intact and names what it was made from (the dependency set's digest, the venv
-it is a layer over, the interpreter), ``bin/python`` resolves to that interpreter, and the
-files Python reads before any import (``pyvenv.cfg``, ``.pth`` files, ``sitecustomize``)
-are the ones it was made with. The gigabytes of installed packages are not hashed on each
-run: a warm check costs milliseconds; what is in site-packages is trusted as far as the
-directories are (only the user could have changed it, and the user can run code anyway).
-A venv that fails is made again, with a note.
+Before a venv's ``bin/python`` runs, the venv proves itself (``sparkbuild/cachetrust.py``;
+docs/preflight.md, "What the caches trust"): its directories are the user's and written by
+no one else, its manifest is intact and names what it was made from (the dependency set's
+digest, the venv it is a layer over, the interpreter), ``bin/python`` resolves to that
+interpreter, and the files Python reads before any import (``pyvenv.cfg``, ``.pth`` files,
+``sitecustomize``) are the ones it was made with. The gigabytes of installed packages are
+not hashed on each run: a warm check costs milliseconds; what is in site-packages is
+trusted as far as the directories are (only the user could have changed it, and the user
+can run code anyway). A venv that fails is made again, with a note.
 
 Venvs are layered, as the releases share their files: torch (5 GB) is one base venv for all;
 each release's own dependency set is a venv over it (about 1.3 GB); a build whose
@@ -36,9 +36,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from sparkbuild import console
+from sparkbuild import cachetrust, console
 from sparkbuild.errors import PreflightSetupError
-from sparkbuild.preflight import trust
 from sparkbuild.preflight.deps import TORCH, DependencySet, requirement_name
 
 _MANIFEST = "sparkbuild-preflight.json"
@@ -104,7 +103,7 @@ def ensure_venv(root: Path, deps: DependencySet, release: DependencySet | None =
     """The venv for ``deps`` under ``root``, created on first use (and again when it fails
     its checks): a layer over the venv of ``release`` (the release's own set, which ``deps``
     adds a build's pins to) where the two differ."""
-    trust.private_dir(root, "the preflight venv cache")
+    cachetrust.private_dir(root, "the preflight venv cache")
     over = _layer_over(deps, release)
     base = ensure_venv(root, over) if over is not None else None
     target = venv_dir(root, deps, release)
@@ -130,18 +129,18 @@ def _trusted(target: Path, made_from: Manifest, *, say: bool = False) -> Manifes
     venv is removed, saying why, to be made again)."""
     if not os.path.lexists(target):
         return None
-    manifest = trust.read_manifest(target.resolve() / _MANIFEST)
+    manifest = cachetrust.read_manifest(target.resolve() / _MANIFEST)
     why = _problem(target, manifest, made_from)
     if why is None:
         return manifest
     if say:
-        trust.discard(target, "the preflight venv", why)
+        cachetrust.discard(target, "the preflight venv", why)
     return None
 
 
 def _problem(target: Path, manifest: Manifest | None, made_from: Manifest) -> str | None:
     """Why the venv at ``target`` is not the one its manifest says, or None."""
-    why = trust.chain_problem(target)
+    why = cachetrust.chain_problem(target)
     if why is not None:
         return why
     if manifest is None:
@@ -153,13 +152,13 @@ def _problem(target: Path, manifest: Manifest | None, made_from: Manifest) -> st
     if not site.resolve().is_relative_to(real):
         return f"its site-packages {site} is outside it"
     for directory in (real / "bin", site):
-        why = trust.path_problem(directory)
+        why = cachetrust.path_problem(directory)
         if why is not None:
             return f"{directory.relative_to(real)} {why}"
     interpreter = Path(str(manifest.get("interpreter")))
     if (real / "bin" / "python").resolve() != interpreter:
         return f"bin/python is not the interpreter it was made with ({interpreter})"
-    why = trust.chain_problem(interpreter, own=False)
+    why = cachetrust.chain_problem(interpreter, own=False)
     if why is not None:
         return f"its interpreter {interpreter} {why}"
     try:
@@ -174,24 +173,24 @@ def _problem(target: Path, manifest: Manifest | None, made_from: Manifest) -> st
 def _startup_files(venv: Path, site: Path) -> dict[str, str]:
     """What the interpreter reads before any import of ours, by sha256: ``pyvenv.cfg`` (its
     home: which Python), and site-packages' ``.pth`` files and sitecustomize (run at startup)."""
-    found = {"pyvenv.cfg": trust.sha256_of(venv / "pyvenv.cfg")}
+    found = {"pyvenv.cfg": cachetrust.sha256_of(venv / "pyvenv.cfg")}
     for path in sorted(site.iterdir()):
         if path.suffix == ".pth" or path.name in _STARTUP:
             if path.is_symlink() or not path.is_file():
                 found[str(path.relative_to(venv))] = "not a regular file"
             else:
-                found[str(path.relative_to(venv))] = trust.sha256_of(path)
+                found[str(path.relative_to(venv))] = cachetrust.sha256_of(path)
     return found
 
 
 def _seal(target: Path, python: Path, made_from: Manifest, **more: object) -> None:
     """The manifest, written last: what the venv was made from and what it runs at startup
     (nothing in it writable by others, whatever the umask it was made under)."""
-    trust.seal_modes(target)
+    cachetrust.seal_modes(target)
     site = _site_packages(python)
     body = {"layout": _LAYOUT, "made_from": made_from, "interpreter": str(python.resolve())}
     body |= {"site": str(site.relative_to(target)), "startup": _startup_files(target, site)}
-    trust.write_manifest(target / _MANIFEST, {**body, **more})
+    cachetrust.write_manifest(target / _MANIFEST, {**body, **more})
 
 
 def _pip(python: Path, args: list[str], constraints: Path) -> subprocess.CompletedProcess[str]:

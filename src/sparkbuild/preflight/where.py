@@ -14,11 +14,10 @@ from typing import Any
 from filelock import FileLock
 from packaging.version import InvalidVersion, Version
 
-from sparkbuild import git
+from sparkbuild import cachetrust, git, wheelindex
 from sparkbuild.dockerhost import SETUP_HINT
 from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
-from sparkbuild.preflight import trust, wheels
 from sparkbuild.preflight.deps import (
     CUDA_ONLY,
     STANDIN_ALSO_INSTALLED,
@@ -66,7 +65,7 @@ def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> P
     """The tree's package directory on disk (cached by object id, and checked against the
     mirror's objects before each use: a tree that is not the one named is made again);
     returns its parent."""
-    trees = trust.private_dir(cache / "preflight-trees", "the preflight tree cache")
+    trees = cachetrust.private_dir(cache / "preflight-trees", "the preflight tree cache")
     dest = trees / commit_or_tree
     package_dir = prepared.build.package_dir.strip("/")
     with FileLock(str(dest) + ".lock"):
@@ -74,7 +73,7 @@ def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> P
             why = tree_problem(prepared.mirror, commit_or_tree, package_dir, dest)
             if why is None:
                 return (dest / package_dir).parent
-            trust.discard(dest, "the exported tree", why)
+            cachetrust.discard(dest, "the exported tree", why)
         tmp = dest.with_name(dest.name + ".tmp")
         subprocess.run(["rm", "-rf", str(tmp)], check=True)
         tmp.mkdir(parents=True)
@@ -83,7 +82,7 @@ def export_tree(prepared: PreparedSource, commit_or_tree: str, cache: Path) -> P
             git_dir=prepared.mirror,
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-        trust.seal_modes(tmp)  # git archive's default tar.umask leaves files group-writable
+        cachetrust.seal_modes(tmp)  # git archive's default tar.umask leaves files group-writable
         tmp.rename(dest)
     return (dest / package_dir).parent
 
@@ -93,7 +92,7 @@ def tree_problem(mirror: Path, commit_or_tree: str, package_dir: str, dest: Path
     mirror's objects have it (every file's git object id, computed from its bytes), or None."""
     if dest.is_symlink():
         return "is a symlink, not the tree exported there"
-    why = trust.chain_problem(dest)
+    why = cachetrust.chain_problem(dest)
     if why is not None:
         return why
     listing = git.run(
@@ -108,7 +107,7 @@ def tree_problem(mirror: Path, commit_or_tree: str, package_dir: str, dest: Path
         mode, kind, oid = meta.decode().split()
         if kind == "blob":
             expected[path.decode("utf-8", "surrogateescape")] = f"{mode} {oid}"
-    return trust.files_problem(dest, expected, same=_git_object)
+    return cachetrust.files_problem(dest, expected, same=_git_object)
 
 
 def _git_object(path: str, expected: str) -> bool:
@@ -133,16 +132,13 @@ def _git_object(path: str, expected: str) -> bool:
 
 def release_wheel(settings: Settings, build: Build) -> Path:
     """The engine release's linux/aarch64 CPython 3.11 wheel: downloaded once, checked
-    against the package index's sha256 (preflight/wheels.py), and read only while its bytes
-    still are the index's. Any other wheel of that name in the cache is never read."""
-    folder = trust.private_dir(settings.cache_dir / "wheels", "the wheel cache")
+    against the package index's sha256 (``sparkbuild/wheelindex.py``), and read only while
+    its bytes still are the index's. Any other wheel of that name in the cache is never read."""
+    folder = cachetrust.private_dir(settings.cache_dir / "wheels", "the wheel cache")
     record = folder / f"{build.engine}-{build.version}.preflight.json"
-    found = wheels.cached(folder, record)
-    if found is not None:
-        return folder / found.file
     args = ["--platform", "manylinux_2_34_aarch64", "--python-version", "3.11"]
     args += ["--implementation", "cp", "--abi", "cp311"]
-    got = wheels.fetch(f"{build.engine}=={build.version}", args, folder, record)
+    got = wheelindex.release(f"{build.engine}=={build.version}", args, folder, record)
     if isinstance(got, str):
         raise PreflightSetupError(
             f"{build.name}: cannot download the {build.engine} {build.version} wheel "

@@ -1,10 +1,10 @@
-"""The wheels preflight downloads (a release's, the kernel packages'), checked against the
-sha256 the package index gives for them before a byte of them is read.
+"""The wheels sparkbuild reads (a release's, for its pins; the kernel packages'), checked
+against the sha256 the package index gives for them before a byte of them is read.
 
 pip resolves the requirement without installing anything (``pip install --dry-run
 --report``): the report names the file the index offers and its sha256. pip then downloads
 that file with the hash required, and it is hashed again here. A cached wheel is used only
-through the record of what the index gave (``trust.write_manifest``), and only while its
+through the record of what the index gave (``cachetrust.write_manifest``), and only while its
 bytes still hash to it: any other file of that name in the cache is never read.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbuild.preflight import trust
+from sparkbuild import cachetrust
 
 _PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
@@ -110,7 +110,7 @@ def matches(path: Path, found: IndexFile) -> Path | str:
     """``path`` when it is a regular file whose sha256 is the index's; else why not."""
     if path.is_symlink() or not path.is_file():
         return f"{path.name} is not a regular file"
-    actual = trust.sha256_of(path)
+    actual = cachetrust.sha256_of(path)
     if actual != found.sha256:
         return f"{path.name} has sha256 {actual}, the package index gives {found.sha256}"
     return path
@@ -119,7 +119,7 @@ def matches(path: Path, found: IndexFile) -> Path | str:
 def cached(folder: Path, record: Path) -> IndexFile | None:
     """What the index gave for the wheel ``record`` describes, when that wheel is in
     ``folder`` with those bytes; else None (the record is removed)."""
-    manifest = trust.read_manifest(record)
+    manifest = cachetrust.read_manifest(record)
     found = IndexFile.from_json(manifest) if manifest is not None else None
     if found is not None and isinstance(matches(folder / found.file, found), Path):
         return found
@@ -141,8 +141,18 @@ def fetch(requirement: str, pip_args: Sequence[str], folder: Path, record: Path)
             if isinstance(got, str):
                 return got
             os.replace(got, target)
-    trust.write_manifest(record, found.to_json())
+    cachetrust.write_manifest(record, found.to_json())
     return target
 
 
-__all__ = ["IndexFile", "cached", "download", "fetch", "matches", "on_index"]
+def release(requirement: str, pip_args: Sequence[str], folder: Path, record: Path) -> Path | str:
+    """``requirement``'s wheel in ``folder`` as the index gives it: the cached file while its
+    bytes still hash to what ``record`` says the index gave, else fetched and checked (any
+    other file of that name in ``folder`` is never read); or why not."""
+    found = cached(folder, record)
+    if found is not None:
+        return folder / found.file
+    return fetch(requirement, pip_args, folder, record)
+
+
+__all__ = ["IndexFile", "cached", "download", "fetch", "matches", "on_index", "release"]
