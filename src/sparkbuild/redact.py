@@ -10,7 +10,17 @@ with ``***``:
 - ``Authorization: Basic/Bearer …`` headers and ``password: …``/``token=…`` pairs, as
   registries and daemons echo them;
 - every secret the run knows (a registry password from the environment, stdin or docker's
-  credential store, registered with :func:`remember`), in its usual encodings.
+  credential store, registered with :func:`remember`; the value of every environment
+  variable with a secret's name), in its usual encodings;
+- the value of a secret's name (:func:`is_secret_name`: ``*_TOKEN``, ``*_KEY``,
+  ``*_SECRET*``, ``*PASSWORD*``) in ``NAME=value`` and ``NAME: value``, and of an
+  ``--api-key``-style flag (``--api-key VALUE``, ``--api-key=VALUE``); argument lists and
+  environments that are kept as lists and mappings go through :func:`secret_args` and
+  :func:`secret_env`, the same names.
+
+One list of names serves every output: the terminal, the logs, JSON, CSV, the lock, the
+report and arena submissions. What follows a name is masked only when it is a value, never a
+word of our own messages (``NAME: refers to ...``, ``--api-key KEY``).
 
 Addresses kept as keys or in records (a registry host, a repository URL in the lock) have
 their userinfo removed instead (:func:`strip_userinfo`), so what is stored still works.
@@ -22,7 +32,7 @@ import base64
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,6 +51,17 @@ SECRET_ENV = (
     "SPARKBUILD_SIGNING_PASSWORD",  # the signing key's passphrase (sparkbuild.attest.keys)
     "SPARKBUILD_SIGNING_KEY",  # the signing key's PEM text
 )
+# A secret's name, as an environment variable or a flag spells it (upper case, ``-`` and
+# ``.`` read as ``_``): *_TOKEN, *_KEY, *_SECRET*, *PASSWORD* (and their spellings).
+_SECRET_VARIABLE = re.compile(
+    r"(?:\A|_)(?:TOKEN|APIKEY|CREDENTIALS?)\Z|_KEY\Z|(?:\A|_)SECRET|PASSWORD|PASSWD|ACCESS_KEY"
+)
+# A flag's value is a secret only for the engines' own kinds (--api-key, --hf-token,
+# --admin-password): sparkbuild's --sign-key and --tlskey take the path of a key file.
+_SECRET_FLAG = re.compile(r"(?:\A|_)(?:TOKEN|API_?KEY|ACCESS_KEY|SECRET(?:_KEY)?|PASSWO?R?D)\Z")
+# A value found by its name alone (no variable we know) is masked from this length on: a
+# name like DEBUG_KEY=true must not mask "true" wherever it is written.
+MIN_NAMED_SECRET_LENGTH = 8
 
 # scheme://userinfo@ : userinfo ends at the last '@' before the path, query or fragment.
 _SCHEME_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/?#\s'\"<>]+)@")
@@ -69,6 +90,14 @@ _KEY_VALUE = re.compile(
 # messages ("env HF_TOKEN: refers to the shell's environment"). A secret the run knows is
 # masked whatever its shape (:func:`_mask_forms`).
 _REFERENCE = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+# NAME=value, NAME: value (YAML, JSON, an engine echoing its environment), with the name's
+# quotes; and --flag VALUE / --flag=VALUE. The callbacks decide by the name.
+_NAMED_VALUE = re.compile(
+    r"(?<![\w.-])([\"']?([A-Za-z][A-Za-z0-9_.-]*)[\"']?\s*[:=]\s*[\"']?)(?!\*\*\*)([^\s\"',}&]+)"
+)
+_FLAG_VALUE = re.compile(r"(?<![\w-])(--([A-Za-z][A-Za-z0-9_-]*)(?:=|\s+))(?![-*])([^\s\"',}]+)")
+# A placeholder in a hint (--api-key KEY, API_KEY=VALUE), not a value.
+_PLACEHOLDER = re.compile(r"[A-Z][A-Z_]*")
 _PROSE_WORD = re.compile(r"[a-z]+[.,;!?)]*")
 _PROSE_SEPARATOR = re.compile(r":\s+\Z")
 
@@ -96,13 +125,88 @@ def _shapes(text: str) -> str:
     text = _QUERY_SECRET.sub(lambda m: m.group(1) + MASK, text)
     text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
     text = _SCHEME_TOKEN.sub(lambda m: m.group(1) + MASK, text)
-    return _KEY_VALUE.sub(_masked_value, text)
+    text = _KEY_VALUE.sub(_masked_value, text)
+    text = _NAMED_VALUE.sub(_masked_named, text)
+    return _FLAG_VALUE.sub(_masked_flag, text)
 
 
 def _masked_value(match: re.Match[str]) -> str:
     key, value = match.group(1), match.group(2)
     prose = _PROSE_SEPARATOR.search(key) and _PROSE_WORD.fullmatch(value)
     return match.group(0) if prose or _REFERENCE.fullmatch(value) else key + MASK
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-.]", "_", name.lstrip("-")).upper()
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether ``name`` (``NGC_API_KEY``, ``hf_token``, ``--api-key``) names a secret."""
+    normal = _normal(name)
+    return normal in SECRET_ENV or bool(_SECRET_VARIABLE.search(normal))
+
+
+def is_secret_flag(flag: str) -> bool:
+    """Whether the value of ``flag`` (``--api-key``, ``--hf-token``; not a key file's path
+    as ``--sign-key`` takes) is a secret."""
+    return flag.startswith("--") and bool(_SECRET_FLAG.search(_normal(flag)))
+
+
+def secret_args(args: Sequence[str]) -> list[str]:
+    """``args`` with the value of every secret flag masked (``--api-key V``, ``--api-key=V``)."""
+    shown: list[str] = []
+    for word in args:
+        flag, equals, _ = word.partition("=")
+        if shown and is_secret_flag(shown[-1]) and not word.startswith("-"):
+            shown.append(MASK)
+        elif equals and is_secret_flag(flag):
+            shown.append(f"{flag}={MASK}")
+        else:
+            shown.append(redact(word))
+    return shown
+
+
+def secret_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the value of every secret's name masked, the rest redacted as text."""
+    return {k: MASK if is_secret_name(k) else redact(v) for k, v in env.items()}
+
+
+def remember_secrets(args: Sequence[str], env: Mapping[str, str]) -> None:
+    """Mask, from now on, the values ``args`` and ``env`` give secret flags and names (an
+    engine's --api-key, a profile's NGC_API_KEY) wherever they are written."""
+    for before, word in zip(["", *args], args, strict=False):
+        flag, equals, value = word.partition("=")
+        if equals and is_secret_flag(flag):
+            remember(value)
+        elif is_secret_flag(before) and not word.startswith("-"):
+            remember(word)
+    for name, value in env.items():
+        if is_secret_name(name) and not _REFERENCE.fullmatch(value):
+            remember(value)
+
+
+def _is_value(separator: str, value: str) -> bool:
+    """Whether ``value``, after a secret's name and ``separator``, is one: not a reference to
+    a variable, not a placeholder, and (after ``: `` or a space) not a word of prose."""
+    if _REFERENCE.fullmatch(value) or _PLACEHOLDER.fullmatch(value):
+        return False
+    prose_gap = not separator.strip() or bool(_PROSE_SEPARATOR.search(separator))
+    return not (prose_gap and _PROSE_WORD.fullmatch(value))
+
+
+def _masked_named(match: re.Match[str]) -> str:
+    separator = match.string[match.end(2) : match.start(3)]
+    if not is_secret_name(match.group(2)) or not _is_value(separator, match.group(3)):
+        return match.group(0)
+    return match.group(1) + MASK
+
+
+def _masked_flag(match: re.Match[str]) -> str:
+    separator = match.string[match.end(2) : match.start(3)]
+    flag = "--" + match.group(2)
+    if not is_secret_flag(flag) or not _is_value(separator, match.group(3)):
+        return match.group(0)
+    return match.group(1) + MASK
 
 
 def _mask_forms(text: str, forms: Iterable[str]) -> str:
@@ -114,9 +218,9 @@ def _mask_forms(text: str, forms: Iterable[str]) -> str:
 
 def _run_secrets() -> set[str]:
     forms = set(_known)
-    for name in SECRET_ENV:
-        value = os.environ.get(name)
-        if value and len(value) >= MIN_SECRET_LENGTH:
+    for name, value in os.environ.items():
+        shortest = MIN_SECRET_LENGTH if name in SECRET_ENV else MIN_NAMED_SECRET_LENGTH
+        if len(value) >= shortest and is_secret_name(name):
             forms |= _variants(value)
     return forms
 

@@ -22,9 +22,7 @@ submissions in its layout.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -37,7 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import __version__, interrupts
+from sparkbuild import __version__, interrupts, jsontext
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport
@@ -53,7 +51,7 @@ from sparkbuild.engines.recipe_writer import (
 from sparkbuild.engines.recipes import ImportedRecipe, problems_of
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
 from sparkbuild.errors import UsageError
-from sparkbuild.redact import MASK, redact, strip_userinfo
+from sparkbuild.redact import redact, secret_args, secret_env, strip_userinfo
 from sparkbuild.yamlfile import dump_yaml, load_model
 
 NAMED_SWEEPS = ("spark-arena-v2",)
@@ -65,7 +63,6 @@ SUBMISSION_FILES = {
     "report": "logs/sparkbuild-bench.json",
 }
 #: Environment names whose values are never written into a submission.
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL", re.I)
 
 
 # --- the official sweep ------------------------------------------------------------------
@@ -266,10 +263,6 @@ def check_submission_dir(directory: Path) -> None:
         raise UsageError(f"--arena {directory}: {parent} is not a writable directory")
 
 
-def _env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: MASK if _SECRET_NAME.search(k) else redact(v) for k, v in env.items()}
-
-
 def _layout(profile: SmokeProfile) -> dict[str, int]:
     """tp and pp of the profile's parallel layout (1 when it has none)."""
     layout = getattr(profile, "parallel", None)
@@ -303,7 +296,7 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> d
         runtime=profile.recipe.runtime if profile.recipe else engine,
         model=report.engine.model,
         args=report.engine.args,
-        env=_env(report.engine.env),
+        env=secret_env(report.engine.env),
         tp=layout["tp"],
         pp=layout["pp"],
         container=_container(report)[0],
@@ -421,7 +414,8 @@ def write_submission(
     if not report.complete:
         raise UsageError("an incomplete sweep is not a submission")
     check_submission_dir(directory)
-    engine = report.engine.model_copy(update={"env": _env(report.engine.env)})
+    masked = {"env": secret_env(report.engine.env), "args": secret_args(report.engine.args)}
+    engine = report.engine.model_copy(update=masked)
     report = report.model_copy(update={"engine": engine})  # no secret leaves in a submission
     recipe = effective_recipe(report, name, profile)
     benchy = llama_benchy.to_json(report)
@@ -429,8 +423,8 @@ def write_submission(
     contents = {
         "recipe": redact(recipe_yaml(recipe)),
         "csv": llama_benchy.json_to_csv(benchy),
-        "metadata": json.dumps(metadata, indent=2) + "\n",
-        "llama_benchy_json": json.dumps(benchy, indent=2) + "\n",
+        "metadata": jsontext.dumps(metadata, indent=2) + "\n",
+        "llama_benchy_json": jsontext.dumps(benchy, indent=2) + "\n",
         "report": report.model_dump_json(indent=2) + "\n",
     }
     target = directory.resolve()

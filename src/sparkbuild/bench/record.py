@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sparkbuild import lockfile
 from sparkbuild.bench.results import BenchReport, CellResult
-from sparkbuild.redact import redact
+from sparkbuild.redact import redact, secret_args
 from sparkbuild.smoke.record import topology
 
 
@@ -34,7 +34,7 @@ def bench_record(report: BenchReport) -> lockfile.BenchRecord:
         harness=report.harness.version,
         seed=report.sweep.seed,
         runs=report.sweep.runs,
-        engine_args=list(report.engine.args),
+        engine_args=secret_args(report.engine.args),
         host=report.host.summary,
         cells=[bench_cell(cell) for cell in report.cells],
     )

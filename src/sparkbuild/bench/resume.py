@@ -23,7 +23,7 @@ from pathlib import Path
 from sparkbuild.bench.results import BenchReport, CellResult, Resumed
 from sparkbuild.bench.runner import BenchPlan, SweepSettings
 from sparkbuild.errors import UsageError
-from sparkbuild.redact import redact
+from sparkbuild.redact import redact, secret_args, secret_env
 
 
 @dataclass(frozen=True)
@@ -87,16 +87,15 @@ def differences(resume: Resume, plan: BenchPlan, target: Mapping[str, str | None
         found.append(f"profile: {earlier.profile} then, {plan.profile} now")
     if plan.model != engine.model:
         found.append(f"model: {engine.model} then, {plan.model} now")
-    if _shown(list(plan.args)) != _shown(engine.args):
-        found.append(f"serve flags: {_flag_difference(engine.args, list(plan.args))}")
-    if _shown(dict(plan.env)) != _shown(engine.env):
+    # A report keeps secrets masked (redact.secret_args, secret_env): compared as kept.
+    args, then_args = secret_args(plan.args), secret_args(engine.args)
+    if _shown(args) != _shown(then_args):
+        found.append(f"serve flags: {_flag_difference(then_args, args)}")
+    env, then_env = secret_env(plan.env), secret_env(engine.env)
+    if _shown(env) != _shown(then_env):
         names = sorted(
-            set(engine.env) ^ set(plan.env)
-            | {
-                k
-                for k in set(engine.env) & set(plan.env)
-                if _shown(engine.env[k]) != _shown(plan.env[k])
-            }
+            set(then_env) ^ set(env)
+            | {k for k in set(then_env) & set(env) if _shown(then_env[k]) != _shown(env[k])}
         )
         found.append(f"environment: {', '.join(names)}")
     then = earlier.target

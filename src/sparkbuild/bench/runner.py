@@ -63,7 +63,7 @@ from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
 from sparkbuild.errors import EngineBootError, EngineGoneError, SparkbuildError, UsageError
-from sparkbuild.redact import redact
+from sparkbuild.redact import redact, secret_args, secret_env
 
 WARMUP_TOKENS = 8
 #: How long one stream may take before the client gives up on it (``--request-timeout``).
@@ -469,8 +469,8 @@ def run_bench(
                     version=engine.version,
                     model=plan.model,
                     served_model=engine.served_model,
-                    args=list(plan.args),
-                    env=dict(plan.env),
+                    args=secret_args(plan.args),  # the report goes to JSON, the lock, arena
+                    env=secret_env(plan.env),
                     max_model_len=engine.max_model_len,
                 )
                 if plan.version_check is not None:  # a resumed sweep: the same release

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild import console, net
+from sparkbuild import console, net, redact
 from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget
 from sparkbuild.engines.cluster_kube import DEFAULT_RENDEZVOUS_PORT, KubeTarget, LwsPlan
@@ -177,6 +177,12 @@ def with_nan_switch(profile: SmokeProfile, adapter: EngineAdapter) -> SmokeProfi
     return profile.model_copy(update={"env": {**profile.env, **switch.env}, "args": args})
 
 
+def remember_secrets(profile: SmokeProfile) -> None:
+    """Mask, for the rest of the run, the values the profile gives secret flags and names
+    (an engine's --api-key, a container's NGC_API_KEY), wherever an engine echoes them."""
+    redact.remember_secrets(profile.args, {**profile.env, **profile.container.env})
+
+
 def make_target(
     choice: TargetChoice,
     profile: SmokeProfile,
@@ -190,6 +196,7 @@ def make_target(
     kind = choice.kind()
     if kind == "cluster":
         raise UsageError("a cluster run is made by make_cluster_target")
+    remember_secrets(profile)
     if kind == "url":
         assert choice.url is not None
         return UrlTarget(choice.url)
@@ -249,6 +256,7 @@ def make_cluster_target(
 
     assert choice.image is not None
     name, spec = cluster
+    remember_secrets(profile)
     profile = with_nan_switch(profile, adapter)
     check_cluster_profile(profile, adapter, len(spec.nodes), name)
     if choice.key is not None:
