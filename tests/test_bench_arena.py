@@ -37,6 +37,7 @@ from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.errors import UsageError
 from tests.support.cli import RunCli
+from tests.support.hostile_http import HostileServer, Reply
 from tests.support.llama_benchy import (
     check_schema,
     csv_of,
@@ -240,6 +241,46 @@ def test_an_incomplete_sweep_is_no_submission(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="incomplete sweep is not a submission"):
         arena.write_submission(tmp_path / "sub", broken, "cpu", PROFILE)
     assert not (tmp_path / "sub").exists()
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_a_sweep_that_measured_nothing_is_no_submission(
+    run_cli: RunCli, tmp_path: Path, status: int
+) -> None:
+    """Issue 34, What 5: an engine that answers every completion with an error made a
+    complete-looking submission of a sweep with no figure in it. Refused now, naming why, and
+    nothing is written at --arena."""
+    project = tmp_path / "project"
+    (project / "smoke").mkdir(parents=True)
+    (project / "smoke" / "p.yaml").write_text(
+        "engine: vllm\nmodel: tiny\nprompts: [prose]\n"
+        "expect: {max_tokens: 4, speculation: false, finish: length, repetition: null}\n"
+    )
+    models = {"data": [{"id": "tiny", "owned_by": "vllm", "max_model_len": 4096}]}
+    with HostileServer() as engine:
+        engine.route("/health", Reply(body=b"{}"))
+        engine.route("/v1/models", Reply(body=json.dumps(models).encode()))
+        engine.route("/metrics", Reply(body=b"", content_type="text/plain"))
+        engine.route("/version", Reply(body=b'{"version": "0.0-failing"}'))
+        engine.route(
+            "/tokenize",
+            lambda r: Reply(
+                body=json.dumps({"count": len(json.loads(r.body)["prompt"].split())}).encode()
+            ),
+        )
+        engine.route("/v1/completions", Reply(status=status, body=b'{"error": "no"}'))
+        result = run_cli(
+            "--project", str(project), "bench", "--url", engine.url, "--profile", "p",
+            "--pp", "8", "--tg", "2", "-c", "1", "--runs", "1", "--no-warmup",
+            "--arena", str(tmp_path / "arena"),
+        )  # fmt: skip
+
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert "no Spark Arena submission: nothing was measured" in said, said
+    assert "pp=8 tg=2 depth=0 c=1: 1 of 1 requests failed" in said, said
+    assert not (tmp_path / "arena").exists()
+    assert not list(tmp_path.glob(".arena-*"))  # no scratch either
 
 
 @pytest.mark.upstream

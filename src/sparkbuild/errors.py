@@ -357,6 +357,10 @@ class SweepIncompleteError(SparkbuildError):
     """A bench sweep stopped before every cell was measured (the finished cells are kept)."""
 
 
+class NothingMeasuredError(SparkbuildError):
+    """A bench sweep's cells hold no figure (every request failed): no submission is made."""
+
+
 class NothingToCompareError(SparkbuildError):
     """Two bench reports share no cell, so there is nothing to set side by side."""
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sparkbuild import __version__, interrupts, jsontext
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
-from sparkbuild.bench.results import BenchReport
+from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.sweep import Scheduled, Sweep
 from sparkbuild.engines.adapters import ADAPTERS
 from sparkbuild.engines.profiles import SmokeProfile
@@ -50,7 +50,7 @@ from sparkbuild.engines.recipe_writer import (
 )
 from sparkbuild.engines.recipes import ImportedRecipe, problems_of
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import NothingMeasuredError, UsageError
 from sparkbuild.redact import redact, secret_args, secret_env, strip_userinfo
 from sparkbuild.yamlfile import dump_yaml, load_model
 
@@ -406,6 +406,34 @@ def submission_metadata(
     }
 
 
+def _measured(cell: CellResult) -> bool:
+    figures = (cell.ttft_s, cell.prefill_tps, cell.decode_tps_request, cell.decode_tps_aggregate,
+               cell.output_tps)  # fmt: skip
+    return any(figure.n for figure in figures)
+
+
+def refuse_unmeasured(report: BenchReport) -> None:
+    """A submission is figures: a sweep with a cell that measured nothing (every request
+    failed) is refused, naming the cells and why."""
+    empty = [cell for cell in report.cells if not _measured(cell)]
+    if not empty and report.cells:
+        return
+    what = (
+        "nothing was measured"
+        if len(empty) == len(report.cells)
+        else f"{len(empty)} of {len(report.cells)} cells measured nothing"
+    )
+    listed = "; ".join(
+        f"{c.key.label()}: {c.errors} of {c.requests} requests failed"
+        + (f" ({c.error_samples[0]})" if c.error_samples else "")
+        for c in empty[:3]
+    )
+    raise NothingMeasuredError(
+        f"no Spark Arena submission: {what}" + (f" ({listed})" if listed else ""),
+        "see the engine log and the report's errors; run the sweep again once the engine answers",
+    )
+
+
 def write_submission(
     directory: Path, report: BenchReport, name: str, profile: SmokeProfile
 ) -> Submission:
@@ -413,6 +441,7 @@ def write_submission(
     renamed into place (a failure leaves nothing half-written)."""
     if not report.complete:
         raise UsageError("an incomplete sweep is not a submission")
+    refuse_unmeasured(report)
     check_submission_dir(directory)
     masked = {"env": secret_env(report.engine.env), "args": secret_args(report.engine.args)}
     engine = report.engine.model_copy(update=masked)
