@@ -349,3 +349,97 @@ def test_a_pod_rolled_to_another_image_during_the_run_is_named_and_the_group_del
         target.stop()
 
     assert _verbs(kubectl)[-1] == "delete"
+
+
+# `smoke --cluster K8S --record`: the stand-in kubectl above, whose port-forward serves a
+# small engine in vLLM's formats (openai_stub) on the local port, so the whole command runs.
+SERVING_KUBECTL = FAKE_KUBECTL.replace(
+    """    print("INFO world_size=2 from " + args[-1])""",
+    """    rank = 1 if args[-1].count("-0-") else 0  # LWS's pod names: NAME-0, NAME-0-1
+    print(f"INFO world_size=2 rank={{rank}} local_rank=0 from " + args[-1], flush=True)""",
+).replace(
+    """elif verb == "port-forward":
+    time.sleep(120)
+""",
+    """elif verb == "port-forward":
+    import http.server
+    sys.path.insert(0, {root!r})
+    from tests.support.openai_stub import StubEngine, _handler
+    local = int(args[-1].split(":")[0])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", local), _handler(StubEngine(url="")))
+    server.serve_forever()
+""",
+)
+OTHER_DIGEST = "sha256:" + "cd" * 32
+IMAGE_ID = "sha256:" + "ef" * 32  # the image's config digest: what `build` pins
+
+
+def _kube_project(tmp_path: Path, repo_digest: str) -> Path:
+    from sparkbuild import lockfile
+
+    project = tmp_path / "project"
+    (project / "smoke").mkdir(parents=True)
+    (project / "clusters").mkdir()
+    (project / "smoke" / "pair.yaml").write_text(
+        "engine: vllm\nmodel: stub-model\nprompts: [prose]\nparallel: {nodes: 2, tp: 2}\n"
+        "expect: {max_tokens: 4, speculation: false, finish: length, repetition: null}\n"
+    )
+    (project / "clusters" / "k8s-pair.yaml").write_text(
+        "nodes:\n  - {name: a, address: 10.0.0.1}\n  - {name: b, address: 10.0.0.2}\n"
+        "kubernetes: {namespace: inference, ready_timeout_s: 60}\n"
+    )
+    section = lockfile.ImageSection(mode="overlay", platform="linux/arm64", image_id=IMAGE_ID,
+                                    repo_digest=f"registry.example/x@{repo_digest}")  # fmt: skip
+    lockfile.set_section(project / "images.lock", "b", section)
+    return project
+
+
+@pytest.fixture
+def serving_kubectl(kubectl: Path) -> Path:
+    import sys
+
+    script = Path(os.environ["PATH"].split(os.pathsep)[0]) / "kubectl"
+    script.write_text(SERVING_KUBECTL.format(python=sys.executable, root=str(REPO)))
+    return kubectl
+
+
+def _smoke_record(project: Path) -> Any:
+    return run_cli(
+        "--project", str(project), "smoke", "--image", IMAGE, "--profile", "pair",
+        "--cluster", "k8s-pair", "--record", "b", "--log", str(project / "engine.log"),
+    )  # fmt: skip
+
+
+def test_a_kubernetes_smoke_records_under_the_image_the_lock_pins_by_digest(
+    tmp_path: Path, serving_kubectl: Path
+) -> None:
+    """Issue 34, What 5: `smoke --cluster K8S --record` pinned this host's image id before
+    the run and the pods' manifest digest after it, so it could never record. The pin is now
+    the digest the pods run, the lock's, checked before the run (against the lock) and at
+    both ends (every pod); the verdict lands under the lock's image id."""
+    from sparkbuild import lockfile
+
+    (serving_kubectl / "pods-1.json").write_text(_pod_list("sparkbuild-smoke-x", [DIGEST] * 2))
+    project = _kube_project(tmp_path, DIGEST)
+
+    result = _smoke_record(project)
+
+    assert result.exit_code == 0, result.output
+    record = lockfile.load(project / "images.lock").builds["b"].smoke[IMAGE_ID]["pair"]  # type: ignore[index]
+    assert record.verdict == "pass" and record.image_verified(IMAGE_ID)
+    assert record.every_node_ran(IMAGE_ID) and record.launcher == "lws"
+    assert record.target is not None and record.target.endswith(f" {IMAGE}")  # the digest ran
+    assert [n.image_id for n in record.nodes] == [IMAGE_ID, IMAGE_ID]
+
+
+def test_a_kubernetes_digest_the_lock_does_not_pin_is_refused_before_the_run(
+    tmp_path: Path, serving_kubectl: Path
+) -> None:
+    project = _kube_project(tmp_path, OTHER_DIGEST)
+
+    result = _smoke_record(project)
+
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert f"the image under test ({DIGEST}) is not build 'b'" in said, said
+    assert not (serving_kubectl / "calls.jsonl").exists()  # nothing applied

@@ -381,6 +381,28 @@ def check_pinned_image(path: Path, build: str, tested_id: str | None, activity: 
     return _check_tested(pinned_image_id(path, build), build, path, tested_id, activity)
 
 
+def digest_image_id(path: Path, build: str, digest: str) -> str:
+    """The pinned image id of ``build`` when the lock records ``digest`` (a manifest digest,
+    as Kubernetes runs an image) as that image's: its ``repo_digest`` or a publication of
+    it; else an error naming both."""
+    entry = load(path).entry(build)
+    image = pinned_image(entry, build, path)
+    known = {image.repo_digest.rpartition("@")[2]} if image.repo_digest else set()
+    for record in (entry.publish or {}).values() if entry else ():
+        pairs = [(record.digest, record.image_id)]
+        pairs += [(p.digest, p.image_id) for p in record.history]
+        known |= {str(d) for d, i in pairs if d and i == image.image_id}
+    if digest not in known:
+        recorded = ", ".join(sorted(known)) or "no digest"
+        raise ImageMismatchError(
+            f"the image under test ({digest}) is not build {build!r}'s image in {path.name} "
+            f"({image.image_id}; {recorded})",
+            f"run it on the digest {path.name} records for {build} (`sparkbuild publish "
+            f"{build}` pushes the image and records it)",
+        )
+    return str(image.image_id)
+
+
 _Record = TypeVar("_Record", SmokeRecord, BenchRecord)
 
 
@@ -463,6 +485,7 @@ __all__ = [
     "Written",
     "check",
     "check_pinned_image",
+    "digest_image_id",
     "dumps",
     "empty",
     "load",

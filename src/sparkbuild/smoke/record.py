@@ -57,11 +57,21 @@ def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     does not count.
     """
     tested_id = result.image_id if result.target_kind in ("image", "cluster") else None
+    made = smoke_record(result)
+    if result.cluster is not None and result.cluster.launcher == "lws" and result.image_id:
+        tested_id = lockfile.digest_image_id(lock_path, build, result.image_id)
+        made = by_image_id(made, result.image_id, tested_id)
     return lockfile.record_for_image(
-        lock_path,
-        build,
-        result.profile,
-        smoke_record(result),
-        tested_id=tested_id,
-        activity="smoke run",
+        lock_path, build, result.profile, made, tested_id=tested_id, activity="smoke run"
     )
+
+
+def by_image_id(made: lockfile.SmokeRecord, digest: str, image_id: str) -> lockfile.SmokeRecord:
+    """A Kubernetes run's record (its pods ran ``digest``, checked at both ends of the run)
+    under the image id the lock pins for that digest; a pod that ran another keeps its own."""
+    nodes = [
+        n.model_copy(update={"image_id": image_id}) if n.image_id == digest else n
+        for n in made.nodes
+    ]
+    ran = image_id if made.image_id == digest else made.image_id
+    return made.model_copy(update={"image_id": ran, "nodes": nodes})
