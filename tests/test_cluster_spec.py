@@ -63,6 +63,12 @@ def test_the_shipped_cluster_files_load(name: str) -> None:
             "named twice",
         ),
         ("nodes:\n  - {name: A_1, address: 10.0.0.1}\n", 2, "DNS label"),
+        # issue 34: a finite but absurd wait crashed the run (kubectl's and Python's timeouts)
+        (
+            "nodes:\n  - {name: a, address: 10.0.0.1}\nkubernetes:\n  ready_timeout_s: 1e300\n",
+            4,
+            "kubernetes.ready_timeout_s: Input should be less than or equal to 604800",
+        ),
         (
             "nodes:\n  - {name: a, address: 10.0.0.1}\nfabric:\n  env: {'NCCL IF': eth0}\n",
             4,

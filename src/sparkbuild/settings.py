@@ -12,6 +12,9 @@ from sparkbuild.errors import UsageError
 from sparkbuild.redact import redact
 
 LOCK_FILENAME = "images.lock"
+# The longest wait a file may ask for (a boot, a request, pods getting ready): a week. Beyond
+# it Python's and kubectl's own timeouts overflow (1e300 s crashed a run).
+MAX_WAIT_S = 7 * 24 * 3600
 
 
 def default_cache_dir() -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sparkbuild.settings import Settings
+from sparkbuild.settings import MAX_WAIT_S, Settings
 from sparkbuild.yamlfile import load_model, named_file
 
 MAX_NODES = 8
@@ -166,7 +166,7 @@ class KubernetesTarget(_Strict):
     gpu_resource: str = "nvidia.com/gpu"
     gpus_per_node: int = Field(default=1, ge=0)
     shm_size: str = "16Gi"
-    ready_timeout_s: float = Field(default=1800.0, gt=0)
+    ready_timeout_s: float = Field(default=1800.0, gt=0, le=MAX_WAIT_S)
 
     @field_validator("namespace")
     @classmethod

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sparkbuild.engines.adapters import EngineName, LauncherName
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.errors import SpecError
-from sparkbuild.settings import Settings
+from sparkbuild.settings import MAX_WAIT_S, Settings
 from sparkbuild.yamlfile import load_model, named_file
 
 FinishReason = Literal["stop", "length", "any"]
@@ -161,10 +161,10 @@ class ChatLimits(TextLimits):
 
 
 class Expectations(_Strict):
-    boot_timeout_s: float = Field(default=900.0, gt=0)
+    boot_timeout_s: float = Field(default=900.0, gt=0, le=MAX_WAIT_S)
     # Per request; a request that times out ends the run (a hung engine answers no others),
     # so the request phase is bounded by about this plus the answers before it.
-    request_timeout_s: float = Field(default=300.0, gt=0)
+    request_timeout_s: float = Field(default=300.0, gt=0, le=MAX_WAIT_S)
     speculation: bool = True
     # None: strictly greater than 1.0 (at least one draft token accepted on average).
     min_accept_len: float | None = Field(default=None, ge=1.0)
