@@ -688,6 +688,36 @@ def test_a_lock_of_the_wrong_shape(project: Project, damage: Any, expected: str)
     assert "git checkout -- images.lock" in result.stderr
 
 
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_non_finite_bench_figures_in_a_lock_are_refused(
+    project: Project, tmp_path: Path, value: str
+) -> None:
+    """Issue 34, medium: `lock --check` accepted a bench figure of .inf or .nan, and the
+    report crashed on it (OverflowError). Both name the field now."""
+    import yaml
+
+    _good_lock(project)
+    lock = project.root / "images.lock"
+    data = yaml.safe_load(lock.read_text())
+    image_id = "sha256:" + "ab" * 32
+    data["builds"]["new"]["image"] = {"mode": "overlay", "image_id": image_id}
+    cell = {"pp": 8, "tg": 4, "depth": 0, "concurrency": 1, "ttft_s": 0.5, "prefill_tps": 9.0}
+    data["builds"]["new"]["bench"] = {image_id: {"p": {"runs": 1, "cells": [cell]}}}
+    text = yaml.safe_dump(data, sort_keys=False).replace(
+        "prefill_tps: 9.0", f"prefill_tps: {value}"
+    )
+    lock.write_text(text)
+
+    checked = project.run("lock", "--check")
+    report = project.run("report", "--out", str(tmp_path / "site"))
+
+    for result in (checked, report):
+        assert result.exit_code == 1, result.output
+        said = " ".join(result.stderr.split())
+        assert str(lock) in said and "cells[0].prefill_tps" in said, said
+        assert "finite" in said, said
+
+
 def test_a_non_utf8_lock(project: Project) -> None:
     good = _good_lock(project)
     lock = project.root / "images.lock"

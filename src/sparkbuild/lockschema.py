@@ -61,8 +61,9 @@ def _utc_time(value: str) -> str:
 UtcTime = Annotated[str, AfterValidator(_utc_time)]
 
 
-# A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0).
-Number = int | float
+# A measured figure, kept as written: a 2 read back stays 2 (a float field would write 2.0);
+# finite (.inf and .nan are no measurement, and crashed the report).
+Number = int | Annotated[float, Field(allow_inf_nan=False)]
 _IMAGE_DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
