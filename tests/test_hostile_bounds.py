@@ -650,6 +650,24 @@ def test_a_fifo_in_place_of_a_patch_is_invalid(project: Project) -> None:
 
 
 @NEVER_BLOCKS
+def test_report_does_not_block_on_a_fifo_in_place_of_a_patch(
+    project: Project, tmp_path: Path
+) -> None:
+    """Issue 34, medium: `report` opened a FIFO left where a patch file was and waited for
+    a writer forever (the build page shows each patch's headline)."""
+    assert project.run("lock").exit_code == 0
+    patch = project.patches / "applies.patch"
+    patch.unlink()
+    os.mkfifo(patch)
+
+    result = project.run("report", "--out", str(tmp_path / "site"))
+
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "site" / "builds" / "new.html").read_text(encoding="utf-8")
+    assert "applies.patch" in page
+
+
+@NEVER_BLOCKS
 def test_a_device_as_a_profile_is_refused(project: Project, engine: HostileServer) -> None:
     zero = project.root / "smoke" / "zero.yaml"
     zero.parent.mkdir()

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkbuild import git, lockfile, validate
+from sparkbuild import fileio, git, lockfile, validate
 from sparkbuild.checks import Status, combined
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.image import labels as image_labels
@@ -386,8 +386,8 @@ def patch_headline(project_dir: Path | None, file: str) -> str | None:
         return None
     try:
         path = validate.inside(project_dir, file, "patch file")
-        with path.open("r", encoding="utf-8", errors="replace") as handle:
-            head = handle.read(4096)
+        # fileio: a FIFO or device left in a patch's place is refused, never waited on.
+        head = fileio.read_bytes(path)[:4096].decode("utf-8", errors="replace")
     except (ValueError, OSError):
         return None
     for line in head.splitlines():
