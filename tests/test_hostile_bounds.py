@@ -247,7 +247,7 @@ def _tokens(request: Request) -> Reply:
 
 
 def _stream(
-    usage_text: str | None = None, *, dribble_s: float = 0.0, chunks: int = 0
+    usage_text: str | None = None, *, dribble_s: float = 0.0, chunks: int = 0, done: bool = True
 ) -> Callable[[Request], Reply]:
     """An SSE completion of ``max_tokens`` chunks (or ``chunks``), the last usage given as
     ``usage_text`` when set, each chunk ``dribble_s`` apart."""
@@ -266,7 +266,7 @@ def _stream(
                 b'data: {"choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": '
                 + usage_text.encode() + b"}}\n\n"
             )  # fmt: skip
-        lines += sse(["[DONE]"])
+        lines += sse(["[DONE]"]) if done else ()
         return Reply(stream=tuple(lines), dribble_s=dribble_s, content_type="text/event-stream")
 
     return answer
@@ -301,6 +301,21 @@ def test_an_infinite_usage_count_is_a_failed_request(
     (cell,) = report["cells"]
     assert cell["errors"] == 1
     assert "usage.completion_tokens" in cell["error_samples"][0]
+
+
+def test_a_stream_cut_mid_way_is_a_failed_request(
+    project: Project, bench_engine: HostileServer
+) -> None:
+    """The previous round's leftover: a stream that stops after 2 of its 4 tokens, without
+    the ``[DONE]`` every OpenAI-style stream ends with, was counted as a normal run."""
+    bench_engine.route("/v1/completions", _stream(chunks=2, done=False))
+
+    result, _ = bench(project, bench_engine, "--tg", "4", "--json")
+
+    assert result.exit_code == 0, result.output
+    (cell,) = strict_json(result.stdout)["cells"]
+    assert cell["errors"] == 1 and cell["decode_tps_request"]["n"] == 0
+    assert "ended without [DONE] after 2 chunks" in cell["error_samples"][0]
 
 
 def test_an_impossible_tokenize_count_stops_bench(

@@ -214,12 +214,19 @@ async def stream_completion(
             if response.status_code != 200:
                 text = await net.first_text(response)
                 raise _StreamError(f"HTTP {response.status_code}: {text[:300]}")
+            ended = False  # every OpenAI-style stream ends with [DONE]; a cut one does not
             async for line in net.lines(response, what):
                 data = line[5:].strip() if line.startswith("data:") else None
                 if data == "[DONE]":
+                    ended = True
                     break
                 if data is not None:
                     chunks.take(data)
+            if not ended:
+                raise _StreamError(
+                    f"the stream from {what} ended without [DONE] after {len(chunks.times)} "
+                    "chunks (cut mid-way)"
+                )
     except _StreamError as exc:
         return chunks.failed(sent, str(exc))
     except (httpx.TransportError, httpx.StreamError) as exc:
