@@ -24,7 +24,7 @@ from sparkbuild import validate
 from sparkbuild.bench.client import StreamResult, make_client, stream_completion
 from sparkbuild.cli import main
 from sparkbuild.engines.recipes import import_recipe
-from sparkbuild.errors import RegistryError, SparkbuildError
+from sparkbuild.errors import RegistryError, SparkbuildError, UsageError
 from sparkbuild.preflight.runner import ImageTarget
 from sparkbuild.preflight.where import image_id_of
 from sparkbuild.redact import redact, strip_userinfo
@@ -939,6 +939,29 @@ _ARGS: dict[str, list[list[str]]] = {
     "smoke": [["--url", "http://127.0.0.1:9", "--profile", "PROFILE"]],
     "bench": [["--url", "http://127.0.0.1:9", "--profile", "PROFILE"]],
 }
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["ho st:5000/x", "host:abc/x", "host:5000:6000/x", "127.0.0.1:99999/x", "-host.com/x",
+     "host..com/x", "exa\nmple.com/x", "host:/x", "[::1/x"],
+)  # fmt: skip
+def test_a_registry_host_is_host_and_port_only(value: str) -> None:
+    """The previous round's leftover: --registry's host part was not validated (a space, a
+    port that is no port, a second colon all became the registry's host)."""
+    with pytest.raises(UsageError, match="is not a registry host") as caught:
+        Registry.parse(value)
+    assert "HOST[:PORT]" in str(caught.value.hint)
+
+
+@pytest.mark.parametrize(
+    ("value", "host"),
+    [("ghcr.io/acme", "ghcr.io"), ("127.0.0.1:5000", "127.0.0.1:5000"),
+     ("localhost:5000/a/b", "localhost:5000"), ("[::1]:5000/x", "[::1]:5000"),
+     ("registry-1.example.com:443/x", "registry-1.example.com:443")],
+)  # fmt: skip
+def test_registry_hosts_that_are_hosts_still_parse(value: str, host: str) -> None:
+    assert Registry.parse(value).host == host
 
 
 def test_every_command_with_a_broken_project(project: Project, tmp_path: Path) -> None:

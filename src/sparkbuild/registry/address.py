@@ -15,6 +15,10 @@ from sparkbuild.redact import redact, remember, strip_userinfo
 from sparkbuild.registry.credentials import PASSWORD_ENV, USER_ENV
 
 _DOCKER_HUB_API = "registry-1.docker.io"
+# HOST[:PORT]: DNS labels joined by dots, or a bracketed IPv6 address; nothing else (no space,
+# path, userinfo or second colon ends up as the registry's host, its lock key or a URL).
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]{{1,5}}))?\Z")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
@@ -27,6 +31,16 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def _check_host(value: str, host: str) -> None:
+    match = _HOST.match(host)
+    if match is None or int(match.group("port") or 1) not in range(1, 65536):
+        raise UsageError(
+            f"--registry {value!r}: {host!r} is not a registry host",
+            "give HOST[:PORT] (a name, an IPv4 address or [IPv6], a port 1-65535), then "
+            "the namespace: --registry ghcr.io/my-org or --registry 127.0.0.1:5000",
+        )
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class Registry:
                 )
         if not host:
             raise UsageError(f"--registry {value!r} names no registry host")
+        _check_host(value, host)
         return cls(
             host, namespace.strip("/"), scheme or ("http" if _is_loopback(host) else "https")
         )
