@@ -898,10 +898,14 @@ def _benchy_csv(rows: int) -> str:
         (lambda: _benchy_csv(20_002), "more than 10000 rows (the limit)"),
         (lambda: _benchy_csv(0).strip() + ",x" * 100_000 + "\n", "over 64 (the limit)"),
         (lambda: _benchy_csv(2) + "m,pp9," + "9" * 20_000 + "\n", "over 16384 characters"),
-        (lambda: _benchy_csv(2).replace("pp1", "pp\0"), "is not llama-benchy's"),
+        (lambda: _benchy_csv(2).replace("pp1", "pp\0"), "line 2: a NUL byte"),
         (lambda: _benchy_csv(2) + "m,pp9,1," + "9," * 70 + "\n", "fields, the header has 16"),
+        (lambda: _benchy_csv(2).replace("m,pp1", "m\0,pp1"), "line 2: a NUL byte"),
+        # Non-finite figures (issue 34, low): compare showed "100 -> nan (+nan%)".
+        (lambda: _benchy_csv(2).replace("pp1,1.0", "pp1,inf"), "line 2: t_s_mean 'inf' is not"),
+        (lambda: _benchy_csv(2).replace("tg1,1.0", "tg1,NaN"), "line 3: t_s_mean 'NaN' is not"),
     ],
-    ids=["rows", "columns", "field", "nul", "fields"],
+    ids=["rows", "columns", "field", "nul", "fields", "nul-model", "inf", "nan"],
 )
 def test_a_csv_past_compares_limits_is_refused_naming_the_limit(
     project: Project, tmp_path: Path, content: Callable[[], str], said_text: str

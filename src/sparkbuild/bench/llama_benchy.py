@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import math
 import re
 import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -506,6 +507,8 @@ def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
                 raise ValueError(
                     f"line {reader.line_num}: {len(fields)} fields, the header has {len(header)}"
                 )
+            if any("\0" in field for field in fields):  # csv takes it since Python 3.13
+                raise ValueError(f"line {reader.line_num}: a NUL byte")
             if any(len(field) > MAX_CSV_FIELD for field in fields):
                 raise ValueError(
                     f"line {reader.line_num}: a field over {MAX_CSV_FIELD} characters (the limit)"
@@ -513,6 +516,19 @@ def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
             yield reader.line_num, dict(itertools.zip_longest(header, fields, fillvalue=""))
     except csv.Error as exc:  # a NUL byte, an unclosed quote, a field over csv's own limit
         raise ValueError(f"line {reader.line_num}: {exc}") from None
+
+
+def _check_figures(number: int, row: Mapping[str, str]) -> None:
+    """Every figure of the row (``*_mean``, ``*_std``) is a finite number, or empty."""
+    for column, text in row.items():
+        if not (column or "").endswith(("_mean", "_std")) or not text.strip():
+            continue
+        try:
+            finite = math.isfinite(float(text))
+        except ValueError:
+            finite = False
+        if not finite:
+            raise ValueError(f"line {number}: {column} {text!r} is not a finite number")
 
 
 def csv_to_report(text: str, path: Path) -> BenchReport:
@@ -532,6 +548,7 @@ def csv_to_report(text: str, path: Path) -> BenchReport:
         match = _ROW.match(name)
         if match is None:
             raise ValueError(f"line {number}: test_name {name!r} is not llama-benchy's")
+        _check_figures(number, row)
         if match["kind"] == "pp":
             if pending is not None:
                 cells.append(_csv_cell(pending[0], None, pending[1], 0))
