@@ -523,3 +523,21 @@ def test_sparkruns_resume_logic_sees_every_cell_of_a_spark_arena_v2_sweep(
     assert [tuple(t) for t in whole["tasks"]] == named.schedule
     assert len(whole["covered"]) == 28 and whole["missing"] == []
     assert {tuple(t) for t in holed["missing"]} == gaps  # the check can fail
+
+
+@pytest.mark.parametrize(
+    "model", ['=HYPERLINK("http://x.invalid","m")', "+1+cmd", "-2+3", "@SUM(A1)"]
+)
+def test_a_model_name_that_is_a_formula_is_written_as_text(model: str) -> None:
+    """Issue 34, low: the engine's model name went into the CSV we write as it came, and a
+    spreadsheet opening the file ran it as a formula. Both CSVs (``--csv`` and the
+    submission's) write it as text: a leading ``'``."""
+    report = _report()
+    engine = report.engine.model_copy(update={"model": model, "served_model": model})
+    report = report.model_copy(update={"engine": engine})
+    for text in (
+        llama_benchy.to_csv(report),
+        llama_benchy.json_to_csv(llama_benchy.to_json(report)),
+    ):
+        models = {row["model"] for row in csv.DictReader(io.StringIO(text))}
+        assert models == {"'" + model}, text

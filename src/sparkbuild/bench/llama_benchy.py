@@ -270,13 +270,19 @@ def _split(pair: tuple[float, float] | None) -> tuple[str, str]:
     return ("", "") if pair is None else (f"{pair[0]:.4f}", f"{pair[1]:.4f}")
 
 
+def as_text(cell: str) -> str:
+    """A text cell a spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``, a tab or
+    a carriage return first: an engine's model name) written as text, with a leading ``'``."""
+    return "'" + cell if cell[:1] in ("=", "+", "-", "@", "\t", "\r") else cell
+
+
 def to_csv(report: BenchReport) -> str:
     """llama-benchy's CSV columns, in its order, then sparkbuild's."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[*CSV_COLUMNS, *SPARKBUILD_CSV_COLUMNS])
     writer.writeheader()
     for row in rows(report):
-        line = {"model": row["model"], "test_name": row["test_name"]}
+        line = {"model": as_text(row["model"]), "test_name": row["test_name"]}
         for key in ("t_s", "t_s_req", "e2e_ttft", "engine_t_s_req"):
             line[f"{key}_mean"], line[f"{key}_std"] = _split(row.get(key))
         for key in SPARKBUILD_CSV_COLUMNS[2:]:  # the engine's figures are split above
@@ -414,7 +420,7 @@ def json_to_csv(data: Mapping[str, Any]) -> str:
             rows.append(("tg", *tg_metrics))
         for kind, *metrics in rows:
             line: dict[str, object] = {
-                "model": data["model"],
+                "model": as_text(str(data["model"])),
                 "test_name": _test_name(run, kind, suffix),
             }
             for name, metric in zip(
