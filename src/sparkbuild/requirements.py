@@ -41,7 +41,7 @@ from packaging.requirements import Requirement as PEP508Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from sparkbuild import cachetrust, git, lockfile, wheelindex
+from sparkbuild import git, lockfile, wheelindex
 from sparkbuild.errors import LockError, RequirementError, SpecError
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.settings import Settings
@@ -142,10 +142,9 @@ def release_wheel(build: Build, settings: Settings) -> Path:
     """The engine release's own wheel (for its METADATA): checked against the package
     index's sha256 before it is read, cached while its bytes still are the index's
     (``wheelindex``); any other wheel of that name in the cache is never read."""
-    folder = cachetrust.private_dir(settings.cache_dir / "wheels", "the wheel cache")
-    record = folder / f"{build.engine}-{build.version}.release.json"
     args = [f"--platform={p}" for p in _RELEASE_PLATFORMS] + ["--implementation=cp"]
-    got = wheelindex.release(f"{build.engine}=={build.version}", args, folder, record)
+    version = str(build.version)
+    got = wheelindex.release(settings.cache_dir, build.engine, version, args, "release")
     if isinstance(got, str):
         raise RequirementError(
             f"{build.name}: cannot download the {build.engine} {build.version} wheel for the "

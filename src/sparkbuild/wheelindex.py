@@ -145,14 +145,19 @@ def fetch(requirement: str, pip_args: Sequence[str], folder: Path, record: Path)
     return target
 
 
-def release(requirement: str, pip_args: Sequence[str], folder: Path, record: Path) -> Path | str:
-    """``requirement``'s wheel in ``folder`` as the index gives it: the cached file while its
-    bytes still hash to what ``record`` says the index gave, else fetched and checked (any
-    other file of that name in ``folder`` is never read); or why not."""
+def release(
+    cache_dir: Path, engine: str, version: str, pip_args: Sequence[str], purpose: str
+) -> Path | str:
+    """The ``engine`` ``version`` release's wheel in the cache's private ``wheels/`` as the
+    index gives it (``pip_args``: the platform), recorded as ``ENGINE-VERSION.PURPOSE.json``:
+    the cached file while its bytes still hash to what the record says the index gave, else
+    fetched and checked (any other file of that name is never read); or why not."""
+    folder = cachetrust.private_dir(cache_dir / "wheels", "the wheel cache")
+    record = folder / f"{engine}-{version}.{purpose}.json"
     found = cached(folder, record)
     if found is not None:
         return folder / found.file
-    return fetch(requirement, pip_args, folder, record)
+    return fetch(f"{engine}=={version}", pip_args, folder, record)
 
 
 __all__ = ["IndexFile", "cached", "download", "fetch", "matches", "on_index", "release"]

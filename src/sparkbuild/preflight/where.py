@@ -134,11 +134,10 @@ def release_wheel(settings: Settings, build: Build) -> Path:
     """The engine release's linux/aarch64 CPython 3.11 wheel: downloaded once, checked
     against the package index's sha256 (``sparkbuild/wheelindex.py``), and read only while
     its bytes still are the index's. Any other wheel of that name in the cache is never read."""
-    folder = cachetrust.private_dir(settings.cache_dir / "wheels", "the wheel cache")
-    record = folder / f"{build.engine}-{build.version}.preflight.json"
     args = ["--platform", "manylinux_2_34_aarch64", "--python-version", "3.11"]
     args += ["--implementation", "cp", "--abi", "cp311"]
-    got = wheelindex.release(f"{build.engine}=={build.version}", args, folder, record)
+    version = str(build.version)
+    got = wheelindex.release(settings.cache_dir, build.engine, version, args, "preflight")
     if isinstance(got, str):
         raise PreflightSetupError(
             f"{build.name}: cannot download the {build.engine} {build.version} wheel "
