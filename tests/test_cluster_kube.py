@@ -443,3 +443,24 @@ def test_a_kubernetes_digest_the_lock_does_not_pin_is_refused_before_the_run(
     said = " ".join(result.stderr.split())
     assert f"the image under test ({DIGEST}) is not build 'b'" in said, said
     assert not (serving_kubectl / "calls.jsonl").exists()  # nothing applied
+
+
+def test_a_kubernetes_bench_records_under_the_image_the_lock_pins_by_digest(
+    tmp_path: Path, serving_kubectl: Path
+) -> None:
+    """The same for `bench --cluster K8S --record`: it asked this host's Docker for the
+    image's id, then recorded under the pods' digest."""
+    from sparkbuild import lockfile
+
+    (serving_kubectl / "pods-1.json").write_text(_pod_list("sparkbuild-bench-x", [DIGEST] * 2))
+    project = _kube_project(tmp_path, DIGEST)
+
+    result = run_cli(
+        "--project", str(project), "bench", "--image", IMAGE, "--profile", "pair",
+        "--cluster", "k8s-pair", "--record", "b", "--pp", "8", "--tg", "4", "-c", "1",
+        "--runs", "1", "--no-warmup", "--log", str(project / "engine.log"),
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    record = lockfile.load(project / "images.lock").builds["b"].bench[IMAGE_ID]["pair"]  # type: ignore[index]
+    assert [n.image_id for n in record.nodes] == [IMAGE_ID, IMAGE_ID]

@@ -403,6 +403,14 @@ def digest_image_id(path: Path, build: str, digest: str) -> str:
     return str(image.image_id)
 
 
+def nodes_as(nodes: list[NodeRecord], digest: str, image_id: str) -> list[NodeRecord]:
+    """A Kubernetes run's nodes, each pod that ran ``digest`` (checked at both ends of the
+    run) under the image id the lock pins for it (:func:`digest_image_id`)."""
+    return [
+        n.model_copy(update={"image_id": image_id}) if n.image_id == digest else n for n in nodes
+    ]
+
+
 _Record = TypeVar("_Record", SmokeRecord, BenchRecord)
 
 
@@ -491,6 +499,7 @@ __all__ = [
     "load",
     "load_with_tree",
     "missing_fields",
+    "nodes_as",
     "pinned_image",
     "pinned_image_id",
     "read_entry",

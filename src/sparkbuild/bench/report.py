@@ -509,11 +509,16 @@ def markdown_compare(
 
 def record(lock_path: Path, build: str, report: BenchReport) -> str:
     """Store the summary under ``builds.<build>.bench.<image_id>.<profile>``."""
+    made, tested_id = bench_record(report), report.target.image_id
+    if report.target.launcher == "lws" and tested_id:  # Kubernetes: the pods ran a digest
+        image_id = lockfile.digest_image_id(lock_path, build, tested_id)
+        made = made.model_copy(update={"nodes": lockfile.nodes_as(made.nodes, tested_id, image_id)})
+        tested_id = image_id
     return lockfile.record_for_image(
         lock_path,
         build,
         report.profile or report.label,
-        bench_record(report),
-        tested_id=report.target.image_id,
+        made,
+        tested_id=tested_id,
         activity="benchmark",
     )

@@ -38,7 +38,7 @@ from sparkbuild.engines.adapters import (
 )
 from sparkbuild.engines.boot_prep import before_boot
 from sparkbuild.engines.cluster import load_cluster
-from sparkbuild.engines.cluster_target import cluster_pin
+from sparkbuild.engines.cluster_target import node_pin
 from sparkbuild.engines.launch import (
     LaunchSettings,
     check_cluster_size,
@@ -296,7 +296,7 @@ def _with_profile(
     plan = replace(plan, before_boot=prep.to_json())
     if cluster is not None:
         assert choice.image is not None
-        pin = cluster_pin(cluster[1], choice.image)
+        pin = node_pin(cluster[1], choice.image)
         target = cluster_target(choice, profile, adapter, logs, "bench", cluster, pin)
     else:
         target = make_target(choice, profile, adapter, logs, stage="bench")

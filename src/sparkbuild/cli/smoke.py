@@ -16,8 +16,8 @@ from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.cluster import write_manifest
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
 from sparkbuild.engines.boot_prep import BootPrep, before_boot
-from sparkbuild.engines.cluster import ClusterSpec, load_cluster
-from sparkbuild.engines.cluster_target import cluster_pin
+from sparkbuild.engines.cluster import load_cluster
+from sparkbuild.engines.cluster_target import node_pin
 from sparkbuild.engines.launch import (
     LaunchSettings,
     check_cluster_size,
@@ -117,22 +117,6 @@ class SmokeOutputs:
 MakeTarget = Callable[[SmokeProfile, Path | None], Target]
 
 
-def _pin(cluster: tuple[str, ClusterSpec] | None, image: str | None) -> str | None:
-    """What every node must run: on Kubernetes the digest the pods pull (``--image``'s),
-    which they are checked against at both ends of the run; else the image's id, this
-    host's copy or a node's."""
-    if cluster is None or image is None:
-        return None
-    if cluster[1].kubernetes is None:
-        return cluster_pin(cluster[1], image)
-    if "@sha256:" not in image:
-        raise UsageError(
-            f"Kubernetes runs the image by digest; {image} has none",
-            "push it first (`sparkbuild publish BUILD`), then pass --image REPO@sha256:...",
-        )
-    return image.rpartition("@")[2]
-
-
 def _prepare(
     settings: Settings, launch: LaunchSettings, outputs: SmokeOutputs, engine_version: str | None
 ) -> tuple[str, SmokeProfile, EngineAdapter, MakeTarget, BootPrep]:
@@ -152,7 +136,7 @@ def _prepare(
     cluster = load_cluster(settings, choice.cluster) if choice.cluster else None
     if cluster is not None:  # before any node is asked anything
         check_cluster_size(profile, len(cluster[1].nodes), cluster[0])
-    pin = _pin(cluster, choice.image)
+    pin = node_pin(cluster[1], choice.image) if cluster and choice.image else None
     if outputs.record_build:
         tested_id = pin or (local_image_id(choice.image) if choice.image else None)
         if pin and cluster and cluster[1].kubernetes is not None:

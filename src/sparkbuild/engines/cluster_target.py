@@ -31,7 +31,7 @@ from sparkbuild.engines.adapters import EngineAdapter, RankPlace
 from sparkbuild.engines.cluster import ClusterSpec, Node
 from sparkbuild.engines.logs import LogBuffer
 from sparkbuild.engines.targets import STAGE_LABEL, ContainerTarget, Mount, Target, TargetKind
-from sparkbuild.errors import ClusterImageError, EngineContainerError, LocalImageError
+from sparkbuild.errors import ClusterImageError, EngineContainerError, LocalImageError, UsageError
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -431,6 +431,19 @@ class ClusterTarget(MultiNodeTarget):
         self.log.close()
 
 
+def node_pin(cluster: ClusterSpec, image: str) -> str:
+    """What every node must run: on Kubernetes the digest the pods pull (``image``'s), which
+    they are checked against at both ends of the run; else the image's id (:func:`cluster_pin`)."""
+    if cluster.kubernetes is None:
+        return cluster_pin(cluster, image)
+    if "@sha256:" not in image:
+        raise UsageError(
+            f"Kubernetes runs the image by digest; {image} has none",
+            "push it first (`sparkbuild publish BUILD`), then pass --image REPO@sha256:...",
+        )
+    return image.rpartition("@")[2]
+
+
 def cluster_pin(cluster: ClusterSpec, image: str) -> str:
     """The id ``image`` must have on every node: this host's copy when it has one (what
     sparkbuild built or pulled), else the first node's that holds it."""
@@ -458,5 +471,6 @@ __all__ = [
     "NodeImage",
     "RankContainer",
     "cluster_pin",
+    "node_pin",
     "sync_image",
 ]

@@ -69,9 +69,6 @@ def record(lock_path: Path, build: str, result: SmokeResult) -> str:
 def by_image_id(made: lockfile.SmokeRecord, digest: str, image_id: str) -> lockfile.SmokeRecord:
     """A Kubernetes run's record (its pods ran ``digest``, checked at both ends of the run)
     under the image id the lock pins for that digest; a pod that ran another keeps its own."""
-    nodes = [
-        n.model_copy(update={"image_id": image_id}) if n.image_id == digest else n
-        for n in made.nodes
-    ]
+    nodes = lockfile.nodes_as(made.nodes, digest, image_id)
     ran = image_id if made.image_id == digest else made.image_id
     return made.model_copy(update={"image_id": ran, "nodes": nodes})
