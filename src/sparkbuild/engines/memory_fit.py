@@ -53,6 +53,7 @@ import yaml
 from packaging.version import Version
 
 from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.engines.adapters.base import flag_value
 from sparkbuild.engines.adapters.facts import MemoryFacts
 from sparkbuild.engines.profiles import Parallel, SmokeProfile
 from sparkbuild.errors import UsageError
@@ -293,16 +294,8 @@ def model_shape(model: str) -> ModelShape | None:
 # --- the launch, from a profile's flags ---------------------------------------------------
 
 
-def _flag(args: Sequence[str], *names: str) -> str | None:
-    for at, word in enumerate(args):
-        flag, eq, value = word.partition("=")
-        if flag in names:
-            return value if eq else (args[at + 1] if at + 1 < len(args) else "")
-    return None
-
-
 def _number(args: Sequence[str], names: tuple[str, ...], default: float) -> float:
-    text = _flag(args, *names)
+    text = flag_value(args, *names)
     try:
         return float(text) if text is not None else default
     except ValueError:
@@ -326,8 +319,8 @@ def launch_of(
     if facts is None:
         raise UsageError(f"no memory estimate for {adapter.display_name}: it declares no facts")
     fraction = _number(args, (facts.budget_flag,), facts.budget_default)
-    length = _flag(args, facts.context_flag)
-    kv = (_flag(args, "--kv-cache-dtype") or "auto").lower()
+    length = flag_value(args, facts.context_flag)
+    kv = (flag_value(args, "--kv-cache-dtype") or "auto").lower()
     chosen = context or (int(length) if length and length.isdigit() else max_context) or 8192
     launch = Launch(
         engine=engine,

@@ -167,6 +167,17 @@ class RankCommand:
     serves_http: bool
 
 
+def flag_value(args: Sequence[str], *names: str) -> str | None:
+    """The value launch flags ``args`` give the first of ``names`` found, written as
+    ``--flag value`` or ``--flag=value`` ("" for a flag with nothing after it; None when
+    absent)."""
+    for at, word in enumerate(args):
+        flag, eq, value = word.partition("=")
+        if flag in names:
+            return value if eq else (args[at + 1] if at + 1 < len(args) else "")
+    return None
+
+
 def parse_prometheus(text: str) -> dict[str, float]:
     """Sample values by name, summed over label sets (counters of all engines/ranks)."""
     return dict(parse_counters(text).values)

@@ -49,7 +49,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from itertools import pairwise
 from typing import Any
 
 import requests
@@ -65,6 +64,7 @@ from sparkbuild.engines.adapters.base import (
     Layout,
     RankCommand,
     RankPlace,
+    flag_value,
     optional_float,
     parse_or_fail,
     whole_number,
@@ -254,11 +254,11 @@ class SglangAdapter(EngineAdapter):
 
     @classmethod
     def draft_model(cls, args: Sequence[str]) -> str | None:
-        return _flag_value(args, "--speculative-draft-model-path")
+        return flag_value(args, "--speculative-draft-model-path") or None
 
     @classmethod
     def speculative_method(cls, args: Sequence[str]) -> str | None:
-        return _flag_value(args, "--speculative-algorithm")
+        return flag_value(args, "--speculative-algorithm") or None
 
     def ignored_variables(self, env: Mapping[str, str]) -> list[str]:
         if self.version is None:
@@ -505,10 +505,6 @@ class SglangAdapter(EngineAdapter):
 
 
 ADAPTER = SglangAdapter
-
-
-def _flag_value(args: Sequence[str], flag: str) -> str | None:
-    return next((value for name, value in pairwise(args) if name == flag), None)
 
 
 def _speculation_flag(name: str) -> bool:

@@ -23,7 +23,6 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from itertools import pairwise
 from typing import Any
 
 import requests
@@ -41,6 +40,7 @@ from sparkbuild.engines.adapters.base import (
     RankCommand,
     RankPlace,
     first_model,
+    flag_value,
     optional_float,
     parse_or_fail,
     whole_number,
@@ -316,14 +316,14 @@ class VllmAdapter(EngineAdapter):
 
     @classmethod
     def _speculative_config(cls, args: Sequence[str]) -> dict[str, object]:
-        for flag, value in pairwise(args):
-            if flag == "--speculative-config":
-                try:
-                    config = json.loads(value)
-                except json.JSONDecodeError:
-                    return {}  # the flags check reports the bad value
-                return config if isinstance(config, dict) else {}
-        return {}
+        value = flag_value(args, "--speculative-config")
+        if not value:
+            return {}
+        try:
+            config = json.loads(value)
+        except json.JSONDecodeError:
+            return {}  # the flags check reports the bad value
+        return config if isinstance(config, dict) else {}
 
     @classmethod
     def draft_model(cls, args: Sequence[str]) -> str | None:
