@@ -155,6 +155,26 @@ bound_build_cache() {
     fi
 }
 
+# A full test run writes ~5 GB under the temporary directory and, cold, ~25 GB of caches
+# (preflight venvs, root filesystems, the CPU engine). A disk that fills mid-run fails
+# twenty minutes in with ENOSPC in unrelated tests, so say it before anything starts.
+warn_low_disk() {
+    local want_gb="${SPARKBUILD_MIN_FREE_GB:-20}" dir mount free_gb seen=" "
+    for dir in "${TMPDIR:-/tmp}" "${XDG_CACHE_HOME:-$HOME/.cache}"; do
+        mkdir -p "$dir"
+        mount="$(df --output=target "$dir" | tail -1)"
+        [[ "$seen" == *" $mount "* ]] && continue
+        seen+="$mount "
+        free_gb="$(df --output=avail -BG "$dir" | tail -1 | tr -dc '0-9')"
+        if (( free_gb < want_gb )); then
+            say "disk: only ${free_gb} GB free under $dir (a test run wants ${want_gb} GB);" \
+                "old runs' temporary files are under ${TMPDIR:-/tmp}/pytest-of-$(id -un)," \
+                "the test caches under ${XDG_CACHE_HOME:-$HOME/.cache}/sparkbuild-tests"
+        fi
+    done
+}
+
+warn_low_disk
 if [[ "$(id -u)" != 0 ]]; then
     print_commands
     exit 0

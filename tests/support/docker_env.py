@@ -321,7 +321,10 @@ def debian_arm64_rootfs(
             target = Path(tmp) / "root"
             include = ",".join(sorted(packages))
             cmd = [debootstrap, f"--arch={arch}", "--variant=minbase", f"--include={include}"]
-            run([*cmd, suite, str(target), mirror or debian_mirror()], timeout=1800)
+            try:
+                run([*cmd, suite, str(target), mirror or debian_mirror()], timeout=1800)
+            finally:
+                _unmount_under(target)
             partial = Path(tmp) / "rootfs.tar"
             # Drop apt lists and caches: they are large and no test needs them.
             for junk in ("var/lib/apt/lists", "var/cache/apt"):
@@ -329,6 +332,16 @@ def debian_arm64_rootfs(
             run(["tar", "-C", str(target), "--numeric-owner", "-cf", str(partial), "."])
             os.replace(partial, tarball)
     return tarball
+
+
+def _unmount_under(root: Path) -> None:
+    """Unmount what a killed or failed debootstrap left mounted (its chroot's /proc): the
+    temporary directory cannot be removed past a mount, and it is left in the cache."""
+    prefix = str(root.resolve()) + "/"
+    mounts = Path("/proc/self/mounts").read_text().splitlines()
+    points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
 
 
 def _tar_with_extras(rootfs: Path, extras: Mapping[str, Path], dest: Path) -> None:
