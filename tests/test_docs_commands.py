@@ -534,10 +534,14 @@ def _offline_image_command(offline: OfflinePath, command: DocCommand) -> None:
         record = entry[offline_env.BUILD]["smoke"][image["image_id"]]["cpu-image"]
         assert record["verdict"] == "pass" and record["verified"] is True
         assert record["image_id"] == image["image_id"]
+        # The demo's mirror says vLLM 0.33.0 (its label); the CPU engine inside is 0.32.0.
+        assert (record["engine_version"], record["served_version"]) == ("0.33.0", "0.32.0")
+        assert "the image says 0.33.0, the engine that answered reported 0.32.0" in stdout
     elif " report " in text:
         page = _text_of(demo / "report" / "builds" / f"{offline_env.BUILD}.html")
         assert f"built image id {image['image_id']}" in page, page
         assert "Smoke cpu-image ✓ pass" in page and "a container of the image" in page, page
+        assert "the engine that answered reported 0.32.0" in page, page
 
 
 def test_the_offline_helper_leaves_a_running_environment_alone(

@@ -9,6 +9,7 @@ lack; the tests show both are refused or avoided now, for every shipped build an
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import zipfile
@@ -145,3 +146,46 @@ def test_engine_version_option_is_validated() -> None:
         _engine_version("latest", None)
     assert sglang.nan_switch_of(None) is versions.UNKNOWN_VERSION
     assert not versions.UNKNOWN_VERSION.active
+
+
+@pytest.mark.parametrize(
+    ("declared", "served", "apart"),
+    [
+        ("0.33.0", "0.32.0", True),  # the offline demo: labelled 0.33.0, vLLM 0.32.0 answered
+        ("0.5.12", "0.5.12.post1", True),
+        ("0.32.0", "0.32.0+cpu", False),  # a local tag is the same release
+        ("v0.5.12", "0.5.12", False),
+        ("0.32.0", None, False),  # nothing to compare
+        ("nightly", "0.32.0", True),  # an unparsable label still differs
+    ],
+)
+def test_declared_and_served_versions_are_compared_by_release(
+    declared: str, served: str | None, apart: bool
+) -> None:
+    assert versions.disagree(declared, served) is apart
+
+
+def test_a_disagreeing_server_version_is_kept_beside_the_label_and_flagged() -> None:
+    result = SmokeResult(
+        verdict="pass",
+        profile="p",
+        engine="vllm",
+        model="m",
+        target_kind="image",
+        target="img",
+        boot_seconds=1.0,
+        accept_len=2.0,
+        checks=[],
+        engine_version="0.33.0",
+        served_version="0.32.0",
+    )
+    record = smoke_record(result)
+    assert (record.engine_version, record.served_version) == ("0.33.0", "0.32.0")
+    assert record.versions_disagree and result.to_json()["versions_disagree"] is True
+    out = io.StringIO()
+    report.render(result, Console(file=out, width=200))
+    assert "the image says 0.33.0, the engine that answered reported 0.32.0" in out.getvalue()
+    agreeing = dataclasses.replace(result, served_version="0.33.0")
+    out = io.StringIO()
+    report.render(agreeing, Console(file=out, width=200))
+    assert "answered reported" not in out.getvalue()

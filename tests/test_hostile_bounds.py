@@ -331,6 +331,23 @@ def test_an_impossible_tokenize_count_stops_bench(
     assert "/v1/completions" not in bench_engine.seen
 
 
+def test_an_engine_error_while_counting_by_usage_is_named_in_words(
+    project: Project, bench_engine: HostileServer
+) -> None:
+    """No /tokenize, and the completion that counts by usage fails: the engine's status and
+    answer are shown, not httpx's own text (which points at its documentation)."""
+    bench_engine.route("/tokenize", Reply(status=404, body=b'{"detail": "Not Found"}'))
+    bench_engine.route("/v1/completions", Reply(status=500, body=b'{"error": "engine dead"}'))
+
+    result, _ = bench(project, bench_engine)
+
+    assert result.exit_code == 1, result.output
+    text = said(result)
+    assert 'through a completion\'s usage: HTTP 500: {"error": "engine dead"}' in text
+    assert "developer.mozilla.org" not in text and "Traceback" not in text
+    assert "check that the engine still answers" in text
+
+
 @pytest.mark.parametrize("args", [["--depth", "3000000", "--pp", "2000000"], ["--tg", "8000000"]])
 def test_token_counts_beyond_any_engine_are_refused_before_a_request(
     project: Project, bench_engine: HostileServer, args: list[str]

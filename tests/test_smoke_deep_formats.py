@@ -125,6 +125,9 @@ def test_a_profile_declares_deep_checks_and_deep_runs_them_all(tmp_path: Path) -
         load_profile(Settings(project_dir=tmp_path), "p")
     with pytest.raises(UsageError, match="not an http"):
         reference_url("file:///etc/passwd")
+    with pytest.raises(UsageError, match=r"query or fragment") as refused:
+        reference_url("http://127.0.0.1:8001/?token=Zq81-secret")
+    assert "Zq81-secret" not in str(refused.value)  # shown masked
     assert reference_url("http://127.0.0.1:8001/") == "http://127.0.0.1:8001"
 
 

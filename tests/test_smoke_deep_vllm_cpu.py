@@ -22,8 +22,11 @@ import pytest
 import yaml
 
 from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.engines.profiles import LongOutputLimits, load_profile
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
+from sparkbuild.settings import Settings
 from sparkbuild.smoke.checks import repeated_fraction
+from sparkbuild.smoke.deep import phases
 from tests.support.smoke_cli import REPO, SmokeRun, run_smoke_cli, write_profile
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
 from tests.support.vllm_patched import patched_overlay
@@ -198,6 +201,26 @@ def test_a_late_loop_fails_long_output_where_the_plain_check_passes(
     assert run.result is not None
     text = next(e["head"] for e in run.result["evidence"] if e["check"] == "long-output")
     assert repeated_fraction(text.split(), 8) < 0.6  # what the plain check would have judged
+
+
+def test_a_sampled_deep_request_is_re_run_to_the_same_text(
+    project: Path, plain_server: str
+) -> None:
+    """The deep checks' sampled requests carry a fixed seed: the same verdict's text comes
+    back on a re-run, and another seed samples another text (so the seed is what holds it)."""
+    write_profile(project, "seeded", model=str(tiny_llama()))
+    _, profile = load_profile(Settings(project_dir=project), "seeded")
+    engine = phases.Engine(VllmAdapter(), plain_server, profile)
+    limits = LongOutputLimits(max_tokens=64)
+
+    def text(seed: int) -> str:
+        result = phases.long_output(engine, limits, seed, lambda _: None)
+        assert result.evidence, result.check
+        return result.evidence[0].head
+
+    first = text(7)
+    assert text(7) == first
+    assert text(8) != first
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from sparkbuild import validate
 from sparkbuild.checks import ItemStatus, Status, Verdict
+from sparkbuild.engines import versions
 from sparkbuild.spec import PRFields
 
 SCHEMA = 1
@@ -254,7 +255,8 @@ class SmokeRecord(_Section):
     accept_len: Number | None = None
     boot_seconds: Number | None = None
     engine: str | None = None
-    engine_version: str | None = None
+    engine_version: str | None = None  # the image's label (or --engine-version)
+    served_version: str | None = None  # what the engine that answered reported
     nan_signal: str | None = None  # which NaN detection was active
     target: str | None = None  # KIND:WHAT (image, command or URL)
     verified: bool | None = None  # only an image run shows what ran; publish counts only these
@@ -266,6 +268,11 @@ class SmokeRecord(_Section):
     declared: list[str] = []  # the deep checks the profile declared: publish needs each passed
     numbers: dict[str, object] = {}  # each check's measured value (divergence, rates, windows)
     evidence: list[EvidenceRecord] = []
+
+    @property
+    def versions_disagree(self) -> bool:
+        """The image declared one engine release and the engine that answered another."""
+        return versions.disagree(self.engine_version, self.served_version)
 
     @property
     def target_kind(self) -> str:

@@ -19,6 +19,10 @@ from sparkbuild.engines.adapters import (
 )
 from sparkbuild.errors import CalibrationError, EngineHTTPError
 
+COUNTING_HINT = (
+    "bench sizes prompts with the engine's /tokenize, else a one-token completion's usage: "
+    "check that the engine still answers and look at its log"
+)
 #: The longest context an engine may say it serves (``max_model_len``).
 MAX_MODEL_LEN = 1 << 31
 
@@ -49,8 +53,15 @@ class ServedEngine:
             response = await self._call("GET", "/v1/models")
             response.raise_for_status()
             first = first_model(jsontext.loads(response.content))
+        except httpx.HTTPStatusError as exc:
+            raise EngineHTTPError.answered(
+                where, exc.response.status_code, exc.response.text
+            ) from exc
         except httpx.HTTPError as exc:
-            raise EngineHTTPError.answered(where, None, str(exc)) from exc
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            raise EngineHTTPError.answered(
+                where, None, net.httpx_failure(exc), timed_out=timed_out
+            ) from exc
         except ValueError as exc:  # not JSON, or JSON of the wrong shape
             raise EngineHTTPError.answered(where, 200, f"malformed response: {exc}") from exc
         self.served_model = str(first["id"])
@@ -109,12 +120,21 @@ class ServedEngine:
             counted = await self._tokenize(text)
             if counted is not None:
                 return counted
-            raise CalibrationError("the engine's /tokenize stopped answering while calibrating")
+            raise CalibrationError(
+                "the engine's /tokenize stopped answering while calibrating", COUNTING_HINT
+            )
         body = {"model": self.served_model, "prompt": text or " ", "max_tokens": 1}
+        why = "cannot count prompt tokens through a completion's usage"
         try:
             response = await self._call("POST", "/v1/completions", json=body)
             response.raise_for_status()
             usage = jsontext.loads(response.content)["usage"]
             return whole_number(usage["prompt_tokens"], "usage.prompt_tokens")
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise CalibrationError(f"cannot count prompt tokens through usage: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise CalibrationError(f"{why}: {net.httpx_failure(exc)}", COUNTING_HINT) from exc
+        except (KeyError, TypeError) as exc:
+            raise CalibrationError(
+                f"{why}: the answer has no usage.prompt_tokens", COUNTING_HINT
+            ) from exc
+        except ValueError as exc:
+            raise CalibrationError(f"{why}: {exc}", COUNTING_HINT) from exc

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 import signal
 import socket
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 import requests
 
@@ -114,17 +114,29 @@ class Target(ABC):
         self.stop()
 
 
+def engine_base_url(value: str, option: str = "--url") -> str:
+    """An engine's http(s) base URL, without its trailing slash: requests add their paths
+    (``/v1/models``) after it, so a query or fragment would swallow them."""
+    parts = urlsplit(value)
+    example = f"e.g. {option} http://127.0.0.1:8000"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{option} {redact(value)!r} is not an http(s) URL", example)
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        raise UsageError(
+            f"{option} {redact(value)!r} has a query or fragment: the engine's paths "
+            "(/v1/models, /metrics, ...) are added after the URL, so they would land inside it",
+            f"give the engine's base URL alone, {example}",
+        )
+    return value.rstrip("/")
+
+
 class UrlTarget(Target):
     """An engine somebody else runs; sparkbuild only talks to it."""
 
     kind: TargetKind = "url"
 
     def __init__(self, url: str) -> None:
-        if not re.match(r"^https?://", url):
-            raise UsageError(
-                f"--url {redact(url)!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000"
-            )
-        self._url = url.rstrip("/")
+        self._url = engine_base_url(url)
 
     @property
     def base_url(self) -> str:

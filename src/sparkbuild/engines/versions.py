@@ -45,6 +45,15 @@ def parse_version(text: str | None) -> Version | None:
         return None
 
 
+def disagree(declared: str | None, served: str | None) -> bool:
+    """Whether the version an image declares and the one its server reports name different
+    releases (a local tag such as ``+cpu`` is the same release)."""
+    ours, theirs = parse_version(declared), parse_version(served)
+    if ours is None or theirs is None:
+        return bool(declared and served and declared.strip() != served.strip())
+    return ours.public != theirs.public
+
+
 @dataclass(frozen=True)
 class LoadFormatFact:
     """Whether an engine release loads weights by ``--load-format NAME``: True, False, or

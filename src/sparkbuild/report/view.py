@@ -427,6 +427,7 @@ SMOKE_SHOWN = frozenset(
         "boot_seconds",
         "engine",
         "engine_version",
+        "served_version",
         "nan_signal",
         "target",
         "verified",

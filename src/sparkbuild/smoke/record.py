@@ -26,6 +26,7 @@ def smoke_record(result: SmokeResult) -> lockfile.SmokeRecord:
         boot_seconds=result.boot_seconds,
         engine=result.engine,
         engine_version=result.engine_version,
+        served_version=result.served_version,
         nan_signal=result.nan_signal,
         target=redact(f"{result.target_kind}:{result.target}"),
         verified=result.verified,

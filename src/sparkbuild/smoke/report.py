@@ -69,6 +69,14 @@ def render(result: SmokeResult, console: Console) -> None:
         _render_cluster(result, console)
     version = f"{result.engine} {result.engine_version}" if result.engine_version else result.engine
     console.print(Text(f"NaN signal ({version}): {result.nan_signal or '-'}", style="dim"))
+    if result.versions_disagree:
+        console.print(
+            Text(
+                f"engine version: the image says {result.engine_version}, the engine that "
+                f"answered reported {result.served_version}; both are recorded",
+                style="bold yellow",
+            )
+        )
     for diagnosis in result.diagnoses:
         console.print(
             Text.assemble(("diagnosis ", "bold yellow"), f"[{diagnosis.id}] ", diagnosis.diagnosis)

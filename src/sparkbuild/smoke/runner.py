@@ -17,6 +17,7 @@ from sparkbuild.engines.profiles import CustomPrompt, Parallel, SmokeProfile
 from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.signatures import Diagnosis, Evidence, diagnose
 from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
+from sparkbuild.engines.versions import disagree
 from sparkbuild.errors import EngineHTTPError
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.smoke import checks
@@ -44,13 +45,19 @@ class SmokeResult:
     image_id: str | None = None
     seconds: float = 0.0  # wall time from start to verdict
     generations: list[Generation] = field(default_factory=list, repr=False)
-    engine_version: str | None = None
+    engine_version: str | None = None  # the image's label or --engine-version, else the server's
+    served_version: str | None = None  # what the engine that answered reported (/version)
     nan_signal: str = ""  # which NaN detection was active, as the engine version reads it
     cluster: ClusterRun | None = None  # a multi-node run: its topology and every node's image
     before_boot: dict[str, Any] | None = None  # the memory fit and page cache (boot_prep)
     # What came back, per request: the first and last characters, finish reason, tokens.
     evidence: list[RequestEvidence] = field(default_factory=list)
     declared: tuple[str, ...] = ()  # the deep checks the profile declares (publish needs them)
+
+    @property
+    def versions_disagree(self) -> bool:
+        """The image declares one release and the engine that answered reports another."""
+        return disagree(self.engine_version, self.served_version)
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
@@ -88,6 +95,8 @@ class SmokeResult:
             "log_excerpt": self.log_excerpt,
             "log_file": self.log_file,
             "engine_version": self.engine_version,
+            "served_version": self.served_version,
+            "versions_disagree": self.versions_disagree,
             "nan_signal": self.nan_signal,
             "cluster": self.cluster.to_json() if self.cluster else None,
             "verified": self.verified,
@@ -365,6 +374,7 @@ def run_smoke(
         seconds=time.monotonic() - began,
         generations=served.generations,
         engine_version=str(adapter.version) if adapter.version else served.engine_version,
+        served_version=served.engine_version,
         nan_signal=nan_signal(profile, adapter, target.owns_engine),
         cluster=ClusterRun.of(target) if isinstance(target, MultiNodeTarget) else None,
         evidence=[

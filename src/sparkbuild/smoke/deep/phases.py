@@ -149,9 +149,12 @@ def _round(
 # --- long output ---------------------------------------------------------------------------
 
 
-def long_output(engine: Engine, limits: LongOutputLimits, progress: Progress) -> PhaseResult:
+def long_output(
+    engine: Engine, limits: LongOutputLimits, seed: int, progress: Progress
+) -> PhaseResult:
     """``requests`` generations as long as the model's context allows (up to
-    ``max_tokens``), each judged window by window."""
+    ``max_tokens``), each judged window by window. Request i carries ``seed + i``: a
+    sampled verdict is re-run to the same text."""
     session = engine.adapter.session()
     counted = answers.count_tokens(engine.adapter, session, engine.base_url, limits.prompt)
     max_tokens, why = _output_budget(limits.max_tokens, counted, engine)
@@ -166,7 +169,7 @@ def long_output(engine: Engine, limits: LongOutputLimits, progress: Progress) ->
                 engine.base_url,
                 limits.prompt,
                 max_tokens,
-                engine.extra(limits.request),
+                engine.extra(limits.request, seed + index),
                 ranked=2,
             )
         except EngineHTTPError as exc:
@@ -243,9 +246,11 @@ def filler(chars: int, seed: int = 0) -> str:
     return " ".join(out)[:chars]
 
 
-def long_context(engine: Engine, limits: LongContextLimits, progress: Progress) -> PhaseResult:
-    """One prompt of ``depth`` tokens (the context permitting); its answer must be finite,
-    not a run of one token id, and neither empty nor cut."""
+def long_context(
+    engine: Engine, limits: LongContextLimits, seed: int, progress: Progress
+) -> PhaseResult:
+    """One prompt of ``depth`` tokens (the context permitting), sent with ``seed``; its
+    answer must be finite, not a run of one token id, and neither empty nor cut."""
     session = engine.adapter.session()
     progress("deep: long context: sizing the prompt")
     prompt, tokens, why = _deep_prompt(engine, limits)
@@ -256,7 +261,7 @@ def long_context(engine: Engine, limits: LongContextLimits, progress: Progress) 
             engine.base_url,
             prompt,
             limits.max_tokens,
-            engine.extra(limits.request),
+            engine.extra(limits.request, seed),
             ranked=2,
         )
     except EngineHTTPError as exc:
@@ -348,7 +353,7 @@ def chat(engine: Engine, limits: ChatLimits, seed: int, progress: Progress) -> P
                 engine.base_url,
                 prompt,
                 limits.max_tokens,
-                engine.extra(limits.request),
+                engine.extra(limits.request, seed + index),
             )
         except EngineHTTPError as exc:
             problems.append(f"{name}: {exc.message}")

@@ -3,7 +3,6 @@ reference from."""
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,7 @@ from sparkbuild.engines.profiles import (
     LongOutputLimits,
     LosslessLimits,
 )
-from sparkbuild.engines.targets import Target
-from sparkbuild.errors import UsageError
+from sparkbuild.engines.targets import Target, engine_base_url
 
 #: Makes a target of the same engine, image and model with other serve flags (the profile's
 #: without speculation); the reference boot of lossless.
@@ -29,15 +27,8 @@ ReferenceBoot = Callable[[Sequence[str]], Target]
 
 
 def reference_url(value: str) -> str:
-    """``--reference-url``: an http(s) address of a running engine, without its trailing
-    slash (requests append their paths)."""
-    parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise UsageError(
-            f"--reference-url {value!r} is not an http(s) address",
-            "give the engine's base address, e.g. --reference-url http://127.0.0.1:8001",
-        )
-    return value.rstrip("/")
+    """``--reference-url``: the base URL of a running engine (as ``--url``)."""
+    return engine_base_url(value, "--reference-url")
 
 
 @dataclass(frozen=True)

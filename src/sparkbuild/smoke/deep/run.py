@@ -67,9 +67,9 @@ class DeepRun:
         limits, seed, progress = self.plan.limits, self.plan.seed or 0, self.progress
         calls: list[Callable[[], phases.PhaseResult]] = []
         if limits.long_output is not None:
-            calls.append(partial(phases.long_output, engine, limits.long_output, progress))
+            calls.append(partial(phases.long_output, engine, limits.long_output, seed, progress))
         if limits.long_context is not None:
-            calls.append(partial(phases.long_context, engine, limits.long_context, progress))
+            calls.append(partial(phases.long_context, engine, limits.long_context, seed, progress))
         if limits.chat is not None:
             calls.append(partial(phases.chat, engine, limits.chat, seed, progress))
         if calls:
