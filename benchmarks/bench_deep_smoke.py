@@ -21,9 +21,15 @@ showed it at the start and end of each run):
   plain 112.9 s, deep 254.1 s, 2.25x; at load 11.0-11.7, plain 65.3 s, deep 174.0 s, 2.67x;
   at load 6.9-9.7, plain 58.3 s, deep 105.0 s, 1.80x. Their median is 2.25x: around the 2x
   goal, with the host's load moving each run by more than the cuts did.
+- on a quiet host (load 0.8-1.6, nothing else running), three rounds each: plain 22.0 s,
+  deep 45.0 s, 2.05x; then, with an engine's stop no longer waiting for its exited workers
+  to be reaped by init (1.7 s -> 0.4 s per stop, `targets.group_running`), plain 22.5 s,
+  deep 44.0 s, 1.96x. A stop is in both runs (twice in the deep one), so that cut moves the
+  ratio little; the rounds themselves vary by 1-3 s here.
 
 Where the deep run's time goes (its progress lines; one run at load 3-4, plain 30 s): the
-second boot for lossless's reference 17.7 s, the engine under test's stop before it 2.4 s,
+second boot for lossless's reference 17.7 s, the engine under test's stop before it 2.4 s
+(0.4 s since the stop fix),
 the reference's four requests 6 s (4.3 s of them the first request's warm-up, as in the plain
 run): about 26 s, 0.85 of a plain run, for lossless alone. Burn-in's two rounds 1.3 s, the
 914-token generation 5.1 s (512 tokens now), the long prompt 0.3 s, chat 0.6 s. So the 2x

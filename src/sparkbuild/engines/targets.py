@@ -114,6 +114,29 @@ class Target(ABC):
         self.stop()
 
 
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. Its exited children whose parent we
+    reaped wait as zombies for init to reap them (1.3 s of each 1.7 s engine stop here),
+    and hold nothing; without /proc, any member counts."""
+    stats = [_read_or_none(path) for path in Path("/proc").glob("[0-9]*/stat")]
+    if not any(stats):
+        return True
+    for stat in filter(None, stats):
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _read_or_none(path: Path) -> str | None:
+    """A /proc file's text, or None for a process that exited while it was listed."""
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
 def engine_base_url(value: str, option: str = "--url") -> str:
     """An engine's http(s) base URL, without its trailing slash: requests add their paths
     (``/v1/models``) after it, so a query or fragment would swallow them."""
@@ -241,7 +264,7 @@ class ProcessTarget(Target):
             return False
         except PermissionError:
             return True
-        return True
+        return group_running(pgid)
 
     def _signal_group(self, pgid: int, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
