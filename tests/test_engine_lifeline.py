@@ -21,7 +21,8 @@ import pytest
 
 from sparkbuild.dockerhost import client as docker_client
 from sparkbuild.engines import lifeline
-from sparkbuild.engines.targets import ContainerTarget, ProcessTarget, group_running
+from sparkbuild.engines.lifeline import group_running
+from sparkbuild.engines.targets import ContainerTarget, ProcessTarget
 from tests.support.cli import installed_entry_point
 from tests.support.smoke_cli import PROCESS_TREE, processes_with_token, write_profile
 from tests.support.smoke_image import engine_mounts, skeleton_image

@@ -176,12 +176,37 @@ class Lifeline:
             self._proc = None
 
 
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs. Its exited children whose parent we
+    reaped wait as zombies for init to reap them (1.3 s of each 1.7 s engine stop here),
+    and hold nothing; without /proc, any member counts."""
+    stats = [_read_or_none(path) for path in Path("/proc").glob("[0-9]*/stat")]
+    if not any(stats):
+        return True
+    for stat in filter(None, stats):
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _read_or_none(path: Path) -> str | None:
+    """A /proc file's text, or None for a process that exited while it was listed."""
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
 def _stop_group(pgid: int, grace_s: float) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             os.killpg(pgid, 0)  # raises ProcessLookupError once the group is gone
+            if not group_running(pgid):
+                return
             time.sleep(0.1)
         os.killpg(pgid, signal.SIGKILL)
 

@@ -34,7 +34,13 @@ from urllib.parse import urlsplit
 import requests
 
 from sparkbuild import interrupts, net
-from sparkbuild.engines.lifeline import Lifeline, owner_labels, parent_death_signal, remove_orphans
+from sparkbuild.engines.lifeline import (
+    Lifeline,
+    group_running,
+    owner_labels,
+    parent_death_signal,
+    remove_orphans,
+)
 from sparkbuild.engines.logs import LineSplitter, LogBuffer, engine_lines
 from sparkbuild.errors import EngineContainerError, LocalImageError, UsageError
 from sparkbuild.redact import redact
@@ -112,29 +118,6 @@ class Target(ABC):
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def group_running(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs. Its exited children whose parent we
-    reaped wait as zombies for init to reap them (1.3 s of each 1.7 s engine stop here),
-    and hold nothing; without /proc, any member counts."""
-    stats = [_read_or_none(path) for path in Path("/proc").glob("[0-9]*/stat")]
-    if not any(stats):
-        return True
-    for stat in filter(None, stats):
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-def _read_or_none(path: Path) -> str | None:
-    """A /proc file's text, or None for a process that exited while it was listed."""
-    try:
-        return path.read_text()
-    except OSError:
-        return None
 
 
 def engine_base_url(value: str, option: str = "--url") -> str:
