@@ -60,9 +60,12 @@ _MODEL_LAYOUT = "v2"  # v2: the tokenizer has a chat template
 _BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 
 # How tests serve the tiny model, as smoke/cpu-reference.yaml does (speculation aside): eager,
-# since on 2 cores torch.compile costs more than the run, and the engine core inside the API
-# server's process, which saves one interpreter start (vllm and torch imported again, ~8 s).
-# Measured on a quiet host: 40 s to ready compiled, 29 s eager, 21 s eager and in-process.
+# since on 2 cores torch.compile costs more than the run, and the model worker inside the
+# engine core's process (VLLM_ENABLE_V1_MULTIPROCESSING=0; the API server still starts the
+# engine core apart), which saves one interpreter start (vllm and torch imported again).
+# Measured on a quiet host: 40 s to ready compiled, 29 s eager, 21 s eager with one process
+# fewer; again at stop 34, alternately: 30.8 and 25.5 s with the worker apart, 18.2 and 18.1
+# without.
 ENGINE_ARGS = ("--dtype", "bfloat16", "--max-model-len", "1024", "--enforce-eager")
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 # n-gram speculation that accepts on a repetitive prompt (ENVIRONMENT.md: accept_len 2.24).
