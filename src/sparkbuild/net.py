@@ -388,17 +388,15 @@ async def deadline(seconds: float, what: str) -> AsyncIterator[None]:
         raise httpx.ReadTimeout(f"no complete answer to {what} within {seconds:g} s") from None
 
 
-def httpx_failure(exc: httpx.HTTPError) -> str:
+def httpx_failure(exc: httpx.HTTPError | httpx.StreamError) -> str:
     """What went wrong in an httpx exchange, in words: its status and the start of the
-    engine's answer, or how the connection failed (httpx's own text names its docs)."""
+    engine's answer (httpx's own text for a status names its docs), else the transport's
+    reason, which httpx often leaves empty."""
     if isinstance(exc, httpx.HTTPStatusError):
         body = exc.response.text[:200].strip()
         return f"HTTP {exc.response.status_code}" + (f": {body}" if body else "")
-    if isinstance(exc, httpx.TimeoutException):
-        return str(exc) or "no answer in time"
-    if isinstance(exc, httpx.ConnectError):
-        return "the connection failed (refused or unreachable)"
-    return str(exc) or type(exc).__name__
+    timed_out = isinstance(exc, httpx.TimeoutException)
+    return str(exc) or ("no answer in time" if timed_out else "the connection failed")
 
 
 class ResponseTooLarge(httpx.DecodingError):

@@ -112,11 +112,11 @@ def _usage_int(usage: Mapping[str, object], key: str) -> int | None:
     return None if value is None else whole_number(value, f"usage.{key}")
 
 
-def _why(exc: Exception, client: httpx.AsyncClient) -> str:
-    """A reason for httpx errors whose text is empty (timeouts mostly)."""
+def _why(exc: httpx.HTTPError | httpx.StreamError, client: httpx.AsyncClient) -> str:
+    """Why a stream failed: a timeout names ``client``'s whole-exchange deadline."""
     if isinstance(exc, httpx.TimeoutException):
         return f"no answer within {deadline_of(client):g} s (--request-timeout)"
-    return "the connection failed"
+    return net.httpx_failure(exc)
 
 
 @dataclass
@@ -230,8 +230,7 @@ async def stream_completion(
     except _StreamError as exc:
         return chunks.failed(sent, str(exc))
     except (httpx.TransportError, httpx.StreamError) as exc:
-        timed_out = isinstance(exc, httpx.TimeoutException)  # a read, or the whole deadline
-        reason = _why(exc, client) if timed_out or not str(exc) else str(exc)
+        reason = _why(exc, client)  # a timeout: a read, or the whole deadline
         return chunks.failed(sent, f"{type(exc).__name__}: {reason}", transport=True)
     except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
         # a data line that is not JSON, or JSON of the wrong shape
