@@ -7,6 +7,7 @@ launches, flag for flag), and read back by `profile import`.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,15 @@ import yaml
 
 from sparkbuild import lockfile
 from sparkbuild.engines.profiles import SmokeProfile
-from sparkbuild.engines.recipe_writer import export_recipe, flag_groups, recipe_yaml
+from sparkbuild.engines.recipe_writer import (
+    RecipeSpec,
+    export_recipe,
+    flag_groups,
+    recipe_document,
+    recipe_yaml,
+)
 from sparkbuild.engines.recipes import import_recipe
+from sparkbuild.errors import UsageError
 from sparkbuild.yamlfile import load_model
 from tests.support.cli import RunCli
 from tests.support.sparkrun_peer import Sparkrun, sparkrun_or_skip
@@ -108,7 +116,7 @@ def test_an_unchecked_image_is_exported_with_a_warning(run_cli: RunCli, tmp_path
         ({}, [], "pass --build BUILD or --image"),
         ({}, ["--image", f"{REPO}@{DIGEST}", "--model", "./models/local"],
          "'./models/local' is neither a hub id"),
-        ({}, ["--image", f"{REPO}@{DIGEST}", "--model", "${HOME}/m"], "refers to the environment"),
+        ({}, ["--image", f"{REPO}@{DIGEST}", "--model", "${HOME}/m"], "not one plain shell word"),
     ],
 )  # fmt: skip
 def test_what_cannot_become_a_recipe_is_refused_by_name(
@@ -208,3 +216,85 @@ def test_the_check_fails_on_a_recipe_sparkrun_would_question(tmp_path: Path) -> 
     bad.write_text(recipe_yaml(document), encoding="utf-8")
     issues = sparkrun.one({"op": "validate", "path": str(bad)})["issues"]
     assert sorted(i["code"] for i in issues) == ["hardcoded-serve-flag", "unmapped-config-key"]
+
+
+# --- a model a shell would run (sparkrun writes it into the serve command unquoted) ----------
+
+#: Models that a shell splits or runs: each would execute on every node sparkrun starts.
+HOSTILE_MODELS = [
+    "/models/m;touch /tmp/pwned;#",
+    "/models/`touch /tmp/pwned`",
+    "/models/m\ntouch /tmp/pwned",
+    "/models/m$(touch /tmp/pwned)",
+    "/models/m|tee /tmp/pwned",
+    "/models/a model",
+    "/models/m'x",
+    "/models/m{x}",
+]
+
+
+def _hostile_recipe(path: Path, model: str) -> Path:
+    document = {
+        "recipe_version": "2",
+        "model": model,
+        "runtime": "vllm",
+        "container": f"{REPO}@{DIGEST}",
+        "defaults": {"port": 8000, "host": "0.0.0.0"},
+        "command": "vllm serve {model} \\\n  --host {host} \\\n  --port {port}\n",
+    }
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("model", HOSTILE_MODELS)
+def test_a_model_a_shell_would_run_is_never_exported(
+    run_cli: RunCli, tmp_path: Path, model: str
+) -> None:
+    out = tmp_path / "r.yaml"
+    by_flag = _export(run_cli, tmp_path, str(SMOKE / "cpu-reference.yaml"), "--image",
+                      f"{REPO}@{DIGEST}", "--model", model, "--out", str(out))  # fmt: skip
+    assert by_flag.exit_code == 2, by_flag.output
+    assert "--model" in by_flag.stderr and "not one plain shell word" in by_flag.stderr
+    profile = yaml.safe_load((SMOKE / "cpu-reference.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "hostile.yaml").write_text(yaml.safe_dump({**profile, "model": model}))
+    by_profile = _export(run_cli, tmp_path, str(tmp_path / "hostile.yaml"), "--image",
+                         f"{REPO}@{DIGEST}", "--out", str(out))  # fmt: skip
+    assert by_profile.exit_code == 2, by_profile.output
+    assert "the profile's model" in by_profile.stderr and "Traceback" not in by_profile.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("model", HOSTILE_MODELS)
+def test_a_downloaded_recipe_whose_model_a_shell_would_run_is_not_imported(
+    run_cli: RunCli, tmp_path: Path, model: str
+) -> None:
+    recipe = _hostile_recipe(tmp_path / "downloaded.yaml", model)
+    out = tmp_path / "profile.yaml"
+    result = run_cli("--project", str(tmp_path), "profile", "import", str(recipe),
+                     "--out", str(out))  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "model" in result.stderr and "not one plain shell word" in result.stderr
+    assert "Traceback" not in result.output and not out.exists()
+
+
+@pytest.mark.upstream
+def test_sparkruns_renderer_would_run_the_model_as_shell_code(tmp_path: Path) -> None:
+    """Why the two refusals above matter: sparkrun 0.4.2 renders such a recipe, and a shell
+    running its command runs the model's second command (here: it creates a file)."""
+    sparkrun: Sparkrun = sparkrun_or_skip(tmp_path)
+    marker = tmp_path / "ran"
+    recipe = _hostile_recipe(tmp_path / "downloaded.yaml", f"/models/m;touch {marker};#")
+    rendered = sparkrun.one({"op": "render", "path": str(recipe)})
+    subprocess.run(["bash", "-c", rendered["command"]], env={"PATH": "/usr/bin:/bin"},
+                   capture_output=True, check=False, timeout=30)  # fmt: skip
+    assert marker.exists(), rendered["command"]
+    with pytest.raises(UsageError, match="not one plain shell word"):
+        import_recipe(recipe)
+
+
+def test_no_recipe_writer_takes_a_model_a_shell_would_run() -> None:
+    """``bench --arena`` writes its recipe through the same writer as ``profile export``."""
+    spec = RecipeSpec(engine="vllm", runtime="vllm", model=HOSTILE_MODELS[0], args=[])
+    with pytest.raises(UsageError, match=r"the recipe's model .* not one plain shell word"):
+        recipe_document(spec)
+    assert recipe_document(RecipeSpec("vllm", "vllm", "/models/m-1.5_b", []))["model"]

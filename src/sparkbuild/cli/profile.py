@@ -274,7 +274,9 @@ def export_recipe_command(  # noqa: PLR0913 - click passes each option as a para
         image, entry = _published_image(settings, build, repository)
     else:
         entry = None
-    document = export_recipe(name, loaded, str(image), origin=_origin(build, entry, name))
+    document = export_recipe(
+        name, loaded, str(image), model=model, origin=_origin(build, entry, name)
+    )
     text = recipe_yaml(document)
     if out is not None:
         _free(out, force, "recipe")

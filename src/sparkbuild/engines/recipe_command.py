@@ -23,6 +23,8 @@ from sparkbuild.errors import UsageError
 from sparkbuild.templates import expand
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: One literal shell word: shlex's own safe characters (ASCII letters, digits, ``@%+=:,./-_``).
+_SHELL_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
 _SHELL = ("&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1")
 
 
@@ -139,6 +141,22 @@ def command_words(text: str) -> list[str]:
                 "render the command by hand and write the profile's args",
             )
     return words
+
+
+def model_word(model: str, where: str) -> str:
+    """``model`` when a shell reads it as one literal word. sparkrun writes the model into
+    the command template (``vllm serve {model}``) unquoted, then runs the command in a
+    shell: a model holding ``;``, a backtick, a quote, a space or a line break would run as
+    shell code on every node."""
+    if _SHELL_WORD.fullmatch(model) is None:
+        shown = model if len(model) <= 120 else model[:120] + "..."
+        raise UsageError(
+            f"{where} {shown!r} is not one plain shell word: sparkrun writes the model into "
+            "the serve command unquoted, so a shell would run the rest",
+            "name the model by a hub id (org/name) or a path of letters, digits and "
+            "'@%+=:,./-_' only",
+        )
+    return model
 
 
 # --- the serve command: engine, model, flags -----------------------------------------------

@@ -24,6 +24,7 @@ import yaml
 
 from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.recipe_command import model_word
 from sparkbuild.engines.sparkrun_flags import engine_flags, sparkrun_flags
 from sparkbuild.errors import UsageError
 from sparkbuild.imageref import REFERENCE
@@ -95,6 +96,7 @@ def _templated(engine: str, args: Sequence[str], defaults: dict[str, Any]) -> li
 
 def recipe_document(spec: RecipeSpec) -> dict[str, object]:
     """The recipe as a mapping, in sparkrun's export order."""
+    model_word(spec.model, "the recipe's model")
     adapter = adapter_type(spec.engine)
     facts = adapter.recipes
     defaults: dict[str, object] = {"port": adapter.default_port, "host": "0.0.0.0"}
@@ -169,8 +171,7 @@ def _shell_free(where: str, value: str) -> None:
 
 
 def _exported_model(profile: SmokeProfile, model: str | None) -> str:
-    served = model or profile.model
-    _shell_free("the model", served)
+    served = model_word(model or profile.model, "--model" if model else "the profile's model")
     if not (served.startswith("/") or _HUB_ID.match(served)):
         raise UsageError(
             f"the model {served!r} is neither a hub id (org/name) nor an absolute path, the two "

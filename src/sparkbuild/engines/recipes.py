@@ -46,6 +46,7 @@ from sparkbuild.engines.recipe_command import (
     command_text,
     command_words,
     flags_from_defaults,
+    model_word,
     render_command,
     scalar_text,
     serve_of,
@@ -465,6 +466,7 @@ def import_recipe(
             f"known runtimes: {', '.join(runtimes)}",
         )
     adapter = adapter_type(engine)
+    model_word(recipe.model, f"{path}: model")
     declared = {k: collapse_default(v) for k, v in recipe.defaults.items()}
     layers = matching_overrides(
         recipe.overrides, _facts(engine, runtime, declared, overrides), declared, notes
@@ -496,6 +498,7 @@ def import_recipe(
         flags = flags_from_defaults(adapter, values, recipe.model, recipe.model_revision, notes)
         words = [*adapter.recipes.prefixes[0], recipe.model, *flags]
     serve = serve_of(adapter, words, recipe.model, notes, path.parent, engine_version)
+    model_word(serve.model, f"{path}: the model the command serves,")
     if adapter.recipes.adds_served_model_name and "--served-model-name" not in serve.args:
         notes.add(
             "--served-model-name",
