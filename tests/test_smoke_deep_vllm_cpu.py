@@ -13,6 +13,7 @@ against a floor its third position does not reach.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from sparkbuild.settings import Settings
 from sparkbuild.smoke.checks import repeated_fraction
 from sparkbuild.smoke.deep import phases
+from tests.support.burst_proxy import BurstProxy
 from tests.support.smoke_cli import REPO, SmokeRun, run_smoke_cli, write_profile
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
 from tests.support.vllm_patched import patched_overlay
@@ -258,3 +260,39 @@ def test_acceptance_per_position_fails_below_its_floor(thinking_run: SmokeRun) -
     assert "floor 0.99" in per_position["detail"] and "by position: 1:" in per_position["detail"]
     rates = per_position["value"]["rates"]
     assert len(rates) == 3 and rates[2] < 0.99 and run.check("accept_len")["status"] == "pass"
+
+
+def _text_only(path: str, body: bytes) -> bytes:
+    """The engine's completions without logprobs (so without token ids) and usage."""
+    answer = json.loads(body) if path.startswith("/v1/completions") else None
+    if not isinstance(answer, dict):
+        return body
+    answer.pop("usage", None)
+    for choice in answer.get("choices") or []:
+        choice["logprobs"] = None
+    return json.dumps(answer).encode()
+
+
+def test_an_engine_that_sends_only_text_passes_no_check_of_numbers(
+    project: Path, plain_server: str
+) -> None:
+    """Issue 46 (critical): with no token ids, logprobs or usage, nan said "0 logprobs
+    finite" and lossless "identical token by token (0 tokens)", and the lock took a pass."""
+    expect = _only("lossless", "long_context", long_context={"depth": 200, "max_tokens": 8})
+    write_profile(project, "text-only", expect={**expect, "speculation": False})
+    with (
+        BurstProxy(plain_server, rewrite=_text_only) as engine,
+        BurstProxy(plain_server, rewrite=_text_only) as reference,
+    ):
+        run = run_smoke_cli(project, "--url", engine.url, "--profile", "text-only",
+                            "--reference-url", reference.url)  # fmt: skip
+
+    assert run.returncode == 1, run.explain()
+    assert run.check("output")["status"] == "pass"  # the text itself came
+    nan = run.check("nan")
+    assert nan["status"] == "fail" and "no logprobs to inspect" in nan["detail"], run.explain()
+    lossless = run.check("lossless")
+    assert lossless["status"] == "fail", run.explain()
+    assert "the run and the reference sent no token ids" in lossless["detail"]
+    context = run.check("long-context")
+    assert context["status"] == "fail" and "no logprobs to check" in context["detail"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters import Counters, parse_prometheus
+from sparkbuild.engines.adapters import Counters, Generation, parse_prometheus
 from sparkbuild.engines.adapters.sglang import SglangAdapter
 from sparkbuild.engines.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import Expectations, load_profile
@@ -23,6 +23,7 @@ from sparkbuild.engines.signatures import Evidence, diagnose, load_signatures
 from sparkbuild.errors import EngineHTTPError, SpecError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import checks
+from sparkbuild.smoke.deep.compare import missing_ids
 from sparkbuild.spec import load_builds
 from tests.support.cli import CliResult, run_cli
 
@@ -140,6 +141,22 @@ def test_nan_check_reads_null_and_nan_logprobs() -> None:
     result = checks.check_nan([generation], None, [])
     assert result.status == "fail" and result.value == 2
     assert "2 of 3 logprobs are NaN, null or infinite" in result.detail
+
+
+def test_a_check_of_nothing_is_no_pass() -> None:
+    """An engine that sends text without logprobs, token ids or usage (issue 46, critical)."""
+    text_only = Generation("p", "four five six", "length", 0, (), (), 0.1)
+    nan = checks.check_nan([text_only], None, [])
+    assert nan.status == "fail" and "no logprobs to inspect (1 completion(s), 0 logprobs)" in (
+        nan.detail
+    )
+    assert missing_ids("p", text_only, text_only) == (
+        "p: the run and the reference sent no token ids (13 and 13 characters of text), so "
+        "nothing was compared"
+    )
+    with_ids = Generation("p", "x", "length", 1, ("x",), (-0.1,), 0.1, token_ids=(5,))
+    assert missing_ids("p", with_ids, with_ids) is None
+    assert checks.check_nan([with_ids], None, []).status == "pass"
 
 
 def test_vllm_log_formats() -> None:

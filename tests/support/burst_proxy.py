@@ -9,6 +9,10 @@ The engine, its counters and the bytes are real; only the delivery is bunched.
 
     with BurstProxy(engine_url, hold=lambda n: n % 2 == 0) as proxy:
         ... bench --url proxy.url ...   # the 2nd, 4th, ... completion arrives in one burst
+
+With ``rewrite``, every answer that is not streamed is read whole and passed through
+``rewrite(path, body)`` first: the real engine's answer with fields taken out, as an engine
+that never sends them would answer.
 """
 
 from __future__ import annotations
@@ -28,8 +32,14 @@ class BurstProxy:
     """Forward to ``upstream``; hold the n-th streamed completion (counted from 1) whole
     where ``hold(n)`` is true. ``held`` lists the numbers held so far."""
 
-    def __init__(self, upstream: str, hold: Callable[[int], bool]) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        hold: Callable[[int], bool] = lambda _n: False,
+        rewrite: Callable[[str, bytes], bytes] | None = None,
+    ) -> None:
         parts = urlsplit(upstream)
+        self._rewrite = rewrite
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self._hold = hold
         self._lock = threading.Lock()
@@ -95,7 +105,9 @@ class BurstProxy:
                     for key, value in answer.getheaders():
                         if key.lower() not in _HOP_BY_HOP:
                             self.send_header(key, value)
-                    if held:
+                    if proxy._rewrite is not None and not _streamed(body):
+                        self._send_whole(proxy._rewrite(self.path, answer.read()))
+                    elif held:
                         self._send_whole(answer.read())
                     else:
                         self._send_as_it_comes(answer)

@@ -118,8 +118,13 @@ def check_nan(
         problems.append(f"NaN log line: {nan_lines[0].strip()}")
     if problems:
         return CheckResult("nan", "fail", "; ".join(problems), value=bad + len(nan_responses))
-    if missing:
-        return CheckResult("nan", "fail", "the engine returned no logprobs to inspect")
+    if missing or not total:
+        return CheckResult(
+            "nan",
+            "fail",
+            f"the engine returned no logprobs to inspect ({len(generations)} completion(s), "
+            f"{total} logprobs): a check of nothing is no pass",
+        )
     return CheckResult("nan", "pass", f"{total} logprobs finite", value=0)
 
 

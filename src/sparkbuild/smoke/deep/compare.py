@@ -69,6 +69,21 @@ class Divergence:
 Texts = Callable[[Sequence[int]], str]
 
 
+def missing_ids(request: str, run: Generation, reference: Generation) -> str | None:
+    """Why ``run`` and ``reference`` cannot be compared token by token (a side sent no token
+    ids: an engine that leaves them out, or an empty answer), or None. Two empty lists are
+    not "identical": nothing was compared."""
+    sides = [
+        side for side, g in (("the run", run), ("the reference", reference)) if not g.token_ids
+    ]
+    if not sides:
+        return None
+    return (
+        f"{request}: {' and '.join(sides)} sent no token ids "
+        f"({len(run.text)} and {len(reference.text)} characters of text), so nothing was compared"
+    )
+
+
 def first_divergence(
     request: str, run: Generation, reference: Generation, epsilon: float, texts: Texts
 ) -> Divergence | None:
@@ -129,4 +144,4 @@ def _context(ours: Sequence[int], theirs: Sequence[int], position: int, texts: T
     return redact(f"…{before!r} then [{mine!r} | reference {other!r}]")
 
 
-__all__ = ["CONTEXT_TOKENS", "Divergence", "first_divergence"]
+__all__ = ["CONTEXT_TOKENS", "Divergence", "first_divergence", "missing_ids"]

@@ -27,7 +27,7 @@ from sparkbuild.engines.adapters import EngineAdapter, Generation, answers
 from sparkbuild.engines.profiles import LosslessLimits, SmokeProfile
 from sparkbuild.engines.targets import Target, wait_ready
 from sparkbuild.errors import EngineHTTPError
-from sparkbuild.smoke.deep.compare import Divergence, first_divergence
+from sparkbuild.smoke.deep.compare import Divergence, first_divergence, missing_ids
 from sparkbuild.smoke.deep.evidence import RequestEvidence
 from sparkbuild.smoke.deep.plan import ReferenceSource
 
@@ -192,6 +192,10 @@ def judge_lossless(
     ties: list[Divergence] = []
     identical = 0
     for name, ours, theirs in zip(requests.names, runs, reference.generations, strict=True):
+        missing = missing_ids(name, ours, theirs)
+        if missing:
+            value = _value(requests, identical, ties, reference)
+            return CheckResult("lossless", "fail", missing, value=value)
         found = first_divergence(name, ours, theirs, limits.tie_epsilon, texts)
         if found is None:
             identical += 1
@@ -205,6 +209,8 @@ def judge_lossless(
             )
             return CheckResult("lossless", "fail", detail, value=value)
     tokens = sum(len(g.token_ids) for g in runs)
+    if not tokens:
+        return CheckResult("lossless", "fail", "no answer to compare with the reference")
     noted = f"; {len(ties)} numerical tie(s) noted, first {ties[0].describe()}" if ties else ""
     detail = (
         f"{identical} of {len(runs)} answers identical token by token ({tokens} tokens) "

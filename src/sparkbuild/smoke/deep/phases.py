@@ -28,7 +28,7 @@ from sparkbuild.engines.profiles import (
 )
 from sparkbuild.engines.prompts import Prompt
 from sparkbuild.errors import EngineHTTPError
-from sparkbuild.smoke.deep.compare import Divergence, first_divergence
+from sparkbuild.smoke.deep.compare import Divergence, first_divergence, missing_ids
 from sparkbuild.smoke.deep.evidence import RequestEvidence
 from sparkbuild.smoke.deep.text import Finding, TextJudgement, judge, words
 
@@ -100,6 +100,10 @@ def burn_in(
             detail = f"round {round_number} failed: {exc.message}"
             return PhaseResult(CheckResult("burn-in", "fail", detail), evidence)
         for name, ours, (_, theirs) in zip(names, answers, picked, strict=True):
+            missing = missing_ids(f"round {round_number} {name}", ours, theirs)
+            if missing:
+                evidence.append(RequestEvidence.of("burn-in", f"round {round_number} {name}", ours))
+                return PhaseResult(CheckResult("burn-in", "fail", missing), evidence)
             found = first_divergence(
                 f"round {round_number} {name}", ours, theirs, limits.tie_epsilon, engine.texts
             )
@@ -215,6 +219,8 @@ def _text_verdict(
         name, worst = bad[0]
         return CheckResult(check, "fail", f"{name}: {worst.describe()}", value=value)
     total = sum(j.units for _, j in judged)
+    if not total:
+        return CheckResult(check, "fail", "no generated text to judge", value=value)
     detail = f"{len(judged)} generation(s), {total} tokens: no loop, run or garbage in any window"
     return CheckResult(check, "pass", detail, value=value)
 
@@ -314,7 +320,9 @@ def _deep_prompt(engine: Engine, limits: LongContextLimits) -> tuple[str, int, s
 def _context_problems(generation: Generation, limits: LongContextLimits) -> list[str]:
     problems = []
     bad = non_finite(generation.logprobs)
-    if bad:
+    if not generation.logprobs:
+        problems.append("the answer carried no logprobs to check")
+    elif bad:
         problems.append(f"{bad} of {len(generation.logprobs)} logprobs are NaN, null or infinite")
     if not generation.text.strip():
         problems.append("the answer is empty")
