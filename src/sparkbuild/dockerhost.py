@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import platform as host_platform
+from collections.abc import Iterable
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import docker
 import docker.errors
+import requests.exceptions
 
 from sparkbuild.errors import DockerUnavailableError, PlatformError
 
@@ -111,3 +116,55 @@ def check_can_run(platform: str, binfmt_dir: Path = Path("/proc/sys/fs/binfmt_mi
             "enable it with `sudo scripts/setup-host.sh`, or build on a native builder with "
             "`--builder NAME` (see docs/image.md)",
         )
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A short container's end: its exit status and what it wrote (each cut at the limit)."""
+
+    status: int  # -1: it did not end within the wait (it was killed)
+    stdout: bytes
+    stderr: bytes
+    cut: bool = False  # an output was longer than the limit
+
+
+def run_once(
+    api: docker.DockerClient,
+    image: str,
+    command: list[str],
+    *,
+    wait_s: float = 600,
+    limit: int = 64 * 1024 * 1024,
+    **settings: Any,  # containers.create's own keywords
+) -> Finished:
+    """Run ``command`` in a new container of ``image`` to its end, read its output, remove it.
+
+    Not ``containers.run(..., remove=True)``: with the json-file log driver, docker-py removes
+    such a container before it reads the log stream, and then returns nothing (an image's
+    listing came back empty 7 times in 10). ``settings`` go to ``containers.create``; Docker's
+    own errors (an image it cannot find or start) reach the caller as docker-py raised them.
+    """
+    container = api.containers.create(image, command, **settings)
+    try:
+        container.start()
+        try:
+            status = int(container.wait(timeout=wait_s).get("StatusCode", -1))
+        except requests.exceptions.RequestException:
+            status = -1
+            with suppress(docker.errors.DockerException):
+                container.kill()
+        stdout, cut_out = _bounded(container.logs(stdout=True, stderr=False, stream=True), limit)
+        stderr, cut_err = _bounded(container.logs(stdout=False, stderr=True, stream=True), limit)
+    finally:
+        with suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+            container.remove(force=True)
+    return Finished(status, stdout, stderr, cut_out or cut_err)
+
+
+def _bounded(chunks: Iterable[bytes], limit: int) -> tuple[bytes, bool]:
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
+        if len(buffer) > limit:
+            return bytes(buffer[:limit]), True
+    return bytes(buffer), False

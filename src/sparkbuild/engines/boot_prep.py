@@ -21,19 +21,23 @@ import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docker.errors
 from packaging.version import Version
 
 from sparkbuild import console, dockerhost
 from sparkbuild.engines.cluster import ClusterSpec
-from sparkbuild.engines.launch import LaunchSettings
+from sparkbuild.engines.launch import LaunchSettings, check_signed
 from sparkbuild.engines.memory_fit import Fit, describe, profile_fit
-from sparkbuild.engines.page_cache import DROP_COMMAND, drop_local
+from sparkbuild.engines.page_cache import DROP_COMMAND, HELPER_VARIABLE, drop_local, helper_image
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import UsageError
 from sparkbuild.jsontext import JsonObject
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 DRAFT_MEMORY_PATCH = "draft-memory-before-kv-pool.patch"
 PATCHES_LABEL = "io.sparkbuild.patches"
@@ -85,24 +89,70 @@ def draft_patched(labels: dict[str, str]) -> bool:
     )
 
 
-def _drop_on(endpoint: str | None, image: str, node: str) -> None:
-    """Drop a node's page cache through a privileged container of ``image`` there."""
+def _drop_on(endpoint: str | None, candidate: str, node: str) -> None:
+    """Drop a node's page cache through the fixed privileged helper there (page_cache),
+    never through ``candidate``, the image under test."""
+    api = dockerhost.client(endpoint=endpoint)
+    helper = _helper_on(api, node)
+    if helper == _image_id(api, candidate):
+        raise UsageError(
+            f"--drop-caches: the helper image on {node} is the image under test ({candidate}); "
+            "sparkbuild never runs an image under test privileged",
+            f"point {HELPER_VARIABLE} at another image, or pass --no-drop-caches",
+        )
     try:
-        dockerhost.client(endpoint=endpoint).containers.run(
-            image,
-            command=DROP_COMMAND[1:],
+        done = dockerhost.run_once(
+            api,
+            helper,
+            DROP_COMMAND[1:],
             entrypoint=DROP_COMMAND[0],
             privileged=True,
-            remove=True,
             network_mode="none",
+            read_only=True,
+            user="0:0",
+            wait_s=120,
         )
     except docker.errors.DockerException as exc:
+        raise _drop_failed(node, helper, str(exc)) from None
+    if done.status != 0:
+        raise _drop_failed(node, helper, done.stderr.decode(errors="replace").strip()[-300:])
+
+
+def _image_id(api: DockerClient, image: str) -> str | None:
+    try:
+        return str(api.images.get(image).id)
+    except docker.errors.DockerException:
+        return None
+
+
+def _helper_on(api: DockerClient, node: str) -> str:
+    """The helper's image id on the node, pulled there by its digest if it is missing."""
+    helper = helper_image()
+    found = _image_id(api, helper)
+    if found is None and not helper.startswith("sha256:"):
+        try:
+            found = str(api.images.pull(helper).id)
+        except docker.errors.DockerException as exc:
+            raise UsageError(
+                f"--drop-caches: cannot pull the helper image {helper} on {node} ({exc})",
+                f"pull it there (`docker pull {helper}`), set {HELPER_VARIABLE} to an image "
+                "the node holds, or pass --no-drop-caches",
+            ) from None
+    if found is None:
         raise UsageError(
-            f"--drop-caches: cannot drop the page cache on {node}: a privileged container "
-            f"of {image} failed ({exc})",
-            "the node's Docker daemon must allow --privileged (rootful Docker); or pass "
-            "--no-drop-caches",
-        ) from None
+            f"--drop-caches: {node} does not hold the helper image {helper}",
+            f"set {HELPER_VARIABLE} to an image the node holds, or pass --no-drop-caches",
+        )
+    return found
+
+
+def _drop_failed(node: str, helper: str, why: str) -> UsageError:
+    return UsageError(
+        f"--drop-caches: cannot drop the page cache on {node}: the privileged helper "
+        f"container of {helper} failed ({why})",
+        "the node's Docker daemon must allow --privileged (rootful Docker); or pass "
+        "--no-drop-caches",
+    )
 
 
 def _check_fit(fit: Fit | str, force: bool, name: str) -> tuple[Fit | None, str | None]:
@@ -193,6 +243,14 @@ def before_boot(
         [(n.name, n.endpoint) for n in cluster[1].nodes] if cluster else [("this host", None)]
     )
     kind = "cluster" if cluster else choice.kind()
+    if choice.image is not None and choice.key is not None:  # before anything runs anywhere
+        check_signed(
+            choice,
+            [("this host", dockerhost.client())]
+            + [
+                (node, dockerhost.client(endpoint=endpoint)) for node, endpoint in nodes if endpoint
+            ],
+        )
     labels = _labels(choice.image, nodes[0][1]) if choice.image else {}
     return prepare_boot(
         name,
