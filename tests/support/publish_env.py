@@ -8,8 +8,13 @@ with a ``RUN`` under emulation in seconds rather than minutes.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import shutil
+import subprocess
+import sys
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +44,13 @@ PROFILE = "cpu-reference"
 PACKAGE_INIT = 'VERSION = "0.5.12"\nGREETING = "upstream"\n'
 
 
+#: What pip installs into the test image's site dir besides the engine: (name, version).
+EXTRA_DISTRIBUTION = ("sparkbuild-tiny-extra", "1.0.2")
+
+
 def tiny_upstream(root: Path) -> tuple[Path, Path]:
-    """A git repository tagged v0.5.12 and a site-packages dir with the same package.
+    """A git repository tagged v0.5.12 and a site-packages dir where pip installed the same
+    package as a distribution (``sglang`` 0.5.12, with its dist-info), and one more.
 
     Returns (repository, site dir holding ``sglang/``).
     """
@@ -50,11 +60,44 @@ def tiny_upstream(root: Path) -> tuple[Path, Path]:
     (package / "__init__.py").write_text(PACKAGE_INIT)
     (package / "version.py").write_text(f'__version__ = "{VERSION}"\n')
     tagged_repo(repo, f"v{VERSION}", "release")
+    wheels = root / "wheels"
+    engine = write_wheel(wheels, "sglang", VERSION, {f"sglang/{p.name}": p.read_bytes()
+                                                       for p in package.iterdir()})  # fmt: skip
+    extra = write_wheel(wheels, *EXTRA_DISTRIBUTION, {"tiny_extra.py": b"ANSWER = 42\n"})
     site = root / "site"
-    (site / "sglang").mkdir(parents=True)
-    for path in package.iterdir():
-        (site / "sglang" / path.name).write_bytes(path.read_bytes())
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+         "--no-compile", "--disable-pip-version-check", "--target", str(site), str(engine),
+         str(extra)],
+        check=True,
+    )  # fmt: skip
     return repo, site
+
+
+def write_wheel(directory: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    """A pure-Python wheel of ``files`` (what pip installs; PEP 427's layout)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = f"{name.replace('-', '_')}-{version}"
+    info = f"{stem}.dist-info"
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sparkbuild-tests\nRoot-Is-Purelib: "
+        b"true\nTag: py3-none-any\n",
+    }
+    rows = [
+        f"{path},sha256={_record_hash(data)},{len(data)}" for path, data in sorted(files.items())
+    ]
+    files[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
+    wheel = directory / f"{stem}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
+
+
+def _record_hash(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def write_project(

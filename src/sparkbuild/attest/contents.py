@@ -7,6 +7,12 @@ image (Docker's archive API): ``/var/lib/dpkg/status``, ``os-release``, and each
 distribution's ``METADATA`` (or ``PKG-INFO``) and ``RECORD``. Everything read is bounded
 and parsed as data: a hostile image can make the SBOM wrong, never make sparkbuild run
 anything else.
+
+Then the listing is checked against the image itself: a second short container asks the
+image's ``python3`` (and each virtual environment's interpreter) what ``importlib.metadata``
+sees, and a distribution it sees that the listing lacks stops the SBOM, so nothing is signed.
+An SBOM that verifies but lists nothing is worse than none (issue 46: docker-py's
+``containers.run(..., remove=True)`` lost the listing's output in up to 3 of 3 publishes).
 """
 
 from __future__ import annotations
@@ -15,14 +21,18 @@ import csv
 import email.parser
 import hashlib
 import io
+import json
 import posixpath
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import TYPE_CHECKING
 
 import docker.errors
+from packaging.utils import canonicalize_name
 
+from sparkbuild import dockerhost
 from sparkbuild.errors import PublishError
 
 if TYPE_CHECKING:
@@ -33,6 +43,8 @@ if TYPE_CHECKING:
 FILE_LIMIT = 64 * 1024 * 1024
 LISTING_LIMIT = 16 * 1024 * 1024
 MAX_DISTRIBUTIONS = 5000
+#: Run with the image's python3: what importlib.metadata sees (data/attest/).
+SEEN_SCRIPT = "data/attest/seen_distributions.py"
 _FIND = [
     "/",
     "-xdev",
@@ -191,24 +203,97 @@ def _archive(container: Container, path: str, image: str) -> dict[str, bytes]:
 
 def _listing(api: DockerClient, image: str) -> list[str]:
     try:
-        output = api.containers.run(
-            image,
-            command=_FIND,
-            entrypoint=["find"],
-            network_disabled=True,
-            remove=True,
-            stdout=True,
-            stderr=False,
+        done = dockerhost.run_once(
+            api, image, _FIND, entrypoint=["find"], network_disabled=True, limit=LISTING_LIMIT
         )
-    except (docker.errors.ContainerError, docker.errors.APIError) as exc:
+    except docker.errors.DockerException as exc:
         raise _sbom_error(image, f"`find` in the image failed ({type(exc).__name__})") from None
-    data = output if isinstance(output, bytes) else b""
-    if len(data) > LISTING_LIMIT:
+    if done.status != 0:
+        why = done.stderr.decode("utf-8", errors="replace").strip()[-300:]
+        raise _sbom_error(image, f"`find` in the image exited {done.status}: {why!r}")
+    if done.cut:
         raise _sbom_error(image, "the list of distributions is too long")
-    paths = [p.decode("utf-8", errors="replace") for p in data.split(b"\0") if p]
+    paths = [p.decode("utf-8", errors="replace") for p in done.stdout.split(b"\0") if p]
     if len(paths) > MAX_DISTRIBUTIONS:
         raise _sbom_error(image, f"more than {MAX_DISTRIBUTIONS} Python distributions")
     return sorted(paths)
+
+
+# --- what the image's own interpreters see --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeenDistribution:
+    """A distribution one of the image's interpreters finds with ``importlib.metadata``."""
+
+    interpreter: str
+    name: str
+    version: str
+
+
+def _interpreters_absent(exc: docker.errors.DockerException) -> bool:
+    """Docker could not start ``python3``: the image has no interpreter on its PATH."""
+    text = str(exc).lower()
+    return "executable file not found" in text or "no such file or directory" in text
+
+
+def seen_distributions(
+    api: DockerClient, image: str, sites: Sequence[str]
+) -> tuple[SeenDistribution, ...]:
+    """What ``importlib.metadata`` finds, asked of the image's ``python3`` and of each
+    virtual environment's interpreter among ``sites`` (none: the image has no Python)."""
+    script = resources.files("sparkbuild").joinpath(SEEN_SCRIPT).read_text(encoding="utf-8")
+    try:
+        done = dockerhost.run_once(
+            api,
+            image,
+            ["-I", "-c", script, json.dumps(list(sites))],
+            entrypoint=["python3"],
+            network_disabled=True,
+            limit=LISTING_LIMIT,
+            wait_s=300,
+        )
+    except docker.errors.DockerException as exc:
+        if _interpreters_absent(exc):
+            return ()
+        raise _sbom_error(image, f"its python3 could not run ({type(exc).__name__})") from None
+    if done.status == 127 or (done.status != 0 and b"not found" in done.stderr[-300:]):
+        return ()
+    try:
+        report = json.loads(done.stdout)
+        return tuple(
+            SeenDistribution(str(one["interpreter"]), str(name), str(version))
+            for one in report
+            for name, version in one["distributions"]
+        )
+    except (ValueError, TypeError, KeyError):
+        why = done.stderr.decode("utf-8", errors="replace").strip()[-300:]
+        raise _sbom_error(
+            image, f"its python3 did not list its distributions (exit {done.status}: {why!r})"
+        ) from None
+
+
+def unlisted(
+    distributions: Iterable[PythonDistribution], seen: Iterable[SeenDistribution]
+) -> list[SeenDistribution]:
+    """What an interpreter sees that the listing does not hold (by name and version)."""
+    listed = {(canonicalize_name(d.name), d.version) for d in distributions}
+    missing = {s for s in seen if (canonicalize_name(s.name), s.version) not in listed}
+    return sorted(missing, key=lambda s: (canonicalize_name(s.name), s.version, s.interpreter))
+
+
+def _check_complete(
+    image: str, found: Sequence[PythonDistribution], sites: Sequence[str], api: DockerClient
+) -> None:
+    missing = unlisted(found, seen_distributions(api, image, sites))
+    if missing:
+        shown = ", ".join(f"{m.name} {m.version} ({m.interpreter})" for m in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        raise _sbom_error(
+            image,
+            f"the image's own Python sees {len(missing)} distribution(s) the listing missed: "
+            f"{shown}{more}",
+        )
 
 
 def _text(files: dict[str, bytes], name: str) -> str:
@@ -233,5 +318,6 @@ def read_contents(api: DockerClient, image: str) -> ImageContents:
                 found.append(dist)
     finally:
         container.remove(force=True)
+    _check_complete(image, found, sorted({posixpath.dirname(p) for p in directories}), api)
     os_id, os_version = parse_os_release(os_release)
     return ImageContents(os_id, os_version, tuple(parse_dpkg_status(status)), tuple(found))

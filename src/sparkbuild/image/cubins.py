@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import docker.errors
 
+from sparkbuild import dockerhost
 from sparkbuild.errors import BuildInputError, CubinCheckError
 from sparkbuild.image import context
 from sparkbuild.jsontext import JsonObject
@@ -107,27 +108,26 @@ def list_code(
 ) -> dict[str, dict[str, dict[str, list[str]]]]:
     script = context.packaged(HELPER).read_text()
     try:
-        output = api.containers.run(
-            image,
+        done = dockerhost.run_once(
+            api,
+            image.id or "",
             ["python3", "-c", script],
             entrypoint=[],
-            remove=True,
             network_disabled=True,
             platform=platform,
-            stdout=True,
-            stderr=False,
         )
-    except docker.errors.ContainerError as exc:
-        stderr = _text(exc.stderr).strip()
-        raise CubinCheckError(
-            f"listing the CUDA code of the built wheels failed: {stderr or exc}",
-            "the image needs python3 and cuobjdump (CUDA devel images have both)",
-        ) from None
     except docker.errors.DockerException as exc:
         raise CubinCheckError(
             f"could not run the built image to list its CUDA code ({exc})",
             "check that the Docker daemon can run the image's platform (`docker run`)",
         ) from None
+    if done.status != 0:
+        stderr = _text(done.stderr).strip()[-500:]
+        raise CubinCheckError(
+            f"listing the CUDA code of the built wheels failed (exit {done.status}): {stderr}",
+            "the image needs python3 and cuobjdump (CUDA devel images have both)",
+        )
+    output = done.stdout
     try:
         report = json.loads(output)
     except ValueError:

@@ -11,13 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from packaging.utils import canonicalize_name
+
 from sparkbuild import console, lockfile
 from sparkbuild.attest import contents, sbom, statements
 from sparkbuild.attest.attach import sign_and_attach
 from sparkbuild.attest.keys import PublicKey
 from sparkbuild.attest.signing import Signer
 from sparkbuild.attest.verify import Verification, verify_image
-from sparkbuild.errors import AttestationError, SignatureError
+from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.errors import AttestationError, PublishError, SignatureError
 from sparkbuild.publish.destination import Destination
 from sparkbuild.registry import manifests
 from sparkbuild.registry.address import Manifest
@@ -35,6 +38,21 @@ class Signing:
 
     signer: Signer
     public: PublicKey | None = field(default=None)
+
+
+def _engine_listed(found: contents.ImageContents, build: Build) -> None:
+    """The engine's own Python distribution is in the SBOM (for an engine that is one)."""
+    probe = getattr(adapter_type(build.engine).preflight, "probe", None)
+    names = {canonicalize_name(n) for n in getattr(probe, "distributions", ())}
+    listed = {canonicalize_name(d.name) for d in found.distributions}
+    if names and not names & listed:
+        raise PublishError(
+            f"{build.name}: the SBOM lists no {' or '.join(sorted(names))} distribution, the "
+            f"engine the image is built for ({len(found.distributions)} Python distributions "
+            "listed); nothing was signed",
+            "check that the engine is pip-installed in the image (`docker run IMAGE python3 -m "
+            "pip show ENGINE`); publish without --sign-key only to publish it unsigned",
+        )
 
 
 def _subject(
@@ -113,6 +131,7 @@ def sign_publication(  # noqa: PLR0913 - a publication's parts, as publish_build
     subject = _subject(client, destination, manifest, platform)
     with console.status(f"{build.name}: reading the SBOM's contents from {image_id[:19]}"):
         found = contents.read_contents(api, image_id)
+    _engine_listed(found, build)
     made = sbom.build_sbom(found, build.name, entry, destination.reference, manifest.digest)
     attached = sign_and_attach(
         client,
