@@ -9,9 +9,10 @@ The rules are RECIPES.md's (the sdist of sparkrun 0.4.2), each implemented here 
   ``defaults`` and ``env`` replaced whole, scalars and lists replaced, ``overrides:``
   appended, an explicit ``null`` deleting the inherited key. A registry base needs
   sparkrun's registries (the network), so it is refused, naming it.
-* Version 1 (eugr's format, which sparkrun migrates on load): ``mode``, ``solo_only`` and
-  ``cluster_only`` become the node range, doubled braces collapse; its ``build_args`` and
-  ``mods`` build a container sparkbuild does not use (said by the import).
+* Version 1 (eugr's format, which sparkrun migrates on load): doubled braces collapse; its
+  ``build_args`` and ``mods`` build a container sparkbuild does not use (said by the
+  import); ``mode``, ``solo_only`` and ``cluster_only`` make the node range in every
+  version (engines/recipe_fields).
 * Doubled braces ``{{``/``}}`` (v1's escape, deprecated in v2): in a command template whose
   text holds ``{{``, each ``{{``/``}}`` is one literal brace and never part of a
   placeholder; in a ``defaults`` value holding ``{{``, they collapse.
@@ -160,23 +161,17 @@ def _mapping(path: Path) -> dict[str, object]:
 
 
 def convert_v1(data: dict[str, Any], notes: Notes) -> dict[str, object]:
-    """A version 1 recipe as sparkrun migrates it on load (the node range from ``mode``,
-    ``solo_only`` and ``cluster_only``); its braces collapse where they are read."""
+    """A version 1 recipe as sparkrun migrates it on load; its braces collapse where they
+    are read, and its node range (``mode``, ``solo_only``, ``cluster_only``) is read as a
+    version 2 recipe's is (engines/recipe_fields)."""
     if str(data.get("recipe_version", "2")) != "1":
         return data
-    converted = {k: v for k, v in data.items() if k not in ("mode", "solo_only", "cluster_only")}
-    converted["recipe_version"] = "2"
-    if data.get("solo_only") or data.get("mode") == "solo":
-        converted["max_nodes"] = 1
-    if data.get("cluster_only"):
-        converted["min_nodes"] = max(2, int(data.get("min_nodes") or 1))
     notes.add(
         "recipe_version 1",
         "changed",
-        "converted as sparkrun 0.4.2 migrates it on load (eugr's format: doubled braces "
-        "collapse, the node range from mode/solo_only/cluster_only)",
+        "converted as sparkrun 0.4.2 migrates it on load (eugr's format: doubled braces collapse)",
     )
-    return converted
+    return {**data, "recipe_version": "2"}
 
 
 # --- braces and placeholders -----------------------------------------------------------------

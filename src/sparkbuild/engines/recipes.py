@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_type
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
@@ -50,6 +50,14 @@ from sparkbuild.engines.recipe_command import (
     render_command,
     scalar_text,
     serve_of,
+)
+from sparkbuild.engines.recipe_fields import (
+    RecipeFile,
+    Scalar,
+    check_nodes,
+    container_settings,
+    node_range,
+    not_carried,
 )
 from sparkbuild.engines.recipe_source import (
     SPARK_FACTS,
@@ -67,55 +75,8 @@ from sparkbuild.jsontext import Fields, JsonObject
 from sparkbuild.redact import strip_userinfo
 from sparkbuild.yamlfile import dump_yaml
 
-Scalar = str | bool | int | float | None
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-class RecipeFile(BaseModel):
-    """The recipe keys sparkrun reads (RECIPES.md); any other top-level key is kept in
-    ``model_extra`` (sparkrun hands those to the runtime as ``runtime_config``)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    recipe_version: str = "2"
-    model: str = Field(min_length=1)
-    model_revision: str | None = None
-    runtime: str = ""
-    runtime_version: str = ""
-    container: str = ""
-    min_nodes: int = Field(default=1, ge=1)
-    max_nodes: int | None = Field(default=None, ge=1)
-    metadata: dict[str, object] = {}
-    description: str = ""
-    defaults: dict[str, object] = {}  # scalars, or mappings and lists (structured values)
-    env: dict[str, Scalar] = {}
-    command: str | None = None
-    mods: list[str] = []
-    pre_exec: list[object] = []
-    post_exec: list[object] = []
-    post_commands: list[object] = []
-    builder: str = ""
-    builder_config: dict[str, object] = {}
-    build_args: list[str] = []
-    executor_config: dict[str, object] = {}
-    runtime_config: dict[str, object] = {}
-    distribution_config: dict[str, object] | None = None
-    benchmark: dict[str, object] | None = None
-    # sparkrun 0.4.2's other keys (RECIPES.md): read, and said what becomes of each.
-    overrides: list[object] = []
-    containers: list[object] = []
-    min_sparkrun_version: str | None = None
-    runtime_cache: object = None
-    executor: str | None = None
-    layout: object = None
-    readiness: object = None
-    stop_after_post: bool = False
-
-    @field_validator("recipe_version", mode="before")
-    @classmethod
-    def _version(cls, value: object) -> object:
-        return str(value) if isinstance(value, int | float) else value  # YAML reads 2 as an int
 
 
 @dataclass(frozen=True)
@@ -297,65 +258,6 @@ def _env(
     return env
 
 
-#: sparkrun 0.4.2's keys that concern its own launch, not the engine's flags (RECIPES.md).
-_SPARKRUN_ONLY = {
-    "containers": "per-machine images: a profile runs the one image --image names",
-    "distribution_config": "what sparkrun copies to each node (additional models); a "
-    "profile's container mounts the model",
-    "runtime_cache": "sparkrun's compilation-cache mount",
-    "executor": "sparkrun's executor (docker, local, k8s); sparkbuild's target is "
-    "--image, --command or --cluster",
-    "layout": "sparkrun's host placement; a cluster file places sparkbuild's ranks",
-    "readiness": "sparkrun's readiness probe; smoke's boot check is its own",
-    "stop_after_post": "stops sparkrun's workload after its hooks",
-    "min_sparkrun_version": "the sparkrun release the recipe needs",
-    "benchmark": "sparkrun benchmark's settings; bench takes its own options or --sweep",
-}
-
-
-def _not_carried(recipe: RecipeFile, notes: _Notes) -> None:
-    if recipe.mods:
-        notes.add(
-            f"mods: {', '.join(recipe.mods)}",
-            "dropped",
-            "mods patch the container at launch; sparkbuild carries changes as patches "
-            "in its own images (builds/, patches/)",
-        )
-    for hook in ("pre_exec", "post_exec", "post_commands"):
-        if getattr(recipe, hook):
-            notes.add(hook, "dropped", "launch hooks run shell commands a profile does not hold")
-    if recipe.builder or recipe.build_args or recipe.builder_config:
-        notes.add("builder", "dropped", "sparkbuild builds its images from builds/*.yaml")
-    if recipe.model_revision:
-        notes.add(
-            f"model_revision {recipe.model_revision}",
-            "dropped",
-            "a profile serves a model id or path; pin the revision in a local path",
-        )
-    for key, why in _SPARKRUN_ONLY.items():
-        if getattr(recipe, key) not in (None, [], {}, False):
-            notes.add(key, "dropped", why)
-    for key in sorted(recipe.model_extra or {}):
-        notes.add(
-            key,
-            "dropped",
-            "not a recipe key sparkbuild knows (sparkrun hands it to the "
-            "runtime as runtime_config)",
-        )
-    for key in recipe.runtime_config:
-        notes.add(f"runtime_config.{key}", "dropped", "runtime-specific, for sparkrun's runtime")
-
-
-def _container(recipe: RecipeFile, notes: _Notes) -> dict[str, Any]:
-    settings: dict[str, object] = {}
-    for key, value in recipe.executor_config.items():
-        if key in ("gpus", "ipc", "shm_size") and isinstance(value, str):
-            settings[key] = value
-        else:
-            notes.add(f"executor_config.{key}", "dropped", "a docker setting profiles do not hold")
-    return settings
-
-
 # --- the whole import ----------------------------------------------------------------------
 
 
@@ -510,8 +412,10 @@ def import_recipe(
     layout = parallel_layout(engine, runtime, serve.sizes, notes)
     nodes = int(layout["nodes"]) if layout else 1
     env = _env(recipe, serve.env, layers, values, nodes, notes)
-    container = _container(recipe, notes)
-    _not_carried(recipe, notes)
+    replicas = int(serve.sizes["dp"]) if serve.sizes.get("dp", "").isdigit() else 1
+    check_nodes(node_range(recipe, path), nodes, replicas, path, notes)
+    container = container_settings(recipe, notes)
+    not_carried(recipe, notes)
     if model is not None:
         notes.add("model", "changed", f"{serve.model} replaced by --model {model}")
     source = RecipeSource(
