@@ -196,7 +196,7 @@ def test_a_figure_makes_a_claims_file_bench_reads(run_cli: RunCli, tmp_path: Pat
         ("model: m\ncommand: vllm serve {model} --max-model-len {max_len}\n", [],
          "command placeholders with no value: {max_len}"),
         ("model: m\ncommand: vllm serve {model} && rm -rf /\n", [],
-         "the recipe's command uses the shell ('&&')"),
+         "the recipe's command uses the shell ('&')"),
         ("model: m\ncommand: vllm serve {model} --seed $(date +%s)\n", [],
          "the recipe's command uses the shell"),
         ("model: m\ncommand: |\n  vllm serve {model}\n  echo done\n", [],

@@ -9,7 +9,6 @@ its adapter's ``recipes`` facts; sparkrun's flag maps are :mod:`.sparkrun_flags`
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from sparkbuild.templates import expand
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: One literal shell word: shlex's own safe characters (ASCII letters, digits, ``@%+=:,./-_``).
 _SHELL_WORD = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
-_SHELL = ("&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1")
 
 
 # --- the command template ------------------------------------------------------------------
@@ -120,26 +118,16 @@ def command_text(value: object, key: str, notes: Notes) -> str:
 
 
 def command_words(text: str) -> list[str]:
-    """The serve command's words: continuation lines joined, quotes honoured; anything a
-    shell would run besides one command is refused."""
-    joined = re.sub(r"\\\n", " ", text)
-    if any(line.strip() for line in joined.splitlines()[1:]):
-        raise UsageError(
-            "the recipe's command has several lines without '\\' continuations: several "
-            "shell commands, which a profile cannot hold",
-            "keep the serve command on one line (or continue it with '\\')",
-        )
-    try:
-        words = shlex.split(joined)
-    except ValueError as exc:
-        raise UsageError(f"the recipe's command does not parse as shell words: {exc}") from exc
-    for word in words:
-        if word in _SHELL or "$(" in word or "`" in word or re.search(r"\$\{?[A-Za-z_]", word):
-            raise UsageError(
-                f"the recipe's command uses the shell ({word!r}): a profile holds one "
-                "engine command with literal arguments",
-                "render the command by hand and write the profile's args",
-            )
+    """The serve command's words as bash reads them (sparkrun runs the command as a bash
+    script): quotes and backslashes honoured, line continuations joined. Anything bash
+    would do besides running one command with literal arguments is refused, naming it: a
+    second command (``;``, ``&``, ``|``, a line break outside quotes, even inside a word),
+    a redirection, a substitution or expansion (``$(...)``, backticks, ``$VAR``), a
+    comment."""
+    words: list[str] = []
+    scan = _Scan(text)
+    while (word := scan.word()) is not None:
+        words.append(word)
     return words
 
 
@@ -159,9 +147,131 @@ def model_word(model: str, where: str) -> str:
     return model
 
 
+#: Outside quotes, each makes bash do more than run one command with these words.
+_OPERATORS = frozenset(";&|<>()`\n")
+_EXPANDS = re.compile(r"\$[({A-Za-z0-9_@*#?$!'\"-]")
+
+
+class _Scan:
+    """One pass over a command, a word at a time (POSIX quoting: nothing is special inside
+    single quotes; ``\\``, ``$`` and backticks stay special inside double quotes)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.at = 0
+
+    def refuse(self, what: str, *, parses: bool = True) -> UsageError:
+        shown = self.text[max(0, self.at - 40) : self.at + 20]
+        why = (
+            "bash would do more than run one engine command with literal arguments, which "
+            "is all a profile holds"
+            if parses
+            else "it is not a command bash reads"
+        )
+        return UsageError(
+            f"the recipe's command {what} (at {shown!r}): {why}",
+            "render the command by hand and write the profile's args",
+        )
+
+    def word(self) -> str | None:
+        """The next word, or None at the end."""
+        text = self.text
+        while self.at < len(text) and (text[self.at] in " \t" or text.startswith("\\\n", self.at)):
+            self.at += 2 if text[self.at] == "\\" else 1
+        if self.at >= len(text):
+            return None
+        if text[self.at] == "\n":
+            if text[self.at :].strip():
+                raise self.refuse("has several lines without '\\' continuations")
+            self.at = len(text)
+            return None
+        if text[self.at] == "#":
+            raise self.refuse("has a comment ('#' starting a word)")
+        return self._rest_of_word()
+
+    def _rest_of_word(self) -> str:
+        text, out = self.text, []
+        while self.at < len(text) and text[self.at] not in " \t\n":
+            char = text[self.at]
+            if char == "'":
+                end = text.find("'", self.at + 1)
+                if end < 0:
+                    raise self.refuse("has an unclosed single quote", parses=False)
+                out.append(text[self.at + 1 : end])
+                self.at = end + 1
+            elif char == '"':
+                out.append(self._double_quoted())
+            elif char == "\\":
+                if self.at + 1 >= len(text):
+                    raise self.refuse("ends with a lone backslash", parses=False)
+                if text[self.at + 1] != "\n":  # a continuation inside a word joins it
+                    out.append(text[self.at + 1])
+                self.at += 2
+            elif char in _OPERATORS:
+                raise self.refuse(f"uses the shell ({char!r})")
+            elif _EXPANDS.match(text, self.at):
+                raise self.refuse(f"uses the shell: an expansion ({text[self.at : self.at + 2]!r})")
+            else:
+                out.append(char)
+                self.at += 1
+        return "".join(out)
+
+    def _double_quoted(self) -> str:
+        text, out = self.text, []
+        self.at += 1
+        while self.at < len(text) and text[self.at] != '"':
+            char = text[self.at]
+            if char == "\\" and text[self.at + 1 : self.at + 2] in ('"', "\\", "$", "`", "\n"):
+                out.append("" if text[self.at + 1] == "\n" else text[self.at + 1])
+                self.at += 2
+            elif char == "`" or (_EXPANDS.match(text, self.at) and text[self.at + 1] not in "'\""):
+                shown = text[self.at : self.at + 2]
+                raise self.refuse(f"uses the shell: an expansion in double quotes ({shown!r})")
+            else:
+                out.append(char)
+                self.at += 1
+        if self.at >= len(text):
+            raise self.refuse("has an unclosed double quote", parses=False)
+        self.at += 1
+        return "".join(out)
+
+
 # --- the serve command: engine, model, flags -----------------------------------------------
 
-_LAUNCHER_FLAGS = ("--host", "--port")
+
+@dataclass(frozen=True)
+class Ours:
+    """A serve flag where sparkrun's command for a recipe and sparkbuild's launch of the
+    profile made from it differ by design. ``launcher``: sparkbuild's launcher sets it (an
+    import leaves it out of the profile's flags); else sparkrun adds it."""
+
+    flag: str
+    launcher: bool
+    why: str
+
+
+def ours(adapter: type[EngineAdapter]) -> tuple[Ours, ...]:
+    """The one list of those differences (docs/smoke.md, "Round trips"): the bind address
+    and port are the launcher's, and so are the flags it adds to every launch (the engine's
+    ``launcher_flags``); sparkrun names the served model when a command does not."""
+    found = [
+        Ours("--host", True, "sparkbuild's launcher sets it (its bind address)"),
+        Ours("--port", True, "sparkbuild's launcher sets it (a free port)"),
+    ]
+    found += [
+        Ours(flag, True, f"sparkbuild's launcher adds it to every {adapter.display_name} launch")
+        for flag in adapter.launcher_flags(())
+    ]
+    if adapter.recipes.adds_served_model_name:
+        found.append(
+            Ours(
+                "--served-model-name",
+                False,
+                "sparkrun adds the recipe's model as the served name when the command names "
+                "none; sparkbuild's launcher leaves the engine's own",
+            )
+        )
+    return tuple(found)
 
 
 def _split_flags(words: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
@@ -217,6 +327,7 @@ def serve_of(
 ) -> Serve:
     rest, env = _strip_prefix(adapter, words)
     facts = adapter.recipes
+    launched = {o.flag: o.why for o in ours(adapter) if o.launcher}
     model = named
     args: list[str] = []
     sizes: dict[str, str] = {}
@@ -227,8 +338,8 @@ def serve_of(
                 raise UsageError(f"the recipe's command has stray words {' '.join(extra)!r}")
         elif flag in facts.model_flags and values:
             model = values[0]
-        elif flag in _LAUNCHER_FLAGS:
-            notes.add(f"{flag} {' '.join(values)}", "replaced", "sparkbuild's launcher sets it")
+        elif flag in launched:
+            notes.add(f"{flag} {' '.join(values)}".strip(), "replaced", launched[flag])
         elif flag in facts.parallel_flags:
             sizes[facts.parallel_flags[flag]] = values[0] if values else "true"
             if facts.parallel_flags[flag] == "rank":

@@ -390,6 +390,13 @@ class EngineAdapter(ABC):
         engine name may stand for one of several); any other runtime as it is."""
         return runtime
 
+    @classmethod
+    def launcher_flags(cls, args: Sequence[str]) -> list[str]:
+        """Flags the launcher adds to a profile's own ``args`` on every launch (what smoke and
+        bench read from the engine), none that ``args`` already has. A recipe exported from
+        the profile carries them, so sparkrun runs what smoke ran."""
+        return []
+
     @abstractmethod
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         """Arguments after the launcher: model, bind address and the profile's flags.

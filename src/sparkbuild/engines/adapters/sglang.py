@@ -265,8 +265,13 @@ class SglangAdapter(EngineAdapter):
             return []
         return ignored_variables_of(self.version, env)
 
+    @classmethod
+    def launcher_flags(cls, args: Sequence[str]) -> list[str]:
+        # The counters smoke and bench read (/metrics) are served only with it.
+        return [] if "--enable-metrics" in args else ["--enable-metrics"]
+
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
-        extra = [] if "--enable-metrics" in args else ["--enable-metrics"]
+        extra = self.launcher_flags(args)
         return ["--model-path", model, "--host", host, "--port", str(port), *extra, *args]
 
     cluster_launcher = default_launcher
