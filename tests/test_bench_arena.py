@@ -473,7 +473,8 @@ def test_our_metadata_has_every_key_sparkrun_writes_and_its_hashes(
         "args": ours["benchmark"]["args"], "framework": ours["benchmark"]["framework"],
     })["metadata"]  # fmt: skip
     assert _nested_keys(theirs) - _nested_keys(ours) == set()
-    for key in ("hash", "effective_hash", "text", "container", "container_pinned"):
+    same = ("hash", "effective_hash", "text", "container", "container_pinned", "runtime")
+    for key in (*same, "runtime_full"):
         assert ours["recipe"][key] == theirs["recipe"][key], key
     assert ours["cluster"]["hosts"] == theirs["cluster"]["hosts"]  # the same pseudonym
     assert ours["timing"] == {k: theirs["timing"][k] for k in ("start", "end", "duration")}

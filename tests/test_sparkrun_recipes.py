@@ -111,6 +111,7 @@ def test_the_shipped_flag_maps_are_sparkruns_own(sparkrun: Sparkrun) -> None:
     assert (len(ours.engines["vllm"].flags), len(ours.engines["sglang"].flags)) == (76, 48)
     assert ours.read_keys == theirs["read_keys"]
     assert list(ours.read_keys) == theirs["read_key_reasons"]
+    assert ours.runtime_display == theirs["runtime_display"]
 
 
 # --- import: the same engine command as sparkrun's own renderer, or a note for each flag ------

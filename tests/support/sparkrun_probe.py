@@ -8,7 +8,7 @@ calls sparkrun's public functions and reports what they answered, and copies non
 process (sparkrun's start-up is most of a request's time), one answer each:
 
 * ``render`` ``{path, overrides}``: the recipe as sparkrun loads it (runtime, version,
-  builder) and the serve command its runtime generates
+  builder, node range) and the serve command its runtime generates
   (``get_runtime(runtime).generate_command(recipe, overrides, is_cluster=False)``);
 * ``validate`` ``{path}``: every finding of ``validate_recipe`` (what ``sparkrun recipe
   validate`` prints; ``--strict`` fails on warnings);
@@ -18,7 +18,8 @@ process (sparkrun's start-up is most of a request's time), one answer each:
 * ``csv`` ``{benchmark_json}``: sparkrun's ``json_to_csv`` of a llama-benchy JSON;
 * ``resume`` ``{benchmark_json, args, schedule}``: llama-benchy's task list for a profile
   (``build_task_list``) and which tasks sparkrun's gap detection finds covered by the JSON;
-* ``flag_maps``: the vLLM and SGLang maps from defaults keys to flags (names only);
+* ``flag_maps``: the vLLM and SGLang maps from defaults keys to flags (names only), and
+  how its metadata shows a runtime;
 * ``metadata`` ``{path, ...}``: the submission metadata sparkrun's ``generate_metadata``
   writes for this recipe (no image resolution, hosts pseudonymised).
 """
@@ -68,6 +69,7 @@ def render(request: dict[str, Any]) -> dict[str, Any]:
         "argv": shlex.split(joined),
         "env": {str(k): str(v) for k, v in (recipe.env or {}).items()},
         "defaults": _plain(recipe.defaults),
+        "nodes": {"mode": recipe.mode, "min": recipe.min_nodes, "max": recipe.max_nodes},
     }
 
 
@@ -179,8 +181,10 @@ def metadata(request: dict[str, Any]) -> dict[str, Any]:
 def flag_maps(request: dict[str, Any]) -> dict[str, Any]:
     from sparkrun.core import validation
     from sparkrun.runtimes import _vllm_common, sglang
+    from sparkrun.utils.runtime_display import RUNTIME_DISPLAY
 
     return {
+        "runtime_display": dict(RUNTIME_DISPLAY),
         "read_keys": {k: list(v) for k, v in validation._FLAG_ALIASES.items()},
         "read_key_reasons": list(validation.SPARKRUN_READ_CONFIG_KEYS),
         "vllm": {

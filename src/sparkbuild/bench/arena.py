@@ -48,8 +48,8 @@ from sparkbuild.engines.recipe_writer import (
     recipe_document,
     recipe_yaml,
 )
-from sparkbuild.engines.recipes import ImportedRecipe, problems_of
-from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
+from sparkbuild.engines.recipes import ImportedRecipe, document_runtime, problems_of
+from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, sparkrun_flags
 from sparkbuild.errors import NothingMeasuredError, UsageError
 from sparkbuild.redact import redact, secret_args, secret_env, strip_userinfo
 from sparkbuild.yamlfile import dump_yaml, load_model
@@ -354,6 +354,7 @@ def submission_metadata(
     container, pinned = _container(report)
     layout = _layout(profile)
     imported = profile.recipe
+    runtime = document_runtime(recipe)  # as sparkrun resolves it: vllm is vllm-distributed
     effective = redact(effective_yaml(recipe, container))
     runtime_info: dict[str, object] = {engine: report.engine.version or "unknown"}
     if report.target.image_id:
@@ -378,8 +379,8 @@ def submission_metadata(
             "raw_container": (imported.container if imported else None) or container or "",
             "container": container,
             "container_pinned": pinned,
-            "runtime": engine,
-            "runtime_full": imported.runtime if imported else engine,
+            "runtime": sparkrun_flags().runtime_display.get(runtime, runtime),
+            "runtime_full": runtime,
             "registry": None,
             "registry_git": "",
             "text": effective,

@@ -164,6 +164,13 @@ def resolve_runtime(recipe: RecipeFile) -> str:
     return runtime
 
 
+def document_runtime(document: Mapping[str, object]) -> str:
+    """The runtime sparkrun resolves a recipe that sparkbuild wrote to (its ``runtime``,
+    ``defaults`` and ``command``; ``vllm`` is ``vllm-distributed``)."""
+    read = {k: document[k] for k in ("runtime", "defaults", "command") if k in document}
+    return resolve_runtime(RecipeFile.model_validate({"model": "-", **read}))
+
+
 def _launched() -> str:
     """The engines a recipe may name, sparkrun's default first: ``vLLM and SGLang``."""
     adapters = sorted(ADAPTERS.values(), key=lambda a: (not a.recipes.default, a.name))

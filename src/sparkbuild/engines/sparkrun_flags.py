@@ -60,6 +60,7 @@ class SparkrunFlags(BaseModel):
     sparkrun: str
     engines: dict[str, EngineFlags]
     read_keys: dict[str, list[str]]  # keys sparkrun reads itself, and their flags' spellings
+    runtime_display: dict[str, str]  # a resolved runtime as sparkrun's metadata shows it
 
     def defaults_key(self, engine: str, flag: str) -> str | None:
         """The defaults key a command's ``flag`` stands for: the engine map's, else one of
