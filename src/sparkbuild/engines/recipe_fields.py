@@ -13,6 +13,7 @@ outside of is refused, naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,14 +160,33 @@ def check_nodes(span: NodeRange, nodes: int, replicas: int, path: Path, notes: N
             f"{path}: {where}: sparkrun runs the recipe on at least {span.low} nodes, and "
             f"its layout is {nodes} (tp x pp, one rank per DGX Spark): a profile runs "
             "exactly its layout",
-            f"set tensor_parallel to {span.low} (-o tensor_parallel={span.low}), or lower "
-            "min_nodes",
+            f"make the command's tensor parallel size {span.low} (-o tensor_parallel="
+            f"{span.low} where it reads {{tensor_parallel}}), or lower min_nodes",
         )
     if span.said:
         detail = f"sparkrun runs it on {span.text()}; the profile's layout on {nodes}"
         if span.low > nodes:
             detail += f" (sparkrun's {span.low} nodes hold {replicas} data-parallel replicas)"
         notes.add(where, "dropped" if span.low > nodes else "carried", detail)
+
+
+#: The parallel sizes sparkrun places a recipe by (its config chain, whatever the command).
+PLACED = ("tensor_parallel", "pipeline_parallel")
+
+
+def check_placement(values: Mapping[str, object], sizes: Mapping[str, int], path: Path) -> None:
+    """sparkrun places a recipe by its ``tensor_parallel`` and ``pipeline_parallel`` values,
+    and the engine runs the sizes its command gives (``sizes``: tp, pp): a recipe whose two
+    disagree (a command that leaves ``{tensor_parallel}`` out) runs on other nodes than its
+    engine spans, and is refused, naming the key."""
+    for key, size in zip(PLACED, ("tp", "pp"), strict=True):
+        text = str(values.get(key, "")).strip()
+        if text.isdigit() and int(text) != sizes[size]:
+            raise UsageError(
+                f"{path}: defaults.{key} is {text}, which sparkrun places the recipe by, and "
+                f"the serve command runs {size} {sizes[size]}",
+                f"give the command the {size} size from {{{key}}}, or set {key} to {sizes[size]}",
+            )
 
 
 # --- what a profile does not hold ------------------------------------------------------------
@@ -205,8 +225,9 @@ def not_carried(recipe: RecipeFile, notes: Notes) -> None:
     for hook in ("pre_exec", "post_exec", "post_commands"):
         if getattr(recipe, hook):
             notes.add(hook, "dropped", "launch hooks run shell commands a profile does not hold")
-    if recipe.builder or recipe.build_args or recipe.builder_config:
-        notes.add("builder", "dropped", "sparkbuild builds its images from builds/*.yaml")
+    building = [k for k in ("builder", "build_args", "builder_config") if getattr(recipe, k)]
+    if building:
+        notes.add(", ".join(building), "dropped", "sparkbuild builds its images from builds/*.yaml")
     if recipe.model_revision:
         notes.add(
             f"model_revision {recipe.model_revision}",

@@ -55,6 +55,7 @@ from sparkbuild.engines.recipe_fields import (
     RecipeFile,
     Scalar,
     check_nodes,
+    check_placement,
     container_settings,
     node_range,
     not_carried,
@@ -420,6 +421,7 @@ def import_recipe(
     nodes = int(layout["nodes"]) if layout else 1
     env = _env(recipe, serve.env, layers, values, nodes, notes)
     replicas = int(serve.sizes["dp"]) if serve.sizes.get("dp", "").isdigit() else 1
+    check_placement(values, {"tp": 1, "pp": 1, **(layout or {})}, path)
     check_nodes(node_range(recipe, path), nodes, replicas, path, notes)
     container = container_settings(recipe, notes)
     not_carried(recipe, notes)
