@@ -7,7 +7,9 @@ launches, flag for flag), and read back by `profile import`.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,9 @@ import pytest
 import yaml
 
 from sparkbuild import lockfile
+from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
+from sparkbuild.engines.recipe_command import ours
 from sparkbuild.engines.recipe_writer import (
     RecipeSpec,
     export_recipe,
@@ -45,13 +49,19 @@ def shipped() -> list[str]:
     return sorted(p.stem for p in SMOKE.glob("*.yaml"))
 
 
-def _lock(project: Path, *, publish: dict[str, Any] | None = None, smoke: str | None = None
-          ) -> None:  # fmt: skip
+#: A smoke record of a run of the image itself (verified), and of a URL (nothing shows which
+#: image answered).
+VERIFIED = {"verified": True, "image_id": IMAGE_ID, "target": "image:sparkbuild/vllm:0.33"}
+UNVERIFIED = {"verified": False, "target": "url:http://127.0.0.1:8000"}
+
+
+def _lock(project: Path, *, publish: dict[str, Any] | None = None, smoke: str | None = None,
+          how: dict[str, object] = VERIFIED) -> None:  # fmt: skip
     entry: dict[str, Any] = {"image": {"image_id": IMAGE_ID}}
     if publish is not None:
         entry["publish"] = publish
     if smoke is not None:
-        entry["smoke"] = {IMAGE_ID: {"qwen3.6-35b-a3b-mtp-vllm": {"verdict": smoke}}}
+        entry["smoke"] = {IMAGE_ID: {"qwen3.6-35b-a3b-mtp-vllm": {"verdict": smoke, **how}}}
     lock = lockfile.LockFile.model_validate({"schema": lockfile.SCHEMA, "builds": {"b": entry}})
     (project / "images.lock").write_text(lockfile.dumps(lock), encoding="utf-8")
 
@@ -77,8 +87,9 @@ def test_a_profile_becomes_a_recipe_running_the_builds_published_digest(
     assert recipe["runtime"] == "vllm"
     assert recipe["metadata"]["sparkbuild"] == {
         "profile": "qwen3.6-35b-a3b-mtp-vllm", "build": "b", "image_id": IMAGE_ID,
-        "smoke": "pass",
+        "smoke": {"verdict": "pass", "verified": True},
     }  # fmt: skip
+    assert (recipe.get("min_nodes", 1), recipe["max_nodes"]) == (1, 1)  # what smoke ran
     # The flags sparkrun's map knows are tunable defaults, referenced by placeholder.
     assert recipe["defaults"]["max_model_len"] == 32768
     assert recipe["defaults"]["speculative_config"] == (
@@ -100,8 +111,45 @@ def test_an_unchecked_image_is_exported_with_a_warning(run_cli: RunCli, tmp_path
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["container"] == f"{REPO}@{DIGEST}" and payload["recipe"] is None
-    assert yaml.safe_load(payload["text"])["metadata"]["sparkbuild"]["smoke"] == "fail"
+    assert yaml.safe_load(payload["text"])["metadata"]["sparkbuild"]["smoke"] == {
+        "verdict": "fail", "verified": True,
+    }  # fmt: skip
     assert "no passing smoke verdict on build b's image (fail)" in result.stderr
+
+
+def test_an_unverified_pass_is_written_as_one(run_cli: RunCli, tmp_path: Path) -> None:
+    """A pass of a run against a URL shows nothing of which image answered: the recipe says
+    so, and the export warns (it wrote `smoke: pass`, silently)."""
+    _lock(tmp_path, publish={REPO: {"digest": DIGEST}}, smoke="pass", how=UNVERIFIED)
+    result = _export(run_cli, tmp_path, str(SMOKE / "qwen3.6-35b-a3b-mtp-vllm.yaml"),
+                     "--build", "b", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    origin = yaml.safe_load(json.loads(result.stdout)["text"])["metadata"]["sparkbuild"]
+    assert origin["smoke"] == {"verdict": "pass", "verified": False}
+    assert "smoke pass on build b's image is unverified (a url run" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("publish", "found"),
+    [(None, None), ({REPO: {"digest": DIGEST}}, "b")],
+)
+def test_an_image_named_by_digest_gets_its_builds_verdict_or_a_warning(
+    run_cli: RunCli, tmp_path: Path, publish: dict[str, Any] | None, found: str | None
+) -> None:
+    """--image: the lock's build of that digest gives the verdict; with none, the recipe is
+    written with the warning the docs promise (it was written silently)."""
+    if publish is not None:
+        _lock(tmp_path, publish=publish, smoke="pass")
+    result = _export(run_cli, tmp_path, str(SMOKE / "qwen3.6-35b-a3b-mtp-vllm.yaml"),
+                     "--image", f"{REPO}@{DIGEST}", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    origin = yaml.safe_load(json.loads(result.stdout)["text"])["metadata"]["sparkbuild"]
+    if found is None:
+        assert "build" not in origin
+        assert f"the image {REPO}@{DIGEST} has no smoke verdict of profile" in result.stderr
+    else:
+        assert origin["build"] == found and origin["smoke"]["verdict"] == "pass"
+        assert "warning" not in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -160,26 +208,42 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
-def _engine_words(profile: SmokeProfile) -> list[str]:
-    """What the launcher adds for the layout, then the profile's own flags."""
-    layout = profile.parallel
-    sizes = {"vllm": ["-tp", "-pp"], "sglang": ["--tp-size", "--pp-size"]}[profile.engine]
-    words = [sizes[0], str(layout.tp)] if layout.tp > 1 else []
-    words += [sizes[1], str(layout.pp)] if layout.pp > 1 else []
-    words += profile.args
+def _launched(profile: SmokeProfile) -> list[str]:
+    """The engine words of the profile's launch past the model: the layout's sizes, the
+    flags of the launcher's own command past its bind address and port (``serve_args``:
+    SGLang's --enable-metrics, then the profile's flags), the expert-parallel flag."""
+    adapter = adapter_type(profile.engine)
+    layout, facts = profile.parallel, adapter.recipes
+    words: list[str] = []
+    for key, size in (("tensor_parallel", layout.tp), ("pipeline_parallel", layout.pp)):
+        words += [facts.rendered_keys[key], str(size)] if size > 1 else []
+    served = adapter().serve_args(MODEL, "0.0.0.0", 8000, profile.args)
+    words += served[served.index("--port") + 2 :]
     if layout.ep > 1:
-        words += (
-            ["--enable-expert-parallel"]
-            if profile.engine == "vllm"
-            else ["--ep-size", str(layout.ep)]
-        )
+        words += [w.replace("{ep}", str(layout.ep)) for w in facts.expert_parallel_args]
     return words
+
+
+def _without_ours(profile: SmokeProfile, words: list[str]) -> list[str]:
+    """``words`` less the flags that differ by design (the one list, recipe_command.ours)."""
+    by_design = {o.flag for o in ours(adapter_type(profile.engine))}
+    return [w for g in flag_groups(words) if g[0] not in by_design for w in g]
+
+
+def _groups(profile: SmokeProfile) -> Counter[tuple[str, ...]]:
+    """The launch's flag groups in any order, a parallel size of 1 (the default) left out."""
+    sizes = adapter_type(profile.engine).recipes.parallel_flags
+    groups = [tuple(g) for g in flag_groups(_launched(profile))]
+    return Counter(g for g in groups if not (g[0] in sizes and g[1:] == ("1",)))
 
 
 @pytest.mark.upstream
 def test_sparkrun_validates_and_renders_every_exported_profile(
     exported: dict[str, Path], tmp_path: Path
 ) -> None:
+    """sparkrun runs what smoke ran, flag for flag (the launcher's own flags too: 6 SGLang
+    profiles ran with --enable-metrics and were exported without it), and the recipe
+    imports back as the profile."""
     sparkrun: Sparkrun = sparkrun_or_skip(tmp_path)
     names = list(exported)
     answers = sparkrun.ask(
@@ -189,19 +253,19 @@ def test_sparkrun_validates_and_renders_every_exported_profile(
     for name, validated, rendered in zip(names, answers[::2], answers[1::2], strict=True):
         assert validated == {"issues": []}, (name, validated)
         profile = _profile(name)
+        prefix = adapter_type(profile.engine).recipes.export_command.split()[:-1]
         argv = rendered["argv"]
-        prefix = {
-            "vllm": ["vllm", "serve"],
-            "sglang": ["python3", "-m", "sglang.launch_server", "--model-path"],
-        }[profile.engine]
         assert argv[: len(prefix) + 1] == [*prefix, rendered["model"]], name
-        groups = flag_groups(argv[len(prefix) + 1 :])
-        words = [w for g in groups if g[0] not in ("--host", "--port") for w in g]
-        if profile.engine == "vllm":  # sparkrun names the served model when we do not
-            assert words[-2] == "--served-model-name"
-            words = words[:-2]
-        assert words == _engine_words(profile), name
+        theirs = _without_ours(profile, argv[len(prefix) + 1 :])
+        assert theirs == _without_ours(profile, _launched(profile)), name
         assert rendered["env"] == profile.env
+        assert rendered["nodes"]["min"] == rendered["nodes"]["max"] == profile.parallel.nodes
+        back = import_recipe(exported[name])  # the same launch (the launcher's flags aside)
+        again = profile.model_copy(update={"args": back.profile["args"]})
+        assert _groups(again) == _groups(profile), name
+        assert back.profile["env"] == profile.env
+        assert (back.parallel or {}).get("nodes", 1) == profile.parallel.nodes
+        assert back.profile["expect"]["speculation"] == bool(profile.expect.speculation)
 
 
 @pytest.mark.upstream
@@ -298,3 +362,53 @@ def test_no_recipe_writer_takes_a_model_a_shell_would_run() -> None:
     with pytest.raises(UsageError, match=r"the recipe's model .* not one plain shell word"):
         recipe_document(spec)
     assert recipe_document(RecipeSpec("vllm", "vllm", "/models/m-1.5_b", []))["model"]
+
+
+# --- values sparkrun would change, and values the shell would split ------------------------
+
+
+def _cpu(args: list[str], env: dict[str, str] | None = None) -> SmokeProfile:
+    return _profile("cpu-reference").model_copy(update={"args": args, "env": env or {}})
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "held"),
+    [
+        (["--api-key", "key-{port}"], {}, "'{port}'"),
+        (["--chat-template", "{{ messages }}"], {}, "'{{'"),
+        ([], {"SEED": "{config.seed}"}, "'{config.'"),
+        ([], {"SEED": "{{launch.node_rank}}"}, "'{{launch.'"),
+    ],
+)
+def test_a_value_sparkrun_would_fill_is_refused(
+    args: list[str], env: dict[str, str], held: str
+) -> None:
+    """sparkrun fills ``{key}`` in a command, collapses doubled braces once one is there, and
+    fills ``{config.*}``/``{launch.*}`` in env: the engine would get another value than the
+    profile's (the export wrote them as they were)."""
+    with pytest.raises(UsageError, match=f"holds {re.escape(held)}, which sparkrun fills"):
+        export_recipe("p", _cpu(args, env), f"{REPO}@{DIGEST}", model="Qwen/Qwen3-0.6B")
+
+
+def test_a_flag_value_with_a_line_break_reimports(tmp_path: Path) -> None:
+    """A quoted line break is one argument to bash; the import refused the exported recipe
+    as 'several lines'."""
+    profile = _cpu(["--response-role", "line one\nline two", "--max-model-len", "512"])
+    path = tmp_path / "r.yaml"
+    path.write_text(recipe_yaml(export_recipe("p", profile, f"{REPO}@{DIGEST}",
+                                              model="Qwen/Qwen3-0.6B")))  # fmt: skip
+    assert import_recipe(path).profile["args"] == profile.args
+
+
+@pytest.mark.upstream
+def test_sparkrun_fills_a_literal_placeholder_and_keeps_a_line_break(tmp_path: Path) -> None:
+    """What the refusal above guards against, and what the line-break export relies on, as
+    sparkrun 0.4.2 renders them."""
+    sparkrun: Sparkrun = sparkrun_or_skip(tmp_path)
+    spec = RecipeSpec(engine="vllm", runtime="vllm", model="Qwen/Qwen3-0.6B",
+                      args=["--api-key", "key-{port}", "--response-role", "a\nb"])  # fmt: skip
+    path = tmp_path / "literal.yaml"
+    path.write_text(recipe_yaml(recipe_document(spec)))
+    argv = sparkrun.one({"op": "render", "path": str(path)})["argv"]
+    assert argv[argv.index("--api-key") + 1] == "key-8000"
+    assert argv[argv.index("--response-role") + 1] == "a\nb"

@@ -216,19 +216,48 @@ def _published_image(
     )
 
 
-def _origin(build: str | None, entry: BuildEntry | None, profile_name: str) -> dict[str, object]:
-    """Where the recipe's image came from, and the smoke verdict this profile got on it."""
-    if build is None or entry is None or entry.image is None:
-        return {}
-    image_id = entry.image.image_id
-    record = ((entry.smoke or {}).get(image_id) or {}).get(profile_name) if image_id else None
+def _image_builds(settings: Settings, image: str) -> tuple[str | None, BuildEntry | None]:
+    """The build whose image ``image`` (a reference by digest) is, as the lock records it:
+    pushed there by ``publish``, or the digest ``build`` recorded."""
+    from sparkbuild.lockfile import load
+
+    for build, entry in sorted(load(settings.lock_file).builds.items()):
+        pushed = {f"{repo}@{record.digest}" for repo, record in (entry.publish or {}).items()}
+        if image in pushed or (entry.image is not None and entry.image.repo_digest == image):
+            return build, entry
+    return None, None
+
+
+def _origin(
+    build: str | None, entry: BuildEntry | None, profile_name: str, image: str
+) -> dict[str, object]:
+    """Where the recipe's image came from, and the smoke verdict this profile got on it:
+    a pass that nothing shows ran on the image (a --url or --command run) says so."""
+    image_id = entry.image.image_id if entry is not None and entry.image is not None else None
+    if build is None or image_id is None:
+        where = f"build {build} records no image id" if build else "no build in images.lock has it"
+        console.warn(
+            f"the image {image} has no smoke verdict of profile {profile_name} ({where}): the "
+            "recipe runs an image not checked with it"
+        )
+        return {"build": build} if build else {}
+    record = ((entry.smoke or {}) if entry else {}).get(image_id, {}).get(profile_name)
     verdict = record.verdict if record is not None else None
+    verified = record is not None and record.image_verified(image_id)
+    kind = record.target_kind if record is not None else "unknown"
     if verdict != "pass":
         console.warn(
             f"profile {profile_name} has no passing smoke verdict on build {build}'s image "
             f"({verdict or 'none recorded'}): the recipe runs an image not checked with it"
         )
-    return {"build": build, "image_id": image_id, "smoke": verdict}
+    elif not verified:
+        console.warn(
+            f"profile {profile_name}'s smoke pass on build {build}'s image is unverified (a "
+            f"{kind} run: nothing shows it ran that image): the recipe runs an image not "
+            "proven checked with it"
+        )
+    smoke = {"verdict": verdict, "verified": verified} if verdict else None
+    return {"build": build, "image_id": image_id, "smoke": smoke}
 
 
 @profile.command("export")
@@ -270,13 +299,13 @@ def export_recipe_command(  # noqa: PLR0913 - click passes each option as a para
     if repository and image:
         raise UsageError("--repository picks a build's repository", "drop it with --image")
     name, loaded = load_profile(settings, profile_name, model=model, need_model=False)
+    entry: BuildEntry | None
     if build is not None:
         image, entry = _published_image(settings, build, repository)
     else:
-        entry = None
-    document = export_recipe(
-        name, loaded, str(image), model=model, origin=_origin(build, entry, name)
-    )
+        build, entry = _image_builds(settings, str(image))
+    origin = _origin(build, entry, name, str(image))
+    document = export_recipe(name, loaded, str(image), model=model, origin=origin)
     text = recipe_yaml(document)
     if out is not None:
         _free(out, force, "recipe")

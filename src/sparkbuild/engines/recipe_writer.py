@@ -46,6 +46,7 @@ class RecipeSpec:
     description: str = ""
     metadata: Mapping[str, object] = field(default_factory=dict)
     min_nodes: int = 1
+    max_nodes: int | None = None  # None: as many as sparkrun is given
 
 
 def flag_groups(args: Sequence[str]) -> list[list[str]]:
@@ -111,6 +112,7 @@ def recipe_document(spec: RecipeSpec) -> dict[str, object]:
         "model": spec.model,
         "runtime": spec.runtime,
         **({"min_nodes": spec.min_nodes} if spec.min_nodes > 1 else {}),
+        **({"max_nodes": spec.max_nodes} if spec.max_nodes is not None else {}),
         **({"container": spec.container} if spec.container else {}),
         "metadata": {"description": spec.description or spec.model, **spec.metadata},
         "defaults": defaults,
@@ -170,6 +172,26 @@ def _shell_free(where: str, value: str) -> None:
         )
 
 
+#: What sparkrun 0.4.2 fills in a recipe's command, whatever quotes it stands in: a
+#: ``{key}`` span (from the defaults, the model, or a ``-o key=VALUE`` at run time) and, once
+#: a ``{{`` is anywhere in the template, every doubled brace (its v1 escape).
+_FILLED = re.compile(r"\{[A-Za-z0-9_.-]+\}|\{\{")
+#: What sparkrun 0.4.2 fills in a recipe's env value (its env templates).
+_ENV_FILLED = re.compile(r"\{+(?:config|launch)\.")
+
+
+def _unfilled(where: str, value: str, pattern: re.Pattern[str] = _FILLED) -> None:
+    """A profile's value that sparkrun would change before the engine sees it is refused:
+    the recipe would run another command than the profile does."""
+    found = pattern.search(value)
+    if found is not None:
+        raise UsageError(
+            f"{where} {value!r} holds {found[0]!r}, which sparkrun fills when it renders "
+            "the recipe: the engine would get another value than the profile's",
+            "write the recipe by hand, or change the value in the profile",
+        )
+
+
 def _exported_model(profile: SmokeProfile, model: str | None) -> str:
     served = model_word(model or profile.model, "--model" if model else "the profile's model")
     if not (served.startswith("/") or _HUB_ID.match(served)):
@@ -202,16 +224,19 @@ def export_recipe(
     digest): its flags (the tunable ones in ``defaults``), env and parallel layout."""
     for key, value in profile.env.items():
         _shell_free(f"env {key}", value)
+        _unfilled(f"env {key}", value, _ENV_FILLED)
     for word in profile.args:
         _shell_free("the flag value", word)
+        _unfilled("the flag value", word)
     parallel = profile.parallel
-    runtimes = adapter_type(profile.engine).recipes.export_runtimes
+    adapter = adapter_type(profile.engine)
+    runtimes = adapter.recipes.export_runtimes
     runtime = runtimes.get(parallel.launcher or "", next(iter(runtimes.values()), profile.engine))
     spec = RecipeSpec(
         engine=profile.engine,
         runtime=runtime,
         model=_exported_model(profile, model),
-        args=[*profile.args, *_parallel_args(profile)],
+        args=[*adapter.launcher_flags(profile.args), *profile.args, *_parallel_args(profile)],
         env=dict(profile.env),
         tp=parallel.tp,
         pp=parallel.pp,
@@ -219,5 +244,6 @@ def export_recipe(
         description=profile.description or name,
         metadata={"sparkbuild": {"profile": name, **(origin or {})}},
         min_nodes=parallel.nodes,
+        max_nodes=parallel.nodes,
     )
     return recipe_document(spec)
