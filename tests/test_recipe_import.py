@@ -201,6 +201,27 @@ def test_a_figure_makes_a_claims_file_bench_reads(run_cli: RunCli, tmp_path: Pat
          "the recipe's command uses the shell"),
         ("model: m\ncommand: |\n  vllm serve {model}\n  echo done\n", [],
          "several lines without '\\' continuations"),
+        # bash splits a word at ';' (issue 46: 'a;touch' passed as one argument).
+        ("model: m\ncommand: vllm serve {model} --x a;touch /tmp/x\n", [],
+         "the recipe's command uses the shell (';')"),
+        ('model: m\ncommand: vllm serve {model} --x "$(id)"\n', [],
+         "uses the shell: an expansion in double quotes ('$(')"),
+        # The model is a field, blank or not (a llama-cpp v1 one was written; issue 46).
+        ("model: ' '\n", [], "model: Value error, blank"),
+        ("recipe_version: 1\nruntime: llama-cpp\nmodel: ' '\n", [], "model: Value error, blank"),
+        # The node range sparkrun reads, against the layout the command runs (issue 42).
+        ("model: m\nmin_nodes: 2\n", [], "min_nodes 2: sparkrun runs the recipe on at least 2"),
+        ("model: m\ncluster_only: true\n", [], "cluster_only True: sparkrun runs the recipe on "
+         "at least 2"),
+        ("model: m\nmode: solo\ndefaults: {tensor_parallel: 2}\n", [], "mode solo: sparkrun "
+         "runs the recipe on one host, and its layout is 2 ranks"),
+        ("model: m\nmax_nodes: 1\ndefaults: {tensor_parallel: 2}\n", [], "max_nodes 1: "
+         "sparkrun runs the recipe on one host"),
+        ("model: m\nmax_nodes: 2\ndefaults: {tensor_parallel: 4}\n", [], "max_nodes 2: the "
+         "layout needs 4 nodes, and sparkrun refuses to run the recipe on more than 2"),
+        ("model: m\nmode: both\n", [], "mode 'both': sparkrun reads 'auto', 'solo' or 'cluster'"),
+        ("model: m\ndefaults: {tensor_parallel: 2}\ncommand: vllm serve {model}\n", [],
+         "defaults.tensor_parallel is 2, which sparkrun places the recipe by"),
         ("model: m\ncommand: bash start.sh {model}\n", [],
          "does not start a vllm server ('bash start.sh m'"),
         ("model: m\ndefaults: {a: '{b}', b: '{a}'}\ncommand: vllm serve {model} --x {a}\n", [],
@@ -402,3 +423,38 @@ def test_an_interrupted_import_leaves_the_previous_profile_and_no_scratch(
     assert result.exit_code == 130, result.output
     assert profile.read_text() == before
     assert sorted(p.name for p in profile.parent.iterdir()) == ["p.yaml"]
+
+
+def test_the_node_range_is_read_in_every_version_and_named(tmp_path: Path) -> None:
+    """`mode`, `min_nodes`, `max_nodes` of a version 2 recipe are sparkrun's topology, said
+    with the layout (`mode` was described as an unknown runtime_config key)."""
+    path = tmp_path / "two.yaml"
+    path.write_text(
+        "recipe_version: '2'\nmodel: org/m\nmode: cluster\nmin_nodes: 2\nmax_nodes: 4\n"
+        "defaults: {tensor_parallel: 2}\n"
+    )
+    imported = import_recipe(path)
+    assert imported.parallel is not None and imported.parallel["nodes"] == 2
+    notes = {n.item: (n.status, n.detail) for n in imported.notes}
+    assert notes["mode cluster, min_nodes 2, max_nodes 4"] == (
+        "carried",
+        "sparkrun runs it on 2 to 4 nodes; the profile's layout on 2",
+    )
+    assert not any("runtime_config" in detail for _status, detail in notes.values())
+
+
+def test_the_launchers_own_flags_are_left_to_it(tmp_path: Path) -> None:
+    """SGLang's --enable-metrics: the launcher adds it to every launch, so the profile need
+    not hold it (and its export writes it, so sparkrun runs it too)."""
+    path = tmp_path / "metrics.yaml"
+    path.write_text(
+        "model: org/m\nruntime: sglang\n"
+        "command: python3 -m sglang.launch_server --model-path {model} --enable-metrics\n"
+    )
+    imported = import_recipe(path)
+    assert imported.profile["args"] == []
+    (note,) = [n for n in imported.notes if n.item == "--enable-metrics"]
+    assert (note.status, note.detail) == (
+        "replaced",
+        "sparkbuild's launcher adds it to every SGLang launch",
+    )

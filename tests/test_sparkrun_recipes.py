@@ -17,6 +17,7 @@ from sparkbuild.engines.recipe_writer import flag_groups
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, sparkrun_flags
 from sparkbuild.errors import UsageError
+from tests.support.recipe_trips import named
 from tests.support.sparkrun_peer import Sparkrun, recipes_md, sparkrun_or_skip
 
 pytestmark = pytest.mark.upstream
@@ -153,13 +154,6 @@ def _their_groups(argv: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str
     return groups, sizes
 
 
-def _named(flag: str, notes: list[dict[str, str]], engine: str) -> bool:
-    """A note names the flag (or the defaults key sparkrun renders as it)."""
-    keys = [k for k, f in sparkrun_flags().engines[engine].flags.items() if f == flag]
-    names = [flag, flag.removeprefix("--no-"), *(f"defaults.{k}" for k in keys)]
-    return any(n in note["item"] or n in note["detail"] for note in notes for n in names)
-
-
 def differences(theirs: dict[str, Any], imported: Any) -> list[str]:
     """Every flag on one side only that no note names (the test's failure list)."""
     engine = imported.profile["engine"]
@@ -167,12 +161,12 @@ def differences(theirs: dict[str, Any], imported: Any) -> list[str]:
     ours = [tuple(g) for g in flag_groups(imported.profile["args"])]
     notes = [n.to_json() for n in imported.notes]
     unnamed = [f"sparkrun only: {' '.join(g)}" for g in groups
-               if g not in ours and not _named(g[0], notes, engine)]  # fmt: skip
+               if g not in ours and not named(g[0], notes, engine)]  # fmt: skip
     unnamed += [f"import only: {' '.join(g)}" for g in ours
-                if g not in groups and not _named(g[0], notes, engine)]  # fmt: skip
+                if g not in groups and not named(g[0], notes, engine)]  # fmt: skip
     layout = imported.parallel or {"tp": 1, "pp": 1, "ep": 1}
     for size in ("tp", "pp"):
-        if int(sizes.get(size, "1")) != layout[size] and not _named("parallel", notes, engine):
+        if int(sizes.get(size, "1")) != layout[size] and not named("parallel", notes, engine):
             unnamed.append(f"{size}: sparkrun {sizes.get(size, 1)}, layout {layout[size]}")
     return unnamed
 

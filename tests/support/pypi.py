@@ -1,11 +1,12 @@
-"""Peers' released packages from PyPI, for tests: a venv holding one pinned release, and one
-file of a release's sdist (what its wheel leaves out: docs, sample files)."""
+"""Peers' released packages from PyPI, for tests: a venv holding one pinned release, and
+files of a release's sdist (what its wheel leaves out: docs, sample files, its tests)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -23,7 +24,21 @@ def sdist_member(python: Path, requirement: str, member: str, target: Path) -> N
     """``member`` (a path inside the sdist, after its top folder) of ``requirement``'s sdist,
     written to ``target``. ``python`` runs pip (one that meets the release's
     Requires-Python)."""
-    download = target.with_name(target.name + ".download")
+    sdist_members(python, requirement, lambda name: name == member, target.parent)
+    kept = target.parent / member
+    assert kept.is_file(), member
+    if kept != target:
+        kept.replace(target)
+        for folder in kept.relative_to(target.parent).parents[:-1]:
+            (target.parent / folder).rmdir()  # the member's folders, empty now
+
+
+def sdist_members(
+    python: Path, requirement: str, wanted: Callable[[str], bool], folder: Path
+) -> list[str]:
+    """Every regular file of ``requirement``'s sdist whose path (after its top folder)
+    ``wanted`` takes, written under ``folder`` at that path; the paths, sorted."""
+    download = folder.with_name(folder.name + ".download")
     shutil.rmtree(download, ignore_errors=True)
     subprocess.run(
         [str(python), "-m", "pip", "--disable-pip-version-check", "-q", "download",
@@ -31,10 +46,18 @@ def sdist_member(python: Path, requirement: str, member: str, target: Path) -> N
         check=True, capture_output=True,
     )  # fmt: skip
     (archive,) = download.glob("*.tar.gz")
+    kept: list[str] = []
     with tarfile.open(archive) as tar:
-        top = archive.name.removesuffix(".tar.gz")
-        extracted = tar.extractfile(f"{top}/{member}")
-        assert extracted is not None, member
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(extracted.read())
+        top = archive.name.removesuffix(".tar.gz") + "/"
+        for info in tar.getmembers():
+            name = info.name.removeprefix(top)
+            if not info.isfile() or not info.name.startswith(top) or ".." in name.split("/"):
+                continue
+            if wanted(name):
+                extracted = tar.extractfile(info)
+                assert extracted is not None, name
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_bytes(extracted.read())
+                kept.append(name)
     shutil.rmtree(download, ignore_errors=True)
+    return sorted(kept)

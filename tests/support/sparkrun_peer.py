@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cache import build_once, shared_test_cache
-from tests.support.pypi import make_venv, sdist_member
+from tests.support.pypi import make_venv, sdist_member, sdist_members
 
 SPARKRUN_VERSION = "0.4.2"
 PROBE = Path(__file__).with_name("sparkrun_probe.py")
@@ -110,6 +110,25 @@ def recipes_md(python: Path) -> str:
         f"sparkrun=={SPARKRUN_VERSION} sdist\n",
     )
     return (sdist / "RECIPES.md").read_text(encoding="utf-8")
+
+
+def _docs_or_fixtures(name: str) -> bool:
+    return name.endswith(".md") or name == "tests/conftest.py"
+
+
+def sparkrun_sources(python: Path) -> Path:
+    """sparkrun 0.4.2's own documentation (every Markdown file of its sdist) and its tests'
+    shared fixtures (``tests/conftest.py``), from its sdist on PyPI (cached), at their paths
+    in the sdist: where its own example recipes are."""
+
+    def extract(target: Path) -> None:
+        sdist_members(python, f"sparkrun=={SPARKRUN_VERSION}", _docs_or_fixtures, target)
+
+    return build_once(
+        shared_test_cache() / f"sparkrun-{SPARKRUN_VERSION}-sdist-docs",
+        extract,
+        f"sparkrun=={SPARKRUN_VERSION} sdist: *.md, tests/conftest.py\n",
+    )
 
 
 class Sparkrun:
