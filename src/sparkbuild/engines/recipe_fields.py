@@ -189,6 +189,22 @@ def check_placement(values: Mapping[str, object], sizes: Mapping[str, int], path
             )
 
 
+def check_layout(
+    recipe: RecipeFile,
+    values: Mapping[str, object],
+    sizes: Mapping[str, str],
+    layout: Mapping[str, int],
+    path: Path,
+    notes: Notes,
+) -> None:
+    """The profile's layout (nodes, tp, pp) against where sparkrun places the recipe: its
+    placement sizes, its node range (``sizes``: the command's, for the data-parallel
+    replicas a profile does not carry)."""
+    check_placement(values, layout, path)
+    replicas = int(sizes["dp"]) if sizes.get("dp", "").isdigit() else 1
+    check_nodes(node_range(recipe, path), layout["nodes"], replicas, path, notes)
+
+
 # --- what a profile does not hold ------------------------------------------------------------
 
 #: sparkrun 0.4.2's keys that concern its own launch, not the engine's flags (RECIPES.md).

@@ -54,10 +54,8 @@ from sparkbuild.engines.recipe_command import (
 from sparkbuild.engines.recipe_fields import (
     RecipeFile,
     Scalar,
-    check_nodes,
-    check_placement,
+    check_layout,
     container_settings,
-    node_range,
     not_carried,
 )
 from sparkbuild.engines.recipe_source import (
@@ -420,9 +418,9 @@ def import_recipe(
     layout = parallel_layout(engine, runtime, serve.sizes, notes)
     nodes = int(layout["nodes"]) if layout else 1
     env = _env(recipe, serve.env, layers, values, nodes, notes)
-    replicas = int(serve.sizes["dp"]) if serve.sizes.get("dp", "").isdigit() else 1
-    check_placement(values, {"tp": 1, "pp": 1, **(layout or {})}, path)
-    check_nodes(node_range(recipe, path), nodes, replicas, path, notes)
+    check_layout(
+        recipe, values, serve.sizes, {"nodes": 1, "tp": 1, "pp": 1, **(layout or {})}, path, notes
+    )
     container = container_settings(recipe, notes)
     not_carried(recipe, notes)
     if model is not None:
