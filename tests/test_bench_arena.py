@@ -366,6 +366,23 @@ def test_a_csv_that_is_not_llama_benchys_is_a_usage_error(tmp_path: Path) -> Non
         load_report(bad)
 
 
+@pytest.mark.parametrize(("kind", "launched"), [("command", True), ("url", False)])
+def test_the_recipe_holds_the_flags_the_launcher_ran_with(kind: str, launched: bool) -> None:
+    """An SGLang run launched by sparkbuild ran with --enable-metrics, which its profile need
+    not list: the submission's recipe says so (it left it out); of an engine at a URL, only
+    what the report knows."""
+    engine = EngineInfo(name="sglang", version="0.5.23", model="org/m", served_model="org/m",
+                        args=["--tp", "1"])  # fmt: skip
+    report = _report().model_copy(update={
+        "engine": engine, "target": TargetInfo(kind=kind, value="http://127.0.0.1:30000"),
+    })  # fmt: skip
+    profile = SmokeProfile(engine="sglang", model="org/m")
+    lines = str(arena.effective_recipe(report, "p", profile)["command"]).split(" \\\n")
+    assert [line.strip() for line in lines[3:]] == [
+        *(["--enable-metrics"] if launched else []), "--tp {tensor_parallel}",
+    ]  # fmt: skip
+
+
 def test_an_image_run_names_its_digest_and_the_recipe_it_was_imported_from(
     tmp_path: Path,
 ) -> None:

@@ -40,7 +40,7 @@ from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.sweep import Scheduled, Sweep
-from sparkbuild.engines.adapters import ADAPTERS
+from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_writer import (
     RecipeSpec,
@@ -278,6 +278,15 @@ def _container(report: BenchReport) -> tuple[str | None, bool]:
     return report.target.value, False
 
 
+def _launched_args(report: BenchReport, engine: str) -> list[str]:
+    """The flags the engine ran with: the launcher's own first (SGLang's --enable-metrics),
+    unless bench only reached an engine at a URL, whose launch it never saw."""
+    args = list(report.engine.args)
+    if report.target.kind == "url":
+        return args
+    return [*adapter_type(engine).launcher_flags(args), *args]
+
+
 def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> dict[str, object]:
     """The recipe as the run used it (engine, model, flags and env of the report), written
     as sparkrun wants one (engines/recipe_writer); the imported recipe's provenance in
@@ -295,7 +304,7 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> d
         engine=engine,
         runtime=profile.recipe.runtime if profile.recipe else engine,
         model=report.engine.model,
-        args=report.engine.args,
+        args=_launched_args(report, engine),
         env=secret_env(report.engine.env),
         tp=layout["tp"],
         pp=layout["pp"],
