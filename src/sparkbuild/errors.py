@@ -205,6 +205,17 @@ class BaseImageError(SparkbuildError):
     """The base image cannot be pinned, or its config cannot be read, from its registry."""
 
 
+class NotReproducibleError(SparkbuildError):
+    """Two builds of the same inputs gave two images (``build --check-reproducible``), or a
+    rebuild from a published image's provenance gave another image (``verify --rebuild``);
+    every difference is named."""
+
+
+class RebuildInputError(SparkbuildError):
+    """``verify --rebuild`` cannot rebuild from a provenance: it carries no rebuild pins, or
+    an input it pins is not what the project or its sources hold (named)."""
+
+
 class UnpreparedSourceError(SparkbuildError):
     """A build whose PRs or patches do not all apply: there is no tree to build an image of."""
 

@@ -161,6 +161,13 @@ class ImageSection(_Section):
     # for an image no sparkbuild run was seen building.
     started: UtcTime | None = None
     finished: UtcTime | None = None
+    # What built it (docker client, engine, BuildKit, Dockerfile frontend, canonical form):
+    # a rebuild needs the same canonical form; the rest says where a difference may come from.
+    builder: dict[str, str] | None = None
+    # `build --check-reproducible`: a second build without cache gave this very image id
+    # (true), or not (false, with the differences, most useful first).
+    reproducible: bool | None = None
+    differences: list[str] = []
 
     @model_validator(mode="after")
     def _finished_after_started(self) -> Self:

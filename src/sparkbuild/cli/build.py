@@ -30,9 +30,10 @@ def _selected(settings: Settings, names: tuple[str, ...], engine: str | None) ->
 def _summary(result: ImageResult) -> str:
     what = "up to date" if result.skipped else "built"
     tags = ", ".join(result.tags)
+    checked = "; reproducible (a second build without the cache gave the same id)"
     return (
         f"{result.build}: {what} {result.image_id[:19]} {result.platform} "
-        f"in {result.seconds:.1f} s; tags: {tags}"
+        f"in {result.seconds:.1f} s; tags: {tags}{checked if result.reproducible else ''}"
     )
 
 
@@ -61,6 +62,12 @@ def _summary(result: ImageResult) -> str:
 )
 @click.option("--no-cache", is_flag=True, help="Rebuild every step, even if up to date.")
 @click.option(
+    "--check-reproducible",
+    is_flag=True,
+    help="Build a second time without the cache, in another directory, and compare: the same "
+    "image id, or every differing file named (recorded in images.lock; exit 1 if not).",
+)
+@click.option(
     "--cache-from",
     multiple=True,
     metavar="REF",
@@ -85,6 +92,7 @@ def build_command(  # noqa: PLR0913 - click passes each option as a parameter
     platform: str | None,
     builder_name: str | None,
     no_cache: bool,
+    check_reproducible: bool,
     cache_from: tuple[str, ...],
     cache_to: str | None,
     as_json: bool,
@@ -103,6 +111,7 @@ def build_command(  # noqa: PLR0913 - click passes each option as a parameter
         no_cache=no_cache,
         cache_from=cache_from,
         cache_to=cache_to,
+        check_reproducible=check_reproducible,
     )
     lock = lockfile.LockHandle.open(settings.lock_file)  # read once; each build writes its entry
 

@@ -50,6 +50,12 @@ def _platform_manifest(index: dict[str, Any], platform: str, what: str) -> str:
 
 def image_config(base: BaseImage, platform: str) -> dict[str, object]:
     """The ``config`` section (User, Env, ...) of ``base`` for ``platform``."""
+    section = full_config(base, platform).get("config") or {}
+    return section if isinstance(section, dict) else {}
+
+
+def full_config(base: BaseImage, platform: str) -> dict[str, object]:
+    """The whole image config of ``base`` for ``platform`` (rootfs, history, config)."""
     host, repository = split_reference(base.reference)
     stored = creds.from_docker_config(host) or creds.Credentials("nowhere (anonymous)")
     client = RegistryClient(Registry.parse(host), stored)
@@ -70,9 +76,7 @@ def image_config(base: BaseImage, platform: str) -> dict[str, object]:
     config_digest = (body.get("config") or {}).get("digest")
     if not config_digest:
         raise BaseImageError(f"{what}: its manifest names no config")
-    config = _json(get_blob(client, repository, str(config_digest)), f"{what}: config")
-    section = config.get("config") or {}
-    return section if isinstance(section, dict) else {}
+    return _json(get_blob(client, repository, str(config_digest)), f"{what}: config")
 
 
 def base_user(base: BaseImage, platform: str) -> str:

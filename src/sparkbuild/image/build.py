@@ -37,6 +37,8 @@ from sparkbuild.image import (
     context,
     cubins,
     labels,
+    recheck,
+    reproducible,
     source_args,
     tags,
 )
@@ -69,6 +71,7 @@ class ImageResult:
     base_digest: str
     mode: str
     cuda_code: JsonObject | None = None  # source mode: what the built wheels carry
+    reproducible: JsonObject | None = None  # --check-reproducible: the two builds compared
 
     def to_json(self) -> JsonObject:
         return {
@@ -85,6 +88,7 @@ class ImageResult:
             "base_digest": self.base_digest,
             "mode": self.mode,
             "cuda_code": self.cuda_code,
+            "reproducible": self.reproducible,
         }
 
 
@@ -100,6 +104,7 @@ class _Plan:
     tags: tuple[str, ...]
     build_args: dict[str, str]
     epoch: int
+    base_facts: reproducible.BaseFacts
     digest_parts: dict[str, object] = field(default_factory=dict)
     # Extra wheels (images.lock `requirements`) and their files: one more layer when set.
     wheels: list[lockfile.LockedWheel] = field(default_factory=list)
@@ -168,7 +173,7 @@ def _plan(
     )
     build_args = {"BASE_IMAGE": base.pinned, "SOURCE_DATE_EPOCH": str(epoch)}
     # Both modes build as root and end as the base's own USER (templates, requirements layer).
-    build_args["SPARKBUILD_BASE_USER"] = _base_user(build, base, platform)
+    facts, build_args["SPARKBUILD_BASE_USER"] = _base(build, base, platform)
     if build.image.mode == "overlay":
         changes = context.overlay_changes(prepared)
         if build.image.install_dir:
@@ -189,6 +194,7 @@ def _plan(
         tags=tags.render_tags(build, prepared.tree),
         build_args=build_args,
         epoch=epoch,
+        base_facts=facts,
     )
     plan.digest_parts = {
         "mode": build.image.mode,
@@ -202,6 +208,7 @@ def _plan(
         "helper_sha256": labels.file_digest(helper),
         "build_args": {k: v for k, v in build_args.items() if k not in _NON_CONTENT_ARGS},
         "labels": image_labels,
+        "reproducible": reproducible.FORMAT,
     }
     plan.wheels, plan.wheel_files = requirements.image_wheels(
         build, settings, entry, locked=locked is not None
@@ -212,9 +219,15 @@ def _plan(
     return plan
 
 
-def _base_user(build: Build, base: base_image.BaseImage, platform: str) -> str:
-    with console.status(f"{build.name}: reading the USER of {base.reference}"):
-        return base_config.base_user(base, platform)
+def _base(
+    build: Build, base: base_image.BaseImage, platform: str
+) -> tuple[reproducible.BaseFacts, str]:
+    """What the canonical image keeps of the base, and the base's USER."""
+    with console.status(f"{build.name}: reading the config of {base.reference}"):
+        config = base_config.full_config(base, platform)
+    section = config.get("config")
+    user = section.get("User") if isinstance(section, dict) else None
+    return reproducible.base_facts(config), str(user or "")
 
 
 _OVERLAY_LINE = re.compile(r"sparkbuild overlay: (error|hint): (.*?)\s*\Z")
@@ -319,7 +332,9 @@ def _check_platform(image: Image, platform: str) -> None:
         )
 
 
-def _run_build(plan: _Plan, job: ImageJob) -> str:
+def _run_build(plan: _Plan, job: ImageJob, *, again: bool = False) -> str:
+    """Run BuildKit; the built image's id (not yet in its reproducible form). ``again``: the
+    reproducibility check's second build, without the cache, untagged, in another directory."""
     build, options, client = plan.prepared.build, job.options, job.client
     build_args = dict(plan.build_args)
     if (
@@ -328,7 +343,7 @@ def _run_build(plan: _Plan, job: ImageJob) -> str:
         and options.builder_name is None
     ):
         build_args["MAX_JOBS"] = str(builder.daemon_max_jobs(job.api))
-    work_root = job.settings.cache_dir / "contexts"
+    work_root = job.settings.cache_dir / ("contexts-again" if again else "contexts")
     work_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_root, prefix=f"{build.name}-") as tmp:
         context_dir = Path(tmp) / "context"
@@ -348,8 +363,8 @@ def _run_build(plan: _Plan, job: ImageJob) -> str:
             platform=plan.platform,
             build_args=build_args,
             labels={**plan.labels, labels.INPUTS_LABEL: plan.inputs_digest},
-            tags=plan.tags,
-            no_cache=options.no_cache,
+            tags=() if again else plan.tags,
+            no_cache=options.no_cache or again,
             builder=options.builder_name,
             cache_from=job.cache[0],
             cache_to=job.cache[1],
@@ -378,6 +393,7 @@ class BuildOptions:
     no_cache: bool = False
     cache_from: tuple[str, ...] = ()
     cache_to: str | None = None
+    check_reproducible: bool = False  # build again without the cache and compare
 
 
 @dataclass(frozen=True)
@@ -461,10 +477,17 @@ def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
     image, skipped = _local_or_built(plan, job)
     cuda_code = _verify_cuda_code(plan, job.api, image)
     times = _build_times(job, str(image.id), skipped)
+    checked = _check_reproducible(plan, job, image)
+    section = _lock_section(plan, image, cuda_code, times)
+    facts = None if skipped else _builder_facts(plan, job)
+    pinned = job.entry.image if job.entry else None
+    recheck.record_into(section, check=checked, builder=facts, pinned=pinned)
     if not job.options.locked:
         source.record(prepared, job.lock)
-    job.lock.set_section(build.name, _lock_section(plan, image, cuda_code, times))
+    job.lock.set_section(build.name, section)
     job.lock.write()  # source and image together, once
+    if checked is not None and not checked.reproducible:
+        raise recheck.not_reproducible(build.name, checked)
     return ImageResult(
         build=build.name,
         image_id=str(image.id),
@@ -479,7 +502,32 @@ def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
         base_digest=plan.base.digest,
         mode=build.image.mode,
         cuda_code=cuda_code,
+        reproducible=checked.to_json() if checked is not None else None,
     )
+
+
+def _check_reproducible(
+    plan: _Plan, job: ImageJob, image: Image
+) -> recheck.ReproducibleCheck | None:
+    if not job.options.check_reproducible:
+        return None
+    console.info(f"{job.build.name}: checking reproducibility: a second build without the cache")
+    return recheck.check(
+        job.api,
+        image,
+        lambda: _build_again(plan, job),
+        plan.base_facts,
+        plan.epoch,
+        job.settings.cache_dir / "reproducible",
+    )
+
+
+def _builder_facts(plan: _Plan, job: ImageJob) -> dict[str, str]:
+    engine = str(job.api.version().get("Version") or "?")
+    facts = builder.builder_facts(
+        job.client, f"Docker Engine {engine}", job.options.builder_name, plan.dockerfile.read()
+    )
+    return {**facts, "canonical_form": str(reproducible.FORMAT)}
 
 
 def _refuse_failing(prepared: PreparedSource) -> None:
@@ -507,16 +555,28 @@ def _local_or_built(plan: _Plan, job: ImageJob) -> tuple[Image, bool]:
         return image, True
     if job.options.builder_name is None:
         dockerhost.check_can_run(job.platform)
-    image_id = _run_build(plan, job)
+    image = _built_image(api, build, _run_build(plan, job))
+    _check_platform(image, job.platform)
+    with reproducible.workdir(job.settings.cache_dir / "reproducible") as work:
+        canonical = reproducible.make_reproducible(
+            api, str(image.id), plan.base_facts, plan.epoch, plan.tags, work
+        )
+    return api.images.get(canonical.image_id), False
+
+
+def _built_image(api: DockerClient, build: Build, image_id: str) -> Image:
     try:
-        image = api.images.get(image_id)
+        return api.images.get(image_id)
     except docker.errors.ImageNotFound as exc:
         raise LocalImageError(
             f"{build.name}: the built image {image_id} is not in the local store",
             "with a remote --builder, check that `docker buildx build --load` works",
         ) from exc
-    _check_platform(image, job.platform)
-    return image, False
+
+
+def _build_again(plan: _Plan, job: ImageJob) -> Image:
+    """The reproducibility check's second build (see :mod:`sparkbuild.image.recheck`)."""
+    return _built_image(job.api, job.build, _run_build(plan, job, again=True))
 
 
 __all__ = ["BuildOptions", "ImageJob", "ImageResult", "build_image"]

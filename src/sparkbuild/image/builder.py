@@ -309,3 +309,37 @@ def _indent(lines: Iterable[str]) -> str:
 def stream_progress() -> bool:
     """Build output is streamed unless --quiet (also without a TTY: CI logs want it)."""
     return not console.is_quiet()
+
+
+_SYNTAX = re.compile(rb"^#\s*syntax\s*=\s*(\S+)", re.IGNORECASE | re.MULTILINE)
+_BUILDKIT_LINE = re.compile(r"^\s*Buildkit:\s*(\S+)", re.MULTILINE)
+
+
+def buildkit_version(client: BuildClient, builder: str | None) -> str:
+    """The BuildKit a build ran on: buildx's builder reports it; Docker's built-in BuildKit
+    (before 23.0) does not, so it is named by the engine that embeds it."""
+    if client.kind == "buildx":
+        args = [client.path, "buildx", "inspect", *([builder] if builder else [])]
+        result = _probe(args)
+        match = _BUILDKIT_LINE.search(result.stdout) if result and result.returncode == 0 else None
+        if match:
+            return match.group(1)
+    return "built into the Docker Engine"
+
+
+def frontend(dockerfile: bytes) -> str:
+    """The Dockerfile frontend: a ``# syntax=`` image, else the builder's built-in one."""
+    found = _SYNTAX.search(dockerfile.split(b"\n\n", 1)[0])
+    return found.group(1).decode(errors="replace") if found else "dockerfile.v0 (built in)"
+
+
+def builder_facts(
+    client: BuildClient, engine_version: str, builder: str | None, dockerfile: bytes
+) -> dict[str, str]:
+    """What built an image, as the lock and the provenance record it."""
+    return {
+        "client": client.describe(),
+        "engine": engine_version,
+        "buildkit": buildkit_version(client, builder),
+        "frontend": frontend(dockerfile),
+    }

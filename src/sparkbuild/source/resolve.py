@@ -32,7 +32,18 @@ def fetch_for(mirror: Mirror, build: Build, prs: list[PR], pins: Pins) -> Remote
     wanted = [sha for sha in (pins.commit, *pins.pr_heads.values()) if sha]
     if any(not mirror.has_commit(sha) for sha in wanted) or not pins.commit:
         mirror.fetch(refspecs)
+    elif not _has_ref(mirror, build):
+        # A partial mirror finds a pinned commit through its promisor remote (`cat-file -e`
+        # fetches it lazily), but not the tag or branch `--locked` proves it against.
+        mirror.fetch(refspecs)
     return remote
+
+
+def _has_ref(mirror: Mirror, build: Build) -> bool:
+    if looks_like_sha(build.ref):
+        return True
+    names = (f"refs/tags/{build.ref}", f"refs/remotes/origin/{build.ref}")
+    return any(mirror.rev_parse(name) for name in names)
 
 
 def resolve_base(mirror: Mirror, build: Build, remote: RemoteRefs, pins: Pins) -> str:
