@@ -164,6 +164,7 @@ class ImageSection(_Section):
     # What built it (docker client, engine, BuildKit, Dockerfile frontend, canonical form):
     # a rebuild needs the same canonical form; the rest says where a difference may come from.
     builder: dict[str, str] | None = None
+    source_date_epoch: int | None = None  # every time in the image is this, or earlier
     # `build --check-reproducible`: a second build without cache gave this very image id
     # (true), or not (false, with the differences, most useful first).
     reproducible: bool | None = None

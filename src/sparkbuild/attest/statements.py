@@ -25,6 +25,7 @@ from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
 from in_toto_attestation.v1.statement import Statement
 
 from sparkbuild import __version__, lockfile
+from sparkbuild.attest import pins
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PROVENANCE_PREDICATE = "https://slsa.dev/provenance/v1"
@@ -173,11 +174,17 @@ def provenance(build: str, spec_file: str, entry: lockfile.BuildEntry) -> dict[s
         metadata.started_on.FromDatetime(times[0].astimezone(UTC))
         metadata.finished_on.FromDatetime(times[1].astimezone(UTC))
     run = provenance_pb2.RunDetails(
-        builder=provenance_pb2.Builder(id=builder_id(), version={"sparkbuild": __version__}),
+        builder=provenance_pb2.Builder(
+            id=builder_id(), version={"sparkbuild": __version__, **(image.builder or {})}
+        ),
         metadata=metadata,
     )
     message = provenance_pb2.Provenance(build_definition=definition, run_details=run)
-    predicate: dict[str, object] = json_format.MessageToDict(message)
+    predicate: dict[str, Any] = json_format.MessageToDict(message)
+    # Beside the Struct (which would make every integer a float): what a rebuild needs.
+    predicate["buildDefinition"].setdefault("internalParameters", {}).update(
+        pins.internal_parameters(entry)
+    )
     return predicate
 
 

@@ -12,6 +12,7 @@ from sparkbuild import console, fileio, imageref, lockfile
 from sparkbuild.attest import keys, policy
 from sparkbuild.attest.verify import Verification, check_project, verify_image
 from sparkbuild.cli import emit_json, options
+from sparkbuild.cli.rebuild import run_rebuild
 from sparkbuild.errors import SigningKeyError, UsageError, VerificationFailedError
 from sparkbuild.registry import credentials as creds
 from sparkbuild.registry.address import DIGEST, Registry
@@ -56,10 +57,16 @@ def _line(verification: Verification) -> str:
 @click.command(name="verify")
 @click.argument("reference", metavar="REF@DIGEST")
 @options.public_key()
+@click.option(
+    "--rebuild",
+    is_flag=True,
+    help="Rebuild the image from its signed provenance alone (no images.lock) and compare "
+    "digests; name every difference (docs/verify.md, 'Rebuilding a published image').",
+)
 @options.json()
 @click.pass_obj
 def verify_command(
-    settings: Settings, reference: str, key_path: Path | None, as_json: bool
+    settings: Settings, reference: str, key_path: Path | None, rebuild: bool, as_json: bool
 ) -> None:
     """Check a published image: its signature, each attestation's signature and subject, the
     provenance against images.lock, and a passing smoke verdict for each profile.
@@ -69,6 +76,9 @@ def verify_command(
     host, repository, digest = _split(reference)
     public = public_key(settings, key_path)
     client = RegistryClient(Registry.parse(host), creds.resolve(host))
+    if rebuild:
+        run_rebuild(settings, client, repository, digest, public, as_json)
+        return
     result = verify_image(client, repository, digest, public)
     profiles = {name: build.smoke_profiles for name, build in load_builds(settings).items()}
     check_project(result, profiles, lockfile.load(settings.lock_file))

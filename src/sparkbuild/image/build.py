@@ -298,6 +298,7 @@ def _lock_section(
         image_id=str(image.id),
         repo_digest=tags.repo_digest(image),
         tags=list(plan.tags),
+        source_date_epoch=plan.epoch,
     )
     if cuda_code is not None:  # source mode only, so overlay entries keep their shape
         section.cuda_code = cuda_code
