@@ -5,8 +5,8 @@ from __future__ import annotations
 from sparkbuild import console
 from sparkbuild.attest.keys import PublicKey
 from sparkbuild.attest.rebuild import rebuild_published
-from sparkbuild.outputs import emit_json
 from sparkbuild.errors import NotReproducibleError
+from sparkbuild.outputs import emit_json
 from sparkbuild.registry.client import RegistryClient
 from sparkbuild.settings import Settings
 
