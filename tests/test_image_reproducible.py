@@ -9,6 +9,7 @@ by ``build --check-reproducible``, each named by file, and images.lock records i
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -19,12 +20,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sparkbuild.image.context import OVERLAY_TEMPLATE, packaged
 from tests.support.cli import CliResult
 from tests.support.docker_env import docker_cli
 from tests.support.image_project import build_json, load_lock, sparkbuild
-from tests.support.publish_env import BUILD, PublishEnv, publish_env
+from tests.support.preflight_lock import record_preflight
+from tests.support.publish_env import (
+    BUILD,
+    PROFILE,
+    PublishEnv,
+    publish_env,
+    record_smoke,
+    run_publish_cli,
+)
 
 pytestmark = [pytest.mark.docker]
 
@@ -40,7 +50,9 @@ RUN date +%s%N > /etc/sparkbuild-build-time \\
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PublishEnv]:
-    with publish_env(tmp_path_factory.mktemp("reproducible"), "sparkbuild-tests/repro-{build}") as e:
+    with publish_env(
+        tmp_path_factory.mktemp("reproducible"), "sparkbuild-tests/repro-{build}"
+    ) as e:
         yield e
 
 
@@ -58,12 +70,12 @@ def _build(env: PublishEnv, project: Path, *args: str) -> CliResult:
 def _saved_layer_times(image_id: str) -> list[int]:
     """Every file time in the image's last layer, read from `docker save`."""
     saved = subprocess.run([docker_cli(), "save", image_id], capture_output=True, check=True)
-    with tarfile.open(fileobj=__import__("io").BytesIO(saved.stdout)) as archive:
+    with tarfile.open(fileobj=io.BytesIO(saved.stdout)) as archive:
         manifest = json.loads(archive.extractfile("manifest.json").read())  # type: ignore[union-attr]
         layer = archive.extractfile(manifest[0]["Layers"][-1])
         assert layer is not None
         with tarfile.open(fileobj=layer) as inner:
-            return [member.mtime for member in inner.getmembers()]
+            return [int(member.mtime) for member in inner.getmembers()]
 
 
 def test_rebuilds_from_one_lock_entry_give_one_image(env: PublishEnv) -> None:
@@ -152,3 +164,79 @@ def test_planted_non_determinism_is_named_by_file(env: PublishEnv) -> None:
     ]
     # Times were clamped, so no file differs by its time alone.
     assert not any(line.split(": ")[1].startswith("time") for line in lines)
+
+
+PASSPHRASE = "rebuild-me-bit-for-bit"
+
+
+def _publish_signed(env: PublishEnv, lock: Path, key: Path, repository: str) -> str:
+    """Publish the pinned image signed, with its attestations; its REF@DIGEST."""
+    record_smoke(lock, BUILD, PROFILE)
+    record_preflight(lock, BUILD, PROFILE)
+    result = env.publish(
+        "--sign-key",
+        str(key),
+        "--repository",
+        repository,
+        "--no-alias",
+        "--json",
+        lock=lock,
+        env={**env.creds_env(), "SPARKBUILD_SIGNING_PASSWORD": PASSPHRASE},
+    )
+    assert result.exit_code == 0, result.output
+    (payload,) = json.loads(result.stdout)["results"]
+    return f"{env.registry.address}/{payload['reference'].split('/', 1)[1]}"
+
+
+def _verify_rebuild(env: PublishEnv, reference: str, public: Path) -> CliResult:
+    return run_publish_cli(
+        env.project,
+        "verify",
+        reference,
+        "--rebuild",
+        "--key",
+        str(public),
+        "--json",
+        env=env.creds_env(),
+        docker_config=env.empty_docker_config,
+    )
+
+
+def test_verify_rebuild_from_the_provenance_alone(env: PublishEnv) -> None:
+    prefix = env.work / "keys" / "cosign"
+    made = run_publish_cli(
+        env.project,
+        "keys",
+        "generate",
+        "--output-prefix",
+        str(prefix),
+        env={"SPARKBUILD_SIGNING_PASSWORD": PASSPHRASE},
+    )
+    assert made.exit_code == 0, made.output
+    private, public = prefix.with_name("cosign.key"), prefix.with_name("cosign.pub")
+    image_id = env.image_section()["image_id"]
+
+    reference = _publish_signed(env, env.lock_copy("good"), private, "rebuild/{engine}")
+    # The project's own lock has no publication, and is not read: the provenance is enough.
+    (env.project / "images.lock").rename(env.work / "project-lock.aside")
+    try:
+        rebuilt = _verify_rebuild(env, reference, public)
+    finally:
+        (env.work / "project-lock.aside").rename(env.project / "images.lock")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    payload = json.loads(rebuilt.stdout)
+    assert payload["ok"] is True
+    assert payload["published"] == payload["rebuilt"] == image_id
+    assert payload["differences"] == []
+
+    # A provenance that pins another patch: refused before anything is built, naming it.
+    lock = env.lock_copy("other-input")
+    data = yaml.safe_load(lock.read_text())
+    data["builds"][BUILD]["source"]["patches"][0]["sha256"] = "0" * 64
+    lock.write_text(yaml.safe_dump(data))
+    wrong = _publish_signed(env, lock, private, "rebuild-other/{engine}")
+    refused = _verify_rebuild(env, wrong, public)
+    assert refused.exit_code == 1, refused.output
+    assert "refused to rebuild" in refused.stderr
+    assert "patches/sglang/greeting.patch changed" in refused.stderr, refused.stderr
+    assert "locked 000000000000" in refused.stderr  # the provenance's pin, named

@@ -22,8 +22,9 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import docker.errors
 from pydantic import ValidationError
 
 from sparkbuild import lockfile, source
@@ -34,18 +35,23 @@ from sparkbuild.errors import NotReproducibleError, RebuildInputError, Sparkbuil
 from sparkbuild.image import (
     BuildOptions,
     ImageJob,
-    ImageResult,
     base_config,
     base_image,
     build_image,
     layerdiff,
+    render_tags,
     reproducible,
+    tags,
 )
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.registry.client import RegistryClient, get_blob
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds
 
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+_T = TypeVar("_T")
 _LAYER_LIMIT = 2 * 1024**3  # a differing layer fetched to name its files
 
 
@@ -141,9 +147,7 @@ def _spec_build(settings: Settings, name: str, reference: str) -> Build:
             "does not define",
             "run it in a checkout of the project that published the image",
         )
-    build = builds[name]
-    # Untagged: the rebuild must not move the project's own tags.
-    return dataclasses.replace(build, image=dataclasses.replace(build.image, tags=()))
+    return builds[name]
 
 
 @contextlib.contextmanager
@@ -242,8 +246,12 @@ def rebuild_published(
         )
         options = BuildOptions(locked=True, no_cache=True, platform=platform)
         with _epoch(image.source_date_epoch):
-            job = ImageJob.start(build, scratch, options)
-            prepared = source.prepare_source(build, scratch, locked=True, lock=job.lock.lock)
+            job = _refusing(reference, lambda: ImageJob.start(build, scratch, options))
+            prepared = _refusing(
+                reference,
+                lambda: source.prepare_source(build, scratch, locked=True, lock=job.lock.lock),
+            )
+            kept = _tagged(job.api, render_tags(build, prepared.tree))
             result = _refusing(reference, lambda: build_image(prepared, job))
         if result.image_id == published[0]:
             return Rebuild(reference, name, published[0], result.image_id, ())
@@ -255,12 +263,35 @@ def rebuild_published(
         )
         theirs = _published_canonical(client, repository, published, rebuilt, work)
         found = layerdiff.differences(theirs, rebuilt)
-        with contextlib.suppress(SparkbuildError, OSError):
-            job.api.images.remove(result.image_id)
+        _restore(job.api, result.image_id, kept)
     return Rebuild(reference, name, published[0], result.image_id, tuple(found))
 
 
-def _refusing(reference: str, action: Callable[[], ImageResult]) -> ImageResult:
+def _tagged(api: DockerClient, names: tuple[str, ...]) -> dict[str, str | None]:
+    """The image each of the build's tags names now (None: no such tag)."""
+    found: dict[str, str | None] = {}
+    for name in names:
+        try:
+            found[name] = str(api.images.get(name).id)
+        except docker.errors.ImageNotFound:
+            found[name] = None
+    return found
+
+
+def _restore(api: DockerClient, rebuilt: str, kept: dict[str, str | None]) -> None:
+    """A rebuild that differs leaves the store as it was: its image goes, the tags it took
+    go back to the images they named."""
+    with contextlib.suppress(docker.errors.APIError):
+        api.images.remove(rebuilt, force=True)
+    for name, image_id in kept.items():
+        if image_id is not None:
+            with contextlib.suppress(docker.errors.APIError):
+                tags.ensure_tags(api.images.get(image_id), (name,))
+
+
+def _refusing(reference: str, action: Callable[[], _T]) -> _T:
+    """``action``, its failure named as a refusal to rebuild: here the "lock" is the
+    provenance's pins, so a lock's hint would send the user the wrong way."""
     try:
         return action()
     except SparkbuildError as exc:
@@ -268,5 +299,7 @@ def _refusing(reference: str, action: Callable[[], ImageResult]) -> ImageResult:
             raise
         raise RebuildInputError(
             f"{reference}: refused to rebuild from its provenance: {exc.message}",
-            exc.hint,
+            "the provenance pins an input that differs from what the project or its sources "
+            "hold (named above); rebuild in a checkout of the revision that published the "
+            "image, or do not trust it",
         ) from None
