@@ -432,3 +432,26 @@ def test_a_url_verdict_marked_verified_is_counted_and_shown_as_a_url_verdict(
     index = (out / "index.html").read_text()
     cell = index[index.index('data-label="cpu-url"') :][:800]
     assert "tag-unverified" in cell and "tag-verified" not in cell
+
+
+def test_the_build_page_says_whether_the_image_is_reproducible(
+    project: ReportProject, tmp_path: Path
+) -> None:
+    def page(build: str) -> str:
+        out = tmp_path / f"site-{build}"
+        report_json(project, "--out", str(out), "--bench-runs", str(project.runs))
+        return (out / "builds" / f"{build}.html").read_text()
+
+    assert "not checked" in page("pkg-new")
+
+    def mark(entry: lockfile.BuildEntry) -> None:
+        assert entry.image is not None
+        entry.image.reproducible = False
+        entry.image.differences = ["/etc/build-time: content 1a vs 2b, layer 5 (RUN date)"]
+        entry.image.builder = {"engine": "Docker Engine 20.10.24", "canonical_form": "1"}
+
+    lockfile.update_entry(project.lock_path, "pkg-new", mark)
+    html = page("pkg-new")
+    assert "<strong>no</strong>" in html
+    assert "/etc/build-time: content 1a vs 2b" in html
+    assert "Docker Engine 20.10.24" in html
