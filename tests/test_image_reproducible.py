@@ -214,7 +214,10 @@ def test_verify_rebuild_from_the_provenance_alone(env: PublishEnv) -> None:
     )
     assert made.exit_code == 0, made.output
     private, public = prefix.with_name("cosign.key"), prefix.with_name("cosign.pub")
-    image_id = env.image_section()["image_id"]
+    section = env.image_section()
+    image_id = section["image_id"]
+    for tag in section["tags"]:  # the planted build above took the same tags
+        subprocess.run([docker_cli(), "tag", image_id, tag], check=True)
 
     reference = _publish_signed(env, env.lock_copy("good"), private, "rebuild/{engine}")
     # The project's own lock has no publication, and is not read: the provenance is enough.
