@@ -4,6 +4,7 @@ long context, the chat path and acceptance per draft position. Each phase return
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,12 +31,15 @@ from sparkbuild.engines.prompts import Prompt
 from sparkbuild.errors import EngineHTTPError
 from sparkbuild.smoke.deep.compare import Divergence, first_divergence, missing_ids
 from sparkbuild.smoke.deep.evidence import RequestEvidence
-from sparkbuild.smoke.deep.text import Finding, TextJudgement, judge, words
+from sparkbuild.smoke.deep.text import Finding, TextJudgement, judge
 
 Progress = Callable[[str], None]
 #: Tokens left free between a prompt and the model's context (the engines count a few
 #: special tokens of their own).
 CONTEXT_MARGIN = 8
+#: The most characters of the filler's English words one token can be (large vocabularies
+#: take a word and its space: about 6); a count implying more is not believed.
+MAX_FILLER_CHARS_PER_TOKEN = 16
 
 
 @dataclass
@@ -181,7 +185,7 @@ def long_output(
                 CheckResult("long-output", "fail", f"{name}: {exc.message}"), evidence
             )
         evidence.append(RequestEvidence.of("long-output", name, generation))
-        judged.append((name, _judge_generation(generation, limits)))
+        judged.append((name, _judge_generation(generation, limits, max_tokens)))
     return PhaseResult(_text_verdict("long-output", judged, max_tokens), evidence)
 
 
@@ -200,11 +204,9 @@ def _output_budget(
 
 
 def _judge_generation(
-    generation: Generation, limits: LongOutputLimits | LongContextLimits
+    generation: Generation, limits: LongOutputLimits | LongContextLimits, max_tokens: int
 ) -> TextJudgement:
-    if generation.token_ids:
-        return judge(generation.token_ids, generation.text, limits, token_ids=True)
-    return judge(words(generation.text), generation.text, limits)
+    return judge(generation.text, limits, generation.token_ids, max_tokens)
 
 
 def _text_verdict(
@@ -221,7 +223,7 @@ def _text_verdict(
     total = sum(j.units for _, j in judged)
     if not total:
         return CheckResult(check, "fail", "no generated text to judge", value=value)
-    detail = f"{len(judged)} generation(s), {total} tokens: no loop, run or garbage in any window"
+    detail = f"{len(judged)} generation(s), {total} words: no loop, run or garbage in any window"
     return CheckResult(check, "pass", detail, value=value)
 
 
@@ -259,7 +261,10 @@ def long_context(
     answer must be finite, not a run of one token id, and neither empty nor cut."""
     session = engine.adapter.session()
     progress("deep: long context: sizing the prompt")
-    prompt, tokens, why = _deep_prompt(engine, limits)
+    try:
+        prompt, tokens, why = _deep_prompt(engine, limits)
+    except _UnsizedError as exc:
+        return PhaseResult(CheckResult("long-context", "fail", str(exc)))
     progress(f"deep: long context: a {tokens}-token prompt{why}")
     try:
         generation = engine.adapter.generate(
@@ -294,11 +299,32 @@ def long_context(
     return PhaseResult(CheckResult("long-context", "pass", detail, value=value), evidence)
 
 
+class _UnsizedError(Exception):
+    """The engine's token counts cannot be true: the prompt cannot be sized by them."""
+
+
+def _counted(engine: Engine, text: str) -> tuple[int, int | None] | None:
+    """``/tokenize``'s count of ``text`` (None: the engine has none), held to what text can
+    be: from one token per ``MAX_FILLER_CHARS_PER_TOKEN`` characters to one per character
+    (and a few special ones). A count outside that would size a prompt of any length."""
+    session = engine.adapter.session()
+    counted = answers.count_tokens(engine.adapter, session, engine.base_url, text)
+    if counted is None:
+        return None
+    low, high = len(text) / MAX_FILLER_CHARS_PER_TOKEN, len(text) + CONTEXT_MARGIN
+    if not low <= counted[0] <= high:
+        raise _UnsizedError(
+            f"the engine's /tokenize counts {counted[0]} tokens in {len(text)} characters of "
+            f"text (possible: {int(low)} to {high}); the prompt cannot be sized by it"
+        )
+    return counted
+
+
 def _deep_prompt(engine: Engine, limits: LongContextLimits) -> tuple[str, int, str]:
     """A prompt of about ``depth`` tokens (cut to the context less the answer), counted by
-    the engine's own tokenizer where it has ``/tokenize``."""
-    session = engine.adapter.session()
-    probe = answers.count_tokens(engine.adapter, session, engine.base_url, filler(4000) + _QUESTION)
+    the engine's own tokenizer where it has ``/tokenize``; _UnsizedError when its counts cannot
+    be true."""
+    probe = _counted(engine, filler(4000) + _QUESTION)
     context = (probe[1] if probe else None) or engine.adapter.declared_max_len(engine.profile.args)
     depth, why = limits.depth, ""
     if context is not None and depth > context - limits.max_tokens - CONTEXT_MARGIN:
@@ -308,7 +334,7 @@ def _deep_prompt(engine: Engine, limits: LongContextLimits) -> tuple[str, int, s
     chars = int(depth * chars_per_token)
     for _ in range(6):  # the count per character varies a little with the text's length
         prompt = filler(chars) + _QUESTION
-        counted = answers.count_tokens(engine.adapter, session, engine.base_url, prompt)
+        counted = _counted(engine, prompt)
         if counted is None:
             return prompt, depth, why + " (estimated: the engine has no /tokenize)"
         if counted[0] <= depth:
@@ -333,11 +359,12 @@ def _context_problems(generation: Generation, limits: LongContextLimits) -> list
             f"the answer stopped at {generation.completion_tokens} of "
             f"{limits.max_tokens} tokens with finish reason 'length'"
         )
-    runs = [
-        f for f in _judge_generation(generation, limits).findings if f.kind in ("run", "zero-run")
-    ]
+    judged = _judge_generation(generation, limits, limits.max_tokens)
+    runs = [f for f in judged.findings if f.kind in ("run", "zero-run", "oversized")]
     if runs:
-        problems.append(f"{runs[0].detail} at token {runs[0].start}")
+        first = runs[0]
+        at = "" if first.kind == "oversized" else f" at {first.unit} {first.start}"
+        problems.append(first.detail + at)
     return problems
 
 
@@ -397,13 +424,32 @@ def _chat_problems(name: str, content: str, reasoning: str, limits: ChatLimits) 
         )
         problems.append(f"{name}: the content is empty ({where})")
     for part, text in (("content", content), ("reasoning", reasoning)):
-        judged = judge(words(text), text, limits)
+        judged = judge(text, limits, max_tokens=limits.max_tokens)
         if not judged.ok:
-            problems.append(f"{name} {part}: {judged.describe('word')}")
+            problems.append(f"{name} {part}: {judged.describe()}")
     return problems
 
 
 # --- acceptance per position ---------------------------------------------------------------
+
+
+def _counts_problem(before: PositionCounts, after: PositionCounts) -> str:
+    """Why two scrapes of the per-position counters cannot be true (a count that is not a
+    finite number, fewer positions the second time, a count that went down), or empty."""
+    for when, counts in (("first", before), ("second", after)):
+        values = [counts.drafts, *counts.accepted]
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            return f"the {when} scrape holds a count that is not a finite number ({values[:8]})"
+    if before.accepted and len(after.accepted) < len(before.accepted):
+        return (
+            f"{len(before.accepted)} positions in the first scrape, "
+            f"{len(after.accepted)} in the second"
+        )
+    earlier = [before.drafts, *before.accepted]
+    later = [after.drafts, *after.accepted]
+    if any(now < then for now, then in zip(later, earlier, strict=False)):
+        return "a count went down between the scrapes"
+    return ""
 
 
 def acceptance_per_position(
@@ -420,6 +466,9 @@ def acceptance_per_position(
         return CheckResult(name, "skip", "profile expects no speculation")
     if adapter.per_position_missing:
         return CheckResult(name, "skip", adapter.per_position_missing)
+    broken = _counts_problem(before, after)
+    if broken:
+        return CheckResult(name, "fail", f"the per-position counters cannot be true: {broken}")
     rates = after.rates_since(before)
     if rates is None:
         why = after.note or before.note or "no drafts during the run"
