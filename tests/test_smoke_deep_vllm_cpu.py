@@ -5,7 +5,9 @@ Boots are the cost (about 20 s each on 2 quiet cores), so they are shared: six i
 CPU reference runs as a user runs it, with its own second boot for lossless's reference:
 that one run shows every check passing. One engine without speculation serves as the
 reference (``--reference-url``) of the engine whose verifier accepts every draft, and as the
-engine under test of the late loop (``--url``). The NaN model is booted once. The
+engine under test of the late loop (``--url``); the engine whose verifier accepts every
+draft is booted once for two runs (its first divergence failed, and then forced to a tie).
+The NaN model is booted once (long context, and the text judge on its output). The
 think-token model, served with n-gram speculation and a reasoning parser that files all of
 its text as reasoning, fails two checks in one run: chat, and acceptance per position
 against a floor its third position does not reach.
@@ -27,7 +29,11 @@ from sparkbuild.engines.profiles import LongOutputLimits, load_profile
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from sparkbuild.settings import Settings
 from sparkbuild.smoke.checks import repeated_fraction
+from sparkbuild.smoke.deep import lossless as ll
 from sparkbuild.smoke.deep import phases
+from sparkbuild.smoke.deep.compare import first_divergence
+from sparkbuild.smoke.deep.text import judge
+from sparkbuild.smoke.runner import profile_prompts
 from tests.support.burst_proxy import BurstProxy
 from tests.support.smoke_cli import REPO, SmokeRun, run_smoke_cli, write_profile
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
@@ -46,13 +52,13 @@ WORDS = [270, 290, 353, 355, 358, 359, 360, 363, 364, 365, 366, 367, 368, 369, 3
          423, 425, 426]  # fmt: skip
 
 
-def _serve(model: Path, *extra: str) -> Iterator[str]:
+def _serve(model: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[str]:
     port = free_port()
     adapter = VllmAdapter()
     args = [*ENGINE_ARGS, *extra]
     argv = [*shlex.split(vllm_server_command()),
             *adapter.serve_args(str(model), "127.0.0.1", port, args)]  # fmt: skip
-    with ProcessTarget(argv, port=port, env=ENGINE_ENV) as target:
+    with ProcessTarget(argv, port=port, env={**ENGINE_ENV, **(env or {})}) as target:
         readiness = wait_ready(target, adapter, timeout_s=400)
         assert target.logs is not None
         assert readiness.ready, "\n".join(target.logs.tail(30))
@@ -63,6 +69,14 @@ def _serve(model: Path, *extra: str) -> Iterator[str]:
 def plain_server() -> Iterator[str]:
     """The tiny model without speculation: lossless's reference, and a --url engine."""
     yield from _serve(tiny_llama())
+
+
+@pytest.fixture(scope="module")
+def accept_all_server() -> Iterator[str]:
+    """The CPU reference's n-gram speculation with our patch to vLLM's greedy verifier,
+    applied by sparkbuild's source stage: it accepts every draft."""
+    overlay = {"PYTHONPATH": str(patched_overlay())}
+    yield from _serve(tiny_llama(), "--speculative-config", SPECULATION, env=overlay)
 
 
 @pytest.fixture(scope="module")
@@ -137,17 +151,15 @@ def test_the_cpu_reference_passes_every_deep_check(project: Path) -> None:
 
 
 def test_a_verifier_that_accepts_every_draft_fails_lossless(
-    project: Path, plain_server: str
+    project: Path, plain_server: str, accept_all_server: str
 ) -> None:
     """Our patch to vLLM's greedy verifier, applied by sparkbuild's source stage: accept_len
     goes up, and lossless names where the text left the model's."""
-    overlay = patched_overlay()
-    write_profile(project, "accept-all", env={"PYTHONPATH": str(overlay)},
-                  expect=_only("lossless"))  # fmt: skip
+    write_profile(project, "accept-all", expect=_only("lossless"))
 
     run = run_smoke_cli(
-        project, "--command", vllm_server_command(), "--profile", "accept-all",
-        "--model", str(tiny_llama()), "--reference-url", plain_server,
+        project, "--url", accept_all_server, "--profile", "accept-all",
+        "--reference-url", plain_server,
     )  # fmt: skip
 
     assert run.returncode == 1, run.explain()
@@ -168,6 +180,58 @@ def test_a_verifier_that_accepts_every_draft_fails_lossless(
         assert run.check(name)["status"] == "pass", run.check("output")
 
 
+def _first_gaps(project: Path, accept_all: str, plain: str) -> dict[str, float]:
+    """Each smoke request's gap at its first divergence (the accept-all verifier against
+    the plain engine), as lossless's requests send it: exact gaps only (the run's token
+    among the reference's 20 most likely)."""
+    _, profile = load_profile(Settings(project_dir=project), "ties")
+    prompts = profile_prompts(profile)
+    names, texts = tuple(p.name for p in prompts), tuple(p.text for p in prompts)
+    extra = {**profile.request, "seed": 0}
+    requests = ll.Requests(names, texts, profile.expect.max_tokens, extra, 20)
+    adapter = VllmAdapter()
+    ours = ll.replay(adapter, accept_all, requests, lambda _: None)
+    theirs = ll.replay(adapter, plain, requests, lambda _: None)
+    gaps = {}
+    for name, run, reference in zip(requests.names, ours, theirs, strict=True):
+        found = first_divergence(name, run, reference, 0.0, lambda ids: "")
+        if found is not None and found.gap is not None and not found.gap_at_least:
+            gaps[name] = found.gap
+    return gaps
+
+
+def test_a_broken_verifier_whose_first_divergence_is_a_tie_fails_past_it(
+    project: Path, plain_server: str, accept_all_server: str
+) -> None:
+    """The accept-all verifier with the tie epsilon set just above every request's first
+    gap: each request first differs in a "tie". Comparing stopped there, and lossless
+    passed; the reference now continues from the run's own tokens and the text leaves the
+    model's later, named with the ties crossed."""
+    model = str(tiny_llama())
+    write_profile(project, "ties", model=model, expect=_only("lossless"))
+    gaps = _first_gaps(project, accept_all_server, plain_server)
+    assert gaps and max(gaps.values()) < 0.9, gaps
+    epsilon = round(max(gaps.values()) + 0.0005, 4)
+    lossless = {"tie_epsilon": epsilon, "top_logprobs": 20}
+    write_profile(project, "ties", model=model, expect=_only("lossless", lossless=lossless))
+
+    run = run_smoke_cli(
+        project, "--url", accept_all_server, "--profile", "ties", "--reference-url", plain_server
+    )
+
+    print(gaps, epsilon, run.check("lossless"))
+    assert run.returncode == 1, run.explain()
+    check = run.check("lossless")
+    assert check["status"] == "fail", run.explain()
+    divergence = check["value"]["divergence"]
+    crossed = [t for t in check["value"]["crossed"] if t["request"] == divergence["request"]]
+    assert crossed and divergence["position"] > crossed[-1]["position"], check
+    assert not divergence["tie"] and divergence["gap"] >= epsilon
+    assert f"after {len(crossed)} tie(s) crossed" in check["detail"]
+    assert f"token {divergence['position']} is {divergence['token_id']}" in check["detail"]
+    assert "deep: lossless reference" in run.stderr and "past a tie: from token" in run.stderr
+
+
 def test_nan_weights_fail_long_context(project: Path, nan_server: str) -> None:
     write_profile(project, "nan", expect={**_only("long_context", long_context={
         "depth": 900, "max_tokens": 16}), "speculation": False})  # fmt: skip
@@ -179,6 +243,24 @@ def test_nan_weights_fail_long_context(project: Path, nan_server: str) -> None:
     assert context["status"] == "fail", run.explain()
     assert "NaN" in context["detail"] and context["value"]["nan"] is True
     assert context["value"]["prompt_tokens"] > 850
+
+
+def test_nan_weights_fail_the_text_judge(nan_server: str) -> None:
+    """The engine's own output with NaN weights, judged as long-output judges it. A request
+    with logprobs fails on this engine (long-context's test); without them it answers, and
+    its token ids (``return_token_ids``) are what the text judge is given beside the text."""
+    adapter = VllmAdapter()
+    session = adapter.session()
+    body = {"model": adapter.served_model(session, nan_server), "prompt": "The history of",
+            "max_tokens": 32, "temperature": 0, "return_token_ids": True}  # fmt: skip
+    payload, _ = adapter.post_json(session, nan_server + "/v1/completions", body)
+    choice = payload["choices"][0]  # type: ignore[index]
+    ids = choice["token_ids"]
+
+    judged = judge(choice["text"], LongOutputLimits(), ids)
+
+    assert len(ids) == 32 and not judged.ok, (choice, judged)
+    assert {f.kind for f in judged.findings} & {"zero-run", "run"}, judged.describe()
 
 
 def test_a_late_loop_fails_long_output_where_the_plain_check_passes(
@@ -197,9 +279,11 @@ def test_a_late_loop_fails_long_output_where_the_plain_check_passes(
     long_output = run.check("long-output")
     assert long_output["status"] == "fail", run.explain()
     (generation,) = long_output["value"]["generations"]
-    first = min(f["start"] for f in generation["findings"])
-    assert first >= 40, generation  # the loop starts late: a clean first half
-    assert f"at token {first} of 110" in long_output["detail"]
+    first = generation["findings"][0]  # runs of one token id first, then the text's loops
+    assert first["start"] >= 40, generation  # the loop starts late: a clean first half
+    assert generation["tokens"] == 110
+    total = 110 if first["unit"] == "token" else generation["units"]
+    assert f"at {first['unit']} {first['start']} of {total}" in long_output["detail"]
     assert run.result is not None
     text = next(e["head"] for e in run.result["evidence"] if e["check"] == "long-output")
     assert repeated_fraction(text.split(), 8) < 0.6  # what the plain check would have judged

@@ -1,5 +1,6 @@
-"""The long-text judge (smoke/deep/text.py) held against dgxarley's own labelled texts, and
-the token comparison of lossless and burn-in (smoke/deep/compare.py) on its edges.
+"""The long-text judge (smoke/deep/text.py) held against dgxarley's own labelled texts and a
+corpus of real, well-formed documents (tests/support/text_corpus.py), and the token
+comparison of lossless and burn-in (smoke/deep/compare.py) on its edges.
 
 dgxarley 0.0.64 runs from PyPI in a venv of its own (tests/support/dgxarley_peer.py): its
 tests hand texts to its detectors, a plugin records each text with the detector's verdict,
@@ -16,8 +17,9 @@ import pytest
 from sparkbuild.engines.adapters import Generation
 from sparkbuild.engines.profiles import TextLimits
 from sparkbuild.smoke.checks import repeated_fraction
-from sparkbuild.smoke.deep.compare import first_divergence
-from sparkbuild.smoke.deep.text import judge, words
+from sparkbuild.smoke.deep.compare import compare_across_ties, first_divergence
+from sparkbuild.smoke.deep.structure import words
+from sparkbuild.smoke.deep.text import judge
 from tests.support.dgxarley_peer import Labelled, labelled_texts
 
 LIMITS = TextLimits()
@@ -40,11 +42,10 @@ def test_we_agree_with_dgxarley_on_every_labelled_text(labelled: list[Labelled])
     assert len(labelled) >= 20, "dgxarley's tests fed fewer texts than its 0.0.64 tests do"
     assert {item.repetitive for item in labelled} == {True, False}
     disagreements = [
-        (item.test, item.detector, item.repetitive, judge(words(item.text), item.text,
-                                                          LIMITS).describe("word"))
+        (item.test, item.detector, item.repetitive, judge(item.text, LIMITS).describe())
         for item in labelled
-        if (not judge(words(item.text), item.text, LIMITS).ok) != item.repetitive
-    ]  # fmt: skip
+        if (not judge(item.text, LIMITS).ok) != item.repetitive
+    ]
     assert disagreements == []
 
 
@@ -58,7 +59,7 @@ def test_the_plain_check_misses_the_short_and_late_loops_we_catch(
             "test_sentence_detects_similar_pair"} <= missed  # fmt: skip
     for item in labelled:
         if item.test in missed and item.repetitive:
-            assert not judge(words(item.text), item.text, LIMITS).ok, item.test
+            assert not judge(item.text, LIMITS).ok, item.test
 
 
 def test_a_loop_that_starts_late_is_named_where_it_starts() -> None:
@@ -70,21 +71,21 @@ def test_a_loop_that_starts_late_is_named_where_it_starts() -> None:
     )
     loop = "the cache is full and the request waits "
     text = prose + loop * 8
-    judged = judge(words(text), text, LIMITS)
+    judged = judge(text, LIMITS)
     assert not judged.ok
     assert judged.findings[0].start >= len(words(prose)) - 1
-    assert f"at word {judged.findings[0].start}" in judged.describe("word")
+    assert f"at word {judged.findings[0].start}" in judged.describe()
     assert repeated_fraction(text.split(), 8) < PLAIN_LIMIT  # the plain rule passes it
 
 
 def test_token_id_zero_runs_fail_early_and_garbage_is_counted() -> None:
     ids = [5, 9, 11, 0, 0, 0, 0, 7]
-    judged = judge(ids, "ab cd ef", LIMITS, token_ids=True)
+    judged = judge("ab cd ef", LIMITS, ids)
     assert [f.kind for f in judged.findings] == ["zero-run"]
-    assert "token id 0 4 times in a row" in judged.describe()
+    assert "token id 0 4 times in a row at token 3 of 8" in judged.describe()
     # Latin words with Cyrillic letters inside them (\u0440 er, \u043e o), and undecodable bytes.
     salad = "\u041f\u0440\u0438\u0432et w\u043erld " * 3 + "\ufffd\x07" * 20
-    found = {f.kind for f in judge(words(salad), salad, LIMITS).findings}
+    found = {f.kind for f in judge(salad, LIMITS).findings}
     assert {"garbage", "mixed-script"} <= found
 
 
@@ -122,3 +123,46 @@ def test_a_run_that_ends_early_differs_where_it_ends(tmp_path: Path) -> None:
     found = first_divergence("r", _generation([1, 2], []), reference, 0.02, _texts)
     assert found is not None and found.position == 2 and found.token_id is None
     assert "the run ended at token 2" in found.describe()
+
+
+def test_lossless_goes_on_past_a_tie_from_the_runs_own_tokens() -> None:
+    """At a tie the reference continues from the run's first n tokens; positions are the
+    run's. (On the real engine: tests/test_smoke_deep_vllm_cpu.py.)"""
+    reference = _generation([1, 2, 3, 4, 5], [{1: 0.0}, {2: -0.69, 7: -0.70}, {}, {}, {}])
+    run = _generation([1, 7, 3, 9, 5], [])
+    asked: list[int] = []
+
+    def resume(n: int) -> Generation:
+        asked.append(n)  # the reference, given [1, 7], goes on as 3, 4, 5
+        return _generation([3, 4, 5], [{3: 0.0}, {4: -0.1, 9: -2.0}, {5: 0.0}])
+
+    found = compare_across_ties("r", run, reference, 0.02, _texts, resume)
+    assert asked == [2] and [t.position for t in found.ties] == [1]
+    assert found.divergence is not None and found.divergence.position == 3
+    assert found.divergence.token_id == 9 and found.divergence.reference_id == 4
+    assert not found.divergence.tie and found.divergence.gap == pytest.approx(1.9)
+    alike = compare_across_ties("r", _generation([1, 7, 3, 4, 5], []), reference, 0.02,
+                                _texts, resume)  # fmt: skip
+    assert alike.divergence is None and alike.tail is not None and not alike.stopped
+
+
+def test_a_tie_that_cannot_be_crossed_says_why() -> None:
+    reference = _generation([1, 2, 3], [{1: 0.0}, {2: -0.69, 7: -0.70}, {}])
+    run = _generation([1, 7, 3], [])
+    assert compare_across_ties("r", run, reference, 0.02, _texts, None).stopped
+    failed = compare_across_ties("r", run, reference, 0.02, _texts, lambda n: "no /tokenize")
+    assert failed.stopped == "no /tokenize" and failed.divergence is None
+    last = compare_across_ties("r", _generation([1, 7], []), reference, 0.02, _texts, None)
+    assert not last.stopped and len(last.ties) == 1  # the tie was its last token
+
+
+def test_a_continuation_in_parts_goes_on_where_each_part_ends() -> None:
+    reference = _generation([1, 2, 3, 4], [{1: 0.0}, {2: -0.69, 7: -0.70}, {}, {}])
+    run = _generation([1, 7, 3, 4], [])
+    wanted = {2: [3], 3: [4]}  # the reference, one token a part
+
+    def resume(n: int) -> Generation:
+        return _generation(wanted[n], [{}])  # finish "length": its part's max_tokens
+
+    found = compare_across_ties("r", run, reference, 0.02, _texts, resume)
+    assert found.divergence is None and not found.stopped and len(found.ties) == 1

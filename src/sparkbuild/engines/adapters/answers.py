@@ -7,11 +7,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sparkbuild import net
-from sparkbuild.engines.adapters.base import EngineAdapter, parse_or_fail, whole_number
+from sparkbuild.engines.adapters.base import (
+    MAX_TOKENS,
+    EngineAdapter,
+    Generation,
+    parse_or_fail,
+    whole_number,
+)
 from sparkbuild.errors import EngineHTTPError
+
+
+@runtime_checkable
+class IdPrompts(Protocol):
+    """An adapter whose engine takes a prompt of token ids (lossless's reference continues
+    past a tie with the speculative run's own tokens): vLLM's and SGLang's."""
+
+    def generate_ids(
+        self,
+        session: net.Session,
+        base_url: str,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        extra: Mapping[str, object] | None = None,
+        *,
+        ranked: int = 0,
+    ) -> Generation:
+        """:meth:`EngineAdapter.generate` of a prompt given as token ids."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -85,6 +110,25 @@ def count_tokens(
         return None
 
 
+def prompt_ids(
+    adapter: EngineAdapter, session: net.Session, base_url: str, text: str
+) -> list[int] | None:
+    """The token ids the served model reads ``text`` as, special tokens included as a
+    completion adds them (``/tokenize``: ``tokens``; vLLM and SGLang alike); None when the
+    engine does not tell."""
+    body = {"model": adapter.request_model(session, base_url), "prompt": text}
+    try:
+        payload, _ = adapter.post_json(session, base_url + "/tokenize", body)
+        tokens = payload.get("tokens")
+        if not isinstance(tokens, list) or len(tokens) > MAX_TOKENS:
+            return None
+        if not all(type(token) is int for token in tokens):
+            return None
+        return [whole_number(token, "token id", 1 << 31) for token in tokens]
+    except (EngineHTTPError, ValueError):
+        return None
+
+
 def detokenize(
     adapter: EngineAdapter, session: net.Session, base_url: str, ids: Sequence[int]
 ) -> str | None:
@@ -98,4 +142,12 @@ def detokenize(
     return text if isinstance(text, str) else None
 
 
-__all__ = ["ChatAnswer", "chat", "chat_answer", "count_tokens", "detokenize"]
+__all__ = [
+    "ChatAnswer",
+    "IdPrompts",
+    "chat",
+    "chat_answer",
+    "count_tokens",
+    "detokenize",
+    "prompt_ids",
+]

@@ -285,7 +285,7 @@ VERSION_PATHS = ("/version", "/get_server_info", "/server_info")
 def reported_version(payload: object) -> str | None:
     """The ``version`` of a version endpoint's JSON, if it has one (cut: it is engine text)."""
     value = payload.get("version") if isinstance(payload, dict) else None
-    return str(value)[:200] if value else None
+    return str(value)[:200] if value and isinstance(value, str | int | float) else None
 
 
 def _signal(name: str, kind: str, used_for: str) -> dict[str, str]:
@@ -536,7 +536,7 @@ class EngineAdapter(ABC):
             try:
                 response = session.get(base_url + path, timeout=10)
                 value = reported_version(response.json()) if response.status_code == 200 else None
-            except (requests.RequestException, ValueError):
+            except (requests.RequestException, ValueError, RecursionError):  # nested too deep
                 continue
             if value:
                 return value

@@ -334,8 +334,38 @@ class SglangAdapter(EngineAdapter):
         *,
         ranked: int = 0,
     ) -> Generation:
+        return self._generate(
+            session, base_url, {"text": prompt}, prompt, max_tokens, extra, ranked
+        )
+
+    def generate_ids(
+        self,
+        session: net.Session,
+        base_url: str,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        extra: Mapping[str, object] | None = None,
+        *,
+        ranked: int = 0,
+    ) -> Generation:
+        """``/generate`` takes a prompt of token ids as ``input_ids`` (0.5.10 to 0.5.23
+        ``GenerateReqInput``)."""
+        prompt = {"input_ids": list(prompt_ids)}
+        shown = f"<{len(prompt_ids)} token ids>"
+        return self._generate(session, base_url, prompt, shown, max_tokens, extra, ranked)
+
+    def _generate(
+        self,
+        session: net.Session,
+        base_url: str,
+        prompt: Mapping[str, object],
+        shown: str,
+        max_tokens: int,
+        extra: Mapping[str, object] | None,
+        ranked: int,
+    ) -> Generation:
         body: dict[str, object] = {
-            "text": prompt,
+            **prompt,
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, **(extra or {})},
             "return_logprob": True,
         }
@@ -344,7 +374,7 @@ class SglangAdapter(EngineAdapter):
         url = base_url + "/generate"
         payload, seconds = self.post_json(session, url, body)
         parse = self.ranked_from_response if ranked else self.generation_from_response
-        return parse_or_fail(f"POST {url}", lambda: parse(prompt, payload, seconds))
+        return parse_or_fail(f"POST {url}", lambda: parse(shown, payload, seconds))
 
     @classmethod
     def ranked_from_response(

@@ -376,6 +376,31 @@ class VllmAdapter(EngineAdapter):
         *,
         ranked: int = 0,
     ) -> Generation:
+        return self._complete(session, base_url, prompt, max_tokens, extra, ranked)
+
+    def generate_ids(
+        self,
+        session: net.Session,
+        base_url: str,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        extra: Mapping[str, object] | None = None,
+        *,
+        ranked: int = 0,
+    ) -> Generation:
+        """``/v1/completions`` takes a prompt of token ids as a list (0.32
+        ``CompletionRequest.prompt``)."""
+        return self._complete(session, base_url, list(prompt_ids), max_tokens, extra, ranked)
+
+    def _complete(
+        self,
+        session: net.Session,
+        base_url: str,
+        prompt: str | list[int],
+        max_tokens: int,
+        extra: Mapping[str, object] | None,
+        ranked: int,
+    ) -> Generation:
         body: dict[str, object] = {
             "model": self.served_model(session, base_url),
             "prompt": prompt,
@@ -389,7 +414,8 @@ class VllmAdapter(EngineAdapter):
         url = base_url + "/v1/completions"
         payload, seconds = self.post_json(session, url, body)
         parse = self.ranked_from_response if ranked else self.generation_from_response
-        return parse_or_fail(f"POST {url}", lambda: parse(prompt, payload, seconds))
+        shown = prompt if isinstance(prompt, str) else f"<{len(prompt)} token ids>"
+        return parse_or_fail(f"POST {url}", lambda: parse(shown, payload, seconds))
 
     @classmethod
     def ranked_from_response(

@@ -16,10 +16,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sparkbuild.engines.adapters import Generation
-from sparkbuild.redact import redact
+from sparkbuild.smoke.deep.evidence import kept
 
-#: Tokens of text shown on either side of a divergence.
+#: Tokens of text shown on either side of a divergence, and the characters kept of each
+#: side and of one token's text.
 CONTEXT_TOKENS = 12
+CONTEXT_CHARS = 240
+TOKEN_CHARS = 80
+#: Ties a verdict shows with their text; the others by request and position.
+SHOWN_TIES = 3
+#: Ties crossed in one request at most, and the tokens of each part of a continuation: a
+#: tie costs the reference a generation of one part, not of the rest of the request.
+MAX_TIES = 32
+CONTINUATION_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -85,24 +94,32 @@ def missing_ids(request: str, run: Generation, reference: Generation) -> str | N
 
 
 def first_divergence(
-    request: str, run: Generation, reference: Generation, epsilon: float, texts: Texts
+    request: str,
+    run: Generation,
+    reference: Generation,
+    epsilon: float,
+    texts: Texts,
+    start: int = 0,
 ) -> Divergence | None:
     """Where ``run`` first differs from ``reference`` (None: the same tokens), judged by the
-    tie rule; ``texts`` turns token ids into text for the report."""
+    tie rule; ``texts`` turns token ids into text for the report. With ``start``, the
+    reference continues the run from its token ``start`` on (after a tie), and positions are
+    the run's."""
     ours, theirs = run.token_ids, reference.token_ids
-    position = next(
-        (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
-        min(len(ours), len(theirs)),
+    offset = next(
+        (i for i, (a, b) in enumerate(zip(ours[start:], theirs, strict=False)) if a != b),
+        min(len(ours) - start, len(theirs)),
     )
-    if position == len(ours) == len(theirs):
+    position = start + offset
+    if position == len(ours) and offset == len(theirs):
         return None
-    context = _context(ours, theirs, position, texts)
-    if position >= len(ours) or position >= len(theirs):
+    context = _context(ours, theirs, position, offset, texts)
+    if position >= len(ours) or offset >= len(theirs):
         return Divergence(
-            request, position, _at(ours, position), _at(theirs, position), None, context=context
+            request, position, _at(ours, position), _at(theirs, offset), None, context=context
         )
-    chosen, wanted = ours[position], theirs[position]
-    gap, at_least = _gap(reference, position, chosen, wanted)
+    chosen, wanted = ours[position], theirs[offset]
+    gap, at_least = _gap(reference, offset, chosen, wanted)
     return Divergence(
         request,
         position,
@@ -111,10 +128,98 @@ def first_divergence(
         gap,
         at_least,
         tie=gap is not None and not at_least and gap < epsilon,
-        token_text=texts([chosen]),
-        reference_text=texts([wanted]),
+        token_text=kept(texts([chosen]), TOKEN_CHARS),
+        reference_text=kept(texts([wanted]), TOKEN_CHARS),
         context=context,
     )
+
+
+#: Continues the reference from the run's first ``n`` tokens (the prompt, then those token
+#: ids), to the request's end: its Generation, or why it cannot.
+Resume = Callable[[int], "Generation | str"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One request compared over its whole length, across every numerical tie."""
+
+    request: str
+    ties: tuple[Divergence, ...] = ()  # each crossed (the reference continued past it)
+    divergence: Divergence | None = None  # where the run left the model's text
+    stopped: str = ""  # why a tie could not be crossed (the request is not compared past it)
+    tail: Generation | None = None  # the reference's last continuation, when ties were crossed
+
+
+def compare_across_ties(
+    request: str,
+    run: Generation,
+    reference: Generation,
+    epsilon: float,
+    texts: Texts,
+    resume: Resume | None,
+) -> Comparison:
+    """``run`` against ``reference`` token by token; at each tie the reference is given the
+    run's tokens up to it (``resume``: a part of at most ``CONTINUATION_TOKENS``, continued
+    the same way where it ends) and the comparison goes on from there, to the end."""
+    ties: list[Divergence] = []
+    start, segment = 0, reference
+    while True:
+        found = _next(request, run, segment, epsilon, texts, start, shown=len(ties) < SHOWN_TIES)
+        if found is not None and segment is not reference and _part_ended(found, segment):
+            start = found.position  # a part of the continuation ended, the run goes on
+        elif found is None or not found.tie:
+            return Comparison(request, tuple(ties), found, tail=segment if ties else None)
+        else:
+            ties.append(found)
+            start = found.position + 1
+        why = _no_further(run, start, resume, ties)
+        if why is not None or resume is None:
+            return Comparison(request, tuple(ties), stopped=why or "")
+        resumed = resume(start)
+        if isinstance(resumed, str):
+            return Comparison(request, tuple(ties), stopped=resumed)
+        segment = resumed
+
+
+def _next(
+    request: str,
+    run: Generation,
+    segment: Generation,
+    epsilon: float,
+    texts: Texts,
+    start: int,
+    *,
+    shown: bool,
+) -> Divergence | None:
+    """The next divergence from ``start``; a tie past the ones a verdict shows is found
+    without decoding its text."""
+    found = first_divergence(request, run, segment, epsilon, texts if shown else _untold, start)
+    if found is not None and not found.tie and not shown:
+        found = first_divergence(request, run, segment, epsilon, texts, start)
+    return found
+
+
+def _part_ended(found: Divergence, segment: Generation) -> bool:
+    """Whether ``found`` is only the end of a continuation's part (its ``max_tokens``)."""
+    return found.reference_id is None and segment.finish_reason == "length"
+
+
+def _no_further(
+    run: Generation, start: int, resume: Resume | None, ties: Sequence[Divergence]
+) -> str | None:
+    """Why the comparison ends at ``start`` ("": compared to the run's end), or None."""
+    if start >= len(run.token_ids):  # a tie at the run's last token: nothing after it
+        return ""
+    if resume is None:
+        return "no engine to continue from"
+    if len(ties) >= MAX_TIES:
+        return f"{len(ties)} ties in one request: more are not crossed (numbers, not ties)"
+    return None
+
+
+def _untold(ids: Sequence[int]) -> str:
+    """No text: a tie past the ones a verdict shows costs no decoding."""
+    return ""
 
 
 def _at(ids: Sequence[int], position: int) -> int | None:
@@ -137,11 +242,27 @@ def _gap(
     return max(0.0, best - min(ranked.values())), True
 
 
-def _context(ours: Sequence[int], theirs: Sequence[int], position: int, texts: Texts) -> str:
-    before = texts(ours[max(0, position - CONTEXT_TOKENS) : position])
-    mine = texts(ours[position : position + CONTEXT_TOKENS])
-    other = texts(theirs[position : position + CONTEXT_TOKENS])
-    return redact(f"…{before!r} then [{mine!r} | reference {other!r}]")
+def _context(
+    ours: Sequence[int], theirs: Sequence[int], position: int, offset: int, texts: Texts
+) -> str:
+    """The run's text before ``position``, then both texts from it (the reference's from
+    ``offset``), each redacted and cut to ``CONTEXT_CHARS``: an engine's text of 12 tokens
+    is not bounded."""
+    before = kept(
+        texts(ours[max(0, position - CONTEXT_TOKENS) : position]), CONTEXT_CHARS, tail=True
+    )
+    mine = kept(texts(ours[position : position + CONTEXT_TOKENS]), CONTEXT_CHARS)
+    other = kept(texts(theirs[offset : offset + CONTEXT_TOKENS]), CONTEXT_CHARS)
+    return f"…{before!r} then [{mine!r} | reference {other!r}]"
 
 
-__all__ = ["CONTEXT_TOKENS", "Divergence", "first_divergence", "missing_ids"]
+__all__ = [
+    "CONTEXT_TOKENS",
+    "CONTINUATION_TOKENS",
+    "Comparison",
+    "Divergence",
+    "Resume",
+    "compare_across_ties",
+    "first_divergence",
+    "missing_ids",
+]

@@ -3,6 +3,7 @@ and last characters, the finish reason, the token counts. Redacted as every reco
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,9 @@ from sparkbuild.redact import redact
 
 #: Characters kept from each end of an answer.
 EDGE_CHARS = 500
+#: Characters beyond a cut redacted with what is kept: longer than any secret.
+REDACT_MARGIN = 4096
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,22 @@ class RequestEvidence:
 def edges(text: str) -> tuple[str, str]:
     """(head, tail) of an answer, redacted: the whole text as head when it is short."""
     if len(text) <= 2 * EDGE_CHARS:
-        return redact(text), ""
-    return redact(text[:EDGE_CHARS]), redact(text[-EDGE_CHARS:])
+        return kept(text, 2 * EDGE_CHARS), ""
+    return kept(text, EDGE_CHARS), kept(text, EDGE_CHARS, tail=True)
 
 
-__all__ = ["EDGE_CHARS", "RequestEvidence", "edges"]
+def kept(text: str, limit: int, *, tail: bool = False) -> str:
+    """At most ``limit`` characters of an engine's ``text`` (its first, or its last with
+    ``tail``), redacted before they are cut, so a secret across the cut is masked whole and
+    never half kept; lone surrogates (a JSON ``\\ud800`` alone: no UTF-8 can hold it) become
+    U+FFFD."""
+    window = text[-(limit + REDACT_MARGIN) :] if tail else text[: limit + REDACT_MARGIN]
+    masked = redact(window)
+    keep = limit
+    if len(window) < len(text):  # a secret at the window's far edge is cut: keep clear of it
+        keep = max(0, min(limit, len(masked) - REDACT_MARGIN))
+    part = masked[len(masked) - keep :] if tail else masked[:keep]
+    return _SURROGATE.sub("\ufffd", part)
+
+
+__all__ = ["EDGE_CHARS", "RequestEvidence", "edges", "kept"]

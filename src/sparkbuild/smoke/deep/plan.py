@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel
 
@@ -29,6 +30,28 @@ ReferenceBoot = Callable[[Sequence[str]], Target]
 def reference_url(value: str) -> str:
     """``--reference-url``: the base URL of a running engine (as ``--url``)."""
     return engine_base_url(value, "--reference-url")
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})
+
+
+def same_engine(url: str, other: str) -> bool:
+    """Whether two base URLs reach the same engine: the same port on the same host, any
+    name of this machine's loopback counting as one."""
+    first, second = urlsplit(url), urlsplit(other)
+    return _host(first.hostname) == _host(second.hostname) and _port(first) == _port(second)
+
+
+def _host(name: str | None) -> str:
+    lowered = (name or "").lower().rstrip(".")
+    return "loopback" if lowered in _LOOPBACK or lowered.startswith("127.") else lowered
+
+
+def _port(parts: SplitResult) -> int | None:
+    try:
+        return parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -96,4 +119,4 @@ class DeepPlan:
         return lossless.seed if lossless else 0
 
 
-__all__ = ["DeepPlan", "ReferenceBoot", "ReferenceSource", "reference_url"]
+__all__ = ["DeepPlan", "ReferenceBoot", "ReferenceSource", "reference_url", "same_engine"]

@@ -142,9 +142,11 @@ class DeepRun:
         reference = None
         if self.image_id is not None:
             key = self._requests.key(self.adapter, self.profile, self.image_id)
-            reference = ll.recorded(source, self.image_id, key, self._requests)
+            reference = ll.recorded(source, self.image_id, key, self._requests, self.progress)
         if reference is None and source.url:
-            reference = ll.url_reference(self.adapter, source.url, self._requests, self.progress)
+            reference = ll.url_reference(
+                self.adapter, source.url, self._requests, self.progress, engine.base_url
+            )
         if reference is not None:
             self._judge(reference, engine.texts)
 
@@ -173,11 +175,22 @@ class DeepRun:
             ll.record(self.plan.reference, self.image_id, key, self._requests, reference)
 
     def _judge(self, reference: ll.Reference, texts: ll.Texts) -> None:
+        """Lossless against ``reference``; a recorded one that meets a tie is left for the
+        second boot, which can continue past it."""
         assert self.plan.limits.lossless is not None and self._requests is not None
-        self.evidence += reference.evidence
-        self.results["lossless"] = ll.judge_lossless(
-            self._runs, reference, self._requests, self.plan.limits.lossless, texts
+        continues = None
+        if reference.base_url:
+            continues = ll.resumes(
+                self.adapter, reference.base_url, self._requests, self._runs, self.progress
+            )
+        result = ll.judge_lossless(
+            self._runs, reference, self._requests, self.plan.limits.lossless, texts, continues
         )
+        if result is None:
+            self.progress("deep: lossless: the recorded reference meets a tie; booting one")
+            return
+        self.evidence += reference.evidence
+        self.results["lossless"] = result
 
     def checks(self, skipped: str = "") -> list[CheckResult]:
         """Every planned check in report order; one that did not run is skipped with
