@@ -267,6 +267,21 @@ def test_a_malformed_llama_benchy_file_is_a_usage_error(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "bad.json" in result.output
 
 
+def test_a_figure_too_large_to_be_finite_is_refused_naming_its_field(tmp_path: Path) -> None:
+    """``1e999`` is valid JSON that Python reads as infinity: compare showed it as ``inf``
+    (issue 46, low)."""
+    ours = _report(tmp_path)
+    data = json.loads(ours.read_text())
+    data["cells"][1]["decode_tps_request"]["median"] = "HUGE"
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(data).replace('"HUGE"', "1e999"), encoding="utf-8")
+    result = _compare(str(ours), str(huge))
+    assert result.exit_code == 2, result.output
+    assert "huge.json is not a sparkbuild bench report" in result.stderr
+    assert "cells[1].decode_tps_request.median is not a finite number" in result.stderr
+    assert "inf" not in result.stdout
+
+
 def test_tokens_handed_over_in_pairs_at_the_engines_rate_are_no_burst() -> None:
     # A frontend that passes two tokens per read: half the gaps are ~0, the rate is right.
     times = tuple(0.05 + (i // 2) * 0.002 + (i % 2) * 0.00001 for i in range(TG))

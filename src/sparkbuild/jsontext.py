@@ -51,6 +51,23 @@ def loads(text: str | bytes, *, nonfinite: bool = False) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def nonfinite_field(value: object, where: str = "") -> str | None:
+    """Where in ``value`` the first number that is not finite is (``cells[0].ttft_s``):
+    ``1e999`` is valid JSON, and Python reads it as infinity."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where or "(top level)")
+    items: list[tuple[str, object]] = []
+    if isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{where}[{n}]", item) for n, item in enumerate(value)]
+    for place, item in items:
+        found = nonfinite_field(item, place)
+        if found is not None:
+            return found
+    return None
+
+
 def finite(value: object) -> object:
     """``value`` with every non-finite float replaced by None (JSON ``null``)."""
     if isinstance(value, float):
@@ -95,4 +112,14 @@ class Fields:
         return data
 
 
-__all__ = ["JSON", "Fields", "JsonObject", "JsonValue", "dumps", "finite", "loads", "plain"]
+__all__ = [
+    "JSON",
+    "Fields",
+    "JsonObject",
+    "JsonValue",
+    "dumps",
+    "finite",
+    "loads",
+    "nonfinite_field",
+    "plain",
+]

@@ -171,6 +171,9 @@ def load_report(path: Path) -> BenchReport:
         if llama_benchy.is_csv(text):
             return llama_benchy.csv_to_report(text, path)
         data = jsontext.loads(text)  # no NaN or Infinity figures
+        field = jsontext.nonfinite_field(data)  # nor one too large to be finite (1e999)
+        if field is not None:
+            raise ValueError(f"{field} is not a finite number")
         if llama_benchy.is_llama_benchy(data):
             return llama_benchy.to_report(data, path)
         version = data.get("schema_version") if isinstance(data, dict) else None
