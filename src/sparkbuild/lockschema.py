@@ -314,6 +314,7 @@ class BenchCell(_Section):
     burst_runs: int | None = None
     accept_len: Number | None = None
     errors: int | None = None
+    carried: bool | None = None  # bench --resume: measured by an earlier process of the sweep
 
 
 class BenchRecord(_Section):

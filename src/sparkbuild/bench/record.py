@@ -9,8 +9,9 @@ from sparkbuild.redact import redact, secret_args
 from sparkbuild.smoke.record import topology
 
 
-def bench_cell(cell: CellResult) -> lockfile.BenchCell:
-    """One cell of a sweep: its shape, and the medians over its runs."""
+def bench_cell(cell: CellResult, *, carried: bool = False) -> lockfile.BenchCell:
+    """One cell of a sweep: its shape, the medians over its runs, and whether a resumed
+    sweep carried it from an earlier process."""
     return lockfile.BenchCell(
         pp=cell.pp,
         tg=cell.tg,
@@ -24,10 +25,12 @@ def bench_cell(cell: CellResult) -> lockfile.BenchCell:
         burst_runs=cell.burst_runs,
         accept_len=cell.accept_len,
         errors=cell.errors,
+        carried=carried or None,
     )
 
 
 def bench_record(report: BenchReport) -> lockfile.BenchRecord:
+    carried = set(report.resumed_from.cells) if report.resumed_from else set()
     record = lockfile.BenchRecord(
         created=report.created,
         label=redact(report.label),
@@ -36,7 +39,7 @@ def bench_record(report: BenchReport) -> lockfile.BenchRecord:
         runs=report.sweep.runs,
         engine_args=secret_args(report.engine.args),
         host=report.host.summary,
-        cells=[bench_cell(cell) for cell in report.cells],
+        cells=[bench_cell(c, carried=c.key.label() in carried) for c in report.cells],
     )
     if report.topology is not None:
         record.topology = topology(report.topology)
