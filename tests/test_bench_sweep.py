@@ -22,6 +22,7 @@ import requests
 import yaml
 
 from sparkbuild import lockfile
+from sparkbuild.bench.checkpoint import UNFINISHED
 from sparkbuild.engines import adapter_for
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from tests.support.burst_proxy import BurstProxy
@@ -385,10 +386,78 @@ def test_a_resume_against_another_engine_is_refused_before_the_sweep(project: Pa
     assert "this run's engine differs from that sweep's (profile: cpu-plain then, " in (
         other.stderr
     )
-    assert f"with --speculative-config {NGRAM}" in other.stderr
+    assert "serve flags: method (unset) → ngram; num_speculative_tokens (unset) → 3" in other.stderr
     typed = _bench(project, "--url", "http://127.0.0.1:9", "--profile", "cpu-plain",
                    "--resume", str(part), "--pp", "64")  # fmt: skip
     assert typed.exit_code == 2 and "--pp would be ignored" in typed.stderr
+
+
+def _stopped_after(report: dict[str, Any], cells: int) -> dict[str, Any]:
+    """What the checkpoint of ``report``'s sweep held after its first ``cells`` cells: the
+    same fields, the rest pending (a sweep interrupted for real is the arena test's; another
+    uninterrupted reference sweep beside it would cost minutes)."""
+    done = report["cells"][:cells]
+    (span,) = report["processes"]
+    labels = [f"pp={c['pp']} tg={c['tg']} depth={c['depth']} c={c['concurrency']}" for c in done]
+    rest = [f"pp={c['pp']} tg={c['tg']} depth={c['depth']} c={c['concurrency']}"
+            for c in report["cells"][cells:]]  # fmt: skip
+    return {**report, "cells": done, "complete": False, "error": UNFINISHED,
+            "pending_cells": rest, "processes": [{**span, "cells": labels}]}  # fmt: skip
+
+
+def test_a_resumed_sweep_reports_as_one_uninterrupted_sweep(
+    project: Path, plain_server: ProcessTarget, plain_report: dict[str, Any]
+) -> None:
+    """Issue 42: a resumed report's prompt fingerprint is the uninterrupted sweep's (it
+    hashed only the prompts its own process sent, and `bench compare` warned "prompts
+    differs"); its time is both processes' with each span kept; carried cells are shown as
+    carried (not "cell 1/4" as if measured); and `--record` marks them (issue 46)."""
+    part = project / "plain-part.json"
+    part.write_text(json.dumps(_stopped_after(plain_report, 2)), encoding="utf-8")
+    resumed_file = project / "plain-resumed.json"
+    again = run_cli("--project", str(project), "bench", "--url", plain_server.base_url,
+                    "--profile", "cpu-plain", "--resume", str(part), "--json-file",
+                    str(resumed_file), "--record", "cpu")  # fmt: skip
+    assert again.exit_code == 0, again.output
+    resumed = json.loads(resumed_file.read_text())
+    assert resumed["prompts"]["fingerprint"] == plain_report["prompts"]["fingerprint"]
+    assert resumed["cells"][:2] == plain_report["cells"][:2]  # carried as measured
+    assert [c["prompts_sha256"] for c in resumed["cells"]] == [
+        c["prompts_sha256"] for c in plain_report["cells"]
+    ]  # the cells measured now sent the prompts the uninterrupted sweep sent
+    compared = run_cli("bench", "compare", str(project / "plain.json"), str(resumed_file))
+    assert compared.exit_code == 0, compared.output
+    assert "prompts" not in compared.stderr
+    earlier, now = resumed["processes"]
+    assert earlier == _stopped_after(plain_report, 2)["processes"][0]
+    assert now["cells"] == ["pp=64 tg=16 depth=0 c=1", "pp=64 tg=16 depth=0 c=2"]
+    assert resumed["seconds"] == round(earlier["seconds"] + now["seconds"], 2)
+    assert "cell 1/4: pp=32 tg=16 depth=0 c=1: carried, as the run resumed measured it" in (
+        again.stderr
+    )
+    assert "cell 3/4: pp=64 tg=16 depth=0 c=1\n" in again.stderr  # measured, not carried
+    record = lockfile.load(project / "images.lock").builds["cpu"].bench
+    assert record is not None
+    assert [c.carried for c in record[IMAGE_ID]["cpu-plain"].cells] == [True, True, None, None]
+
+
+def test_a_resume_against_an_engine_serving_another_model_is_refused(
+    project: Path, plain_server: ProcessTarget, plain_report: dict[str, Any]
+) -> None:
+    """A URL answers with what it serves now: another model there is another engine (issue
+    46: the served model and version were not compared)."""
+    part = _stopped_after(plain_report, 2)
+    part["engine"] = {**part["engine"], "served_model": "someone/else"}
+    path = project / "plain-other-model.json"
+    path.write_text(json.dumps(part), encoding="utf-8")
+    before = path.read_text()
+    refused = _bench(project, "--url", plain_server.base_url, "--profile", "cpu-plain",
+                     "--resume", str(path))  # fmt: skip
+    assert refused.exit_code == 2, refused.output
+    assert "the engine that answered is not the one that sweep measured (served model: " in (
+        refused.stderr
+    )
+    assert "someone/else then, " in refused.stderr and path.read_text() == before
 
 
 def test_engine_dying_mid_sweep_keeps_finished_cells(

@@ -38,8 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sparkbuild import __version__, interrupts, jsontext
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
-from sparkbuild.bench.results import BenchReport, CellResult
-from sparkbuild.bench.sweep import Scheduled, Sweep
+from sparkbuild.bench.results import TIME_FORMAT, BenchReport, CellResult
+from sparkbuild.bench.sweep import Scheduled, Sweep, bounds_summary, out_of_bounds
 from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_writer import (
@@ -132,9 +132,14 @@ def named_sweep(name: str) -> NamedSweep:
         )
     named = load_model(path, NamedSweep)
     try:
-        named.sweep()
+        sweep = named.sweep()
     except ValueError as exc:  # the schedule must cover the grid once
         raise UsageError(f"{path}: {exc}") from None
+    refused = out_of_bounds(sweep)
+    if refused:
+        raise UsageError(
+            f"{path}: {bounds_summary(refused)}", "keep the grid within the flags' bounds"
+        )
     return named
 
 
@@ -316,14 +321,42 @@ def effective_recipe(report: BenchReport, name: str, profile: SmokeProfile) -> d
 
 
 def _timing(report: BenchReport) -> dict[str, object]:
-    """Start, end and duration of the sweep (the boot left out), from the report."""
+    """Start, end and duration of the sweep, the boot left out, from the report: a resumed
+    sweep's from its first process's start to its last one's end (each process's span is in
+    ``sparkbuild.processes``), its duration the time between, as sparkrun counts it."""
     try:
-        end = datetime.strptime(report.created, "%Y-%m-%dT%H:%M:%S%z")
+        end = datetime.strptime(report.created, TIME_FORMAT)
     except ValueError:
         end = datetime.now().astimezone()
-    seconds = max(report.seconds - (report.boot_seconds or 0.0), 0.0)
-    start = end - timedelta(seconds=seconds)
+    start = end - timedelta(seconds=max(report.seconds - (report.boot_seconds or 0.0), 0.0))
+    if report.processes:
+        first = report.processes[0]
+        try:
+            start = datetime.strptime(first.started, TIME_FORMAT)
+        except ValueError:
+            pass  # another harness's time: the sweep's own length stands
+        else:
+            start += timedelta(seconds=first.boot_seconds or 0.0)
+    seconds = max((end - start).total_seconds(), 0.0)
     return {"start": start.isoformat(), "end": end.isoformat(), "duration": round(seconds, 2)}
+
+
+def _measured_at(report: BenchReport) -> dict[str, str]:
+    """sparkrun's ``measured_at`` and ``completed_at`` of a resumed sweep: its first
+    process's start and its last one's end (sparkrun's issue #267: a resumed run's own
+    start is not when its figures were measured)."""
+    if report.resumed_from is None or not report.processes:
+        return {}
+    first, last = report.processes[0].started, report.processes[-1].ended
+    return {"measured_at": _iso(first), "completed_at": _iso(last)}
+
+
+def _iso(stamp: str) -> str:
+    """A report's time as ISO 8601 (``isoformat``, as sparkrun writes its times)."""
+    try:
+        return datetime.strptime(stamp, TIME_FORMAT).isoformat()
+    except ValueError:
+        return stamp
 
 
 def pseudonyms(hosts: Sequence[str]) -> list[str]:
@@ -406,13 +439,20 @@ def submission_metadata(
             "profile": profile_name,
             "args": args,
             "resumed": report.resumed_from is not None,
+            # sparkrun's own keys for a resumed run: when its figures were measured.
+            **_measured_at(report),
             "category": "performance",
         },
         "model": {},
         "runtime_info": runtime_info,
         # The metadata's layout is sparkrun 0.4.2's; no sparkrun ran, so no version of it.
         "sparkrun": {"version": None, "format": SPARKRUN_VERSION},
-        "sparkbuild": {"version": __version__, "profile": name, "label": report.label},
+        "sparkbuild": {
+            "version": __version__,
+            "profile": name,
+            "label": report.label,
+            "processes": [span.model_dump(mode="json") for span in report.processes],
+        },
     }
 
 

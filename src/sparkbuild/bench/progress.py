@@ -25,6 +25,8 @@ class Progress(Protocol):
 
     def cell(self, index: int, total: int, key: CellKey) -> None: ...
 
+    def carried(self, index: int, total: int, key: CellKey) -> None: ...
+
     def run(self, run: int, runs: int) -> None: ...
 
     def cell_done(self, result: CellResult) -> None: ...
@@ -37,6 +39,9 @@ class SilentProgress:
         return None
 
     def cell(self, index: int, total: int, key: CellKey) -> None:
+        return None
+
+    def carried(self, index: int, total: int, key: CellKey) -> None:
         return None
 
     def run(self, run: int, runs: int) -> None:
@@ -58,10 +63,15 @@ class PlainProgress(SilentProgress):
     def cell(self, index: int, total: int, key: CellKey) -> None:
         console.info(f"cell {index + 1}/{total}: {key.label()}")
 
+    def carried(self, index: int, total: int, key: CellKey) -> None:
+        console.info(
+            f"cell {index + 1}/{total}: {key.label()}: carried, as the run resumed measured it"
+        )
+
 
 class CellProgress:
     """A rich progress bar on stderr (TTY only, not with --quiet): current cell and run,
-    cells done and remaining."""
+    cells done (those a resumed sweep carried named apart) and remaining."""
 
     def __init__(self, total: int) -> None:
         self.total = total
@@ -70,12 +80,13 @@ class CellProgress:
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("cells · {task.fields[remaining]} to go"),
+            TextColumn("cells · {task.fields[carried]}{task.fields[remaining]} to go"),
             TimeElapsedColumn(),
             console=console.err,
             transient=True,
         )
-        self._task = self._bar.add_task("starting", total=total, remaining=total)
+        self._task = self._bar.add_task("starting", total=total, remaining=total, carried="")
+        self._carried = 0
         self._key: CellKey | None = None
         self._phase = ""
 
@@ -101,6 +112,17 @@ class CellProgress:
     def cell(self, index: int, total: int, key: CellKey) -> None:
         self._key = key
         self._bar.update(self._task, description=key.label(), remaining=total - index)
+
+    def carried(self, index: int, total: int, key: CellKey) -> None:
+        self._carried += 1
+        done = self._bar.tasks[0].completed + 1
+        self._bar.update(
+            self._task,
+            description=f"{key.label()} · carried",
+            advance=1,
+            carried=f"{self._carried} carried · ",
+            remaining=self.total - int(done),
+        )
 
     def run(self, run: int, runs: int) -> None:
         label = self._key.label() if self._key else ""

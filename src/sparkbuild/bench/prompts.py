@@ -110,6 +110,18 @@ class PromptFactory:
         self._bodies: dict[int, str] = {}
         self._questions: dict[tuple[int, int], str] = {}
         self.fingerprint = hashlib.sha256(f"{PROMPT_RECIPE}:{seed}".encode())
+        self._cell = hashlib.sha256()  # the prompts made since the last cell_digest()
+
+    def _made(self, prompts: Sequence[BenchPrompt]) -> None:
+        """Every prompt made goes into the sweep's fingerprint and its cell's digest."""
+        for prompt in prompts:
+            self.fingerprint.update(prompt.text.encode())
+            self._cell.update(prompt.text.encode())
+
+    def cell_digest(self) -> str:
+        """sha256 over the prompts made since the last call, in order; then starts again."""
+        digest, self._cell = self._cell.hexdigest(), hashlib.sha256()
+        return digest
 
     async def count(self, text: str) -> int:
         async with self._gate:
@@ -192,8 +204,7 @@ class PromptFactory:
             return BenchPrompt(text, counted, tokens)
 
         made = await asyncio.gather(*(one(i) for i in indices))
-        for prompt in made:
-            self.fingerprint.update(prompt.text.encode())
+        self._made(made)
         return list(made)
 
     async def _question(self, depth: int, pp: int) -> str:
@@ -222,6 +233,5 @@ class PromptFactory:
             return BenchPrompt(text, counted, depth + pp)
 
         whole = await asyncio.gather(*(one(i, c) for i, c in zip(indices, contexts, strict=True)))
-        for prompt in whole:
-            self.fingerprint.update(prompt.text.encode())
+        self._made(whole)
         return list(zip(contexts, whole, strict=True))

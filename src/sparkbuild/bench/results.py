@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -176,6 +177,9 @@ class CellResult(_Model):
     # With the sweep's prefix caching, each run's context load (the context alone, sent just
     # before the measured requests); the engine figures above leave these requests out.
     context_runs: list[RunFigures] = []
+    # sha256 over the prompts the cell sent, in order (its context loads' too): what a
+    # resumed sweep holds the prompts it would send against before carrying the cell.
+    prompts_sha256: str | None = None
 
     @property
     def key(self) -> CellKey:
@@ -251,6 +255,34 @@ class PromptInfo(_Model):
     exact: bool  # every prompt had exactly its target length by the engine's count
 
 
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+
+
+class ProcessSpan(_Model):
+    """One process's part of a sweep: an uninterrupted sweep has one, a resumed sweep one
+    per process that measured (the earlier ones carried from the file resumed)."""
+
+    started: str  # when the process began (before the boot)
+    ended: str  # when it wrote its report
+    seconds: float  # its wall time, boot included
+    boot_seconds: float | None = None
+    cells: list[str] = []  # the cells it measured
+
+    @classmethod
+    def ending(
+        cls, ended: str, seconds: float, boot_seconds: float | None, cells: list[str]
+    ) -> ProcessSpan:
+        """The span of a process that ended at ``ended`` after ``seconds``."""
+        try:
+            end = datetime.strptime(ended, TIME_FORMAT)
+            started = (end - timedelta(seconds=seconds)).strftime(TIME_FORMAT)
+        except (ValueError, OverflowError):
+            started = ended  # another harness's time: the span's length is still known
+        return cls(
+            started=started, ended=ended, seconds=seconds, boot_seconds=boot_seconds, cells=cells
+        )
+
+
 class Resumed(_Model):
     """The earlier run a resumed sweep continued (``bench --resume``): its file and the cells
     carried over from it as they were measured."""
@@ -283,6 +315,9 @@ class BenchReport(_Model):
     # Before the boot on a DGX Spark: the memory fit and the page cache (engines/boot_prep).
     before_boot: dict[str, object] | None = None
     resumed_from: Resumed | None = None  # bench --resume: the earlier run it continued
+    # Each process's span, in order; ``seconds`` and ``boot_seconds`` are their sums (a
+    # report from before sparkbuild kept them has none).
+    processes: list[ProcessSpan] = []
 
     def cell(self, key: CellKey) -> CellResult | None:
         return next((c for c in self.cells if c.key == key), None)

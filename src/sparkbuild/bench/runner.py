@@ -15,17 +15,15 @@ What the engine says about itself (model, length, version, token counts) is aske
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
 
-from sparkbuild import __version__, console, jsontext, net
+from sparkbuild import __version__, console, net
 from sparkbuild.bench import HARNESS_VERSION
+from sparkbuild.bench.checkpoint import UNFINISHED, ProcessClock, sweep_time, write_checkpoint
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
 from sparkbuild.bench.engine_timing import (
     Histogram,
@@ -33,7 +31,7 @@ from sparkbuild.bench.engine_timing import (
     engine_delta,
     snapshot_timing,
 )
-from sparkbuild.bench.host import host_info, load_average
+from sparkbuild.bench.host import host_info
 from sparkbuild.bench.progress import Progress, SilentProgress
 from sparkbuild.bench.prompts import PROMPT_RECIPE, BenchPrompt, PromptFactory
 from sparkbuild.bench.results import (
@@ -44,6 +42,7 @@ from sparkbuild.bench.results import (
     EngineTiming,
     HarnessInfo,
     NodeInfo,
+    ProcessSpan,
     PromptInfo,
     Resumed,
     RunFigures,
@@ -63,14 +62,11 @@ from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.engines.targets import ContainerTarget, Target, boot_detail, probe, wait_ready
 from sparkbuild.errors import EngineBootError, EngineGoneError, SparkbuildError, UsageError
-from sparkbuild.redact import redact, secret_args, secret_env
+from sparkbuild.redact import secret_args, secret_env
 
 WARMUP_TOKENS = 8
 #: How long one stream may take before the client gives up on it (``--request-timeout``).
 STREAM_TIMEOUT_S = 1800.0
-#: The error of a report written after a cell, while the sweep goes on (``--json-file``):
-#: what an interrupted sweep leaves, for ``bench --resume``.
-UNFINISHED = "interrupted: written after the last finished cell; bench --resume FILE goes on"
 
 
 @dataclass(frozen=True)
@@ -97,10 +93,11 @@ class BenchPlan:
     topology: Parallel | None = None  # the profile's parallel layout; None: unknown
     before_boot: Mapping[str, object] | None = None  # the memory fit and page cache (boot_prep)
     # bench --resume: the cells already measured (carried, not run), where they came from,
-    # and the check of the engine's version once it answers.
+    # the earlier processes' spans, and the check of the engine once it answers.
     done: tuple[CellResult, ...] = ()
     resumed: Resumed | None = None
-    version_check: Callable[[str | None], None] | None = None
+    earlier: tuple[ProcessSpan, ...] = ()
+    engine_check: Callable[[EngineInfo], None] | None = None
     # Where the report is written after every finished cell (None: nowhere until the end).
     checkpoint: Path | None = None
 
@@ -188,17 +185,32 @@ class Sweeper:
             self.progress.phase("warm-up request")
             warm = await factory.prompts(32, [self._next_indices(1)[0]])
             await stream_many(engine.client, [self._body(engine, warm[0], WARMUP_TOKENS)])
+        factory.cell_digest()  # the warm-up's prompt is the sweep's, no cell's
         total = sweep.cell_count
         done = {cell.key: cell for cell in self.plan.done}
         for index, key in enumerate(sweep.cells()):
-            self.progress.cell(index, total, key)
-            if key in done:  # measured by the run resumed: its requests' numbers pass by
-                self._next_indices(sweep.runs * key.concurrency)
-                self.cells.append(done[key])
+            if key in done:
+                self.progress.carried(index, total, key)
+                self.cells.append(await self._carry(factory, done[key]))
             else:
+                self.progress.cell(index, total, key)
                 self.cells.append(await self.cell(engine, factory, key))
-            self.progress.cell_done(self.cells[-1])
+                self.progress.cell_done(self.cells[-1])
             self.on_cell()
+
+    async def _carry(self, factory: PromptFactory, cell: CellResult) -> CellResult:
+        """A cell the run resumed measured, as it was. Its prompts are made again, not sent:
+        the requests after it keep their numbers, the sweep's fingerprint is an
+        uninterrupted sweep's, and they are held against the ones it was measured with."""
+        await self._prompts(factory, cell.key)
+        made = factory.cell_digest()
+        if cell.prompts_sha256 is not None and cell.prompts_sha256 != made:
+            raise UsageError(
+                f"the prompts this run makes for {cell.key.label()} differ from the ones that "
+                "sweep sent (another tokenizer or prompt recipe): its cells cannot be carried",
+                "start a new sweep without --resume",
+            )
+        return cell
 
     def _next_indices(self, n: int) -> list[int]:
         first = self.request_index
@@ -282,6 +294,7 @@ class Sweeper:
                 "burst_runs": sum(1 for f in figures if f.burst),
                 "flags": [*flags, *impossible],
                 "context_runs": context_figures,
+                "prompts_sha256": factory.cell_digest(),
             }
         )
 
@@ -449,11 +462,11 @@ def run_bench(
     raises for failures before the first cell (boot, discovery, calibration, bad sweep).
     """
     progress = progress or SilentProgress()
-    began = time.monotonic()
-    load_start = load_average()  # before the engine boots: the load of other work
+    clock = ProcessClock.start()
     sweep = plan.sweep
     with target:
-        boot_seconds = _boot(target, adapter, plan, progress)
+        booted = _boot(target, adapter, plan, progress)
+        clock = clock.booted(booted if target.owns_engine else None)
         sweeper = Sweeper(target, adapter, plan, progress)
         report_error: str | None = None
         engine_info: EngineInfo
@@ -473,8 +486,8 @@ def run_bench(
                     env=secret_env(plan.env),
                     max_model_len=engine.max_model_len,
                 )
-                if plan.version_check is not None:  # a resumed sweep: the same release
-                    plan.version_check(engine.version)
+                if plan.engine_check is not None:  # a resumed sweep: the same engine
+                    plan.engine_check(info)
                 sweeper.fit(engine)
                 progress.phase(f"calibrating prompts with the engine's tokenizer ({adapter.name})")
                 factory = PromptFactory(engine.count_tokens, sweep.seed)
@@ -493,17 +506,7 @@ def run_bench(
                     checkpoint = plan.checkpoint
                     sweeper.on_cell = lambda: write_checkpoint(
                         checkpoint,
-                        _report(
-                            sweeper,
-                            target,
-                            info,
-                            prompts(),
-                            UNFINISHED,
-                            began=began,
-                            boot_seconds=boot_seconds,
-                            complete=False,
-                            load_start=load_start,
-                        ),
+                        _report(sweeper, info, prompts(), UNFINISHED, clock, complete=False),
                     )
                 error: str | None = None
                 try:
@@ -514,36 +517,32 @@ def run_bench(
 
         engine_info, prompt_info, report_error = asyncio.run(main())
     return _report(
-        sweeper,
-        target,
-        engine_info,
-        prompt_info,
-        report_error,
-        began=began,
-        boot_seconds=boot_seconds,
-        complete=report_error is None,
-        load_start=load_start,
+        sweeper, engine_info, prompt_info, report_error, clock, complete=report_error is None
     )
 
 
-def _report(  # noqa: PLR0913 - the sweep and its target, then what the run measured beside them
+def _report(
     sweeper: Sweeper,
-    target: Target,
     engine_info: EngineInfo,
     prompt_info: PromptInfo | None,
     error: str | None,
+    clock: ProcessClock,
     *,
-    began: float,
-    boot_seconds: float,
     complete: bool,
-    load_start: list[float] | None,
 ) -> BenchReport:
-    """The report of the cells ``sweeper`` has finished (all of them, or so far)."""
-    plan = sweeper.plan
+    """The report of the cells ``sweeper`` has finished (all of them, or so far), timed over
+    every process of the sweep."""
+    plan, target = sweeper.plan, sweeper.target
     done = {c.key for c in sweeper.cells}
+    carried = {c.key for c in plan.done}
     sweep = plan.sweep  # less the cells longer than the engine serves
+    spans = [
+        *plan.earlier,
+        clock.span([c.key.label() for c in sweeper.cells if c.key not in carried]),
+    ]
+    seconds, boot_seconds = sweep_time(spans)
     return BenchReport(
-        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        created=spans[-1].ended,
         label=plan.label,
         profile=plan.profile,
         harness=HarnessInfo(
@@ -551,35 +550,19 @@ def _report(  # noqa: PLR0913 - the sweep and its target, then what the run meas
             sparkbuild=__version__,
             http_client=f"httpx {httpx.__version__}",
         ),
-        host=host_info(load_start),
+        host=host_info(clock.load_start),
         target=_target_info(target),
         engine=engine_info,
         topology=plan.topology.model_copy(update={"launcher": None}) if plan.topology else None,
         sweep=sweep,
         prompts=prompt_info,
-        boot_seconds=round(boot_seconds, 2) if target.owns_engine else None,
-        seconds=round(time.monotonic() - began, 2),
+        boot_seconds=boot_seconds,
+        seconds=seconds,
         complete=complete,
         error=error,
         pending_cells=[k.label() for k in sweep.cells() if k not in done],
         cells=list(sweeper.cells),
         before_boot=dict(plan.before_boot) if plan.before_boot else None,
         resumed_from=plan.resumed,
+        processes=spans,
     )
-
-
-def write_checkpoint(path: Path, report: BenchReport) -> None:
-    """The report so far, whole or not at all: a temporary file beside ``path``, renamed
-    over it, so an interruption at any moment leaves the last finished cell's report."""
-    text = redact(jsontext.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True))
-    scratch = ""
-    try:
-        handle, scratch = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text + "\n")
-        os.chmod(scratch, 0o644)
-        os.replace(scratch, path)
-    except OSError as exc:
-        if scratch:
-            Path(scratch).unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write the sweep so far: {exc.strerror or exc}") from exc

@@ -26,7 +26,7 @@ from sparkbuild.bench.outputs import BenchOutputs
 from sparkbuild.bench.plot import require_matplotlib
 from sparkbuild.bench.progress import CellProgress, PlainProgress, Progress
 from sparkbuild.bench.results import BenchReport
-from sparkbuild.bench.resume import Resume, check_same_engine, check_same_version
+from sparkbuild.bench.resume import Launch, Resume, check_same_answer, check_same_engine
 from sparkbuild.bench.runner import STREAM_TIMEOUT_S, BenchPlan, SweepSettings, fit_plan, run_bench
 from sparkbuild.bench.sweep import Sweep
 from sparkbuild.engines.adapters import (
@@ -140,12 +140,13 @@ def _continuing(run: BenchRun, options: BenchOptions) -> BenchRun:
     checkpoint = Path(json_path) if json_path and json_path != "-" else None
     plan = replace(run.plan, checkpoint=checkpoint or (resume.path if resume else None))
     if resume is not None:
-        check_same_engine(resume, plan, _target_facts(options.launch))
+        check_same_engine(resume, plan, _launched(run, options.launch))
         plan = replace(
             plan,
             done=resume.done,
             resumed=resume.record(),
-            version_check=lambda version: check_same_version(resume, version),
+            earlier=resume.spans(),
+            engine_check=lambda info: check_same_answer(resume, info),
         )
         console.info(
             f"resuming {resume.path}: {len(resume.done)} cells measured, "
@@ -154,8 +155,9 @@ def _continuing(run: BenchRun, options: BenchOptions) -> BenchRun:
     return replace(run, plan=plan)
 
 
-def _target_facts(launch: LaunchSettings) -> dict[str, str | None]:
-    """What the target is, for a resumed sweep's check: kind, value, local image id."""
+def _launched(run: BenchRun, launch: LaunchSettings) -> Launch:
+    """What this run's engine is, for a resumed sweep's check: the engine, the target's kind
+    and description as the report keeps them, and the local image's id."""
     choice = launch.choice
     image_id = None
     if choice.image is not None and choice.cluster is None:
@@ -163,11 +165,7 @@ def _target_facts(launch: LaunchSettings) -> dict[str, str | None]:
             image_id = local_image_id(choice.image)
         except LocalImageError:
             image_id = None  # the boot says so; the check compares what it can
-    return {
-        "kind": choice.kind("bench"),
-        "value": choice.image or choice.command or choice.url,
-        "image_id": image_id,
-    }
+    return Launch(run.adapter.name, run.target.kind, run.target.description, image_id)
 
 
 def measure(run: BenchRun, progress: Progress | None = None) -> BenchReport:

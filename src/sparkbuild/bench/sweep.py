@@ -3,16 +3,42 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sparkbuild.engines.adapters import MAX_TOKENS
 from sparkbuild.errors import UsageError
 
 #: The most requests one cell may open at once; beyond that a client machine, not the engine,
 #: is what gets measured.
 MAX_CONCURRENCY = 1024
+#: The most runs of a cell: a cell's prompts for all its runs are made before the first.
+MAX_RUNS = 100
+#: The most cells of a sweep (each is at least one run of one request).
+MAX_CELLS = 10_000
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What one grid option takes: its flag and its least and greatest value."""
+
+    flag: str
+    low: int
+    high: int
+
+
+#: The grid's bounds, one table for the command line (``cli/bench_options``) and for a sweep
+#: read from a file (``bench --resume``): a file cannot ask for what the flags refuse.
+BOUNDS = {
+    "pp": Bound("--pp", 1, MAX_TOKENS),
+    "tg": Bound("--tg", 1, MAX_TOKENS),
+    "depth": Bound("--depth", 0, MAX_TOKENS),
+    "concurrency": Bound("--concurrency", 1, MAX_CONCURRENCY),
+    "runs": Bound("--runs", 1, MAX_RUNS),
+}
 
 
 def parse_int_list(text: str, *, minimum: int) -> list[int]:
@@ -86,6 +112,8 @@ class Sweep(BaseModel):
     def _schedule_in_grid(self) -> Sweep:
         if self.schedule is None:
             return self
+        if len(self.depth) * len(self.concurrency) > MAX_CELLS:  # before the grid is made
+            raise ValueError(f"a schedule of more than {MAX_CELLS} (depth, concurrency) pairs")
         pairs = [(s.depth, s.concurrency) for s in self.schedule]
         grid = set(itertools.product(self.depth, self.concurrency))
         if len(set(pairs)) != len(pairs) or set(pairs) != grid:
@@ -114,8 +142,39 @@ class Sweep(BaseModel):
         return limit is None or key.prompt_tokens + key.tg <= limit
 
     @property
+    def grid_size(self) -> int:
+        """The grid's cells, counted without making them."""
+        return len(self.pp) * len(self.tg) * len(self.depth) * len(self.concurrency)
+
+    @property
     def cell_count(self) -> int:
         return sum(1 for _ in self.cells())
+
+
+def out_of_bounds(sweep: Sweep) -> list[str]:
+    """Every value of ``sweep`` that its option on the command line would refuse (outside
+    :data:`BOUNDS`, listed twice), and a grid of more than :data:`MAX_CELLS` cells."""
+    found: list[str] = []
+    for name, bound in BOUNDS.items():
+        value = getattr(sweep, name)
+        values: list[int] = value if isinstance(value, list) else [value]
+        found.extend(
+            f"{name} {item} is outside {bound.low}-{bound.high}, what {bound.flag} takes"
+            for item in values
+            if not bound.low <= item <= bound.high
+        )
+        twice = sorted(item for item, n in Counter(values).items() if n > 1)
+        if twice:
+            found.append(f"{name} lists {', '.join(map(str, twice))} more than once")
+    if sweep.grid_size > MAX_CELLS:
+        found.append(f"its grid has {sweep.grid_size} cells, more than {MAX_CELLS}")
+    return found
+
+
+def bounds_summary(found: list[str]) -> str:
+    """:func:`out_of_bounds`'s findings in one sentence (the first few of many)."""
+    more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+    return f"its sweep is outside what the command line takes: {'; '.join(found[:4])}{more}"
 
 
 def fit_to_length(sweep: Sweep, limit: int | None, whose: str) -> tuple[Sweep, list[CellKey]]:

@@ -17,25 +17,27 @@ from sparkbuild.bench.claims_request import ClaimsRequest, claims_request
 from sparkbuild.bench.outputs import BenchOutputs
 from sparkbuild.bench.resume import Resume, load_resume
 from sparkbuild.bench.runner import SweepSettings
-from sparkbuild.bench.sweep import MAX_CONCURRENCY, Sweep, parse_int_list
+from sparkbuild.bench.sweep import BOUNDS, MAX_CELLS, Bound, Sweep, parse_int_list
 from sparkbuild.cli import options
-from sparkbuild.engines.adapters import ADAPTERS, MAX_TOKENS
+from sparkbuild.engines.adapters import ADAPTERS
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
 
 R = TypeVar("R")
 
 
-def int_list(minimum: int, maximum: int | None = None) -> Callable[..., list[int]]:
+def int_list(bound: Bound) -> Callable[..., list[int]]:
     """A click callback: a comma-separated list of whole numbers within bounds (else exit 2)."""
 
     def convert(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
         try:
-            values = parse_int_list(str(value), minimum=minimum)
+            values = parse_int_list(str(value), minimum=bound.low)
         except ValueError as exc:
             raise click.BadParameter(str(exc), ctx, param) from None
-        if maximum is not None and max(values) > maximum:
-            raise click.BadParameter(f"at most {maximum} is supported (in {value!r})", ctx, param)
+        if max(values) > bound.high:
+            raise click.BadParameter(
+                f"at most {bound.high} is supported (in {value!r})", ctx, param
+            )
         return values
 
     return convert
@@ -95,6 +97,13 @@ class Grid:
                 warmup=not self.no_warmup,
                 prefix_caching=self.prefix_caching,
             )
+            cells = sweep.grid_size
+            if cells > MAX_CELLS:
+                raise UsageError(
+                    f"--pp, --tg, --depth and --concurrency make {cells} cells, more than "
+                    f"{MAX_CELLS}",
+                    "measure fewer values at once",
+                )
             return SweepSettings(sweep, self.label)
         if given:
             raise UsageError(
@@ -116,34 +125,22 @@ def _sweep_name(ctx: click.Context, param: click.Parameter, value: str | None) -
     return value
 
 
-def _int_list(*decls: str, low: int, high: int, default: str, help: str) -> options.Decorator:
+def _int_list(name: str, *decls: str, default: str, help: str) -> options.Decorator:
+    bound = BOUNDS[name]
     return click.option(
-        *decls, callback=int_list(low, high), default=default, show_default=True, help=help
+        bound.flag, *decls, callback=int_list(bound), default=default, show_default=True, help=help
     )
 
 
-#: The grid's options, in their --help order.
+#: The grid's options, in their --help order; their bounds are ``sweep.BOUNDS``.
 GRID: tuple[options.Decorator, ...] = (
-    _int_list("--pp", low=1, high=MAX_TOKENS, default="512,2048", help="Prompt tokens."),
-    _int_list("--tg", low=1, high=MAX_TOKENS, default="128", help="Generated tokens."),
-    _int_list(
-        "--depth",
-        low=0,
-        high=MAX_TOKENS,
-        default="0",
-        help="Context tokens in front of the prompt.",
-    ),
-    _int_list(
-        "--concurrency",
-        "-c",
-        low=1,
-        high=MAX_CONCURRENCY,
-        default="1,4,8",
-        help="Requests in flight at once.",
-    ),
+    _int_list("pp", default="512,2048", help="Prompt tokens."),
+    _int_list("tg", default="128", help="Generated tokens."),
+    _int_list("depth", default="0", help="Context tokens in front of the prompt."),
+    _int_list("concurrency", "-c", default="1,4,8", help="Requests in flight at once."),
     click.option(
-        "--runs",
-        type=click.IntRange(min=1),
+        BOUNDS["runs"].flag,
+        type=click.IntRange(BOUNDS["runs"].low, BOUNDS["runs"].high),
         default=3,
         show_default=True,
         help="Runs per cell.",
