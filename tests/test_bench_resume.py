@@ -254,3 +254,17 @@ def test_a_record_of_a_resumed_sweep_marks_the_cells_it_carried() -> None:
     resumed = report.model_copy(update={"resumed_from": Resumed(file="run.json", cells=carried)})
     assert [c.carried for c in bench_record(resumed).cells] == [True, True, None, None]
     assert [c.carried for c in bench_record(report).cells] == [None] * 4
+
+
+def test_a_sweep_file_is_held_to_the_same_bounds(tmp_path: Path) -> None:
+    """``--sweep FILE`` is a grid from a file too: the bounds are the command line's."""
+    from sparkbuild.bench.arena import named_sweep
+
+    official = ROOT / "src" / "sparkbuild" / "data" / "bench" / "spark-arena-v2.yaml"
+    data = yaml.safe_load(official.read_text())
+    data["args"]["concurrency"] = [1, 2, 5, 1100]
+    data["schedule"] = [[d, 1100 if c == 10 else c] for d, c in data["schedule"]]
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(UsageError, match="concurrency 1100 is outside 1-1024, what --concurrency"):
+        named_sweep(str(edited))
