@@ -50,6 +50,12 @@ def describe_size(size: int) -> str:
     return f"{size / MIB:.0f} MiB" if size >= MIB else f"{size} bytes"
 
 
+def _too_large(path: Path, limit: int) -> NotARegularFileError:
+    return NotARegularFileError(
+        errno.EFBIG, f"is larger than {describe_size(limit)}, more than sparkbuild reads", str(path)
+    )
+
+
 def read_bytes(path: Path, *, limit: int = READ_LIMIT) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
 
@@ -71,17 +77,15 @@ def read_bytes(path: Path, *, limit: int = READ_LIMIT) -> bytes:
             raise NotARegularFileError(
                 errno.EINVAL, f"is a {_kind(info.st_mode)}, not a regular file", str(path)
             )
+        if info.st_size > limit:  # refused before a byte is read
+            raise _too_large(path, limit)
         os.set_blocking(fd, True)
         chunks: list[bytes] = []
         total = 0
         while chunk := os.read(fd, _CHUNK):
             total += len(chunk)
             if total > limit:  # checked while reading too: the file may grow meanwhile
-                raise NotARegularFileError(
-                    errno.EFBIG,
-                    f"is larger than {describe_size(limit)}, more than sparkbuild reads",
-                    str(path),
-                )
+                raise _too_large(path, limit)
             chunks.append(chunk)
         return b"".join(chunks)
     finally:

@@ -20,6 +20,7 @@ which every lock sparkbuild writes has. A lock read and written again is byte-id
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -74,6 +75,11 @@ from sparkbuild.lockschema import (
 from sparkbuild.redact import redact
 
 HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
+#: The largest lock sparkbuild reads or writes. Reading one costs about 35 times its size in
+#: memory (the YAML node tree, then the models), and the report renders every record: at
+#: this size `report`, `patches`, `lock --check` and `verify` stay within 3 minutes and 2 GB
+#: on a 2-core host (benchmarks/bench_large_lock.py). A lock of 50 builds is about 1 MiB.
+LOCK_LIMIT = 16 * fileio.MIB
 
 # --- reading -------------------------------------------------------------------------------
 
@@ -85,13 +91,26 @@ def _repair_hint(path: Path) -> str:
     )
 
 
+def too_large(path: Path, size: int, doing: str) -> LockError:
+    """A lock over :data:`LOCK_LIMIT`, refused before it is read (or written), naming both."""
+    return LockError(
+        f"{path}: {doing} {fileio.describe_size(size)}, more than the "
+        f"{fileio.describe_size(LOCK_LIMIT)} sparkbuild reads or writes for a lock (a lock of "
+        "50 builds is about 1 MiB)",
+        "a lock grows by every image's smoke and bench records: see what made it grow "
+        f"(`git log -p -- {path.name}`), then {_repair_hint(path)}",
+    )
+
+
 def _read(path: Path) -> tuple[Any, Any]:
     """The parsed YAML and its node tree; (None, None) when the file does not exist yet."""
     try:
-        raw = fileio.read_bytes(path)  # a FIFO, a device or a huge file is refused, not read
+        raw = fileio.read_bytes(path, limit=LOCK_LIMIT)  # a FIFO or device is refused, not read
     except FileNotFoundError:
         return None, None
     except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise too_large(path, _size(path), "is") from exc
         raise LockError(f"{path}: cannot read: {fileio.reason(exc)}", _repair_hint(path)) from exc
     try:
         return yamlfile.parse_yaml(raw)
@@ -184,9 +203,20 @@ def dumps(lock: LockFile) -> str:
     return redact(text)  # every record: an address's userinfo or token never lands
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return LOCK_LIMIT + 1  # it grew past the limit while read, then went away
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write beside the target, fsync, then rename over it: readers never see half a file.
-    A full or read-only disk is a LockError, and leaves the file as it was."""
+    A full or read-only disk, or a lock over :data:`LOCK_LIMIT` (no command could read it
+    back), is a LockError, and leaves the file as it was."""
+    size = len(text.encode("utf-8"))
+    if size > LOCK_LIMIT:
+        raise too_large(path, size, "is unchanged: writing it would make it")
     try:
         _write_atomic(path, text)
     except OSError as exc:

@@ -21,6 +21,7 @@ from sparkbuild.errors import (
 )
 from sparkbuild.settings import Settings
 from sparkbuild.source import lockcheck
+from sparkbuild.source.pins import read_once
 from sparkbuild.spec import Build, load_builds, select
 
 _STATUS_STYLE = {
@@ -39,11 +40,12 @@ def _prepare_all(
     """Every build's report; a build that cannot be prepared at all is listed, not fatal
     (unless ``collect`` is off: then the first such error is raised)."""
     builds: list[Build] = select(load_builds(settings), names)
+    lock = read_once(settings, locked=locked) if builds else None
     results: list[source.PreparedSource] = []
     failures: list[tuple[str, SparkbuildError]] = []
     for build in builds:
         try:
-            results.append(source.prepare_source(build, settings, locked=locked))
+            results.append(source.prepare_source(build, settings, locked=locked, lock=lock))
         except SparkbuildError as exc:
             if not collect:
                 raise

@@ -79,9 +79,10 @@ def verify_command(
     if rebuild:
         run_rebuild(settings, client, repository, digest, public, as_json)
         return
-    result = verify_image(client, repository, digest, public)
     profiles = {name: build.smoke_profiles for name, build in load_builds(settings).items()}
-    check_project(result, profiles, lockfile.load(settings.lock_file))
+    lock = lockfile.load(settings.lock_file)  # a lock it cannot read fails before the registry
+    result = verify_image(client, repository, digest, public)
+    check_project(result, profiles, lock)
     if as_json:
         emit_json(result.to_json())
     else:

@@ -87,10 +87,21 @@ class LockHistory:
         return done.stdout.decode().strip()
 
     def text_at(self, commit: str) -> str | None:
+        """The lock's text at ``commit`` (None: it has none there); a revision over the
+        lock's limit is a ReportError, found before it is read."""
         if commit not in self._texts:
-            done = self._git("show", f"{commit}:{self.relative()}")
+            where = f"{commit}:{self.relative()}"
+            size = self._git("cat-file", "-s", where)
+            if size.returncode != 0:
+                return None
+            if int(size.stdout or 0) > lockfile.LOCK_LIMIT:
+                error = lockfile.too_large(self.lock_path, int(size.stdout), f"at {commit[:12]} is")
+                raise ReportError(error.message, error.hint)
+            done = self._git("show", where)
             if done.returncode != 0:
                 return None
+            if sum(map(len, self._texts.values())) > 4 * lockfile.LOCK_LIMIT:
+                self._texts.clear()  # a long history of large locks: read again, not kept
             self._texts[commit] = done.stdout.decode("utf-8", errors="replace")
         return self._texts[commit]
 
@@ -119,7 +130,10 @@ class LockHistory:
         """The newest revision whose lock pins ``image_id`` for ``build``."""
         pinned = f"  image_id: {image_id}\n"  # as sparkbuild writes it under `image:`
         for commit in self.revisions():
-            text = self.text_at(commit)
+            try:
+                text = self.text_at(commit)
+            except ReportError:
+                continue  # a revision too large to read is not searched
             if text is None or image_id not in text:  # most revisions: no parse needed
                 continue
             block = _block(text, build)

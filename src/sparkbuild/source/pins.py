@@ -37,6 +37,23 @@ def read_lock(settings: Settings, lock: lockfile.LockFile | None) -> lockfile.Lo
     return lock if lock is not None else lockfile.load(settings.lock_file)
 
 
+def read_once(settings: Settings, *, locked: bool) -> lockfile.LockFile | None:
+    """The lock, read once for a command that prepares several builds (not once a build).
+    An unlocked run works with a damaged lock (that is how it is redone): warned once, then
+    read as empty. A locked run gets None, so each build's own read names the error."""
+    try:
+        return lockfile.load(settings.lock_file)
+    except LockError as exc:
+        if locked:
+            return None
+        _ignored(settings, exc)
+        return lockfile.empty()
+
+
+def _ignored(settings: Settings, exc: LockError) -> None:
+    console.warn(f"ignoring {settings.lock_file.name} for this unlocked run: {exc.message}")
+
+
 def locked_heads(
     build: Build, settings: Settings, lock: lockfile.LockFile | None = None
 ) -> dict[int, str]:
@@ -46,7 +63,7 @@ def locked_heads(
     try:
         entry = read_lock(settings, lock).entry(build.name)
     except LockError as exc:
-        console.warn(f"ignoring {settings.lock_file.name} for this unlocked run: {exc.message}")
+        _ignored(settings, exc)
         return {}
     return entry.source.pr_heads() if entry and entry.source else {}
 
