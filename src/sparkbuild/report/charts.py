@@ -164,17 +164,20 @@ def _chart(  # noqa: PLR0913 - a chart's axes, grouping, lines and empty text, s
     top, labels = _ticks(max(values))
     span_x = WIDTH - RIGHT - LEFT
     step = span_x / len(xs)
+    column = {x: n for n, x in enumerate(xs)}  # a lookup, not a search: charts of many cells
 
     def x_at(value: int) -> float:
-        return LEFT + step * (xs.index(value) + 0.5)
+        return LEFT + step * (column[value] + 0.5)
 
     def y_at(value: float) -> float:
         return (HEIGHT - BOTTOM) - (value / top) * (HEIGHT - BOTTOM - TOP)
 
-    groups = sorted({group_of(c) for c in cells})
+    grouped: dict[tuple[int, ...], list[CellFigures]] = {}
+    for cell in cells:  # one pass: a filter per group is quadratic in the cells
+        grouped.setdefault(group_of(cell), []).append(cell)
     series: list[Series] = []
-    for index, group in enumerate(groups):
-        members = sorted((c for c in cells if group_of(c) == group), key=x_of)
+    for index, group in enumerate(sorted(grouped)):
+        members = sorted(grouped[group], key=x_of)
         for name, dashed, figure in lines:
             points = tuple(
                 Point(x_at(x_of(c)), y_at(v), f"{c.label}: {name} {number(v)}", c.burst_runs > 0)
