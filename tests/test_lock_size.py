@@ -134,3 +134,17 @@ def test_the_library_refuses_it_too(tmp_path: Path) -> None:
     os.truncate(lock, lockfile.LOCK_LIMIT + 4096)
     with pytest.raises(LockError, match=LIMIT_SAID):
         lockfile.load(lock)
+
+
+def test_a_control_character_in_the_lock_is_named_not_an_internal_error(
+    project: SourceProject,
+) -> None:
+    """Found beside the size limit: a NUL byte made the YAML reader fail before the parse's
+    own error handling, and every command said "internal error: ReaderError"."""
+    (project.root / "images.lock").write_bytes(b"schema: 1\nbuilds:\n  pkg\x00a: {}\n")
+    result = project.run("lock", "--check")
+    assert result.exit_code == 1, result.output
+    assert "images.lock:3: malformed YAML: special characters are not allowed (#x0000)" in (
+        result.stderr
+    )
+    assert "internal error" not in result.stderr

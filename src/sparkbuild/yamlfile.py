@@ -142,7 +142,11 @@ def _parse(text: str) -> tuple[object, yaml.Node | None]:
     parsed = _parse_with_libyaml(text)
     if parsed is not None:
         return parsed
-    loader = _NoAliasLoader(text)
+    try:
+        loader = _NoAliasLoader(text)  # its reader refuses a control character (NUL) at once
+    except yaml.reader.ReaderError as exc:  # the position of the character, as a line
+        line = text.count("\n", 0, exc.position) + 1
+        raise BadYAMLError(f"malformed YAML: {exc.reason} (#x{exc.character:04x})", line) from exc
     try:
         node = loader.get_single_node()
         if node is not None:
