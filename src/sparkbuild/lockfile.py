@@ -75,10 +75,11 @@ from sparkbuild.lockschema import (
 from sparkbuild.redact import redact
 
 HEADER = "# images.lock: written by sparkbuild (`sparkbuild lock`), do not edit by hand.\n"
-#: The largest lock sparkbuild reads or writes. Reading one costs about 35 times its size in
-#: memory (the YAML node tree, then the models), and the report renders every record: at
-#: this size `report`, `patches`, `lock --check` and `verify` stay within 3 minutes and 2 GB
-#: on a 2-core host (benchmarks/bench_large_lock.py). A lock of 50 builds is about 1 MiB.
+#: The largest lock sparkbuild reads or writes. Reading one costs about 40 times its size in
+#: memory (the YAML node tree, then the models), and the report renders every record. At
+#: this size `report`, `patches`, `lock --check` and `verify` take 10-18 s of CPU and at most
+#: 0.7 GB on a 2-core host, well within 3 minutes and 2 GB (benchmarks/bench_large_lock.py);
+#: a 60 MB lock took 2.2 GB to parse alone. A lock of 50 builds is about 1 MiB.
 LOCK_LIMIT = 16 * fileio.MIB
 
 # --- reading -------------------------------------------------------------------------------
