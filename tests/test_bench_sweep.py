@@ -441,23 +441,46 @@ def test_a_resumed_sweep_reports_as_one_uninterrupted_sweep(
     assert [c.carried for c in record[IMAGE_ID]["cpu-plain"].cells] == [True, True, None, None]
 
 
-def test_a_resume_against_an_engine_serving_another_model_is_refused(
-    project: Path, plain_server: ProcessTarget, plain_report: dict[str, Any]
-) -> None:
-    """A URL answers with what it serves now: another model there is another engine (issue
-    46: the served model and version were not compared)."""
-    part = _stopped_after(plain_report, 2)
+def _other_model(part: dict[str, Any]) -> None:
     part["engine"] = {**part["engine"], "served_model": "someone/else"}
-    path = project / "plain-other-model.json"
+
+
+def _other_prompts(part: dict[str, Any]) -> None:
+    part["cells"][0] = {**part["cells"][0], "prompts_sha256": "0" * 64}
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        # A URL answers with what it serves now: another model there is another engine
+        # (issue 46: the served model and version were not compared).
+        (_other_model, "the engine that answered is not the one that sweep measured (served "
+                       "model: someone/else then, "),
+        # A carried cell measured with other prompts than this run makes (another tokenizer):
+        # carried, the fingerprint would claim prompts the sweep never sent.
+        (_other_prompts, "the prompts this run makes for pp=32 tg=16 depth=0 c=1 differ from "
+                         "the ones that sweep sent"),
+    ],
+    ids=["served-model", "prompts"],
+)  # fmt: skip
+def test_a_resume_whose_engine_answers_otherwise_is_refused(
+    project: Path,
+    plain_server: ProcessTarget,
+    plain_report: dict[str, Any],
+    edit: Any,
+    said: str,
+) -> None:
+    part = _stopped_after(plain_report, 2)
+    edit(part)
+    path = project / "plain-edited.json"
     path.write_text(json.dumps(part), encoding="utf-8")
     before = path.read_text()
+    out = project / "edited-out.json"
     refused = _bench(project, "--url", plain_server.base_url, "--profile", "cpu-plain",
-                     "--resume", str(path))  # fmt: skip
+                     "--resume", str(path), "--json-file", str(out))  # fmt: skip
     assert refused.exit_code == 2, refused.output
-    assert "the engine that answered is not the one that sweep measured (served model: " in (
-        refused.stderr
-    )
-    assert "someone/else then, " in refused.stderr and path.read_text() == before
+    assert said in refused.stderr
+    assert path.read_text() == before
 
 
 def test_engine_dying_mid_sweep_keeps_finished_cells(

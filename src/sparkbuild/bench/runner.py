@@ -220,6 +220,23 @@ class Sweeper:
     async def _prompts(
         self, factory: PromptFactory, key: CellKey
     ) -> tuple[list[BenchPrompt], list[BenchPrompt]]:
+        """The cell's prompts and context loads (:meth:`_made_prompts`); an engine that stops
+        answering meanwhile ends the sweep as it would during a run."""
+        try:
+            prompts, loads = await self._made_prompts(factory, key)
+        except (SparkbuildError, httpx.HTTPError) as exc:
+            if await asyncio.to_thread(self._alive):
+                raise
+            raise EngineGoneError(
+                f"the engine stopped answering while preparing the prompts of {key.label()}: {exc}",
+                self._log_hint(),
+            ) from exc
+        self.all_exact = self.all_exact and all(p.exact for p in [*prompts, *loads])
+        return prompts, loads
+
+    async def _made_prompts(
+        self, factory: PromptFactory, key: CellKey
+    ) -> tuple[list[BenchPrompt], list[BenchPrompt]]:
         """The cell's prompts, and with prefix caching (and depth) each one's context load."""
         indices = self._next_indices(self.plan.sweep.runs * key.concurrency)
         if self.plan.sweep.prefix_caching and key.depth > 0:
@@ -230,16 +247,7 @@ class Sweeper:
     async def cell(self, engine: ServedEngine, factory: PromptFactory, key: CellKey) -> CellResult:
         runs = self.plan.sweep.runs
         self.progress.phase(f"preparing {runs * key.concurrency} prompts for {key.label()}")
-        try:
-            prompts, loads = await self._prompts(factory, key)
-        except (SparkbuildError, httpx.HTTPError) as exc:
-            if await asyncio.to_thread(self._alive):
-                raise
-            raise EngineGoneError(
-                f"the engine stopped answering while preparing the prompts of {key.label()}: {exc}",
-                self._log_hint(),
-            ) from exc
-        self.all_exact = self.all_exact and all(p.exact for p in [*prompts, *loads])
+        prompts, loads = await self._prompts(factory, key)
         cell_before, cell_timing = await asyncio.to_thread(self._counters)
         before, timing = cell_before, cell_timing
         skipped = _Skipped()  # the context loads, left out of the cell's engine figures
