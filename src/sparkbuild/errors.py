@@ -188,6 +188,11 @@ class CubinCheckError(SparkbuildError):
     """The built wheels carry CUDA code for other archs than the build targets."""
 
 
+class AuditError(SparkbuildError):
+    """An image's device code could not be read, or a library the launch loads has no code
+    that runs on the target GPU (sm_121)."""
+
+
 class DockerUnavailableError(SparkbuildError):
     """This host's Docker cannot do what was asked: no daemon answers, no docker client can run
     BuildKit builds (or buildx is needed), or no emulation runs the platform's binaries."""

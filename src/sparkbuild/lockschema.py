@@ -156,6 +156,9 @@ class ImageSection(_Section):
     repo_digest: str | None = None
     tags: list[str] = []
     cuda_code: dict[str, object] | None = None  # source mode: what the built cubins target
+    # The device-code audit of this image (image/audit_record.py): per library, whether its
+    # CUDA code runs on sm_121; absent in locks older than the audit.
+    device_code: dict[str, object] | None = None
     # When the build of this image started (the image job, before its source was prepared)
     # and finished (built and checked), UTC; absent in locks older than these fields, and
     # for an image no sparkbuild run was seen building.

@@ -227,6 +227,7 @@ COMMAND_MODULES: dict[str, str] = {
     "prepare": "source_cmds",
     "lock": "source_cmds",
     "build": "build",
+    "audit": "audit",
     "smoke": "smoke",
     "bench": "bench",
     "publish": "publish",

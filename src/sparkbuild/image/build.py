@@ -22,6 +22,7 @@ import docker.errors
 
 from sparkbuild import console, dockerhost, imageref, lockfile, requirements, source
 from sparkbuild.errors import (
+    AuditError,
     BuildFailedError,
     CubinCheckError,
     LocalImageError,
@@ -31,6 +32,7 @@ from sparkbuild.errors import (
     UnpreparedSourceError,
 )
 from sparkbuild.image import (
+    audit_record,
     base_config,
     base_image,
     builder,
@@ -72,6 +74,7 @@ class ImageResult:
     mode: str
     cuda_code: JsonObject | None = None  # source mode: what the built wheels carry
     reproducible: JsonObject | None = None  # --check-reproducible: the two builds compared
+    device_code: JsonObject | None = None  # the device-code audit (image/audit.py)
 
     def to_json(self) -> JsonObject:
         return {
@@ -89,6 +92,7 @@ class ImageResult:
             "mode": self.mode,
             "cuda_code": self.cuda_code,
             "reproducible": self.reproducible,
+            "device_code": self.device_code,
         }
 
 
@@ -323,6 +327,26 @@ def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> JsonObjec
     return code.to_json() if code is not None else None
 
 
+def _audit(job: ImageJob, image: Image) -> JsonObject:
+    """Every build's image audited for sm_121 device code; one that fails is removed, so
+    it is never found up to date later."""
+    pinned = job.entry.image if job.entry else None
+    try:
+        return audit_record.audit_build(
+            job.api,
+            job.build.name,
+            job.build.engine,
+            str(image.id),
+            pinned.device_code if pinned is not None else None,
+        )
+    except AuditError as failure:
+        job.api.images.remove(str(image.id), force=True)
+        raise AuditError(
+            failure.message,
+            f"{failure.hint}; the image was removed and images.lock was not changed",
+        ) from None
+
+
 def _check_platform(image: Image, platform: str) -> None:
     arch = dockerhost.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
@@ -477,6 +501,7 @@ def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
         )
     image, skipped = _local_or_built(plan, job)
     cuda_code = _verify_cuda_code(plan, job.api, image)
+    device_code = _audit(job, image)
     times = _build_times(job, str(image.id), skipped)
     checked = _check_reproducible(plan, job, image)
     section = _lock_section(plan, image, cuda_code, times)
@@ -485,6 +510,7 @@ def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
     recheck.record_into(section, check=checked, builder=facts, pinned=pinned)
     if not job.options.locked:
         source.record(prepared, job.lock)
+    section.device_code = dict(device_code)
     job.lock.set_section(build.name, section)
     job.lock.write()  # source and image together, once
     if checked is not None and not checked.reproducible:
@@ -504,6 +530,7 @@ def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
         mode=build.image.mode,
         cuda_code=cuda_code,
         reproducible=checked.to_json() if checked is not None else None,
+        device_code=device_code,
     )
 
 
