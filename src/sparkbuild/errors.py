@@ -193,6 +193,20 @@ class AuditError(SparkbuildError):
     that runs on the target GPU (sm_121)."""
 
 
+class CompileCapError(SparkbuildError):
+    """A boot kept compiling past the profile's ``expect.compile.max_seconds``."""
+
+    @classmethod
+    def over(cls, limit: float, spent: float, what: str) -> CompileCapError:
+        return cls(
+            f"the boot compiled for {spent:.0f} s, over the profile's cap of {limit:g} s "
+            f"(expect.compile.max_seconds): {what}",
+            "a second boot of the same image on this host loads what the first compiled; "
+            "raise the cap for a first boot, or pin prebuilt kernels (docs/smoke.md, "
+            '"Compile cache")',
+        )
+
+
 class DockerUnavailableError(SparkbuildError):
     """This host's Docker cannot do what was asked: no daemon answers, no docker client can run
     BuildKit builds (or buildx is needed), or no emulation runs the platform's binaries."""

@@ -73,6 +73,7 @@ FATBINS = {
     "ptx": ("arch=compute_90,code=compute_90",),
 }
 CUBINS = ("sm_121a", "sm_90a")
+_PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_24_aarch64")
 PUBLISHED = ("bitsandbytes==0.50.2", "flashinfer-python==0.6.11.post1")
 # Our wheels: distribution -> (version, import package, the library its extension is).
 WHEELS = {
@@ -208,8 +209,8 @@ def site_packages(work: Path) -> Path:
     run(
         [
             *(sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"),
-            *("--only-binary=:all:", "--platform", "manylinux_2_24_aarch64"),
-            *("--python-version", "3.11", "--target", str(site)),
+            *("--only-binary=:all:", "--python-version", "3.11", "--target", str(site)),
+            *(a for p in _PLATFORMS for a in ("--platform", p)),
             *map(str, [*wheels.glob("*.whl"), *published_wheels().glob("*.whl")]),
         ]
     )
@@ -254,15 +255,19 @@ def audit_image(work: Path) -> Iterator[AuditImage]:
             remove_images(client, [reference, image_id])
 
 
-def cuobjdump_listing(path: Path) -> tuple[set[str], set[str]]:
-    """cuobjdump's own listing of a file: (SASS archs, PTX archs), by its file names."""
+def cuobjdump_listing(path: Path) -> tuple[set[str], set[str]] | None:
+    """cuobjdump's own listing of a file: (SASS archs, PTX archs), by its file names; None
+    when cuobjdump refuses the file."""
     result = subprocess.run(
         [str(cuobjdump()), "--list-elf", "--list-ptx", str(path)],
         capture_output=True,
         text=True,
         check=False,
     )
-    sass, ptx = set(), set()
+    if "Invalid ELF" in result.stdout + result.stderr:
+        return None
+    sass: set[str] = set()
+    ptx: set[str] = set()
     for line in result.stdout.splitlines():
         kind, _, name = line.partition(":")
         arch = name.strip().rsplit(".", 2)[-2] if name.count(".") >= 2 else ""

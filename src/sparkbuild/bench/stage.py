@@ -44,6 +44,7 @@ from sparkbuild.engines.launch import (
     check_cluster_size,
     check_single_box,
     cluster_target,
+    compile_cache_for,
     make_target,
     where_to_look,
 )
@@ -297,7 +298,8 @@ def _with_profile(
         pin = node_pin(cluster[1], choice.image)
         target = cluster_target(choice, profile, adapter, logs, "bench", cluster, pin)
     else:
-        target = make_target(choice, profile, adapter, logs, stage="bench")
+        cache = compile_cache_for(launch, settings.cache_dir)
+        target = make_target(choice, profile, adapter, logs, stage="bench", compile_cache=cache)
     return BenchRun(target, adapter, plan)
 
 

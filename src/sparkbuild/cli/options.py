@@ -128,6 +128,12 @@ drop_caches = _option(
     help="Drop the page cache on each node before the boot [default: on for --image on a "
     "DGX Spark, off for --command].",
 )
+fresh_compile_cache = _option(
+    "--fresh-compile-cache",
+    is_flag=True,
+    help="Start the image's compile cache on this host empty (a first boot's compile, "
+    "measured again) [default: keep it, so a later boot compiles nothing].",
+)
 
 # The deep checks (smoke only; docs/smoke.md, "Deep checks").
 deep = _option(
@@ -186,6 +192,7 @@ LAUNCH: dict[str, Callable[..., Decorator]] = {
     "log": log,
     "force": force,
     "drop_caches": drop_caches,
+    "fresh_compile_cache": fresh_compile_cache,
 }
 
 
@@ -246,6 +253,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         key_path: Path | None = None,  # --key, on the commands that list it
         force: bool = False,  # --force: boot whatever the memory estimate says
         drop_caches: bool | None = None,  # --drop-caches/--no-drop-caches
+        fresh_compile_cache: bool = False,  # --fresh-compile-cache
         **rest: object,
     ) -> R:
         # Here, not at the top: engines (requests, pydantic) load only for the commands that
@@ -264,6 +272,7 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
             log_path=log_path,
             force=force,
             drop_caches=drop_caches,
+            fresh_compile_cache=fresh_compile_cache,
         )
         return function(*args, launch=launch, **rest)
 

@@ -18,11 +18,13 @@ from sparkbuild.engines.adapters import EngineAdapter, adapter_for
 from sparkbuild.engines.boot_prep import BootPrep, before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import node_pin
+from sparkbuild.engines.compile_cache import CompileCache
 from sparkbuild.engines.launch import (
     LaunchSettings,
     check_cluster_size,
     check_single_box,
     cluster_target,
+    compile_cache_for,
     make_target,
     where_to_look,
 )
@@ -94,12 +96,19 @@ def smoke(  # noqa: PLR0913 - click passes each option as a parameter
         return
     json_path = options.json_destination(as_json, json_file)
     outputs = SmokeOutputs(json_path=json_path, record_build=record_build)
-    name, profile, adapter, make, prep = _prepare(settings, launch, outputs, engine_version)
+    name, profile, adapter, make, prep, cache = _prepare(settings, launch, outputs, engine_version)
     target = make(profile, launch.log_path or _default_log_path(settings, name))
     plan = _deep_plan(settings, launch, profile, make, name, deep, reference_url)
     with stop_on_signals(), console.activity(f"smoke {name}: starting {target.kind}") as now:
         result = run_smoke(
-            target, adapter, profile, name, progress=now.stage, waiting=now.detail, deep=plan
+            target,
+            adapter,
+            profile,
+            name,
+            progress=now.stage,
+            waiting=now.detail,
+            deep=plan,
+            compile_cache=cache,
         )
     result = dataclasses.replace(result, before_boot=prep.to_json())
     _report(settings, result, name, outputs)
@@ -119,8 +128,9 @@ MakeTarget = Callable[[SmokeProfile, Path | None], Target]
 
 def _prepare(
     settings: Settings, launch: LaunchSettings, outputs: SmokeOutputs, engine_version: str | None
-) -> tuple[str, SmokeProfile, EngineAdapter, MakeTarget, BootPrep]:
-    """The profile (with smoke's overrides), adapter and how to make the target; everything
+) -> tuple[str, SmokeProfile, EngineAdapter, MakeTarget, BootPrep, CompileCache | None]:
+    """The profile (with smoke's overrides), adapter, how to make the target and the compile
+    cache it mounts (the run measures it); everything
     that can fail is checked here, before a long boot (the memory fit and the page cache too:
     lossless's reference boot runs after the engine under test is stopped, so one fit holds
     for both)."""
@@ -159,12 +169,15 @@ def _prepare(
         def on_cluster(served: SmokeProfile, logs: Path | None) -> Target:
             return cluster_target(choice, served, adapter, logs, "smoke", spec, pin)
 
-        return name, profile, adapter, on_cluster, prep
+        return name, profile, adapter, on_cluster, prep, None
+
+    cache = compile_cache_for(launch, settings.cache_dir)
 
     def on_one_box(served: SmokeProfile, logs: Path | None) -> Target:
-        return make_target(choice, served, adapter, None if choice.url else logs, stage="smoke")
+        logs = None if choice.url else logs
+        return make_target(choice, served, adapter, logs, stage="smoke", compile_cache=cache)
 
-    return name, profile, adapter, on_one_box, prep
+    return name, profile, adapter, on_one_box, prep, cache
 
 
 def _deep_plan(

@@ -20,6 +20,14 @@ from sparkbuild import console, net, redact
 from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget
 from sparkbuild.engines.cluster_kube import DEFAULT_RENDEZVOUS_PORT, KubeTarget, LwsPlan
+from sparkbuild.engines.compile_cache import (
+    INSIDE,
+    CompileCache,
+    cache_key,
+    compiler_env,
+    open_cache,
+    volume_name,
+)
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.targets import (
     LOOPBACK,
@@ -29,6 +37,7 @@ from sparkbuild.engines.targets import (
     Target,
     UrlTarget,
     free_port,
+    local_image_id,
 )
 from sparkbuild.errors import UsageError
 
@@ -155,6 +164,18 @@ class LaunchSettings:
     log_path: Path | None = None  # None: the command's default log directory
     force: bool = False  # boot even when the memory estimate says it does not fit
     drop_caches: bool | None = None  # None: on for images on a DGX Spark, off for commands
+    fresh_compile_cache: bool = False  # start the image's compile cache empty
+
+
+def compile_cache_for(launch: LaunchSettings, cache_dir: Path) -> CompileCache | None:
+    """The run's compile cache on this host: the image's (by id) or the command's; none for
+    a URL (whoever started that engine has its caches) or a cluster (each node's own)."""
+    choice = launch.choice
+    if choice.url is not None or choice.cluster is not None:
+        return None
+    image_id = local_image_id(choice.image) if choice.image else None
+    key = cache_key(image_id, choice.command)
+    return open_cache(cache_dir, key, fresh=launch.fresh_compile_cache)
 
 
 def with_nan_switch(profile: SmokeProfile, adapter: EngineAdapter) -> SmokeProfile:
@@ -190,9 +211,11 @@ def make_target(
     log_path: Path | None,
     *,
     stage: str,
+    compile_cache: CompileCache | None = None,
 ) -> Target:
     """The target ``choice`` asks for, running ``profile``; ``stage`` (``smoke``, ``bench``)
-    names and labels a container, so ``docker ps`` tells whose engine it is."""
+    names and labels a container, so ``docker ps`` tells whose engine it is;
+    ``compile_cache`` is mounted (or given to the process) for the compilers to keep."""
     kind = choice.kind()
     if kind == "cluster":
         raise UsageError("a cluster run is made by make_cluster_target")
@@ -205,7 +228,8 @@ def make_target(
         assert choice.command is not None
         port = free_port()
         argv = command_argv(choice.command, adapter, profile.model, port, profile.args)
-        return ProcessTarget(argv, port=port, env=profile.env, log_path=log_path)
+        compiled = compile_cache.env(str(compile_cache.root)) if compile_cache else {}
+        return ProcessTarget(argv, port=port, env={**compiled, **profile.env}, log_path=log_path)
     assert choice.image is not None
     if choice.key is not None:
         from sparkbuild import dockerhost
@@ -213,6 +237,9 @@ def make_target(
         check_signed(choice, [("this host", dockerhost.client())])
     settings = profile.container
     mounts, model, mount_env = container_mounts(profile)
+    if compile_cache is not None:
+        mounts.append(compile_cache.mount())
+        mount_env = {**compile_cache.env(INSIDE), **mount_env}
     port = settings.port or adapter.default_port
     gpus = choice.gpus if choice.gpus is not None else settings.gpus
     return ContainerTarget(
@@ -269,6 +296,9 @@ def make_cluster_target(
         )
     settings = profile.container
     mounts, model, mount_env = container_mounts(profile)
+    # Each node keeps its own compile cache: a Docker volume on that node, per image id.
+    mounts.append(Mount(Path(volume_name(pin)), INSIDE, read_only=False))
+    mount_env = {**compiler_env(INSIDE), **mount_env}
     port = settings.port or adapter.default_port
     launcher = settings.launcher or list(adapter.cluster_launcher or adapter.default_launcher)
     return ClusterTarget(

@@ -160,6 +160,14 @@ class ChatLimits(TextLimits):
     request: dict[str, object] = {}
 
 
+class CompileLimits(_Strict):
+    """``compile``: the most a boot may spend compiling (torch.compile, Triton, FlashInfer's
+    JIT) while the compile cache grows; past it the boot is stopped and fails, naming what
+    was compiling (docs/smoke.md, "Compile cache")."""
+
+    max_seconds: float = Field(gt=0, le=MAX_WAIT_S)
+
+
 class Expectations(_Strict):
     boot_timeout_s: float = Field(default=900.0, gt=0, le=MAX_WAIT_S)
     # Per request; a request that times out ends the run (a hung engine answers no others),
@@ -185,6 +193,7 @@ class Expectations(_Strict):
     burn_in: BurnInLimits | None = None
     long_context: LongContextLimits | None = None
     chat: ChatLimits | None = None
+    compile: CompileLimits | None = None
 
     def declared_deep(self) -> tuple[str, ...]:
         """The deep checks this profile declares, by check name."""

@@ -11,6 +11,13 @@ from typing import Any
 from sparkbuild.checks import CheckResult, Verdict
 from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
 from sparkbuild.engines.cluster_target import MultiNodeTarget, NodeImage
+from sparkbuild.engines.compile_cache import (
+    CompileCache,
+    CompilePhase,
+    CompileWatch,
+    Usage,
+    phase,
+)
 from sparkbuild.engines.launch import LaunchSettings, settled_counters
 from sparkbuild.engines.logs import engine_lines
 from sparkbuild.engines.profiles import CustomPrompt, Parallel, SmokeProfile
@@ -18,7 +25,7 @@ from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.signatures import Diagnosis, Evidence, diagnose
 from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
 from sparkbuild.engines.versions import disagree
-from sparkbuild.errors import EngineHTTPError
+from sparkbuild.errors import CompileCapError, EngineHTTPError
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.smoke import checks
 from sparkbuild.smoke.deep.evidence import RequestEvidence
@@ -53,6 +60,7 @@ class SmokeResult:
     # What came back, per request: the first and last characters, finish reason, tokens.
     evidence: list[RequestEvidence] = field(default_factory=list)
     declared: tuple[str, ...] = ()  # the deep checks the profile declares (publish needs them)
+    compile: CompilePhase | None = None  # the boot's compiling, with the image's compile cache
 
     @property
     def versions_disagree(self) -> bool:
@@ -103,6 +111,7 @@ class SmokeResult:
             "before_boot": self.before_boot,
             "declared": list(self.declared),
             "evidence": [e.to_json() for e in self.evidence],
+            "compile": self.compile.to_json() if self.compile else None,
         }
 
 
@@ -273,29 +282,33 @@ def run_smoke(
     progress: Callable[[str], None] = lambda _message: None,
     waiting: Callable[[str], None] = lambda _detail: None,
     deep: DeepPlan | None = None,
+    compile_cache: CompileCache | None = None,
 ) -> SmokeResult:
     """Run every check against ``target``; the target is started and always stopped here.
     ``progress`` hears each stage (boot, each request), ``waiting`` the boot wait's live
     detail (seconds waited, the engine's last log line). ``deep``: the deep checks to run
-    as well (smoke/deep/)."""
+    as well (smoke/deep/). ``compile_cache``: the one the target mounts, measured across
+    the boot (and capped by ``expect.compile``)."""
     began = time.monotonic()
     deep_run = DeepRun(deep, adapter, profile, progress) if deep is not None else None
     expect = profile.expect
+    cache = (compile_cache, compile_cache.usage()) if compile_cache is not None else None
     with target:
         readiness: Readiness | None = None
+        compiled: CompilePhase | None = None
         if target.owns_engine:
-            progress(
-                f"waiting for {adapter.name} to boot (up to {expect.boot_timeout_s:g} s; "
-                f"{total_bound_s(profile, len(profile_prompts(profile))):g} s in all at most)"
-            )
-            readiness = wait_ready(
-                target,
-                adapter,
-                expect.boot_timeout_s,
-                waiting=lambda seconds, line: waiting(boot_detail(seconds, line)),
-            )
+            try:
+                readiness, compiled = _boot(target, adapter, profile, cache, progress, waiting)
+            except CompileCapError as over:
+                failed = _boot_failure(
+                    target, adapter, profile, profile_name, Readiness("timeout", 0.0), began
+                )
+                lines = target.logs.since(0) if target.logs is not None else []
+                compiled = phase(*cache, lines, adapter.compile_line) if cache else None
+                return _over_cap(failed, over, compiled)
         if readiness is not None and not readiness.ready:
             failed = _boot_failure(target, adapter, profile, profile_name, readiness, began)
+            failed = dataclasses.replace(failed, compile=compiled)
             if deep_run is not None:
                 failed = dataclasses.replace(
                     failed,
@@ -385,7 +398,47 @@ def run_smoke(
             *(deep_run.evidence if deep_run else ()),
         ],
         declared=deep.declared if deep else (),
+        compile=compiled,
     )
+
+
+def _boot(
+    target: Target,
+    adapter: EngineAdapter,
+    profile: SmokeProfile,
+    cache: tuple[CompileCache, Usage] | None,
+    progress: Callable[[str], None],
+    waiting: Callable[[str], None],
+) -> tuple[Readiness, CompilePhase | None]:
+    """Wait for the engine, watching its compile cache (``cache``: with its usage before the
+    boot): a CompileCapError when the boot keeps compiling past the profile's cap."""
+    expect = profile.expect
+    progress(
+        f"waiting for {adapter.name} to boot (up to {expect.boot_timeout_s:g} s; "
+        f"{total_bound_s(profile, len(profile_prompts(profile))):g} s in all at most)"
+    )
+
+    def lines() -> list[str]:
+        return target.logs.since(0) if target.logs is not None else []
+
+    cap = expect.compile.max_seconds if expect.compile else None
+    watch = CompileWatch(*cache, cap, lines, adapter.compile_line) if cache else None
+
+    def waited(seconds: float, line: str) -> None:
+        if watch is not None:
+            watch(seconds)
+        waiting(boot_detail(seconds, line))
+
+    readiness = wait_ready(target, adapter, expect.boot_timeout_s, waiting=waited)
+    return readiness, watch.measured() if watch else None
+
+
+def _over_cap(
+    failed: SmokeResult, over: CompileCapError, compiled: CompilePhase | None
+) -> SmokeResult:
+    """The boot stopped for compiling past the cap: its check says so, and what grew."""
+    boot = CheckResult("boot", "fail", over.message)
+    return dataclasses.replace(failed, checks=[boot, *failed.checks[1:]], compile=compiled)
 
 
 def _engine_answers(served: _Served, target: Target) -> bool:

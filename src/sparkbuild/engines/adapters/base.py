@@ -331,6 +331,11 @@ class EngineAdapter(ABC):
     )
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
+    #: A boot's compile lines (group 1, where there is one: seconds compiling, summed over
+    #: a boot); engine/compile_cache.py reports them with the cache's growth.
+    compile_line: ClassVar[re.Pattern[str]] = re.compile(
+        r"(?i)\btorch\.compile\b|\bcompiling\b|\bjit[- ]compil"
+    )
     #: The launch flag that caps prompt plus generated tokens per request.
     max_len_flag: ClassVar[str]
 

@@ -132,6 +132,12 @@ class VllmAdapter(EngineAdapter):
         r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError"
     )
     accept_line = re.compile(r"Mean acceptance length:\s*([0-9.]+)")
+    # vllm/compilation/monitor.py and backends.py (0.32): the boot's total, each graph
+    # compiled, each graph loaded from the compile cache instead.
+    compile_line = re.compile(
+        r"torch\.compile took ([0-9.]+) s in total|Compiling a graph for|"
+        r"Directly load the compiled graph"
+    )
     max_len_flag = "--max-model-len"
 
     DRAFTS = "vllm:spec_decode_num_drafts_total"
