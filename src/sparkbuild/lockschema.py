@@ -256,6 +256,26 @@ class EvidenceRecord(_Section):
     note: str = ""
 
 
+class CompileBoot(_Section):
+    """One boot's compiling (engines/compile_cache.py): the engine's own seconds, what the
+    compile cache gained, and the boot's length."""
+
+    seconds: Number | None = None
+    files_added: int = 0
+    bytes_added: int = 0
+    compiled: list[str] = []  # the cache's parts that grew
+    boot_seconds: Number | None = None
+
+
+class CompileRecord(_Section):
+    """The compile phase of the image's boots on this host: the first (an empty cache) is
+    kept when a later run records, so the two can be held against each other."""
+
+    cache: str | None = None
+    first_boot: CompileBoot | None = None
+    latest: CompileBoot | None = None
+
+
 class SmokeRecord(_Section):
     """``smoke.<image_id>.<profile>``: one smoke verdict and how it was obtained. A cluster
     run adds its topology, launcher and every node's image id; it is verified only when
@@ -279,6 +299,7 @@ class SmokeRecord(_Section):
     declared: list[str] = []  # the deep checks the profile declared: publish needs each passed
     numbers: dict[str, object] = {}  # each check's measured value (divergence, rates, windows)
     evidence: list[EvidenceRecord] = []
+    compile: CompileRecord | None = None
 
     @property
     def versions_disagree(self) -> bool:

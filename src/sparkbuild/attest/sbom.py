@@ -9,7 +9,9 @@ Components:
   one hash pins every installed file), and the directory as a property;
 - the patched engine, a component of its own with its pedigree: the upstream commit it was
   built from (the ancestor), every PR (a cherry-pick, by URL and head) and every patch of
-  ours (unofficial), each with its sha256 as a property.
+  ours (unofficial), each with its sha256 as a property;
+- the device-code audit of the image (images.lock's ``image.device_code``), as properties
+  of each component whose files carry CUDA code (``attest/device_code``).
 
 The document's subject, the image, is its metadata component (``pkg:oci``).
 """
@@ -40,6 +42,7 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__, lockfile
 from sparkbuild.attest.contents import ImageContents, OsPackage, PythonDistribution
+from sparkbuild.attest.device_code import add_properties
 from sparkbuild.errors import PublishError
 
 PROPERTY = "sparkbuild"
@@ -190,11 +193,12 @@ def build_sbom(
     components = [_engine_component(build, entry)]
     components += [_os_component(package, contents) for package in contents.packages]
     components += [_python_component(dist) for dist in contents.distributions]
+    audited = add_properties(components, entry.image.device_code if entry.image else None)
     bom = Bom(
         components=components,
         metadata=BomMetaData(
             component=_image_component(image_name, digest),
-            properties=[Property(name=f"{PROPERTY}:version", value=__version__)],
+            properties=[Property(name=f"{PROPERTY}:version", value=__version__), *audited],
         ),
     )
     root = bom.metadata.component

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from sparkbuild import jsontext, lockfile
 from sparkbuild.attest import discover, layout, signing, statements
+from sparkbuild.attest.device_code import check_device_code
 from sparkbuild.attest.keys import PublicKey
 from sparkbuild.errors import (
     AttestationError,
@@ -394,6 +395,8 @@ def check_project(
         return
     entry = lock.entry(build)
     result.findings.append(check_provenance(provenance, entry, build))
+    ok, detail = check_device_code(result.predicates.get("sbom"))
+    result.findings.append(Finding("device-code", ok, detail, None if ok else "AuditError"))
     image_id = _image_id(entry, result.digest, provenance)
     verdicts = result.predicates.get("verdicts")
     if verdicts is None:

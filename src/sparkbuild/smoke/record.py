@@ -36,6 +36,8 @@ def smoke_record(result: SmokeResult) -> lockfile.SmokeRecord:
     )
     if result.declared:
         record.declared = list(result.declared)
+    if result.compile is not None:
+        record.compile = compile_record(result)
     if result.cluster is not None:
         run = result.cluster
         record.cluster = run.name
@@ -50,6 +52,41 @@ def smoke_record(result: SmokeResult) -> lockfile.SmokeRecord:
     return record
 
 
+def compile_record(result: SmokeResult) -> lockfile.CompileRecord:
+    phase = result.compile
+    assert phase is not None
+    boot = lockfile.CompileBoot(
+        seconds=phase.seconds,
+        files_added=phase.files_added,
+        bytes_added=phase.bytes_added,
+        compiled=phase.grew(),
+        boot_seconds=result.boot_seconds,
+    )
+    if phase.first_boot:
+        return lockfile.CompileRecord(cache=phase.key, first_boot=boot, latest=boot)
+    return lockfile.CompileRecord(cache=phase.key, latest=boot)
+
+
+def with_first_boot(
+    lock_path: Path, build: str, made: lockfile.SmokeRecord
+) -> lockfile.SmokeRecord:
+    """``made`` keeping the first boot's compiling from the lock's earlier record of the
+    same image and profile, when this run's boot was a later one of the same cache."""
+    compiled = made.compile
+    if compiled is None or compiled.first_boot is not None or not lock_path.exists():
+        return made
+    entry = lockfile.LockHandle.open(lock_path).entry(build)
+    for records in ((entry.smoke if entry is not None else None) or {}).values():
+        for earlier in records.values():
+            kept = earlier.compile
+            if kept is not None and kept.first_boot is not None and kept.cache == compiled.cache:
+                first = kept.first_boot
+                return made.model_copy(
+                    update={"compile": compiled.model_copy(update={"first_boot": first})}
+                )
+    return made
+
+
 def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     """Write the verdict under ``smoke.<image_id>.<profile>``; other images' entries stay.
 
@@ -58,7 +95,7 @@ def record(lock_path: Path, build: str, result: SmokeResult) -> str:
     does not count.
     """
     tested_id = result.image_id if result.target_kind in ("image", "cluster") else None
-    made = smoke_record(result)
+    made = with_first_boot(lock_path, build, smoke_record(result))
     if result.cluster is not None and result.cluster.launcher == "lws" and result.image_id:
         tested_id = lockfile.digest_image_id(lock_path, build, result.image_id)
         made = by_image_id(made, result.image_id, tested_id)

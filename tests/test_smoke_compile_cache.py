@@ -1,0 +1,63 @@
+"""The compile cache on the real vLLM CPU engine, which compiles the model with torch
+inductor when it does not run eager: a boot whose compile outruns the profile's cap is
+stopped naming what was compiling; a first boot with a fresh cache compiles and the smoke
+JSON shows its compile phase (vLLM's own compile line, the files and bytes the cache
+gained); the second boot of the same engine with the same cache compiles nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkbuild.engines.compile_cache import cache_key
+from tests.support.smoke_cli import CPU_REFERENCE, run_smoke_cli, write_profile
+from tests.support.vllm_cpu import tiny_llama, vllm_server_command
+
+pytestmark = pytest.mark.engine
+
+
+def _compiled_args() -> list[str]:
+    """The CPU reference's flags without --enforce-eager: vLLM compiles (inductor)."""
+    args = yaml.safe_load(CPU_REFERENCE.read_text(encoding="utf-8"))["args"]
+    return [a for a in args if a != "--enforce-eager"]
+
+
+def test_first_boot_compiles_and_the_second_loads_from_the_cache(tmp_path: Path) -> None:
+    launcher, model = vllm_server_command(), tiny_llama()
+    cache = tmp_path / "cache"
+    env = {"SPARKBUILD_CACHE_DIR": str(cache)}
+    write_profile(tmp_path, "compiled", args=_compiled_args())
+    write_profile(
+        tmp_path, "capped", args=_compiled_args(), expect={"compile": {"max_seconds": 1}}
+    )
+    common = ("--command", launcher, "--model", str(model))
+
+    capped = run_smoke_cli(tmp_path, *common, "--profile", "capped", env=env)
+    assert capped.returncode == 1, capped.explain()
+    boot = capped.check("boot")
+    assert boot["status"] == "fail", capped.explain()
+    assert "over the profile's cap of 1 s (expect.compile.max_seconds)" in boot["detail"]
+    assert "inductor (+" in boot["detail"], boot["detail"]
+
+    first = run_smoke_cli(
+        tmp_path, *common, "--profile", "compiled", "--fresh-compile-cache", env=env
+    )
+    assert first.returncode == 0, first.explain()
+    assert first.result is not None
+    compiled = first.result["compile"]
+    assert compiled["first_boot"] and compiled["fresh"], compiled
+    assert compiled["files_added"] > 0 and compiled["bytes_added"] > 0, compiled
+    assert any(part.startswith("inductor") for part in compiled["compiled"]), compiled
+    assert compiled["seconds"] > 0, compiled  # vLLM's "torch.compile took X s in total"
+
+    second = run_smoke_cli(tmp_path, *common, "--profile", "compiled", env=env)
+    assert second.returncode == 0, second.explain()
+    assert second.result is not None
+    again = second.result["compile"]
+    assert not again["first_boot"] and again["cache"] == compiled["cache"]
+    assert (again["files_added"], again["bytes_added"], again["compiled"]) == (0, 0, []), again
+    assert any("Directly load the compiled graph" in line for line in again["lines"]), again
+    key = cache_key(None, launcher)
+    assert compiled["cache"] == key and (cache / "compile-cache" / key / "inductor").is_dir()
