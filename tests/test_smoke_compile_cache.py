@@ -29,9 +29,7 @@ def test_first_boot_compiles_and_the_second_loads_from_the_cache(tmp_path: Path)
     cache = tmp_path / "cache"
     env = {"SPARKBUILD_CACHE_DIR": str(cache)}
     write_profile(tmp_path, "compiled", args=_compiled_args())
-    write_profile(
-        tmp_path, "capped", args=_compiled_args(), expect={"compile": {"max_seconds": 1}}
-    )
+    write_profile(tmp_path, "capped", args=_compiled_args(), expect={"compile": {"max_seconds": 1}})
     common = ("--command", launcher, "--model", str(model))
 
     capped = run_smoke_cli(tmp_path, *common, "--profile", "capped", env=env)
@@ -39,7 +37,8 @@ def test_first_boot_compiles_and_the_second_loads_from_the_cache(tmp_path: Path)
     boot = capped.check("boot")
     assert boot["status"] == "fail", capped.explain()
     assert "over the profile's cap of 1 s (expect.compile.max_seconds)" in boot["detail"]
-    assert "inductor (+" in boot["detail"], boot["detail"]
+    assert "the engine's last compile line:" in boot["detail"], boot["detail"]
+    assert "torch.compile" in boot["detail"] or "Compiling a graph" in boot["detail"]
 
     first = run_smoke_cli(
         tmp_path, *common, "--profile", "compiled", "--fresh-compile-cache", env=env
@@ -49,7 +48,8 @@ def test_first_boot_compiles_and_the_second_loads_from_the_cache(tmp_path: Path)
     compiled = first.result["compile"]
     assert compiled["first_boot"] and compiled["fresh"], compiled
     assert compiled["files_added"] > 0 and compiled["bytes_added"] > 0, compiled
-    assert any(part.startswith("inductor") for part in compiled["compiled"]), compiled
+    # vLLM keeps inductor's output inside its own compile cache (VLLM_CACHE_ROOT)
+    assert any(part.startswith(("vllm", "inductor")) for part in compiled["compiled"]), compiled
     assert compiled["seconds"] > 0, compiled  # vLLM's "torch.compile took X s in total"
 
     second = run_smoke_cli(tmp_path, *common, "--profile", "compiled", env=env)

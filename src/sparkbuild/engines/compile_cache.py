@@ -237,7 +237,11 @@ def phase(
 class CompileWatch:
     """A boot's compiling, watched while the engine boots: with a profile's cap
     (``expect.compile.max_seconds``), a boot that keeps compiling past it is stopped
-    (CompileCapError), naming the parts of the cache that grew and the last compile line."""
+    (CompileCapError), naming the parts of the cache that grew and the last compile line.
+
+    Compiling starts at the engine's first compile line (or the cache's first growth, for
+    an engine that prints none) and ends at a line that gives its total (vLLM's "took X s
+    in total"); without an end line, it lasts as long as the cache keeps growing."""
 
     def __init__(
         self,
@@ -252,6 +256,8 @@ class CompileWatch:
         self.lines, self.pattern, self.poll_s = lines, pattern, poll_s
         self._last: Usage = before
         self._checked: float | None = None
+        self._began: float | None = None  # the first compile line, seen at this poll
+        self._ended = False  # a line gave the total: the compile is over
         self._first: float | None = None  # when the cache was first seen growing
         self._latest: float | None = None  # and last
 
@@ -262,15 +268,33 @@ class CompileWatch:
         ):
             return
         self._checked = seconds
+        self._read_lines(seconds)
         now = self.cache.usage()
         if now.files != self._last.files or now.bytes != self._last.bytes:
             self._first = self._first if self._first is not None else seconds
-            self._latest = seconds
-            self._last = now
+            self._latest, self._last = seconds, now
+        spent = self._spent(seconds)
+        if spent > self.max_seconds:
+            raise CompileCapError.over(self.max_seconds, spent, self.what())
+
+    def _read_lines(self, seconds: float) -> None:
+        for line in self.lines():
+            match = self.pattern.search(line)
+            if match is None:
+                continue
+            if self._began is None:
+                self._began = seconds
+            if match.groups() and match.group(1):
+                self._ended = True
+
+    def _spent(self, seconds: float) -> float:
+        if self._ended:
+            return 0.0
+        if self._began is not None:
+            return seconds - self._began
         if self._first is not None and self._latest is not None:
-            spent = self._latest - self._first
-            if spent > self.max_seconds:
-                raise CompileCapError.over(self.max_seconds, spent, self.what())
+            return self._latest - self._first
+        return 0.0
 
     def measured(self) -> CompilePhase:
         """The boot's compiling, once it ended."""
@@ -280,4 +304,4 @@ class CompileWatch:
         compiling = phase(self.cache, self.before, [], self.pattern).grew()
         _seconds, kept = compile_lines(self.lines(), self.pattern)
         last = f"; the engine's last compile line: {kept[-1]}" if kept else ""
-        return (", ".join(compiling) or "nothing the cache shows") + last
+        return (", ".join(compiling) or "nothing in the cache yet") + last
