@@ -34,11 +34,12 @@ INSIDE = "/sparkbuild-compile-cache"
 PARTS: dict[str, str] = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "TRITON_CACHE_DIR": "triton",
-    "VLLM_CACHE_ROOT": "vllm",
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
     "DG_JIT_CACHE_DIR": "deep_gemm",
     "CUDA_CACHE_PATH": "cuda",  # the driver's JIT of PTX-only libraries
 }
+#: The part of the engine's own compile cache (its adapter's ``compile_cache_vars``).
+ENGINE_PART = "engine"
 #: The driver keeps 256 MiB of PTX JIT output by default: a PTX-only library outgrows it.
 EXTRA_ENV = {"CUDA_CACHE_MAXSIZE": str(4 * 1024**3)}
 MAX_FILES = 2_000_000  # a walk of the cache stops here
@@ -68,8 +69,8 @@ class CompileCache:
     key: str
     fresh: bool  # --fresh-compile-cache: emptied before this run
 
-    def env(self, base: str) -> dict[str, str]:
-        return compiler_env(base)
+    def env(self, base: str, engine_vars: Iterable[str] = ()) -> dict[str, str]:
+        return compiler_env(base, engine_vars)
 
     def mount(self) -> Mount:
         return Mount(self.root, INSIDE, read_only=False)
@@ -78,9 +79,11 @@ class CompileCache:
         return usage(self.root)
 
 
-def compiler_env(base: str) -> dict[str, str]:
-    """Each compiler's variable, pointing into a cache that is at ``base``."""
-    return {var: f"{base}/{part}" for var, part in PARTS.items()} | EXTRA_ENV
+def compiler_env(base: str, engine_vars: Iterable[str] = ()) -> dict[str, str]:
+    """Each compiler's variable (and the engine's own, ``engine_vars``), pointing into a
+    cache that is at ``base``."""
+    engine = {var: f"{base}/{ENGINE_PART}" for var in engine_vars}
+    return {var: f"{base}/{part}" for var, part in PARTS.items()} | engine | EXTRA_ENV
 
 
 def cache_key(image_id: str | None, command: str | None) -> str:
@@ -109,7 +112,7 @@ def open_cache(cache_dir: Path, key: str, *, fresh: bool) -> CompileCache:
     if fresh or why is not None:
         _empty(folder)
     cachetrust.private_dir(folder, "the compile cache")
-    for part in PARTS.values():
+    for part in [*PARTS.values(), ENGINE_PART]:
         (folder / part).mkdir(mode=0o700, exist_ok=True)
     return CompileCache(folder, key, fresh)
 

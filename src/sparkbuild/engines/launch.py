@@ -228,7 +228,8 @@ def make_target(
         assert choice.command is not None
         port = free_port()
         argv = command_argv(choice.command, adapter, profile.model, port, profile.args)
-        compiled = compile_cache.env(str(compile_cache.root)) if compile_cache else {}
+        engine_vars = adapter.compile_cache_vars
+        compiled = compile_cache.env(str(compile_cache.root), engine_vars) if compile_cache else {}
         return ProcessTarget(argv, port=port, env={**compiled, **profile.env}, log_path=log_path)
     assert choice.image is not None
     if choice.key is not None:
@@ -239,7 +240,7 @@ def make_target(
     mounts, model, mount_env = container_mounts(profile)
     if compile_cache is not None:
         mounts.append(compile_cache.mount())
-        mount_env = {**compile_cache.env(INSIDE), **mount_env}
+        mount_env = {**compile_cache.env(INSIDE, adapter.compile_cache_vars), **mount_env}
     port = settings.port or adapter.default_port
     gpus = choice.gpus if choice.gpus is not None else settings.gpus
     return ContainerTarget(
@@ -298,7 +299,7 @@ def make_cluster_target(
     mounts, model, mount_env = container_mounts(profile)
     # Each node keeps its own compile cache: a Docker volume on that node, per image id.
     mounts.append(Mount(Path(volume_name(pin)), INSIDE, read_only=False))
-    mount_env = {**compiler_env(INSIDE), **mount_env}
+    mount_env = {**compiler_env(INSIDE, adapter.compile_cache_vars), **mount_env}
     port = settings.port or adapter.default_port
     launcher = settings.launcher or list(adapter.cluster_launcher or adapter.default_launcher)
     return ClusterTarget(

@@ -336,6 +336,9 @@ class EngineAdapter(ABC):
     compile_line: ClassVar[re.Pattern[str]] = re.compile(
         r"(?i)\btorch\.compile\b|\bcompiling\b|\bjit[- ]compil"
     )
+    #: The engine's own compile cache variables, pointed into the compile cache's ``engine``
+    #: part (torch.compile's and the engine's other compiled artifacts).
+    compile_cache_vars: ClassVar[tuple[str, ...]] = ()
     #: The launch flag that caps prompt plus generated tokens per request.
     max_len_flag: ClassVar[str]
 

@@ -138,6 +138,9 @@ class VllmAdapter(EngineAdapter):
         r"torch\.compile took ([0-9.]+) s in total|Compiling a graph for|"
         r"Directly load the compiled graph"
     )
+    # vllm/envs.py: VLLM_CACHE_ROOT (~/.cache/vllm) holds torch_compile_cache/, where vLLM
+    # keeps inductor's output of its compiled graphs.
+    compile_cache_vars = ("VLLM_CACHE_ROOT",)
     max_len_flag = "--max-model-len"
 
     DRAFTS = "vllm:spec_decode_num_drafts_total"
