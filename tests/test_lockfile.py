@@ -17,6 +17,7 @@ from sparkbuild.bench.record import bench_record
 from sparkbuild.bench.results import BenchReport, NodeInfo
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.cluster_target import NodeImage
+from sparkbuild.engines.compile_cache import CompilePhase, Usage
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import LockError, NoPinnedImageError
 from sparkbuild.preflight.record import preflight_run
@@ -316,6 +317,7 @@ def _preflight(image_id: str | None) -> PreflightReport:
 
 CLUSTER_ONLY = {"cluster", "topology", "launcher", "nodes"}  # written by cluster runs only
 DEEP_ONLY = {"declared"}  # written when the profile declares deep checks
+COMPILE_ONLY = {"compile"}  # written by a run with a compile cache (smoke's own boots)
 
 
 def _on_cluster(result: SmokeResult) -> SmokeResult:
@@ -354,10 +356,20 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     assert set(source.patches[0].to_json()) == _fields(lockfile.LockedPatch)
     assert source.spec_digest == build.spec_digest() and source.version == "1.2.0"
     smoke = smoke_record(_smoke("image", IMAGE))
-    assert set(smoke.to_json()) == _fields(lockfile.SmokeRecord) - CLUSTER_ONLY - DEEP_ONLY
+    assert set(smoke.to_json()) == (
+        _fields(lockfile.SmokeRecord) - CLUSTER_ONLY - DEEP_ONLY - COMPILE_ONLY
+    )
     assert smoke.verified is True and smoke.checks == {"boot": "pass", "nan": "skip"}
     on_cluster = smoke_record(_on_cluster(_smoke("cluster", IMAGE, declared=("lossless",))))
-    assert set(on_cluster.to_json()) == _fields(lockfile.SmokeRecord)
+    assert set(on_cluster.to_json()) == _fields(lockfile.SmokeRecord) - COMPILE_ONLY
+    before, after = Usage({"engine": (0, 0)}), Usage({"engine": (3, 900)})
+    first_boot = CompilePhase("image-" + "a" * 64, True, False, before, after, 12.5, ("x",))
+    compiled = smoke_record(replace(_smoke("image", IMAGE), compile=first_boot))
+    assert set(compiled.to_json()) == _fields(lockfile.SmokeRecord) - CLUSTER_ONLY - DEEP_ONLY
+    assert compiled.compile is not None and compiled.compile.latest is not None
+    assert set(compiled.compile.to_json()) == _fields(lockfile.CompileRecord)
+    assert set(compiled.compile.latest.to_json()) == _fields(lockfile.CompileBoot)
+    assert compiled.compile.latest.compiled == ["engine (+3 files)"]
     assert [set(n.to_json()) for n in on_cluster.nodes] == [_fields(lockfile.NodeRecord)] * 2
     assert on_cluster.verified is True and on_cluster.every_node_ran(IMAGE)
     unverified = smoke_record(_smoke("url", None))
