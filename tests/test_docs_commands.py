@@ -186,6 +186,12 @@ RULES = [
     ),
     Rule(r"^eval \"\$\(python tests/support/vllm_cpu\.py", "check", "as README's quick start"),
     Rule(r"^sparkbuild (--quiet )?build", "check", GITHUB_DOCKER),
+    Rule(
+        r"^sparkbuild audit ",
+        "check",
+        "reads an engine image this host does not have; tests/test_image_audit.py runs it on "
+        "a linux/arm64 image of real device code",
+    ),
     Rule(r"^sparkbuild bump ", "check", "needs SGLang's sources at the new release (GitHub)"),
     Rule(r"^sparkbuild preflight", "check", "needs the release's dependencies (GitHub, PyPI)"),
     Rule(

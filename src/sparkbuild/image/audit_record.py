@@ -10,13 +10,16 @@ from typing import TYPE_CHECKING, cast
 from sparkbuild import console
 from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.errors import AuditError
-from sparkbuild.image.audit import DeviceAudit, audit_image
+from sparkbuild.image.audit import DeviceAudit, Library, audit_image
 from sparkbuild.jsontext import JsonObject
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
 FORMAT = 1
+#: Files kept per library in the lock: those that do not run natively first (a library of
+#: cubins, flashinfer-cubin's, ships thousands; ``sparkbuild audit IMAGE`` lists them all).
+KEPT_FILES = 20
 
 
 def refuse_failures(audit: DeviceAudit, what: str) -> None:
@@ -51,14 +54,20 @@ def lock_record(audit: DeviceAudit) -> JsonObject:
                 "sass": lib.sass,
                 "ptx": lib.ptx,
                 "compiles": lib.compiles,
-                "files": [
-                    {"path": f.path, "verdict": f.verdict, "loaded": f.loaded} for f in lib.files
-                ],
+                "files": _kept_files(lib),
+                "native_files": sum(1 for f in lib.files if f.verdict == "native"),
             }
             for lib in audit.libraries
         ],
         "warnings": list(audit.warnings()),
     }
+
+
+def _kept_files(lib: Library) -> list[JsonObject]:
+    ordered = sorted(lib.files, key=lambda f: (f.verdict == "native", f.path))
+    return [
+        {"path": f.path, "verdict": f.verdict, "loaded": f.loaded} for f in ordered[:KEPT_FILES]
+    ]
 
 
 def recorded_for(previous: Mapping[str, object] | None, image_id: str) -> JsonObject | None:
