@@ -96,12 +96,12 @@ def test_compile_cache_trust_checks(tmp_path: Path, capsys: pytest.CaptureFixtur
     again = open_cache(tmp_path, cache.key, fresh=False)
     assert again.usage().files == 0 and "is not used" in capsys.readouterr().err
     # A file others can write: the same.
-    planted = again.root / "vllm" / "graph.py"
+    planted = again.root / "engine" / "graph.py"
     planted.write_text("x")
     planted.chmod(0o666)
     assert "writable by group or others" in str(contents_problem(again.root))
     # --fresh-compile-cache empties a good one.
-    (again.root / "vllm" / "graph.py").unlink()
+    (again.root / "engine" / "graph.py").unlink()
     (again.root / "cuda" / "jit.bin").write_bytes(b"y" * 10)
     assert open_cache(tmp_path, cache.key, fresh=True).usage().files == 0
     with pytest.raises(ValueError):

@@ -55,10 +55,12 @@ class FileCode:
     verdict: FileVerdict
     loaded: bool
     problem: str | None = None
+    shape: str = "elf"  # or cubin, fatbin: loaded by name at run time, per GPU arch
 
     def to_json(self) -> JsonObject:
         return {
             "path": self.path,
+            "shape": self.shape,
             "sass": list(self.sass),
             "ptx": list(self.ptx),
             "ptx_isa": list(self.ptx_isa),
@@ -180,6 +182,16 @@ def file_verdict(code: DeviceCode, target: str = TARGET) -> FileVerdict:
     return "none"
 
 
+def library_verdict(files: Sequence[FileCode]) -> FileVerdict:
+    """The worst of the host binaries that can load (all of them, when none can); a library
+    of only cubins and fatbins loads the one for the GPU it runs on: the best of them."""
+    binaries = [f for f in files if f.shape == "elf"]
+    if not binaries:
+        return max((f.verdict for f in files), key=lambda v: _RANK[v])
+    loadable = [f for f in binaries if not (f.problem or "").startswith("cannot load")]
+    return min((f.verdict for f in loadable or binaries), key=lambda v: _RANK[v])
+
+
 # --- what compiles at run time by design --------------------------------------------------
 
 
@@ -280,7 +292,8 @@ def loaded_files(files: ImageFiles, distributions: set[str]) -> set[str]:
     pending = [
         path
         for path, code in files.code.items()
-        if (owner := files.owners.get(path)) is not None
+        if code.shape == "elf"
+        and (owner := files.owners.get(path)) is not None
         and owner[0] == "python"
         and canonicalize_name(owner[1]) in distributions
         and not missing_links(code, index)
@@ -292,7 +305,7 @@ def loaded_files(files: ImageFiles, distributions: set[str]) -> set[str]:
             continue
         seen.add(path)
         for needed in files.code[path].needed:
-            pending += index.get(needed, [])
+            pending += [p for p in index.get(needed, []) if files.code[p].shape == "elf"]
     return seen
 
 
@@ -328,6 +341,7 @@ def judge(
                 verdict,
                 path in loaded,
                 problem,
+                code.shape,
             )
         )
     return DeviceAudit(
@@ -353,8 +367,7 @@ def _libraries(
     installed = {str(canonicalize_name(n)): d.version for n, d in files.distributions.items()}
     found = []
     for (kind, name), members in sorted(grouped.items(), key=lambda item: item[0][1]):
-        loadable = [f for f in members if not (f.problem or "").startswith("cannot load")]
-        verdict = min((f.verdict for f in loadable or members), key=lambda v: _RANK[v])
+        verdict = library_verdict(members)
         found.append(
             Library(
                 name=name,

@@ -49,6 +49,9 @@ class DeviceCode:
     needed: tuple[str, ...] = ()  # DT_NEEDED
     soname: str | None = None
     problem: str | None = None
+    #: ``elf``: a host binary (the dynamic loader maps it, its fatbins are registered);
+    #: ``cubin`` or ``fatbin``: a file a library loads by name at run time, per GPU arch.
+    shape: str = "elf"
 
     @property
     def has_code(self) -> bool:
@@ -61,7 +64,7 @@ def read_device_code(handle: BinaryIO, size: int) -> DeviceCode | None:
     handle.seek(0)
     head = handle.read(4)
     if head == FATBIN_BYTES:
-        code = DeviceCode()
+        code = DeviceCode(shape="fatbin")
         _scan_fatbins(handle, 0, size, code)
         return code
     if head != ELF_MAGIC:
@@ -75,6 +78,7 @@ def _read_elf(handle: BinaryIO, size: int) -> DeviceCode:
         elf = ELFFile(handle)
         if elf["e_machine"] == "EM_CUDA" or elf["e_machine"] == EM_CUDA:
             code.sass.add(_cubin_arch(elf))
+            code.shape = "cubin"
             return code
         fatbins: dict[str, tuple[int, int]] = {}
         for section in elf.iter_sections():
