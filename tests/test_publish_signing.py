@@ -255,8 +255,11 @@ def test_signed_publish_verifies(signed: Signed) -> None:
         "attestation:provenance",
         "attestation:verdicts",
         "provenance-lock",
+        "device-code",
         "verdicts-smoke",
     }
+    device = next(f for f in report["findings"] if f["name"] == "device-code")
+    assert device["ok"] and device["detail"].startswith("sm_121 audit sha256:"), device
     human = signed.verify(reference)
     assert human.exit_code == 0 and "verified" in human.stdout
 
