@@ -20,7 +20,12 @@ from typing import Any
 
 import pytest
 
+from sparkbuild import lockfile
+from sparkbuild.attest.contents import ImageContents, PythonDistribution
+from sparkbuild.attest.device_code import check_device_code
+from sparkbuild.attest.sbom import build_sbom
 from sparkbuild.image.audit import judge
+from sparkbuild.image.audit_record import lock_record
 from sparkbuild.image.imagefiles import ImageFiles, read_image_files
 from tests.support.cache import shared_test_cache
 from tests.support.device_code import (
@@ -163,3 +168,35 @@ def test_overlay_build_on_a_hopper_only_kernel_fails_naming_it(image: AuditImage
     assert load_lock(project) == {}
     left = docker_client().images.list(filters={"label": "io.sparkbuild.build=sglang-audit"})
     assert left == []
+
+
+def test_the_sbom_carries_the_audit_and_verify_refuses_a_loaded_library_without_sm121(
+    files: ImageFiles, image: AuditImage
+) -> None:
+    dists = tuple(
+        PythonDistribution(d.name, d.version, d.site, None, 0) for d in files.distributions.values()
+    )
+    found = ImageContents("debian", "12", (), dists)
+    entry = _entry(lock_record(judge(image.image_id, files, ["sglang"])))
+    document = build_sbom(found, "b", entry, "registry.example/audit", image.image_id).document
+    by_name = {c["name"]: c for c in document["components"]}
+    props = {p["name"]: p["value"] for p in by_name["sglang-kernel"]["properties"]}
+    assert (
+        props["sparkbuild:sm121:verdict"] == "none" and props["sparkbuild:sm121:loaded"] == "true"
+    )
+    assert props["sparkbuild:sm121:sass"] == "sm_100a sm_90a"
+    ok, detail = check_device_code(document)
+    assert not ok and detail == "loaded with no sm_121 code: sglang-kernel (SASS sm_100a sm_90a)"
+    passing = _entry(lock_record(judge(image.image_id, files, ["spark-native-kernels"])))
+    document = build_sbom(found, "b", passing, "registry.example/audit", image.image_id).document
+    ok, detail = check_device_code(document)
+    assert ok and detail.startswith(f"sm_121 audit {image.image_id}: native"), detail
+
+
+def _entry(device_code: dict[str, Any]) -> lockfile.BuildEntry:
+    return lockfile.BuildEntry.model_validate(
+        {
+            "source": {"engine": "sglang", "repo": "https://example.invalid/sglang"},
+            "image": {"image_id": device_code["image_id"], "device_code": device_code},
+        }
+    )
