@@ -38,8 +38,11 @@ PARTS: dict[str, str] = {
     "DG_JIT_CACHE_DIR": "deep_gemm",
     "CUDA_CACHE_PATH": "cuda",  # the driver's JIT of PTX-only libraries
 }
-#: The part of the engine's own compile cache (its adapter's ``compile_cache_vars``).
+#: The part of the engine's own compile cache (its adapter's ``compile_cache_vars``); what
+#: the engine keeps there outside a directory named for compiling (vLLM's
+#: ``torch_compile_cache/``) is counted apart, not as compiled.
 ENGINE_PART = "engine"
+ENGINE_OTHER = "engine (not compiled)"
 #: The driver keeps 256 MiB of PTX JIT output by default: a PTX-only library outgrows it.
 EXTRA_ENV = {"CUDA_CACHE_MAXSIZE": str(4 * 1024**3)}
 MAX_FILES = 2_000_000  # a walk of the cache stops here
@@ -54,11 +57,12 @@ class Usage:
 
     @property
     def files(self) -> int:
-        return sum(files for files, _ in self.parts.values())
+        """Compiled files: the engine's other files (an asset, a startup plan) left out."""
+        return sum(files for name, (files, _) in self.parts.items() if name != ENGINE_OTHER)
 
     @property
     def bytes(self) -> int:
-        return sum(size for _, size in self.parts.values())
+        return sum(size for name, (_, size) in self.parts.items() if name != ENGINE_OTHER)
 
 
 @dataclass(frozen=True)
@@ -161,11 +165,18 @@ def contents_problem(folder: Path) -> str | None:
     return None
 
 
+def _part(relative: str) -> str:
+    top, _, rest = relative.partition("/")
+    if top == ENGINE_PART and "compile" not in rest.split("/", 1)[0]:
+        return ENGINE_OTHER
+    return top
+
+
 def usage(root: Path) -> Usage:
     counted: dict[str, list[int]] = {}
     for relative, info in _walk(root):
         if stat.S_ISREG(info.st_mode):
-            part = counted.setdefault(relative.split("/", 1)[0], [0, 0])
+            part = counted.setdefault(_part(relative), [0, 0])
             part[0] += 1
             part[1] += info.st_size
     return Usage({name: (files, size) for name, (files, size) in sorted(counted.items())})
@@ -196,7 +207,7 @@ class CompilePhase:
         return [
             f"{name} (+{files - self.before.parts.get(name, (0, 0))[0]} files)"
             for name, (files, _size) in self.after.parts.items()
-            if files > self.before.parts.get(name, (0, 0))[0]
+            if files > self.before.parts.get(name, (0, 0))[0] and name != ENGINE_OTHER
         ]
 
     def to_json(self) -> JsonObject:
