@@ -4,7 +4,8 @@
 #     debootstrap, apache2-utils (htpasswd), chromium and chromium-driver (the report's
 #     browser test), skopeo (copies a signed image with its signature, docs/verify.md),
 #     openssh-server (the ssh:// cluster test starts its own sshd on 127.0.0.1; the
-#     package's own daemon is not started here);
+#     package's own daemon is not started here); on non-arm64 hosts gcc-aarch64-linux-gnu
+#     (the device-code audit's test libraries);
 #   - start a Docker daemon when none answers;
 #   - on non-arm64 hosts, enable linux/arm64 emulation (binfmt_misc + qemu-aarch64).
 # As root it does all of this; as another user it prints the exact commands to run instead.
@@ -34,6 +35,8 @@ missing_packages() {
     )
     if need_emulation; then
         pairs+=("qemu-aarch64-static:qemu-user-static" "update-binfmts:binfmt-support")
+        # the device-code audit's tests pack nvcc's output into aarch64 shared libraries
+        pairs+=("aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu")
     fi
     local pair cmd pkg
     for pair in "${pairs[@]}"; do

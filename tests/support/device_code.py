@@ -24,6 +24,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -140,7 +141,8 @@ def _compile(work: Path) -> None:
 
 
 def _cross(work: Path, fatbin: str, flags: list[str], output: str) -> None:
-    gcc = require_command("aarch64-linux-gnu-gcc")
+    native = platform.machine() in ("aarch64", "arm64")
+    gcc = require_command("gcc" if native else "aarch64-linux-gnu-gcc")
     define = f'-DFATBIN="{fatbin}.fatbin"'
     _run([gcc, "-O1", "-nostdlib", *flags, define, "-o", output, "stub.c"], work, None)
 
