@@ -132,11 +132,13 @@ class VllmAdapter(EngineAdapter):
         r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError"
     )
     accept_line = re.compile(r"Mean acceptance length:\s*([0-9.]+)")
-    # vllm/compilation/monitor.py and backends.py (0.32): the boot's total, each graph
-    # compiled, each graph loaded from the compile cache instead.
+    # vllm/compilation/monitor.py, backends.py and decorators.py, platforms/cpu.py (0.32):
+    # the boot's total, each graph compiled or loaded from the compile cache, the CPU's
+    # warm-up compile and its AOT artifact saved, loaded, or compiled again after a failed load.
     compile_line = re.compile(
         r"torch\.compile took ([0-9.]+) s in total|Compiling a graph for|"
-        r"Directly load the compiled graph"
+        r"Directly load the compiled graph|Warming up model for the compilation|"
+        r"saved AOT compiled function|Directly load AOT compilation|Compiling model again"
     )
     # vllm/envs.py: VLLM_CACHE_ROOT (~/.cache/vllm) holds torch_compile_cache/, where vLLM
     # keeps inductor's output of its compiled graphs.
