@@ -1,8 +1,9 @@
 """The compile cache on the real vLLM CPU engine, which compiles the model with torch
-inductor when it does not run eager: a boot whose compile outruns the profile's cap is
-stopped naming what was compiling; a first boot with a fresh cache compiles and the smoke
-JSON shows its compile phase (vLLM's own compile line, the files and bytes the cache
-gained); the second boot of the same engine with the same cache compiles nothing."""
+inductor when it does not run eager (its warm-up: 45 s here, loaded): a boot whose compile
+outruns the profile's cap is stopped naming what was compiling; a first boot with a fresh
+cache compiles and the smoke JSON shows its compile phase (vLLM's compile lines, the files
+and bytes the cache gained, 42 files of inductor's); the second boot of the same engine with
+the same cache compiles nothing (its warm-up: 8 s)."""
 
 from __future__ import annotations
 

@@ -226,7 +226,7 @@ class CompilePhase:
 
 
 def compile_lines(lines: Iterable[str], pattern: re.Pattern[str]) -> tuple[float | None, list[str]]:
-    """The engine's compile lines and the seconds they give (the pattern's group 1)."""
+    """The engine's compile lines and the seconds they give (the pattern's ``seconds``)."""
     seconds: float | None = None
     kept: list[str] = []
     for line in lines:
@@ -234,8 +234,9 @@ def compile_lines(lines: Iterable[str], pattern: re.Pattern[str]) -> tuple[float
         if match is None:
             continue
         kept.append(line.strip()[:300])
-        if match.groups() and match.group(1):
-            seconds = (seconds or 0.0) + float(match.group(1))
+        found = match.groupdict().get("seconds")
+        if found:
+            seconds = (seconds or 0.0) + float(found)
     return seconds, kept[-20:]
 
 
@@ -254,8 +255,9 @@ class CompileWatch:
     (CompileCapError), naming the parts of the cache that grew and the last compile line.
 
     Compiling starts at the engine's first compile line (or the cache's first growth, for
-    an engine that prints none) and ends at a line that gives its total (vLLM's "took X s
-    in total"); without an end line, it lasts as long as the cache keeps growing."""
+    an engine that prints none) and ends at a line that gives its total or its end (vLLM's
+    "took X s in total", its CPU warm-up's "done"); without one, it lasts as long as the
+    cache keeps growing."""
 
     def __init__(
         self,
@@ -298,7 +300,7 @@ class CompileWatch:
                 continue
             if self._began is None:
                 self._began = seconds
-            if match.groups() and match.group(1):
+            if match.groupdict().get("seconds") or match.groupdict().get("end"):
                 self._ended = True
 
     def _spent(self, seconds: float) -> float:

@@ -331,8 +331,9 @@ class EngineAdapter(ABC):
     )
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
-    #: A boot's compile lines (group 1, where there is one: seconds compiling, summed over
-    #: a boot); engine/compile_cache.py reports them with the cache's growth.
+    #: A boot's compile lines; group ``seconds``, where there is one: seconds compiling
+    #: (summed over a boot), and it or group ``end`` ends the compile. engines/compile_cache.py
+    #: reports them with the cache's growth.
     compile_line: ClassVar[re.Pattern[str]] = re.compile(
         r"(?i)\btorch\.compile\b|\bcompiling\b|\bjit[- ]compil"
     )

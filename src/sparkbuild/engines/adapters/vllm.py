@@ -136,9 +136,10 @@ class VllmAdapter(EngineAdapter):
     # the boot's total, each graph compiled or loaded from the compile cache, the CPU's
     # warm-up compile and its AOT artifact saved, loaded, or compiled again after a failed load.
     compile_line = re.compile(
-        r"torch\.compile took ([0-9.]+) s in total|Compiling a graph for|"
+        r"torch\.compile took (?P<seconds>[0-9.]+) s in total|Compiling a graph for|"
         r"Directly load the compiled graph|Warming up model for the compilation|"
-        r"saved AOT compiled function|Directly load AOT compilation|Compiling model again"
+        r"(?P<end>Warming up done)|saved AOT compiled function|Directly load AOT compilation|"
+        r"Compiling model again"
     )
     # vllm/envs.py: VLLM_CACHE_ROOT (~/.cache/vllm) holds torch_compile_cache/, where vLLM
     # keeps inductor's output of its compiled graphs.
