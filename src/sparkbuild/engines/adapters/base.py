@@ -331,14 +331,9 @@ class EngineAdapter(ABC):
     )
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
-    #: A boot's compile lines; group ``seconds``, where there is one: seconds compiling
-    #: (summed over a boot), and it or group ``end`` ends the compile. engines/compile_cache.py
-    #: reports them with the cache's growth.
-    compile_line: ClassVar[re.Pattern[str]] = re.compile(
-        r"(?i)\btorch\.compile\b|\bcompiling\b|\bjit[- ]compil"
-    )
-    #: The engine's own compile cache variables, pointed into the compile cache's ``engine``
-    #: part (torch.compile's and the engine's other compiled artifacts).
+    #: A boot's compile lines (engines/compile_cache.py): group ``seconds`` or ``end`` ends it.
+    compile_line: ClassVar[re.Pattern[str]] = re.compile(r"(?i)\btorch\.compile\b|\bcompiling\b")
+    #: The engine's own compile cache variables (the compile cache's ``engine`` part).
     compile_cache_vars: ClassVar[tuple[str, ...]] = ()
     #: The launch flag that caps prompt plus generated tokens per request.
     max_len_flag: ClassVar[str]
