@@ -20,16 +20,13 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +45,7 @@ from tests.support.docker_env import (
     run,
     start_registry,
 )
+from tests.support.publish_env import write_wheel
 from tests.support.sglang_releases import extract_wheel_package
 
 SGLANG = "0.5.12"
@@ -74,6 +72,7 @@ FATBINS = {
     "ptx": ("arch=compute_90,code=compute_90",),
 }
 CUBINS = ("sm_121a", "sm_90a")
+AARCH64 = "py3-none-manylinux2014_aarch64"
 _PLATFORMS = ("manylinux2014_aarch64", "manylinux_2_24_aarch64")
 PUBLISHED = ("bitsandbytes==0.50.2", "flashinfer-python==0.6.11.post1")
 # Our wheels: distribution -> (version, import package, the library its extension is).
@@ -156,30 +155,6 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None) -> None:
 # --- wheels -------------------------------------------------------------------------------
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
-def write_wheel(dest: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
-    """A wheel for linux/aarch64 holding ``files``, with its METADATA, WHEEL and RECORD."""
-    dist = name.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
-    members = {
-        **files,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sparkbuild-tests\n"
-        b"Root-Is-Purelib: false\nTag: py3-none-manylinux2014_aarch64\n",
-    }
-    record = [_record_line(path, data) for path, data in members.items()]
-    members[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
-    wheel = dest / f"{dist}-{version}-py3-none-manylinux2014_aarch64.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in members.items():
-            archive.writestr(path, data)
-    return wheel
-
-
 def published_wheels() -> Path:
     """The published aarch64 wheels (downloaded once)."""
     folder = shared_test_cache() / "downloads" / "audit-published-v1"
@@ -206,7 +181,7 @@ def site_packages(work: Path) -> Path:
     wheels.mkdir()
     for name, (version, package, library) in WHEELS.items():
         data = (built / f"lib{library}.so").read_bytes()
-        write_wheel(wheels, name, version, {f"{package}/_C.abi3.so": data})
+        write_wheel(wheels, name, version, {f"{package}/_C.abi3.so": data}, AARCH64)
     site = work / "site"
     run(
         [

@@ -74,22 +74,26 @@ def tiny_upstream(root: Path) -> tuple[Path, Path]:
     return repo, site
 
 
-def write_wheel(directory: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
-    """A pure-Python wheel of ``files`` (what pip installs; PEP 427's layout)."""
+def write_wheel(
+    directory: Path, name: str, version: str, files: dict[str, bytes], tag: str = "py3-none-any"
+) -> Path:
+    """A wheel of ``files`` (what pip installs; PEP 427's layout), pure Python unless its
+    ``tag`` names a platform (``py3-none-manylinux2014_aarch64``)."""
     directory.mkdir(parents=True, exist_ok=True)
     stem = f"{name.replace('-', '_')}-{version}"
     info = f"{stem}.dist-info"
+    purelib = "true" if tag.endswith("-any") else "false"
     files = {
         **files,
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sparkbuild-tests\nRoot-Is-Purelib: "
-        b"true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: sparkbuild-tests\nRoot-Is-Purelib: "
+        f"{purelib}\nTag: {tag}\n".encode(),
     }
     rows = [
         f"{path},sha256={_record_hash(data)},{len(data)}" for path, data in sorted(files.items())
     ]
     files[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
-    wheel = directory / f"{stem}-py3-none-any.whl"
+    wheel = directory / f"{stem}-{tag}.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         for path, data in files.items():
             archive.writestr(path, data)
