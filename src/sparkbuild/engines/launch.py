@@ -172,6 +172,13 @@ def compile_cache_for(launch: LaunchSettings, cache_dir: Path) -> CompileCache |
     a URL (whoever started that engine has its caches) or a cluster (each node's own)."""
     choice = launch.choice
     if choice.url is not None or choice.cluster is not None:
+        if launch.fresh_compile_cache:
+            raise UsageError(
+                "--fresh-compile-cache empties this host's cache of an image or command it "
+                "starts; an engine at --url, or a cluster's nodes (a volume on each), keep "
+                "their own",
+                "on a cluster: `docker volume rm sparkbuild-compile-ID` on each node",
+            )
         return None
     image_id = local_image_id(choice.image) if choice.image else None
     key = cache_key(image_id, choice.command)
