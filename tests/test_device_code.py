@@ -19,7 +19,8 @@ from sparkbuild.engines.compile_cache import (
     contents_problem,
     open_cache,
 )
-from sparkbuild.errors import CompileCapError
+from sparkbuild.engines.launch import LaunchSettings, TargetChoice, compile_cache_for
+from sparkbuild.errors import CompileCapError, UsageError
 from sparkbuild.image.audit import file_verdict
 from sparkbuild.image.devicecode import DeviceCode, read_device_code
 from tests.support.device_code import cuobjdump_listing, kernels
@@ -150,3 +151,13 @@ def test_vllm_compile_lines_give_the_seconds() -> None:
     seconds, kept = compile_lines(lines, VllmAdapter.compile_line)
     assert seconds == 12.5 and len(kept) == 2
     assert compile_lines(["INFO nothing compiled"], VllmAdapter.compile_line) == (None, [])
+
+
+def test_fresh_compile_cache_is_refused_where_there_is_no_cache_of_ours(tmp_path: Path) -> None:
+    for choice in (TargetChoice(url="http://127.0.0.1:1"), TargetChoice(image="x", cluster="c")):
+        with pytest.raises(UsageError, match="--fresh-compile-cache"):
+            compile_cache_for(LaunchSettings(choice, fresh_compile_cache=True), tmp_path)
+        assert compile_cache_for(LaunchSettings(choice), tmp_path) is None
+    command = LaunchSettings(TargetChoice(command="python -m engine"), fresh_compile_cache=True)
+    cache = compile_cache_for(command, tmp_path)
+    assert cache is not None and cache.fresh and cache.key.startswith("command-")
