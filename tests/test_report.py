@@ -129,6 +129,9 @@ def test_hostile_strings_are_text_and_secrets_are_masked(
     assert "0.32.0&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;" in page
     assert "&lt;img src=x onerror=" in page and "&lt;b&gt;bold&lt;/b&gt;" in page
     assert page.count("<script") == 0
+    # The device-code table: each library's verdict, a hostile name as text.
+    assert '<tr data-library="sglang-kernel"><td>sglang-kernel</td><td>0.4.2.post2</td>' in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "sm_100a sm_90a" in page
     for path in out.rglob("*.html"):
         assert SECRET not in path.read_text(), path
     assert "https://***@engine.example:8000" in page

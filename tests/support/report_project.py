@@ -152,7 +152,49 @@ def _image(project: ReportProject, build: str, image_id: str, tree: str | None =
         repo_digest=None,
         tags=[f"sparkbuild/{build}:{image_id[7:15]}", HOSTILE_TAG],
     )
+    section.device_code = _device_code(image_id)
     lockfile.set_section(project.lock_path, build, section)
+
+
+def _device_code(image_id: str) -> dict[str, object]:
+    """The audit's lock record (image/audit_record.py), one library named as an attacker
+    would: the report escapes it."""
+    hopper = {"path": "/site/sgl_kernel/_C.abi3.so", "verdict": "none", "loaded": True}
+    return {
+        "format": 1,
+        "image_id": image_id,
+        "target": "sm_121",
+        "counts": {"native": 1, "ptx": 0, "none": 1, "jit": 0},
+        "roots": ["sglang"],
+        "nvcc": False,
+        "libraries": [
+            {
+                "name": "sglang-kernel",
+                "version": "0.4.2.post2",
+                "kind": "python",
+                "verdict": "none",
+                "loaded": True,
+                "sass": ["sm_100a", "sm_90a"],
+                "ptx": [],
+                "compiles": None,
+                "files": [hopper],
+                "native_files": 0,
+            },
+            {
+                "name": "<script>alert(1)</script>",
+                "version": None,
+                "kind": "file",
+                "verdict": "native",
+                "loaded": False,
+                "sass": ["sm_121a"],
+                "ptx": [],
+                "compiles": None,
+                "files": [],
+                "native_files": 1,
+            },
+        ],
+        "warnings": [],
+    }
 
 
 def _wheels(project: ReportProject, build: str, version: str) -> None:
