@@ -16,6 +16,8 @@ from sparkbuild.jsontext import JsonObject
 if TYPE_CHECKING:
     from docker import DockerClient
 
+    from sparkbuild.spec import Build
+
 FORMAT = 1
 #: Files kept per library in the lock: those that do not run natively first (a library of
 #: cubins, flashinfer-cubin's, ships thousands; ``sparkbuild audit IMAGE`` lists them all).
@@ -78,23 +80,25 @@ def recorded_for(previous: Mapping[str, object] | None, image_id: str) -> JsonOb
 
 
 def audit_build(
-    api: DockerClient,
-    build_name: str,
-    engine: str,
-    image_id: str,
-    previous: Mapping[str, object] | None,
+    api: DockerClient, build: Build, image_id: str, previous: Mapping[str, object] | None
 ) -> JsonObject:
-    """The build's image audited (or its record reused); an AuditError on a failure."""
+    """Every build's image audited (or its record of this image reused), the lock record;
+    an image that fails is removed, so it is never found up to date later."""
     kept = recorded_for(previous, image_id)
     if kept is not None:
         return kept
-    roots = adapter_type(engine).preflight.probe.distributions
-    with console.status(f"{build_name}: reading the image's device code") as update:
+    roots = adapter_type(build.engine).preflight.probe.distributions
+    with console.status(f"{build.name}: reading the image's device code") as update:
         audit = audit_image(
             api, image_id, roots, progress=lambda n: update(f"{n} files read so far")
         )
-    refuse_failures(audit, build_name)
+    try:
+        refuse_failures(audit, build.name)
+    except AuditError as failure:
+        api.images.remove(image_id, force=True)
+        hint = f"{failure.hint}; the image was removed and images.lock was not changed"
+        raise AuditError(failure.message, hint) from None
     for line in audit.warnings():
-        console.warn(f"{build_name}: device code: {line}")
-    console.info(f"{build_name}: device code: {audit.summary()}")
+        console.warn(f"{build.name}: device code: {line}")
+    console.info(f"{build.name}: device code: {audit.summary()}")
     return lock_record(audit)

@@ -22,7 +22,6 @@ import docker.errors
 
 from sparkbuild import console, dockerhost, imageref, lockfile, requirements, source
 from sparkbuild.errors import (
-    AuditError,
     BuildFailedError,
     CubinCheckError,
     LocalImageError,
@@ -327,26 +326,6 @@ def _verify_cuda_code(plan: _Plan, api: DockerClient, image: Image) -> JsonObjec
     return code.to_json() if code is not None else None
 
 
-def _audit(job: ImageJob, image: Image) -> JsonObject:
-    """Every build's image audited for sm_121 device code; one that fails is removed, so
-    it is never found up to date later."""
-    pinned = job.entry.image if job.entry else None
-    try:
-        return audit_record.audit_build(
-            job.api,
-            job.build.name,
-            job.build.engine,
-            str(image.id),
-            pinned.device_code if pinned is not None else None,
-        )
-    except AuditError as failure:
-        job.api.images.remove(str(image.id), force=True)
-        raise AuditError(
-            failure.message,
-            f"{failure.hint}; the image was removed and images.lock was not changed",
-        ) from None
-
-
 def _check_platform(image: Image, platform: str) -> None:
     arch = dockerhost.platform_arch(platform)
     got = f"{image.attrs.get('Os')}/{image.attrs.get('Architecture')}"
@@ -501,7 +480,8 @@ def build_image(prepared: PreparedSource, job: ImageJob) -> ImageResult:
         )
     image, skipped = _local_or_built(plan, job)
     cuda_code = _verify_cuda_code(plan, job.api, image)
-    device_code = _audit(job, image)
+    earlier = job.entry.image.device_code if job.entry and job.entry.image else None
+    device_code = audit_record.audit_build(job.api, build, str(image.id), earlier)
     times = _build_times(job, str(image.id), skipped)
     checked = _check_reproducible(plan, job, image)
     section = _lock_section(plan, image, cuda_code, times)
