@@ -12,7 +12,6 @@ no code for sm_121 (an image that should never have been built).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from cyclonedx.model import Property
 from cyclonedx.model.component import Component
@@ -67,7 +66,7 @@ def add_properties(
     return [Property(name=f"{KEY}:audit", value=f"{record.get('image_id')}: {shown}")]
 
 
-def _properties(item: Mapping[str, Any]) -> dict[str, str]:
+def _properties(item: Mapping[str, object]) -> dict[str, str]:
     found = item.get("properties")
     listed = found if isinstance(found, list) else []
     return {
@@ -77,7 +76,7 @@ def _properties(item: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def check_device_code(sbom: Mapping[str, Any] | None) -> tuple[bool, str]:
+def check_device_code(sbom: Mapping[str, object] | None) -> tuple[bool, str]:
     """(ok, detail) of the ``device-code`` finding, from the verified SBOM's properties."""
     if sbom is None:
         return False, "no verified SBOM"

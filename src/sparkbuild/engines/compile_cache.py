@@ -11,6 +11,10 @@ The cache is an input to a run, so it gets the trust checks preflight's caches g
 write, and nothing in it is a symlink out of it, another user's, or writable by others; a
 cache that fails is discarded with a note, never used. A cluster's nodes each keep their
 own, a Docker volume named after the image on each node.
+
+Two facts per engine, in its adapter: ``compile_line``, the engine's compile lines (a group
+``seconds`` gives the seconds compiling, summed over a boot; it or a group ``end`` ends the
+compile), and ``compile_cache_vars``, the engine's own cache variables (the ``engine`` part).
 """
 
 from __future__ import annotations

@@ -331,9 +331,7 @@ class EngineAdapter(ABC):
     )
     #: The engine's periodic acceptance-length log line (group 1: the value).
     accept_line: ClassVar[re.Pattern[str]]
-    #: A boot's compile lines (engines/compile_cache.py): group ``seconds`` or ``end`` ends it.
     compile_line: ClassVar[re.Pattern[str]] = re.compile(r"(?i)\btorch\.compile\b|\bcompiling\b")
-    #: The engine's own compile cache variables (the compile cache's ``engine`` part).
     compile_cache_vars: ClassVar[tuple[str, ...]] = ()
     #: The launch flag that caps prompt plus generated tokens per request.
     max_len_flag: ClassVar[str]
