@@ -458,3 +458,30 @@ def test_the_build_page_says_whether_the_image_is_reproducible(
     assert "<strong>no</strong>" in html
     assert "/etc/build-time: content 1a vs 2b" in html
     assert "Docker Engine 20.10.24" in html
+
+
+def test_a_link_at_out_is_replaced_and_what_it_points_to_is_left(
+    made: ReportProject, tmp_path: Path
+) -> None:
+    """A symlink planted at the report's directory (issue 46, What 3): the report replaces
+    the link, and the directory it pointed to keeps exactly what it had."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "site").symlink_to(elsewhere)
+    report_json(made, "--out", str(tmp_path / "site"))
+    assert not (tmp_path / "site").is_symlink() and (tmp_path / "site" / "index.html").is_file()
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "site"]
+
+
+def test_a_diff_is_never_written_through_a_planted_link(
+    made: ReportProject, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / "diff").symlink_to(elsewhere)  # dangling: nothing may be made there
+    result = made.run("report", "--diff", "pkg-new@HEAD~1", "pkg-new", "--out", str(out))
+    assert result.exit_code != 0 and "is a symlink" in result.stderr, result.output
+    assert not elsewhere.exists() and "Traceback" not in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["diff"]  # no scratch left

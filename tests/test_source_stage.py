@@ -445,3 +445,15 @@ def test_lock_check_without_a_lock_file_is_its_own_state(project: Project) -> No
     assert result.exit_code == 0, result.output
     assert "no images.lock yet" in result.stderr and "sparkbuild lock" in result.stderr
     assert not (project.root / "images.lock").exists()
+
+
+def test_prepare_never_writes_a_checkout_through_a_link(project: Project, tmp_path: Path) -> None:
+    """A link at --out (a planted one, or the cache's trees/BUILD) is refused, not followed
+    into the directory it points to (issue 46, What 3)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "tree").symlink_to(elsewhere)
+    result = project.run("prepare", "old", "--out", str(tmp_path / "tree"))
+    assert result.exit_code == 1, result.output
+    assert "is a symlink" in result.stderr and "Traceback" not in result.output
+    assert list(elsewhere.iterdir()) == []

@@ -23,8 +23,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -228,21 +226,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:  # mkstemp makes 0600 files; the lock is a shared, committed file
-        mode = stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o644
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    fileio.write_atomic(path, text)  # keeps the lock's mode; a symlink there is replaced
 
 
 def _unwritable(path: Path, what: str, exc: OSError) -> LockError:

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sparkbuild import __version__, interrupts, jsontext
+from sparkbuild import __version__, fileio, interrupts, jsontext
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import TIME_FORMAT, BenchReport, CellResult
@@ -257,13 +257,19 @@ class Submission:
 
 
 def check_submission_dir(directory: Path) -> None:
-    """Before the run: the directory is new (or empty) and its parent writable."""
+    """Before the run: the directory is new (or empty) and its parent writable; a symlink
+    there, a dangling one too, is refused: the submission is never made at its target."""
+    if directory.is_symlink():
+        raise UsageError(
+            f"--arena {directory}: is a symlink; a submission is never written through one",
+            "pass a new directory (or the directory the link points to)",
+        )
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise UsageError(
             f"--arena {directory}: exists and is not an empty directory",
             "pass a new directory: a submission is written whole, never over another",
         )
-    parent = directory.resolve().parent
+    parent = fileio.resolve_parent(directory).parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UsageError(f"--arena {directory}: {parent} is not a writable directory")
 
@@ -506,7 +512,7 @@ def write_submission(
         "llama_benchy_json": jsontext.dumps(benchy, indent=2) + "\n",
         "report": report.model_dump_json(indent=2) + "\n",
     }
-    target = directory.resolve()
+    target = fileio.resolve_parent(directory)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         scratch.chmod(0o755)  # mkdtemp's 0700 would follow the rename

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 
-from sparkbuild import console, jsontext, lockfile, net
+from sparkbuild import console, fileio, jsontext, lockfile, net
 from sparkbuild.bench import report as bench_report
 from sparkbuild.bench.arena import check_submission_dir, refuse_unfit, write_submission
 from sparkbuild.bench.claims_request import ClaimsRequest
@@ -339,7 +339,8 @@ def detect_engine(url: str, timeout_s: float) -> str:
 
 def _default_log_path(settings: Settings, name: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return settings.project_dir / ".sparkbuild" / "bench-logs" / f"{name}-{stamp}.log"
+    relative = f".sparkbuild/bench-logs/{name}-{stamp}.log"
+    return fileio.project_output(settings.project_dir, relative, "--log FILE")
 
 
 def _request_timeout_s(launch: LaunchSettings) -> float:

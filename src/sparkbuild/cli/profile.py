@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def _free(path: Path, force: bool, what: str) -> None:
-    if path.exists() and not force:
+    if os.path.lexists(path) and not force:  # a dangling symlink is something there too
         raise UsageError(f"{what} {path} exists", "pass --force to replace it, or --name NAME")
 
 
@@ -141,8 +142,9 @@ def import_recipe_command(  # noqa: PLR0913 - click passes each option as a para
     imported = import_recipe(
         recipe, name=name, overrides=_overrides(overrides), model=model, engine_version=version
     )
-    profile_path = out or settings.smoke_dir / f"{imported.name}.yaml"
-    claims_path = settings.project_dir / "claims" / f"{imported.name}.yaml"
+    root = settings.project_dir
+    profile_path = out or fileio.project_output(root, f"smoke/{imported.name}.yaml", "--out")
+    claims_path = fileio.project_output(root, f"claims/{imported.name}.yaml")
     claims_text = None
     if figures:
         claims_text = arena.recipe_claims(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from sparkbuild import console
+from sparkbuild import console, fileio
 from sparkbuild.cli import emit_json, options
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
@@ -73,7 +73,7 @@ def report(
     """
     from sparkbuild.report import ReportOptions, write_diff, write_site
 
-    target = out or settings.project_dir / ".sparkbuild" / "report"
+    target = out or fileio.project_output(settings.project_dir, ".sparkbuild/report", "--out DIR")
     if diff_sides:
         if bench_runs or attach:
             raise UsageError(

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 from packaging.version import Version
 
-from sparkbuild import console, lockfile
+from sparkbuild import console, fileio, lockfile
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.cluster import write_manifest
 from sparkbuild.engines.adapters import EngineAdapter, adapter_for
@@ -42,7 +42,8 @@ from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
 
 def _default_log_path(settings: Settings, profile: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return settings.project_dir / ".sparkbuild" / "smoke-logs" / f"{profile}-{stamp}.log"
+    relative = f".sparkbuild/smoke-logs/{profile}-{stamp}.log"
+    return fileio.project_output(settings.project_dir, relative, "--log FILE")
 
 
 @click.command("smoke")

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
+from sparkbuild import fileio
 from sparkbuild.redact import redact
 
 # Engines print progress bars and colours; neither belongs in an excerpt.
@@ -43,7 +44,7 @@ class LogBuffer:
         self.path = path
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("w", encoding="utf-8")
+            self._file = fileio.open_output(path)  # a planted link is replaced, not followed
 
     def append(self, line: str) -> None:
         clean = redact(_ANSI.sub("", line.rstrip("\r\n")))

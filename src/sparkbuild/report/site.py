@@ -192,7 +192,7 @@ def check_out_dir(out: Path) -> None:
 
 def _is_report(out: Path) -> bool:
     try:
-        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        data = json.loads(fileio.read_text(out / MANIFEST))
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("generator") == GENERATOR
@@ -200,7 +200,7 @@ def _is_report(out: Path) -> bool:
 
 def write_site(settings: Settings, options: ReportOptions) -> ReportResult:
     now = options.now or datetime.now(UTC)
-    out = options.out.resolve()
+    out = fileio.resolve_parent(options.out)
     check_out_dir(out)
     lock, lock_dates = _load_lock(settings)
     context = view.Context(lock_dates, now, options.stale_days, settings.project_dir)
@@ -296,22 +296,19 @@ def write_diff(
         return _plain(here, now) if side.commit or side.note else here
 
     result = diff.diff_entries(a, b, context(a), context(b))
-    out = out.resolve()
+    out = fileio.resolve_parent(out)
     if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out} is a file", "pass a directory for the report")
     page = Page("diff", diff_page(given[0], given[1]), b.build)
-    staging = Path(tempfile.mkdtemp(prefix=".diff.", dir=_existing_parent(out)))
+    try:  # into the directories named, never through a link planted in their place
+        target = fileio.output_dir((out / page.path).parent) / Path(page.path).name
+        staging = Path(tempfile.mkdtemp(prefix=".diff.", dir=fileio.output_dir(out)))
+    except OSError as exc:
+        raise ReportError(f"--out {out}: cannot write: {fileio.reason(exc)}") from exc
     try:
         writer = _Writer(staging, _common(settings.lock_file, now, index=False), settings.cache_dir)
         writer.write(page, "diff.html", diff=result)
-        target = out / page.path
-        target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging / page.path, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ReportResult(out, (page,), 2)
-
-
-def _existing_parent(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path

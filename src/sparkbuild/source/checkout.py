@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sparkbuild import git
+from sparkbuild import fileio, git
 from sparkbuild.errors import CheckoutDirError, GitError
 from sparkbuild.settings import Settings
 from sparkbuild.source.items import ItemResult, PreparedSource
@@ -47,8 +47,13 @@ def checkout(prepared: PreparedSource, out: Path, *, force: bool = False) -> Pat
     with local edits or untracked files is left alone unless ``force``. A disk that is full
     or read-only is a CheckoutDirError naming the directory.
     """
+    if out.is_symlink():  # a checkout is written at the path named, never through a link
+        raise CheckoutDirError(
+            f"{out} is a symlink; a checkout is never written through one",
+            "remove the link, or pass the directory it points to as --out",
+        )
     try:
-        return _checkout(prepared, out.resolve(), force=force)
+        return _checkout(prepared, fileio.resolve_parent(out), force=force)
     except OSError as exc:
         raise _unwritable(out, exc.strerror or str(exc)) from exc
     except GitError as exc:
