@@ -242,3 +242,19 @@ def test_missing_base_image_is_reported(env: OverlayEnv) -> None:
     assert result.exit_code == 1
     assert "base image" in result.stderr and "not found" in result.stderr
     assert "sparkbuild-tests/absent" in result.stderr
+
+
+def test_a_context_cache_others_can_write_is_refused(env: OverlayEnv) -> None:
+    """Issue 46, What 3: the build context is made in the cache's ``contexts/``; another
+    user who can rename entries there could swap the context the image is built from."""
+    project = _project(env, "contexts", {NEW_FILE: "X = 1\n"})
+    cache = env.work / "cache-contexts"
+    (cache / "contexts").mkdir(parents=True)
+    (cache / "contexts").chmod(0o777)
+    result = sparkbuild(project, cache, "build", BUILD)
+    assert result.exit_code == 1, result.output
+    assert f"the context cache {cache / 'contexts'} is writable by group or others" in (
+        result.stderr
+    )
+    assert list((cache / "contexts").iterdir()) == []
+    assert "image" not in load_lock(project).get("builds", {}).get(BUILD, {})

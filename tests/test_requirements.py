@@ -23,7 +23,7 @@ from packaging.version import Version
 from pydantic import ValidationError
 
 from sparkbuild import lockfile, requirements
-from sparkbuild.errors import SparkbuildError, SpecError
+from sparkbuild.errors import SparkbuildError, SpecError, UntrustedCacheError
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds
 from tests.support.cli import run_cli
@@ -331,3 +331,28 @@ def test_a_planted_release_wheel_is_never_read_for_the_release_pins(
     assert source == f"{real.name} METADATA"
     wheel = cache / "wheels" / real.name
     assert hashlib.sha256(wheel.read_bytes()).digest() == hashlib.sha256(real.read_bytes()).digest()
+
+
+@pytest.mark.upstream
+def test_a_pinned_wheel_is_never_read_through_a_link_or_from_a_cache_others_write(
+    tmp_path: Path,
+) -> None:
+    """Issue 46, What 3: the wheel a lock pins is hashed in the cache and copied from it into
+    the image; a symlink planted at its name was followed (its target could change between
+    the hash and the copy), and a wheel cache others could write was used."""
+    project = _project(tmp_path, {"req": "iniconfig==2.3.0"})
+    settings = Settings(project_dir=project, cache_dir=tmp_path / "cache")
+    build = load_builds(settings)["b"]
+    pin, path = requirements.resolve_one(build.active_requirements()[0], build, settings)
+    elsewhere = tmp_path / "elsewhere.whl"
+    shutil.copyfile(path, elsewhere)
+    path.unlink()
+    path.symlink_to(elsewhere)
+
+    got = requirements.locked_wheel(pin, settings)
+
+    assert got == path and not got.is_symlink()
+    assert hashlib.sha256(got.read_bytes()).hexdigest() == pin.sha256
+    path.parent.chmod(0o777)
+    with pytest.raises(UntrustedCacheError, match="writable by group or others"):
+        requirements.locked_wheel(pin, settings)

@@ -245,6 +245,27 @@ def _entry_problem(
     return None
 
 
+def tree_problem(root: Path) -> str | None:
+    """Why the directory ``root`` and everything under it is not trusted as a whole: an
+    entry another user owns, one group or others can write, a symlink or a special file
+    (for items, such as a git mirror, whose integrity is their content's own hashes and
+    that no manifest lists)."""
+    why = path_problem(root)
+    if why is None and not root.is_dir():
+        why = "is not a directory"
+    if why is not None:
+        return why
+    for relative, info in _walk(root):
+        if stat.S_ISLNK(info.st_mode):
+            return f"{relative} is a symlink"
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            return f"{relative} is not a regular file"
+        why = _mode_problem(info, own=True)
+        if why is not None:
+            return f"{relative} {why}"
+    return None
+
+
 def seal_modes(root: Path) -> None:
     """Nothing under ``root`` (just made) writable by group or others, whatever the umask
     it was made under: :func:`files_problem` would refuse it."""
@@ -267,10 +288,10 @@ def trust_pycache(relative: str, info: os.stat_result) -> str | None:
     return None
 
 
-def discard(path: Path, what: str, why: str) -> None:
-    """An item that failed its check: said, removed, to be made again. One that cannot be
-    removed (another user's) is refused, never used."""
-    console.err.print(f"preflight: {what} {path} is not used: {why}; making it again", markup=False)
+def discard(path: Path, what: str, why: str, *, by: str = "preflight") -> None:
+    """An item that failed its check: said (``by``: the stage), removed, to be made again.
+    One that cannot be removed (another user's) is refused, never used."""
+    console.err.print(f"{by}: {what} {path} is not used: {why}; making it again", markup=False)
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)
     else:
@@ -291,5 +312,6 @@ __all__ = [
     "read_manifest",
     "seal_modes",
     "sha256_of",
+    "tree_problem",
     "write_manifest",
 ]

@@ -23,7 +23,6 @@ patch) name PEP 508 requirements such as ``transformers==5.8.1``. For each build
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -41,7 +40,7 @@ from packaging.requirements import Requirement as PEP508Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from sparkbuild import git, lockfile, wheelindex
+from sparkbuild import cachetrust, git, lockfile, wheelindex
 from sparkbuild.errors import LockError, RequirementError, SpecError
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.settings import Settings
@@ -223,16 +222,10 @@ def raise_on_conflicts(build: Build, conflicts: list[Conflict]) -> None:
         )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def wheel_cache(settings: Settings) -> Path:
-    return settings.cache_dir / "wheels"
+    """The cache's private ``wheels/`` (``cachetrust``: the user's own, written by no one
+    else): what is pinned is hashed there, and copied from there into the image."""
+    return cachetrust.private_dir(settings.cache_dir / "wheels", "the wheel cache")
 
 
 def resolve_one(
@@ -241,7 +234,6 @@ def resolve_one(
     """The newest wheel for the image that satisfies ``requirement``, downloaded and hashed."""
     python = build.image.python
     cache = wheel_cache(settings)
-    cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".dl-") as tmp:
         args = [f"--platform={p}" for p in _PLATFORMS]
         args += [f"--python-version={python}", "--implementation=cp", requirement.req]
@@ -258,7 +250,7 @@ def resolve_one(
         name=str(name),
         version=str(version),
         filename=target.name,
-        sha256=_sha256(target),
+        sha256=cachetrust.sha256_of(target),
     )
     return pinned, target
 
@@ -266,8 +258,9 @@ def resolve_one(
 def locked_wheel(pin: lockfile.LockedWheel, settings: Settings) -> Path:
     """The exact file images.lock pins: from the cache, else downloaded; hash verified."""
     path = wheel_cache(settings) / pin.filename
+    if path.is_symlink():  # never read through: fetched again in its place
+        path.unlink()
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent, prefix=".dl-") as tmp:
             name, version, _, tags = parse_wheel_filename(pin.filename)
             tag = next(iter(tags))
@@ -275,7 +268,7 @@ def locked_wheel(pin: lockfile.LockedWheel, settings: Settings) -> Path:
             args = [] if tag.platform == "any" else args
             got = _pip_download([*args, f"{name}=={version}"], Path(tmp), pin.filename)
             os.replace(got, path)
-    actual = _sha256(path)
+    actual = cachetrust.sha256_of(path)
     if actual != pin.sha256:
         raise LockError(
             f"{pin.filename}: sha256 {actual} does not match images.lock ({pin.sha256})",

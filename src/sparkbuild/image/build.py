@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import docker.errors
 
-from sparkbuild import console, dockerhost, imageref, lockfile, requirements, source
+from sparkbuild import cachetrust, console, dockerhost, imageref, lockfile, requirements, source
 from sparkbuild.errors import (
     BuildFailedError,
     CubinCheckError,
@@ -347,8 +347,10 @@ def _run_build(plan: _Plan, job: ImageJob, *, again: bool = False) -> str:
         and options.builder_name is None
     ):
         build_args["MAX_JOBS"] = str(builder.daemon_max_jobs(job.api))
-    work_root = job.settings.cache_dir / ("contexts-again" if again else "contexts")
-    work_root.mkdir(parents=True, exist_ok=True)
+    # Private (cachetrust): another user who could rename entries here could swap the
+    # context the image is built from.
+    folder = "contexts-again" if again else "contexts"
+    work_root = cachetrust.private_dir(job.settings.cache_dir / folder, "the context cache")
     with tempfile.TemporaryDirectory(dir=work_root, prefix=f"{build.name}-") as tmp:
         context_dir = Path(tmp) / "context"
         context_dir.mkdir()

@@ -25,7 +25,7 @@ from sparkbuild.redact import strip_userinfo
 from sparkbuild.report.charts import CellFigures, Chart, bench_charts
 from sparkbuild.report.dates import LockDates, RecordDate
 from sparkbuild.report.runs import BenchRuns, RunMatch
-from sparkbuild.source.mirror import Mirror
+from sparkbuild.source.mirror import Mirror, trusted_mirrors
 
 Tone = Literal["good", "bad", "warn", "stale", "none"]
 STAGES = ("source", "image", "preflight", "smoke", "bench", "publish")
@@ -346,7 +346,7 @@ def commit_links(cache_dir: Path) -> Callable[[str | None, str | None], str | No
     """:func:`commit_link`, except for a commit the cache shows came from a local mirror or
     repository (``--repo``): the mirror of ``repo`` lacks it and another mirror holds it, so
     the upstream's page of it may not exist."""
-    mirrors = sorted((cache_dir / "mirrors").glob("*.git"))
+    mirrors = trusted_mirrors(cache_dir)  # git runs in none that is not the cache's own
 
     @functools.cache
     def elsewhere(repo: str, sha: str) -> bool:
@@ -354,7 +354,7 @@ def commit_links(cache_dir: Path) -> Callable[[str | None, str | None], str | No
             own = Mirror(cache_dir, repo)
         except SparkbuildError:
             return False
-        if (own.path / "HEAD").exists() and own.has_commit(sha):
+        if own.path in mirrors and own.has_commit(sha):
             return False
         return any(_holds(path, sha) for path in mirrors if path != own.path)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sparkbuild import fileio, git
+from sparkbuild import cachetrust, fileio, git
 from sparkbuild.errors import CheckoutDirError, GitError
 from sparkbuild.settings import Settings
 from sparkbuild.source.items import ItemResult, PreparedSource
@@ -133,4 +133,5 @@ def conflict_patch_name(item: ItemResult) -> str:
 
 
 def default_checkout_dir(settings: Settings, build: Build) -> Path:
-    return settings.cache_dir / "trees" / build.name
+    """``trees/BUILD`` in the cache, a private directory (``cachetrust``) as every cache's."""
+    return cachetrust.private_dir(settings.cache_dir / "trees", "the checkout cache") / build.name

@@ -16,7 +16,7 @@ from sparkbuild.errors import LockError, MissingContentsError
 from sparkbuild.settings import Settings
 from sparkbuild.source import lockproof
 from sparkbuild.source.items import FAILING
-from sparkbuild.source.mirror import Mirror
+from sparkbuild.source.mirror import Mirror, trusted_mirrors
 from sparkbuild.source.pins import staleness
 from sparkbuild.source.prepare import prepare_source
 from sparkbuild.spec import Build
@@ -71,7 +71,7 @@ def _unproven(settings: Settings, build: Build, locked: lockfile.SourceSection |
 
 def _mirror_holding(settings: Settings, locked: lockfile.SourceSection) -> str | None:
     """The URL of a mirror in the cache that holds the locked entry's commits, if any."""
-    for path in sorted((settings.cache_dir / "mirrors").glob("*.git")):
+    for path in trusted_mirrors(settings.cache_dir):
         url = (
             git.run(["config", "--get", "remote.origin.url"], git_dir=path, check=False)
             .stdout.decode(errors="replace")

@@ -202,7 +202,7 @@ def check_fields(build: Build, locked: SourceSection, derived: SourceSection) ->
 
 def mirror_has(mirror: Mirror, locked: SourceSection) -> bool:
     """Whether the mirror holds everything the locked entry pins (so it can be proven offline)."""
-    if not (mirror.path / "HEAD").exists():
+    if not mirror.trusted():
         return False
     wanted = [locked.commit, *(pr.head for pr in locked.prs)]
     return all(mirror.has_commit(sha) for sha in wanted if sha)

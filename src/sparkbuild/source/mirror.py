@@ -28,7 +28,7 @@ from pathlib import Path
 from filelock import FileLock
 from tenacity import RetryError, Retrying, retry_if_exception
 
-from sparkbuild import console, git, retries, validate
+from sparkbuild import cachetrust, console, git, retries, validate
 from sparkbuild.console import plural
 from sparkbuild.errors import (
     MissingContentsError,
@@ -37,6 +37,7 @@ from sparkbuild.errors import (
     UsageError,
 )
 from sparkbuild.redact import redact, strip_userinfo
+from sparkbuild.source import mirror_trust
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}\Z")
 _INIT = ".init-"  # a mirror being made: NAME.git.init-PID, renamed to NAME.git when done
@@ -98,19 +99,34 @@ class Mirror:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Exclusive use while refs change; concurrent runs wait here."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Exclusive use while refs change; concurrent runs wait here. The mirror cache is
+        private (``cachetrust``), and a mirror that is not one sparkbuild made is made again
+        (``mirror_trust``)."""
+        cachetrust.private_dir(self.path.parent, "the mirror cache")
         with FileLock(str(self.path) + ".lock"):
             self._ensure()
             yield
 
+    def trusted(self) -> bool:
+        """Whether the mirror is there and passes its checks, for a command that only reads
+        it (``lock --check``); one that fails is said and left alone."""
+        if not (self.path / "HEAD").exists():
+            return False
+        why = mirror_trust.mirror_problem(self.path, self.shown_url)
+        if why is not None:
+            console.warn(f"the mirror {self.path} is not used: {why}")
+        return why is None
+
     def _ensure(self) -> None:
-        if (self.path / "HEAD").exists():
-            return
+        if (self.path / "HEAD").exists() or os.path.islink(self.path):
+            why = mirror_trust.mirror_problem(self.path, self.shown_url)
+            if why is None:
+                return
+            cachetrust.discard(self.path, "the mirror", why, by="source")
         self._remove_abandoned_inits()
         tmp = self.path.with_name(self.path.name + f"{_INIT}{os.getpid()}")
-        try:
-            git.run(["init", "--bare", "--quiet", "--", str(tmp)])
+        try:  # no template: no hooks or other files of the user's git setup in a mirror
+            git.run(["init", "--bare", "--quiet", "--template=", "--", str(tmp)])
             self._configure(tmp)
             # Renamed into place last, so an interrupted init never leaves a half-made mirror.
             tmp.rename(self.path)
@@ -302,6 +318,17 @@ def _shorten(update: Callable[[str], None]) -> Callable[[str], None]:
             update(f"{match.group(1).lower()} {match.group(2)}")
 
     return shown
+
+
+def trusted_mirrors(cache_dir: Path) -> list[Path]:
+    """The mirrors in the cache that pass ``mirror_trust.mirror_problem`` (any URL), for
+    commands that read the cache without making mirrors."""
+    root = cache_dir / "mirrors"
+    if not root.is_dir() or cachetrust.chain_problem(root) is not None:
+        return []
+    return [
+        path for path in sorted(root.glob("*.git")) if mirror_trust.mirror_problem(path) is None
+    ]
 
 
 def is_partial(git_dir: Path) -> bool:
