@@ -56,6 +56,10 @@ PUBLIC_KEY_FILE = "cosign.pub"
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 32768, 8, 1
 # A hostile key file must not make scrypt take gigabytes: 128 * N * r bytes at most 256 MiB.
 _MAX_SCRYPT_MEMORY = 256 * 1024 * 1024
+# Nor minutes before its passphrase is even checked: scrypt's work grows with N * r * p, and
+# cosign's own parameters take about a second; a key may ask for four times that, no more
+# (N=2^18 r=8 p=16, within the memory bound, took 52 s).
+_MAX_SCRYPT_WORK = 4 * SCRYPT_N * SCRYPT_R * SCRYPT_P
 _SALT_BYTES = 32
 _KEY_FILE_LIMIT = 64 * 1024
 _CURVE = "secp256r1"
@@ -200,12 +204,32 @@ def _document(text: bytes, source: str) -> EncryptedKey:
             f"{source}: unsupported key encryption {document.kdf.name}/{document.cipher.name} "
             "(cosign keys use scrypt and nacl/secretbox)"
         )
-    if params.n & (params.n - 1) or 128 * params.n * params.r > _MAX_SCRYPT_MEMORY:
+    why = _scrypt_problem(params)
+    if why is not None:
         raise SigningKeyError(
-            f"{source}: scrypt parameters N={params.n} r={params.r} are not a cosign key's "
-            "(N a power of two, at most 256 MiB of memory)"
+            f"{source}: scrypt parameters N={params.n} r={params.r} p={params.p} are not a "
+            f"cosign key's: {why}",
+            "make a new key with `sparkbuild keys generate` (or `cosign generate-key-pair`)",
         )
     return document
+
+
+def _scrypt_problem(params: _Params) -> str | None:
+    """Why scrypt would not, or should not, run with ``params``: OpenSSL's own limits (it
+    refuses them after the work is set up), and sparkbuild's bounds on memory and time."""
+    n, r, p = params.n, params.r, params.p
+    if n & (n - 1):
+        return "N is not a power of two"
+    if 128 * n * r > _MAX_SCRYPT_MEMORY:
+        return "more than 256 MiB of memory"
+    if r < 16 and n >= 1 << (16 * r):  # OpenSSL: N < 2^(128 r / 8)
+        return f"N must be below 2^{16 * r} for r={r} (OpenSSL refuses it)"
+    if n * r * p > _MAX_SCRYPT_WORK:
+        return (
+            f"N*r*p is {n * r * p}, more than four times cosign's own "
+            f"(N={SCRYPT_N} r={SCRYPT_R} p={SCRYPT_P}): it would take minutes"
+        )
+    return None
 
 
 def decrypt(text: bytes, passphrase: bytes, source: str) -> ec.EllipticCurvePrivateKey:
@@ -216,7 +240,11 @@ def decrypt(text: bytes, passphrase: bytes, source: str) -> ec.EllipticCurvePriv
     sealed = _unb64(document.ciphertext, "ciphertext", source)
     if len(nonce) != nacl.secret.SecretBox.NONCE_SIZE:
         raise SigningKeyError(f"{source}: the key's nonce is not 24 bytes")
-    box = nacl.secret.SecretBox(_derive(passphrase, salt, document.kdf.params))
+    try:
+        secret = _derive(passphrase, salt, document.kdf.params)
+    except (MemoryError, ValueError) as exc:  # OpenSSL refused what the bounds let through
+        raise SigningKeyError(f"{source}: scrypt refused the key's parameters: {exc}") from None
+    box = nacl.secret.SecretBox(secret)
     try:
         der = box.decrypt(sealed, nonce)
     except nacl.exceptions.CryptoError:
@@ -351,13 +379,48 @@ def generate(passphrase: bytes) -> tuple[bytes, bytes]:
     return encrypt(key, passphrase), PublicKey(key.public_key(), "new").pem()
 
 
-def write_new(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` (which must not exist) with ``mode`` from the start."""
+def key_paths(prefix: str) -> tuple[Path, Path]:
+    """``PREFIX.key`` and ``PREFIX.pub``, neither there yet; a prefix that is empty or names
+    a directory (``keys/``, ``.``) is refused: ``keys/`` would have written ``keys.key``
+    beside it."""
+    path = Path(prefix)
+    if not prefix.strip() or prefix.endswith(("/", os.sep)) or path.name in ("", ".", ".."):
+        raise UsageError(
+            f"--output-prefix {prefix!r} is not a file name prefix",
+            "pass DIR/NAME, e.g. --output-prefix keys/cosign (writes keys/cosign.key and "
+            "keys/cosign.pub)",
+        )
+    private, public = path.with_name(path.name + ".key"), path.with_name(path.name + ".pub")
+    for made in (private, public):
+        _refuse_existing(made)
+    return private, public
+
+
+def write_pair(private: Path, private_pem: bytes, public: Path, public_pem: bytes) -> None:
+    """The private key (0600) and its public key, both or neither: both paths are checked
+    free first, and the private key is removed again if the public one cannot be written (a
+    ``cosign.key`` left beside another key's ``cosign.pub`` would sign for no one)."""
+    for path in (private, public):
+        _refuse_existing(path)
+    write_new(private, private_pem, 0o600)
+    try:
+        write_new(public, public_pem, 0o644)
+    except BaseException:
+        private.unlink(missing_ok=True)
+        raise
+
+
+def _refuse_existing(path: Path) -> None:
     if path.exists() or path.is_symlink():
         raise UsageError(
             f"{path} exists; a key is never overwritten",
             "move it aside, or pass another --output-prefix",
         )
+
+
+def write_new(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` (which must not exist) with ``mode`` from the start."""
+    _refuse_existing(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
     try:

@@ -13,14 +13,95 @@ The document is built from pydantic models with Kyverno's field names and dumped
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from sparkbuild.attest import statements
 from sparkbuild.attest.keys import PublicKey
+from sparkbuild.errors import UsageError
+from sparkbuild.lockfile import LockFile, PublishRecord
 from sparkbuild.yamlfile import dump_yaml
+
+#: A ClusterPolicy's name: an RFC 1123 label (Kyverno uses it as a label value, at most 63).
+_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\Z")
+_PATTERN_LIMIT = 255
+_PATTERN_HINT = "e.g. --image 'ghcr.io/my-org/sparkbuild/*' (docs/verify.md)"
+
+
+def check_name(name: str) -> str:
+    """``name`` when Kubernetes takes it as the policy's name; a UsageError otherwise."""
+    if not _NAME.match(name):
+        raise UsageError(
+            f"--name {name[:80]!r} is not a Kubernetes name: lower-case letters, digits and "
+            "'-', starting and ending with a letter or digit, at most 63 characters",
+            "e.g. --name sparkbuild-signed-images",
+        )
+    return name
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why Kyverno would match no image with ``pattern``, or None. Kyverno matches the
+    wildcard pattern (``*``, ``?``) against a Pod's image as a full reference: the registry
+    host first (``docker.io`` for Docker Hub's), a lower-case repository, then a tag or
+    digest (``:latest`` added when there is none)."""
+    if not pattern or len(pattern) > _PATTERN_LIMIT or any(c.isspace() for c in pattern):
+        return "is empty, too long or holds white space"
+    if not pattern.isprintable() or "://" in pattern:
+        return "is a URL or holds control characters, not an image reference"
+    first, _, rest = pattern.partition("/")
+    host = "." in first or ":" in first or first == "localhost"
+    if "*" not in first and not (rest and host):
+        return f"names no registry: Kyverno matches the full reference ({first!r} is no host)"
+    repository = re.split(r"[:@]", rest, maxsplit=1)[0]
+    if repository != repository.lower():
+        return "has upper-case letters in its repository, which no image reference has"
+    if not pattern.endswith("*") and not re.search(r"[:@][^/]*\Z", pattern):
+        return "matches no tag or digest: every image a Pod runs has one"
+    return None
+
+
+def check_patterns(patterns: Iterable[str]) -> list[str]:
+    """The ``--image`` patterns, each one that can match an image; a UsageError otherwise."""
+    checked = []
+    for pattern in patterns:
+        why = pattern_problem(pattern)
+        if why is not None:
+            raise UsageError(f"--image {pattern[:120]!r} {why}", _PATTERN_HINT)
+        checked.append(pattern)
+    return checked
+
+
+def unpublished(patterns: Iterable[str], lock: LockFile) -> list[str]:
+    """A warning for each pattern that matches none of the references ``lock`` records as
+    published (by tag, alias or digest); none when nothing was published yet."""
+    published = [
+        reference
+        for entry in lock.builds.values()
+        for repository, record in (entry.publish or {}).items()
+        for reference in _references(repository, record)
+    ]
+    return [
+        f"--image {pattern!r} matches none of the {len(published)} image references this "
+        f"project published (e.g. {published[0]})"
+        for pattern in patterns
+        if published and not any(matches(pattern, reference) for reference in published)
+    ]
+
+
+def _references(repository: str, record: PublishRecord) -> list[str]:
+    tags = [t for t in (record.tag, *record.aliases) if t]
+    digests = {d for d in (record.digest, *(h.digest for h in record.history)) if d}
+    return [f"{repository}:{t}" for t in tags] + [f"{repository}@{d}" for d in sorted(digests)]
+
+
+def matches(pattern: str, reference: str) -> bool:
+    """Whether Kyverno's wildcard ``pattern`` matches ``reference``: ``*`` any run of
+    characters (``/`` too), ``?`` one."""
+    parts = (".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch("".join(parts), reference, flags=re.DOTALL) is not None
 
 
 class _Model(BaseModel):

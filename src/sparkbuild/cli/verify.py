@@ -106,18 +106,16 @@ def keys_group() -> None:
     "prefix",
     default="cosign",
     show_default=True,
-    type=click.Path(path_type=Path),
     help="Write PREFIX.key (private, mode 0600) and PREFIX.pub.",
 )
 @options.json()
-def generate_command(prefix: Path, as_json: bool) -> None:
+def generate_command(prefix: str, as_json: bool) -> None:
     """Make an ECDSA P-256 key pair in cosign's format, the private key encrypted with the
     passphrase in SPARKBUILD_SIGNING_PASSWORD (or typed twice on a terminal)."""
+    private, public = keys.key_paths(prefix)  # before the passphrase is asked for
     passphrase = _new_passphrase()
     private_pem, public_pem = keys.generate(passphrase)
-    private, public = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")
-    keys.write_new(private, private_pem, 0o600)
-    keys.write_new(public, public_pem, 0o644)
+    keys.write_pair(private, private_pem, public, public_pem)
     fingerprint = keys.PublicKey(keys.public_from_pem(public_pem, str(public)), "").fingerprint
     if as_json:
         emit_json({"private": str(private), "public": str(public), "fingerprint": fingerprint})
@@ -174,8 +172,12 @@ def policy_command(
 ) -> None:
     """Print a Kyverno ClusterPolicy that admits the images only when signed by the key, with
     signed provenance and passing verdicts (docs/verify.md)."""
+    patterns = policy.check_patterns(images)
     public = public_key(settings, key_path)
-    text = policy.render(policy.kyverno_policy(public, list(images), name))
+    if settings.lock_file.is_file():  # a policy for images never published guards nothing
+        for warning in policy.unpublished(patterns, lockfile.load(settings.lock_file)):
+            console.warn(warning)
+    text = policy.render(policy.kyverno_policy(public, patterns, policy.check_name(name)))
     if output is None:
         click.echo(text, nl=False)
     else:
