@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform as host_platform
+import re
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from sparkbuild.errors import DockerUnavailableError, PlatformError
+from sparkbuild.console import clipped
+from sparkbuild.errors import DockerAPIError, DockerUnavailableError, PlatformError, SparkbuildError
 
 SETUP_HINT = "start one with `sudo scripts/setup-host.sh` (or `sudo systemctl start docker`)"
 
@@ -44,6 +46,77 @@ def client(timeout: int = 300, endpoint: str | None = None) -> docker.DockerClie
             f"no Docker daemon answers at {where} ({exc})", _endpoint_hint(endpoint, where, exc)
         ) from exc
     return api
+
+
+# What every Docker Engine API answers: a 404 here is another service at the address.
+_SYSTEM_PATHS = ("/_ping", "/info", "/version")
+_VERSIONED = re.compile(r"^/v[0-9.]+(?=/)")
+
+
+def api_error(exc: docker.errors.DockerException) -> SparkbuildError:
+    """The one mapping from a docker SDK failure to the error the user sees (as docker-py's
+    own errors.py maps HTTP answers to its classes): the endpoint, what was asked, what it
+    answered, and what to check; never "a file operation" (an APIError is an OSError)."""
+    if not isinstance(exc, docker.errors.APIError) or exc.response is None:
+        return DockerUnavailableError(f"the Docker engine failed: {clipped(exc)}", SETUP_HINT)
+    url = urlsplit(str(exc.response.url or ""))
+    where = _endpoint_of(url.scheme, url.netloc)
+    path = _VERSIONED.sub("", url.path) or "/"
+    method = exc.response.request.method if exc.response.request is not None else "GET"
+    said = clipped(exc.explanation or exc.response.reason or "", 200)
+    if exc.status_code == 404 and path in _SYSTEM_PATHS:
+        return DockerAPIError(
+            f"{where} answered 404 to {path}: it is not a Docker Engine API (another service "
+            "answers at that address)",
+            "point the endpoint (DOCKER_HOST, a cluster node's endpoint:) at a Docker daemon; "
+            f"`docker --host {where} info` shows what answers there",
+        )
+    return DockerAPIError(
+        f"the Docker engine at {where} answered {exc.status_code} to {method} {path}"
+        + (f": {said}" if said else ""),
+        f"check the daemon (`docker --host {where} info`, its log), then run again",
+    )
+
+
+def _endpoint_of(scheme: str, netloc: str) -> str:
+    """The endpoint as `docker --host` takes it, from the URL docker-py asked."""
+    if scheme in ("http", "https") and netloc:
+        return f"tcp://{netloc}"
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")  # a socket: no host
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    """What sparkbuild reads of a daemon's ``/info``: its machine, runtimes and size."""
+
+    architecture: str
+    runtimes: frozenset[str]
+    memory_bytes: int
+    cpus: int
+
+
+def info(api: docker.DockerClient) -> DaemonInfo:
+    """The daemon's ``/info``, or the mapped error (:func:`api_error`); a field that is not
+    what Docker sends counts as missing."""
+    try:
+        found = api.info()
+    except docker.errors.DockerException as exc:
+        raise api_error(exc) from exc
+    runtimes = _field(found, "Runtimes", {})
+    return DaemonInfo(
+        architecture=str(_field(found, "Architecture", "")).lower(),
+        runtimes=frozenset(map(str, runtimes)) if isinstance(runtimes, dict) else frozenset(),
+        memory_bytes=_count(_field(found, "MemTotal", 0), 0),
+        cpus=_count(_field(found, "NCPU", 1), 1),
+    )
+
+
+def _field(found: object, key: str, default: object) -> object:
+    return found.get(key, default) if isinstance(found, dict) else default
+
+
+def _count(value: object, default: int) -> int:
+    return value if isinstance(value, int) and value >= 0 else default
 
 
 def _endpoint_hint(endpoint: str | None, where: str, exc: Exception) -> str:

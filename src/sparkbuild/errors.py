@@ -212,6 +212,11 @@ class DockerUnavailableError(SparkbuildError):
     BuildKit builds (or buildx is needed), or no emulation runs the platform's binaries."""
 
 
+class DockerAPIError(SparkbuildError):
+    """A Docker endpoint answered a request with an error, or is not a Docker Engine API at
+    all (another service at its address answers 404 to ``/info``)."""
+
+
 class PlatformError(SparkbuildError):
     """A platform that is not ``linux/ARCH``, or an image of another platform than asked for."""
 

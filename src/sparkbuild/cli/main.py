@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,12 +67,16 @@ class _Group(click.Group):
         except OSError as exc:  # the disk, not sparkbuild: one screen naming the file
             if os.environ.get("SPARKBUILD_DEBUG"):
                 raise
-            error = file_system_error(exc)
+            error = _docker_error(exc) or file_system_error(exc)
             render_error(error)
             ctx.exit(error.exit_code)
         except Exception as exc:  # a bug: still one screen, with the way to see the trace
             if os.environ.get("SPARKBUILD_DEBUG"):
                 raise
+            mapped = _docker_error(exc)
+            if mapped is not None:
+                render_error(mapped)
+                ctx.exit(mapped.exit_code)
             render_error(
                 InternalError(
                     f"internal error: {type(exc).__name__}: {exc}",
@@ -80,6 +85,18 @@ class _Group(click.Group):
                 )
             )
             ctx.exit(EXIT_FAILURE)
+
+
+def _docker_error(exc: Exception) -> SparkbuildError | None:
+    """A docker SDK failure no caller mapped (its APIError is an OSError), as the one
+    mapping says (``dockerhost.api_error``); None for anything else. The SDK is looked up,
+    not imported: a command that never loaded it cannot have raised its errors."""
+    errors = sys.modules.get("docker.errors")
+    if errors is None or not isinstance(exc, errors.DockerException):
+        return None
+    from sparkbuild import dockerhost
+
+    return dockerhost.api_error(exc)
 
 
 def file_system_error(exc: OSError) -> FileSystemError:

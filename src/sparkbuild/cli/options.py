@@ -260,6 +260,13 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         # launch one, not for `sparkbuild patches`.
         from sparkbuild.engines.launch import LaunchSettings, TargetChoice
 
+        if url and drop_caches:  # nothing is started at a URL, so nothing would be dropped
+            raise UsageError(
+                "--drop-caches with --url: sparkbuild starts no engine there, so it drops "
+                "no page cache before it",
+                "drop it on the engine's host before you start the engine (as root: "
+                "`sync; echo 3 > /proc/sys/vm/drop_caches`), and leave --drop-caches out",
+            )
         launch = LaunchSettings(
             TargetChoice(
                 image=image, command=command, url=url, gpus=gpus, cluster=cluster, key=key_path

@@ -65,9 +65,8 @@ class BootPrep:
 
 def spark_endpoint(endpoint: str | None) -> bool:
     """A Docker host that is a DGX Spark: aarch64 with NVIDIA's container runtime."""
-    info = dockerhost.client(timeout=30, endpoint=endpoint).info()
-    arch = str(info.get("Architecture", "")).lower()
-    return arch in ("aarch64", "arm64") and "nvidia" in (info.get("Runtimes") or {})
+    info = dockerhost.info(dockerhost.client(timeout=30, endpoint=endpoint))
+    return info.architecture in ("aarch64", "arm64") and "nvidia" in info.runtimes
 
 
 def spark_here() -> bool:

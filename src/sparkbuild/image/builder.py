@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sparkbuild import console
+from sparkbuild import console, dockerhost
 from sparkbuild.errors import (
     BuildFailedError,
     DockerUnavailableError,
@@ -135,8 +135,8 @@ def find_client(*, need_buildx: bool = False) -> BuildClient:
 
 def daemon_max_jobs(api: DockerClient) -> int:
     """Parallel compile jobs for the local daemon's memory and cores."""
-    info = api.info()
-    return max_jobs(int(info.get("MemTotal", 0)), int(info.get("NCPU", 1)))
+    info = dockerhost.info(api)
+    return max_jobs(info.memory_bytes, info.cpus)
 
 
 def max_jobs(memory_bytes: int, cpus: int) -> int:
