@@ -48,7 +48,9 @@ def _start_smoke(project: Path, *args: str) -> subprocess.Popen[bytes]:
 
 def _owned_containers(pid: int) -> list[Any]:
     filters: dict[str, str | list[str] | bool] = {"label": f"{lifeline.LABEL_PID}={pid}"}
-    return list(docker_client().containers.list(all=True, filters=filters))
+    # ignore_removed: docker-py inspects each container it lists, and on a busy host one may be
+    # removed in between (NotFound), as remove_orphans knows too.
+    return list(docker_client().containers.list(all=True, filters=filters, ignore_removed=True))
 
 
 @pytest.fixture
@@ -148,7 +150,7 @@ def test_next_start_removes_orphans_and_keeps_live_owners() -> None:
         )
     try:
         removed = lifeline.remove_orphans(client)
-        left = {c.id for c in client.containers.list(all=True)}
+        left = {c.id for c in client.containers.list(all=True, ignore_removed=True)}
         assert made["dead"].id not in left and made["reused"].id not in left
         assert made["live"].id in left, "a container whose owner runs was removed"
         assert made["other-host"].id in left, "another host's container was judged"
@@ -160,6 +162,35 @@ def test_next_start_removes_orphans_and_keeps_live_owners() -> None:
         for container in made.values():
             with contextlib.suppress(Exception):  # already removed by the sweep
                 container.remove(force=True)
+
+
+@pytest.mark.docker
+def test_a_container_removed_while_the_sweep_lists_them_leaves_the_others_swept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docker-py lists the containers, then inspects each: one removed in between (by the
+    other test worker, or a user) raised NotFound, and the sweep gave up on every orphan
+    (issue 46). The removal is real, made right after the list returns."""
+    client = docker_client()
+    image = skeleton_image()
+    orphan, vanishing = (
+        client.containers.create(image, command=["/bin/true"], labels=_exited_process_labels())
+        for _ in range(2)
+    )
+    listed = client.api.containers
+
+    def list_then_remove(*args: Any, **kwargs: Any) -> Any:
+        found = listed(*args, **kwargs)
+        vanishing.remove(force=True)
+        return found
+
+    monkeypatch.setattr(client.api, "containers", list_then_remove)
+    try:
+        removed = lifeline.remove_orphans(client)
+        assert orphan.name in removed
+    finally:
+        with contextlib.suppress(Exception):  # already removed by the sweep
+            orphan.remove(force=True)
 
 
 def test_parent_death_signal_reaches_the_child(tmp_path: Path) -> None:

@@ -91,11 +91,11 @@ def remove_orphans(client: DockerClient) -> list[str]:
     import docker.errors
 
     removed: list[str] = []
-    try:
-        containers = client.containers.list(all=True, filters={"label": LABEL_PID})
+    try:  # docker-py inspects each listed container: one removed meanwhile is passed over
+        found = client.containers.list(all=True, filters={"label": LABEL_PID}, ignore_removed=True)
     except docker.errors.APIError:
         return removed
-    for container in containers:
+    for container in found:  # each on its own: one that fails leaves the others to remove
         labels = container.labels or {}
         if owner_alive(labels) is False:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
