@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild import dockerhost
+from sparkbuild.attest import keys
 from sparkbuild.errors import DockerAPIError
 from tests.support.cli import RunCli
 from tests.support.hostile_http import HostileServer, Reply
@@ -82,3 +83,23 @@ def test_drop_caches_with_url_is_refused_by_name(run_cli: RunCli, command: str) 
     quiet = run_cli("--project", str(ROOT), command, "--url", "http://127.0.0.1:9",
                     "--profile", "cpu-reference", "--no-drop-caches")  # fmt: skip
     assert "--drop-caches" not in quiet.stderr
+
+
+def test_a_registrys_thousand_errors_are_quoted_bounded(run_cli: RunCli, tmp_path: Path) -> None:
+    """What a registry says about a failure reaches a finding and the JSON: a registry
+    answering with thousands of error entries made a message of hundreds of kilobytes."""
+    digest = "sha256:" + "ab" * 32
+    errors = [{"code": "DENIED", "message": "m" * 120} for _ in range(2000)]
+    (tmp_path / "cosign.pub").write_bytes(keys.generate(b"passphrase")[1])
+    with HostileServer() as registry:
+        registry.route("/v2/", Reply(body=b"{}"))
+        registry.route(
+            f"/v2/acme/x/manifests/{digest.replace(':', '-')}.sig",
+            Reply(403, json.dumps({"errors": errors}).encode()),
+        )
+        result = run_cli("--project", str(ROOT), "verify", f"{registry.address}/acme/x@{digest}",
+                         "--key", str(tmp_path / "cosign.pub"), "--json")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    findings = {f["name"]: f for f in json.loads(result.stdout)["findings"]}
+    detail = findings["signature"]["detail"]
+    assert "DENIED: mmm" in detail and "characters]" in detail and len(detail) < 1000

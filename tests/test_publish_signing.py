@@ -633,6 +633,72 @@ def test_a_huge_or_malformed_referrers_index_is_refused(signed: Signed) -> None:
         _nothing_signed(signed, case, lock, digest)
 
 
+def _verify_with(signed: Signed, lock: Path, reference: str) -> CliResult:
+    return run_publish_cli(
+        signed.env.project, "--lock-file", str(lock), "verify", reference,
+        "--key", str(signed.keys.public), "--json",
+        env=signed.env.creds_env(), docker_config=signed.env.empty_docker_config,
+    )  # fmt: skip
+
+
+def test_verify_fails_when_the_lock_records_a_later_failing_verdict(signed: Signed) -> None:
+    """Issue 46, medium: the signed verdicts say pass, then a smoke run of the same image
+    failed and images.lock says so; verify still said ok."""
+    digest, lock = _published(signed, "overruled")
+    reference = f"{signed.env.registry.address}/overruled/sglang@{digest}"
+    assert _verify_with(signed, lock, reference).exit_code == 0
+    record_smoke(lock, BUILD, PROFILE, "fail")
+    result = _verify_with(signed, lock, reference)
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)
+    assert set(failed) == {"verdicts-smoke"}
+    assert f"images.lock now records {PROFILE}: fail" in failed["verdicts-smoke"]["detail"]
+
+
+def _blob_file(registry: LocalRegistry, digest: str) -> Path:
+    hexdigest = digest.removeprefix("sha256:")
+    return (
+        registry.root / "data/docker/registry/v2/blobs/sha256" / hexdigest[:2] / hexdigest / "data"
+    )
+
+
+def test_a_payload_that_is_not_its_digests_bytes_is_a_finding_in_json(signed: Signed) -> None:
+    """Issue 46, low: a signature payload blob the registry serves with other bytes made
+    `verify --json` print an error and no JSON."""
+    env = signed.env
+    digest, _ = _published(signed, "mismatch")
+    manifest = _get(env.registry, f"mismatch/sglang/manifests/{layout.signature_tag(digest)}")
+    blob = _blob_file(env.registry, manifest.json()["layers"][0]["digest"])
+    blob.write_bytes(blob.read_bytes().replace(b"sglang", b"sglanG"))
+    result = signed.verify(f"{env.registry.address}/mismatch/sglang@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    failed = _failed(result)  # stdout is the JSON document
+    assert "signature" in failed and "with other bytes" in failed["signature"]["detail"]
+
+
+def test_a_huge_payload_type_is_quoted_bounded(signed: Signed) -> None:
+    """Issue 46, low: a 2 MB payloadType was copied whole into the finding (and the JSON)."""
+    env = signed.env
+    digest, _ = _published(signed, "typebomb")
+    repository = "typebomb/sglang"
+    predicate = "https://sparkbuild.dev/attestation/verdicts/v1"
+    envelope = json.dumps({
+        "payload": base64.b64encode(b"{}").decode(), "payloadType": "x" * 2_000_000,
+        "signatures": [{"keyid": "", "sig": base64.b64encode(b"no").decode()}],
+    }).encode()  # fmt: skip
+    layer = {"mediaType": layout.DSSE_ENVELOPE, "size": len(envelope),
+             "digest": push_blob(env.registry, repository, envelope),
+             "annotations": {layout.PREDICATE_ANNOTATION: predicate}}  # fmt: skip
+    _add_to_index(
+        signed, repository, digest, _referrer(signed, repository, digest, layer, predicate)
+    )
+    result = signed.verify(f"{env.registry.address}/{repository}@{digest}", "--json")
+    assert result.exit_code == 1, _output(result)
+    detail = _failed(result)["attestation:verdicts"]["detail"]
+    assert "[2000002 characters]" in detail and len(detail) < 1000
+    assert len(result.stdout) < 100_000
+
+
 def test_rollback_moves_aliases_only_to_signed_digests(signed: Signed) -> None:
     env = signed.env
     digest, lock = _published(signed, "rollback")

@@ -156,6 +156,14 @@ def safe(text: str) -> str:
     return text
 
 
+def clipped(value: object, limit: int = SHOWN_OF_LONG) -> str:
+    """``value`` as text for a record (a finding, an error): redacted first, then cut to
+    ``limit`` characters with its full length said, so that what another party sent (a
+    registry, an engine) cannot grow a record, and no cut leaves part of a secret."""
+    text = redact(str(value))
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text)} characters]"
+
+
 def safe_text(text: Text) -> Text:
     """:func:`safe` for a rich Text, its styles kept on the characters they covered."""
     for edits_of in _PASSES:

@@ -19,6 +19,7 @@ from sparkbuild import jsontext, lockfile
 from sparkbuild.attest import discover, layout, signing, statements
 from sparkbuild.attest.device_code import check_device_code
 from sparkbuild.attest.keys import PublicKey
+from sparkbuild.console import clipped
 from sparkbuild.errors import (
     AttestationError,
     ReferrersError,
@@ -27,6 +28,8 @@ from sparkbuild.errors import (
 )
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.registry.client import RegistryClient
+
+_SHOWN = 120  # characters of a registry's value a finding quotes
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,11 @@ def signature_findings(
         encoded = (layer.annotations or {}).get(layout.SIGNATURE_ANNOTATION)
         if layer.media_type != layout.SIMPLE_SIGNING or not encoded:
             continue
-        data = discover.blob(client, repository, layer, layout.PAYLOAD_LIMIT)
+        try:  # a payload that is not its digest's bytes is one more thing seen, not a crash
+            data = discover.blob(client, repository, layer, layout.PAYLOAD_LIMIT)
+        except ReferrersError as exc:
+            seen.append(f"a signed payload that cannot be read ({clipped(exc.message)})")
+            continue
         try:
             raw = _b64(encoded)
         except ValueError:
@@ -106,9 +113,9 @@ def signature_findings(
         if payload is None or payload.critical.type != layout.SIGNATURE_TYPE:
             seen.append("a signed payload that is not a cosign image signature")
         elif payload.critical.image.docker_manifest_digest != digest:
-            seen.append(f"a signature of {payload.critical.image.docker_manifest_digest}")
+            seen.append(f"a signature of {clipped(payload.critical.image.docker_manifest_digest)}")
         else:
-            identity = payload.critical.identity.docker_reference
+            identity = clipped(payload.critical.identity.docker_reference)
             return True, f"signed by {public.fingerprint[:19]} as {identity}"
     return False, "; ".join(seen) or "no simple-signing layer"
 
@@ -175,7 +182,8 @@ def _statement(
     except (ValueError, KeyError, TypeError, AttributeError):
         raise AttestationError(f"{where}: not a DSSE envelope") from None
     if opened.payload_type != signing.IN_TOTO_PAYLOAD:
-        raise AttestationError(f"{where}: payload type {opened.payload_type!r} is not in-toto")
+        shown = clipped(repr(opened.payload_type), _SHOWN)  # the registry's text: bounded
+        raise AttestationError(f"{where}: payload type {shown} is not in-toto")
     if not signing.envelope_verifies(opened, public):
         raise AttestationError(
             f"{where}: the envelope's signature does not verify with this key (another key's, "
@@ -194,7 +202,7 @@ def _statement(
         if isinstance(s, dict) and isinstance(s.get("digest"), dict)
     }
     if digest not in digests:
-        shown = ", ".join(sorted(digests)) or "nothing"
+        shown = clipped(", ".join(sorted(digests)) or "nothing", _SHOWN)
         raise AttestationError(
             f"{where}: a signed statement about {shown}, not {digest}; nothing from it is trusted",
             "an attestation of another image was attached to this one; publish again",
@@ -271,7 +279,7 @@ def _dependencies(predicate: dict[str, Any]) -> dict[str, dict[str, str]]:
 def provenance_build(predicate: dict[str, Any]) -> str | None:
     parameters = (predicate.get("buildDefinition") or {}).get("externalParameters") or {}
     build = parameters.get("build") if isinstance(parameters, dict) else None
-    return str(build) if build else None
+    return clipped(build) if build else None
 
 
 def check_provenance(
@@ -285,11 +293,13 @@ def check_provenance(
     expected = statements.dependency_digests(entry)
     got = _dependencies(predicate)
     differ = [
-        f"{name}: attested {got.get(name) or 'nothing'}, locked {digest or 'nothing'}"
+        f"{name}: attested {clipped(got.get(name) or 'nothing')}, locked {digest or 'nothing'}"
         for name, digest in expected.items()
         if got.get(name, {}) != digest
     ]
-    differ += [f"{name}: attested, not in images.lock" for name in got if name not in expected]
+    differ += [
+        f"{clipped(name)}: attested, not in images.lock" for name in got if name not in expected
+    ]
     if differ:
         return Finding(
             "provenance-lock",
@@ -317,9 +327,9 @@ def check_verdicts(
     image = predicate.get("image")
     image = image if isinstance(image, dict) else {}
     verdicts = statements.passing_profiles(predicate, profiles)
-    failing = {p: v for p, v in verdicts.items() if v != "pass"}
+    failing = {p: clipped(v) for p, v in verdicts.items() if v != "pass"}
     if image_id and image.get("imageId") != image_id:
-        failing["image"] = f"verdicts about {image.get('imageId')}, not {image_id}"
+        failing["image"] = f"verdicts about {clipped(image.get('imageId'))}, not {image_id}"
     if failing:
         listed = ", ".join(f"{p}: {v}" for p, v in failing.items())
         return Finding("verdicts-smoke", False, listed, "AttestationError")
@@ -404,4 +414,23 @@ def check_project(
             Finding("verdicts-smoke", False, "no verified verdicts", "AttestationError")
         )
     else:
-        result.findings.append(check_verdicts(verdicts, profiles[build], image_id or None))
+        finding = check_verdicts(verdicts, profiles[build], image_id or None)
+        result.findings.append(_overruled(finding, entry, image_id, profiles[build]))
+
+
+def _overruled(
+    finding: Finding, entry: lockfile.BuildEntry | None, image_id: str, profiles: tuple[str, ...]
+) -> Finding:
+    """``finding`` failed when images.lock now records a smoke verdict other than a pass for
+    this image (a run after the publish): the signed pass is what was true then."""
+    records = ((entry.smoke if entry else None) or {}).get(image_id) or {}
+    later = {p: r.verdict for p in profiles if (r := records.get(p)) and r.verdict != "pass"}
+    if not finding.ok or not image_id or not later:
+        return finding
+    listed = ", ".join(f"{p}: {v or 'no verdict'}" for p, v in later.items())
+    return Finding(
+        "verdicts-smoke",
+        False,
+        f"{finding.detail} when signed, but images.lock now records {listed} for this image",
+        "AttestationError",
+    )

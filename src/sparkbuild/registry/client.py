@@ -15,7 +15,7 @@ import requests
 from tenacity import RetryError, Retrying, retry_if_exception_type
 
 from sparkbuild import imageref, jsontext, net, retries
-from sparkbuild.console import plural
+from sparkbuild.console import clipped, plural
 from sparkbuild.errors import (
     CredentialsRejectedError,
     RegistryError,
@@ -65,6 +65,9 @@ def _json_object(body: bytes) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
+_ERRORS_SHOWN = 400  # characters of a registry's own error list an error message quotes
+
+
 def _shown(body: bytes) -> str:
     """A few bytes of what a registry sent, printable, for an error message."""
     text = body[:80].decode(errors="replace")
@@ -80,8 +83,8 @@ def _errors_of(response: requests.Response) -> str:
             for e in errors
             if isinstance(e, dict)
         ]
-        if parts:
-            return "; ".join(parts)
+        if parts:  # the registry's text: a thousand errors make one bounded message
+            return clipped("; ".join(parts), _ERRORS_SHOWN)
     return _shown(response.content) if response.content.strip() else str(response.reason)
 
 
