@@ -344,3 +344,30 @@ def test_keys_policy_prints_yaml_a_library_reads(tmp_path: Path, pair: tuple[byt
             "publicKeys"
         ].encode()
     )
+
+
+def test_the_sbom_graph_and_validation_are_the_librarys_in_linear_time() -> None:
+    """build_sbom makes the dependency graph directly and validates with a linear
+    ``uniqueItems`` (the library's register_dependency and jsonschema's pairwise check took
+    seconds on a real image's 700 components): the same graph, the same verdicts."""
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component
+    from cyclonedx.output.json import JsonV1Dot6
+
+    packages = tuple(contents.OsPackage(f"p{i}", "1.0", "arm64", None) for i in range(40))
+    found = contents.ImageContents("debian", "12", packages, ())
+    made = sbom.build_sbom(found, "b", _entry(), "ghcr.io/acme/sparkbuild/sglang", DIGEST)
+    root = Component(name="image", bom_ref="image")
+    parts = [Component(name=c["name"], bom_ref=c["bom-ref"]) for c in made.document["components"]]
+    library = Bom(components=parts)
+    library.metadata.component = root
+    library.register_dependency(root, parts)
+    expected = json.loads(JsonV1Dot6(library).output_as_string())["dependencies"]
+    assert made.document["dependencies"] == expected
+    validator = sbom._validator()
+    assert list(validator.iter_errors(made.document)) == []
+    twice = {**made.document, "components": [*made.document["components"]] * 2}
+    assert [e.validator for e in validator.iter_errors(twice)] == ["uniqueItems"]
+    numbers = {"type": "array", "uniqueItems": True}
+    assert not validator.evolve(schema=numbers).is_valid([1, 1.0])  # the same JSON number
+    assert validator.evolve(schema=numbers).is_valid([1, True, "1"])

@@ -28,7 +28,12 @@ from sparkbuild.publish.gate import (
     smoke_verdicts,
 )
 from sparkbuild.publish.record import after_push
-from sparkbuild.publish.signing import Signing, already_signed, sign_publication
+from sparkbuild.publish.signing import (
+    Signing,
+    already_signed,
+    read_during_push,
+    sign_publication,
+)
 from sparkbuild.registry import manifests
 from sparkbuild.registry.address import Manifest
 from sparkbuild.registry.client import RegistryClient
@@ -37,8 +42,12 @@ from sparkbuild.settings import Settings
 from sparkbuild.spec import Build
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from docker import DockerClient
     from docker.models.images import Image
+
+    from sparkbuild.attest.contents import ImageContents
 
 SECTION = "publish"
 
@@ -240,6 +249,7 @@ def _sign(  # noqa: PLR0913 - a publication's parts, as publish_build holds them
     verified: bool,
     record: lockfile.PublishRecord,
     signing: Signing | None,
+    read: Future[ImageContents] | None = None,
 ) -> lockfile.SignedRecord | None:
     """The publication's signature and attestations, or None when it is not signed."""
     if signing is None:
@@ -262,6 +272,7 @@ def _sign(  # noqa: PLR0913 - a publication's parts, as publish_build holds them
         image,
         signing,
         spec_file,
+        read,
     )
 
 
@@ -300,7 +311,10 @@ def publish_build(
     platform = str(image.platform or build.image.platform)
     manifest = _existing_tag(client, destination, image_id, platform)
     pushed = manifest is None
+    read = None
     if manifest is None:
+        if signing is not None and verified:  # the SBOM's contents, read while the push runs
+            read = read_during_push(image_id)
         api = dockerhost.client()
         local = local_image(api, build, image)
         layers.check_layers(local, max_layer_size, f"{destination.reference}:{destination.tag}")
@@ -318,7 +332,17 @@ def publish_build(
             "again",
         )
     signed = _sign(
-        build, settings, entry, destination, client, manifest, image, verified, record, signing
+        build,
+        settings,
+        entry,
+        destination,
+        client,
+        manifest,
+        image,
+        verified,
+        record,
+        signing,
+        read,
     )
     moved = move_aliases(client, destination, manifest, destination.aliases)
     publication = lockfile.Publication(
