@@ -342,7 +342,7 @@ def export_recipe_command(  # noqa: PLR0913 - click passes each option as a para
 )
 @click.option(
     "--memory-gib",
-    type=click.FloatRange(1, 4096),
+    type=options.FiniteFloat(1, 4096),
     default=119.0,
     show_default=True,
     help="Memory of one node (a DGX Spark: 119).",

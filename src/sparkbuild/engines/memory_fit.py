@@ -38,7 +38,6 @@ calibrated against the published runs (docs/smoke.md, "Memory fit") and reported
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -52,6 +51,7 @@ from typing import Any
 import yaml
 from packaging.version import Version
 
+from sparkbuild import fileio, jsontext
 from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.adapters.base import flag_value
 from sparkbuild.engines.adapters.facts import MemoryFacts
@@ -61,6 +61,12 @@ from sparkbuild.jsontext import JsonObject
 
 GIB = 1 << 30
 SPARK_MEMORY_GIB = 119.0
+#: A checkpoint's config.json is a few kilobytes; one far larger is not a config.
+CONFIG_LIMIT = 4 * fileio.MIB
+#: Bounds no checkpoint reaches (the largest have ~200 layers, hidden and vocab sizes of a
+#: few hundred thousand): a config beyond them would make the estimate loop for hours.
+MAX_LAYERS = 4096
+MAX_SIZE = 1 << 26
 # a table: bytes per element of each dtype name, several to a row
 _DTYPE_BYTES = {
     "auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 4.0,
@@ -168,49 +174,51 @@ class Fit:
 # --- the model's shape ----------------------------------------------------------------------
 
 
-def _text_config(config: Mapping[str, object]) -> Mapping[str, Any]:
+def _text_config(config: Mapping[str, object]) -> Mapping[str, object]:
     nested = config.get("text_config")
     return {**config, **nested} if isinstance(nested, Mapping) else config
 
 
-def _layer_kinds(config: Mapping[str, Any], layers: int) -> list[str]:
+def _layer_kinds(config: Mapping[str, object], layers: int) -> list[str]:
     """Each layer's kind: ``attention``, ``mamba`` (Mamba2), ``linear`` (GatedDeltaNet) or
     ``mlp`` (no cache), from whichever spelling the config uses."""
-    if isinstance(config.get("layer_types"), list):
-        names = [str(t) for t in config["layer_types"]]
-    elif isinstance(config.get("hybrid_override_pattern"), str):
+    listed = config.get("layer_types")
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(listed, list):
+        names = [str(t) for t in listed[: MAX_LAYERS + 1]]
+    elif isinstance(pattern, str):
         code = {"M": "mamba", "*": "attention", "-": "mlp", "E": "mlp"}
-        names = [code.get(c, "mlp") for c in config["hybrid_override_pattern"]]
+        names = [code.get(c, "mlp") for c in pattern[: MAX_LAYERS + 1]]
     elif config.get("full_attention_interval"):
-        every = int(config["full_attention_interval"])
+        every = _count(config, "full_attention_interval", maximum=layers)
         names = [
             "full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)
         ]
     else:
         names = ["attention"] * layers
+    if len(names) > MAX_LAYERS:
+        raise ValueError(f"more than {MAX_LAYERS} layer kinds listed")
     kinds = {"linear_attention": "linear", "mamba": "mamba", "mlp": "mlp", "moe": "mlp"}
     return [kinds.get(n, "attention") for n in names]
 
 
-def _state_bytes(config: Mapping[str, Any], kinds: Sequence[str]) -> int:
+def _state_bytes(config: Mapping[str, object], kinds: Sequence[str]) -> int:
     """Recurrent state of one sequence over every recurrent layer (see the docstring)."""
     total = 0
+
+    def size(key: str, default: int = 0) -> int:
+        return _count(config, key, default=default, minimum=0)
+
     if "mamba" in kinds:
-        heads, dim = int(config.get("mamba_num_heads", 0)), int(config.get("mamba_head_dim", 0))
-        state, groups = int(config.get("ssm_state_size", 0)), int(config.get("n_groups", 0))
-        kernel = int(config.get("conv_kernel", 4))
+        heads, dim = size("mamba_num_heads"), size("mamba_head_dim")
+        state, groups = size("ssm_state_size"), size("n_groups")
+        kernel = _count(config, "conv_kernel", default=4)
         per = heads * dim * state * 4 + (heads * dim + 2 * groups * state) * (kernel - 1) * 2
         total += per * kinds.count("mamba")
     if "linear" in kinds:
-        k_heads, v_heads = (
-            int(config.get("linear_num_key_heads", 0)),
-            int(config.get("linear_num_value_heads", 0)),
-        )
-        k_dim, v_dim = (
-            int(config.get("linear_key_head_dim", 0)),
-            int(config.get("linear_value_head_dim", 0)),
-        )
-        kernel = int(config.get("linear_conv_kernel_dim", 4))
+        k_heads, v_heads = size("linear_num_key_heads"), size("linear_num_value_heads")
+        k_dim, v_dim = size("linear_key_head_dim"), size("linear_value_head_dim")
+        kernel = _count(config, "linear_conv_kernel_dim", default=4)
         per = (
             v_heads * k_dim * v_dim * 4 + (2 * k_heads * k_dim + v_heads * v_dim) * (kernel - 1) * 2
         )
@@ -218,40 +226,83 @@ def _state_bytes(config: Mapping[str, Any], kinds: Sequence[str]) -> int:
     return total
 
 
+def _count(
+    config: Mapping[str, object],
+    key: str,
+    *,
+    default: int | None = None,
+    minimum: int = 1,
+    maximum: int = MAX_SIZE,
+) -> int:
+    """A whole number of ``config`` between ``minimum`` and ``maximum`` (a config's sizes are
+    JSON integers; ``default`` when the key is absent or null, a KeyError without one)."""
+    value = config.get(key)
+    if value is None:
+        if default is None:
+            raise KeyError(key)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} is {value!r}, not a number")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError(f"{key} is {value!r}, not a whole number")
+    number = int(value)
+    if not minimum <= number <= maximum:
+        raise ValueError(f"{key} is {number}, outside {minimum}..{maximum}")
+    return number
+
+
 def shape_from_config(
     name: str, config: Mapping[str, object], weight_bytes: int, source: str
 ) -> ModelShape:
-    """A model's shape from its ``config.json`` (nested ``text_config`` read too)."""
-    text = _text_config(config)
+    """A model's shape from its ``config.json`` (nested ``text_config`` read too); every
+    size a positive whole number within what any checkpoint has (:data:`MAX_SIZE`,
+    :data:`MAX_LAYERS`), else a UsageError naming the file and the key."""
     try:
-        layers = int(text["num_hidden_layers"])
-        heads = int(text["num_attention_heads"])
-        hidden = int(text["hidden_size"])
+        text = _text_config(config)
+        layers = _count(text, "num_hidden_layers", maximum=MAX_LAYERS)
+        heads = _count(text, "num_attention_heads")
+        hidden = _count(text, "hidden_size")
         kinds = _layer_kinds(text, layers)
         shape = ModelShape(
             name=name,
             layers=layers,
             kv_layers=kinds.count("attention"),
-            kv_heads=int(text.get("num_key_value_heads") or heads),
-            head_dim=int(text.get("head_dim") or hidden // heads),
+            kv_heads=_count(text, "num_key_value_heads", default=heads),
+            head_dim=_count(text, "head_dim", default=max(hidden // heads, 1)),
             hidden=hidden,
-            vocab=int(text["vocab_size"]),
+            vocab=_count(text, "vocab_size"),
             weight_bytes=weight_bytes,
-            mtp_layers=int(
-                text.get("num_nextn_predict_layers") or text.get("mtp_num_hidden_layers") or 0
-            ),
+            mtp_layers=_count(
+                text, "num_nextn_predict_layers", default=0, minimum=0, maximum=MAX_LAYERS
+            )
+            or _count(text, "mtp_num_hidden_layers", default=0, minimum=0, maximum=MAX_LAYERS),
             state_bytes=_state_bytes(text, kinds),
-            max_context=int(text["max_position_embeddings"])
-            if text.get("max_position_embeddings")
-            else None,
+            max_context=_count(text, "max_position_embeddings", default=0, minimum=0) or None,
             source=source,
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(
-            f"{source}: the model config lacks what the memory estimate reads ({exc})",
+            f"{source}: the model config lacks what the memory estimate reads, or holds "
+            f"what no checkpoint has ({exc})",
             "fix the config, or pass --force to boot without the estimate",
         ) from None
     return shape
+
+
+def _read_config(config_file: Path) -> Mapping[str, object]:
+    """``config.json``, bounded (:data:`CONFIG_LIMIT`), strict JSON, an object."""
+    try:
+        config = jsontext.loads(fileio.read_bytes(config_file, limit=CONFIG_LIMIT))
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read {config_file}: {fileio.reason(exc)}",
+            "point --model at a checkpoint directory whose config.json is a small JSON file",
+        ) from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UsageError(f"{config_file} is not JSON: {exc}") from None
+    if not isinstance(config, Mapping):
+        raise UsageError(f"{config_file} is not a JSON object")
+    return config
 
 
 @cache
@@ -273,15 +324,19 @@ def _weights_on_disk(directory: Path) -> int:
     return sum(f.stat().st_size for f in files)  # a cache's symlinks: the blob's size
 
 
+def _present(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
 def model_shape(model: str) -> ModelShape | None:
     """The shape of ``model``: a local directory, the HF cache, or the facts shipped in
     ``data/memory/models.yaml``; None when none of them knows it."""
     directory = Path(model).expanduser()
-    if not (directory / "config.json").is_file():
+    if not _present(directory / "config.json"):
         directory = _hub_snapshot(model) or directory
     config_file = directory / "config.json"
-    if config_file.is_file():
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+    if _present(config_file):  # a FIFO or device there is refused by the read, not skipped
+        config = _read_config(config_file)
         return shape_from_config(model, config, _weights_on_disk(directory), str(config_file))
     known = dict(_known().get(model) or {})
     if not known:
@@ -294,12 +349,21 @@ def model_shape(model: str) -> ModelShape | None:
 # --- the launch, from a profile's flags ---------------------------------------------------
 
 
-def _number(args: Sequence[str], names: tuple[str, ...], default: float) -> float:
-    text = flag_value(args, *names)
+def _fraction(args: Sequence[str], flag: str, default: float) -> float:
+    """The budget flag's value: a fraction of the memory, above 0 and at most 1."""
+    text = flag_value(args, flag)
+    if text is None:
+        return default
     try:
-        return float(text) if text is not None else default
+        value = float(text)
     except ValueError:
-        raise UsageError(f"{names[0]} {text!r} is not a number") from None
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise UsageError(
+            f"{flag} {text!r} is not a fraction of the memory (above 0, at most 1)",
+            f"fix {flag} in the profile's args, e.g. {flag} 0.8",
+        )
+    return value
 
 
 def launch_of(
@@ -318,10 +382,11 @@ def launch_of(
     facts = adapter.memory
     if facts is None:
         raise UsageError(f"no memory estimate for {adapter.display_name}: it declares no facts")
-    fraction = _number(args, (facts.budget_flag,), facts.budget_default)
+    fraction = _fraction(args, facts.budget_flag, facts.budget_default)
     length = flag_value(args, facts.context_flag)
     kv = (flag_value(args, "--kv-cache-dtype") or "auto").lower()
-    chosen = context or (int(length) if length and length.isdigit() else max_context) or 8192
+    given = int(length) if length and length.isdigit() and len(length) <= 9 else None
+    chosen = context or given or max_context or 8192
     launch = Launch(
         engine=engine,
         facts=facts,
@@ -472,9 +537,9 @@ def describe(fit: Fit) -> list[str]:
 
 def parse_size(text: str) -> int:
     """``32768``, ``32k``, ``128K``: a token count."""
-    match = re.fullmatch(r"(\d+)([kK]?)", text.strip())
+    match = re.fullmatch(r"0*([1-9]\d{0,8})([kK]?)", text.strip())
     if match is None:
-        raise UsageError(f"{text!r} is not a token count (e.g. 32768 or 32k)")
+        raise UsageError(f"{text!r} is not a token count (e.g. 32768 or 32k; at least 1)")
     return int(match[1]) * (1024 if match[2] else 1)
 
 
