@@ -101,11 +101,6 @@ class RankContainer(ContainerTarget):
             kwargs["ports"] = {f"{self.http_port}/tcp": (bind, None)}
         return kwargs
 
-    def exit_code_now(self) -> int | None:
-        """:meth:`exit_code`, asked of the daemon now rather than at most twice a second."""
-        self._last_poll = 0.0
-        return self.exit_code()
-
     def host_port(self) -> int | None:
         return self._host_port
 

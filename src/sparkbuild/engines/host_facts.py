@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from sparkbuild import fileio
 from sparkbuild.jsontext import JsonObject
@@ -293,6 +294,19 @@ def docker_facts(info: Mapping[str, object]) -> dict[str, str]:
 # --- reading one node -------------------------------------------------------------------------
 
 
+class FactSource(Protocol):
+    """Where a node's files and commands are read: this machine, or what a node's reader
+    container printed (engines/node_reader)."""
+
+    def read(self, path: str) -> str: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def run(self, argv: Sequence[str]) -> str: ...
+
+
 class LocalSource:
     """This machine's files and commands; ``root`` and ``commands`` replay another's (the
     recorded GB10 formats in tests/data/hosts/: a tree of its files, and each command's
@@ -372,7 +386,7 @@ class _Reading:
 
 
 def read_node(
-    source: LocalSource,
+    source: FactSource,
     node: str,
     docker_info: Mapping[str, object] | None = None,
     docker_error: str = "",
@@ -410,7 +424,7 @@ def read_node(
     return NodeFacts(node, reading.facts, reading.why, memory, utc_now())
 
 
-def _gpu_facts(source: LocalSource, reading: _Reading) -> None:
+def _gpu_facts(source: FactSource, reading: _Reading) -> None:
     names = ("driver", "cuda_driver", "gpu", "vbios", "persistence", "mig")
     if not source.exists("/proc/driver/nvidia/version"):
         reading.none(names, "no NVIDIA driver loaded (no /proc/driver/nvidia/version)")
@@ -428,7 +442,7 @@ def _gpu_facts(source: LocalSource, reading: _Reading) -> None:
     reading.fact("cuda_driver", lambda: parse_smi_banner(source.run(SMI_BANNER_ARGV)))
 
 
-def _bios(source: LocalSource) -> str:
+def _bios(source: FactSource) -> str:
     version = source.read("/sys/class/dmi/id/bios_version").strip()
     try:
         date = source.read("/sys/class/dmi/id/bios_date").strip()
@@ -437,7 +451,7 @@ def _bios(source: LocalSource) -> str:
     return f"{version} ({date})" if date else version
 
 
-def _connectx(source: LocalSource) -> str:
+def _connectx(source: FactSource) -> str:
     versions: dict[str, str] = {}
     for device in source.listdir("/sys/class/infiniband"):
         try:
@@ -488,6 +502,7 @@ __all__ = [
     "FACT_LABELS",
     "FACT_NAMES",
     "NONE",
+    "FactSource",
     "FactUnreadable",
     "LocalSource",
     "Memory",

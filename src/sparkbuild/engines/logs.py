@@ -37,6 +37,7 @@ class LogBuffer:
 
     def __init__(self, path: Path | None = None, max_lines: int = 20000) -> None:
         self._lines: deque[str] = deque(maxlen=max_lines)
+        self._times: deque[float] = deque(maxlen=max_lines)  # when each line arrived
         self._total = 0
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -50,6 +51,7 @@ class LogBuffer:
         clean = redact(_ANSI.sub("", line.rstrip("\r\n")))
         with self._changed:
             self._lines.append(clean)
+            self._times.append(time.monotonic())
             self._total += 1
             if self._file is not None:
                 self._file.write(clean + "\n")
@@ -72,6 +74,13 @@ class LogBuffer:
             first_kept = self._total - len(self._lines)
             start = max(index - first_kept, 0)
             return list(self._lines)[start:]
+
+    def stamped(self, index: int = 0) -> list[tuple[float, str]]:
+        """:meth:`since` with each line's arrival (``time.monotonic()``): boot phases."""
+        with self._lock:
+            first_kept = self._total - len(self._lines)
+            start = max(index - first_kept, 0)
+            return list(zip(self._times, self._lines, strict=True))[start:]
 
     def tail(self, n: int) -> list[str]:
         with self._lock:

@@ -478,6 +478,11 @@ class ContainerTarget(Target):
             self._exit = int(state.get("ExitCode", -1))
         return self._exit
 
+    def exit_code_now(self) -> int | None:
+        """:meth:`exit_code`, asked of the daemon now rather than at most twice a second."""
+        self._last_poll = 0.0
+        return self.exit_code()
+
     def kill(self) -> None:
         """Stop the engine now (SIGKILL), leaving the container for ``stop()`` to remove."""
         import docker.errors

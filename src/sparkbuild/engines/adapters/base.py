@@ -321,6 +321,8 @@ class EngineAdapter(ABC):
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
     ready_line: ClassVar[re.Pattern[str]]
+    #: The log lines that open each boot phase, tried in order (engines/boot_phases).
+    boot_phases: ClassVar[tuple[tuple[str, re.Pattern[str]], ...]] = ()
     #: Log lines that mean NaN/inf logits were seen.
     nan_line: ClassVar[re.Pattern[str]]
     #: Log lines that mean something went wrong while serving.

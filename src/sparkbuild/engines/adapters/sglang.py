@@ -147,6 +147,13 @@ class SglangAdapter(EngineAdapter):
     default_port = 30000
     default_launcher = ("python3", "-m", "sglang.launch_server")
     ready_line = re.compile(r"The server is fired up and ready to roll")
+    # ModelRunner's lines (0.5.10 to 0.5.23): each worker (target, then draft) loads its
+    # weights, sizes and allocates its pools, then captures its graphs.
+    boot_phases = (
+        ("loading", re.compile(r"Load weight begin")),
+        ("kv cache", re.compile(r"Load weight end|KV Cache is allocated|Memory pool end")),
+        ("graph capture", re.compile(r"Capture .*graph begin", re.IGNORECASE)),
+    )
     nan_line = re.compile(r"NaN detected|NaN in the logits|Detected errors during sampling", re.I)
     error_line = re.compile(
         r"hit an exception|Traceback \(most recent call last\)|\bERROR\b|CUDA error"

@@ -127,6 +127,15 @@ class VllmAdapter(EngineAdapter):
     default_port = 8000
     default_launcher = ("python3", "-m", "vllm.entrypoints.openai.api_server")
     ready_line = re.compile(r"Starting vLLM (API |)server on|Application startup complete")
+    # The worker's own lines (gpu_model_runner, cpu_model_runner, gpu_worker, core): the end
+    # of a load opens profiling; the drafter loads after the target.
+    boot_phases = (
+        ("profiling", re.compile(r"Model loading took|Loading weights took")),
+        ("loading", re.compile(r"Starting to load model|Loading drafter model")),
+        ("kv cache", re.compile(r"Available KV cache memory|KV cache size|GiB for KV cache")),
+        ("graph capture", re.compile(r"Capturing CUDA graphs?")),
+        ("starting server", re.compile(r"init engine \(profile, create kv cache")),
+    )
     nan_line = re.compile(r"\bNaNs? (?:detected|found|in (?:the )?(?:logits|logprobs))", re.I)
     error_line = re.compile(
         r"(?:^|[\s)])ERROR\b|Traceback \(most recent call last\)|EngineDeadError"
