@@ -18,6 +18,8 @@ from sparkbuild.bench.results import BenchReport, NodeInfo
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.cluster_target import NodeImage
 from sparkbuild.engines.compile_cache import CompilePhase, Usage
+from sparkbuild.engines.host_facts import NodeFacts
+from sparkbuild.engines.host_watch import HostRun
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import LockError, NoPinnedImageError
 from sparkbuild.preflight.record import preflight_run
@@ -318,11 +320,17 @@ def _preflight(image_id: str | None) -> PreflightReport:
 CLUSTER_ONLY = {"cluster", "topology", "launcher", "nodes"}  # written by cluster runs only
 DEEP_ONLY = {"declared"}  # written when the profile declares deep checks
 COMPILE_ONLY = {"compile"}  # written by a run with a compile cache (smoke's own boots)
+HOSTS = {"hosts"}  # written by runs that read their hosts (not a --url run)
+_HOST_RUN = HostRun(
+    (NodeFacts("node-0", {"kernel": "6.17.0-1029-nvidia"}, read_at="2026-11-27T00:00:00Z"),)
+)
 
 
 def _on_cluster(result: SmokeResult) -> SmokeResult:
     nodes = tuple(NodeImage(f"node-{i}", "local", IMAGE, IMAGE, i) for i in range(2))
-    return replace(result, cluster=ClusterRun("pair", Parallel(nodes=2, tp=2), "mp", nodes))
+    return replace(
+        result, cluster=ClusterRun("pair", Parallel(nodes=2, tp=2), "mp", nodes), host=_HOST_RUN
+    )
 
 
 def _bench_on_cluster() -> BenchReport:
@@ -330,7 +338,9 @@ def _bench_on_cluster() -> BenchReport:
     nodes = [NodeInfo(name=f"node-{i}", endpoint="local", rank=i, image_id=IMAGE)
              for i in range(2)]  # fmt: skip
     target = report.target.model_copy(update={"kind": "cluster", "nodes": nodes})
-    return report.model_copy(update={"topology": Parallel(nodes=2, tp=2), "target": target})
+    update = {"topology": Parallel(nodes=2, tp=2), "target": target,
+              "host_facts": dict(_HOST_RUN.to_json())}  # fmt: skip
+    return report.model_copy(update=update)
 
 
 def _fields(model: type[BaseModel]) -> set[str]:
@@ -357,7 +367,7 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     assert source.spec_digest == build.spec_digest() and source.version == "1.2.0"
     smoke = smoke_record(_smoke("image", IMAGE))
     assert set(smoke.to_json()) == (
-        _fields(lockfile.SmokeRecord) - CLUSTER_ONLY - DEEP_ONLY - COMPILE_ONLY
+        _fields(lockfile.SmokeRecord) - CLUSTER_ONLY - DEEP_ONLY - COMPILE_ONLY - HOSTS
     )
     assert smoke.verified is True and smoke.checks == {"boot": "pass", "nan": "skip"}
     on_cluster = smoke_record(_on_cluster(_smoke("cluster", IMAGE, declared=("lossless",))))
@@ -374,13 +384,14 @@ def test_each_record_is_made_from_its_stages_result_with_every_field(tmp_path: P
     assert on_cluster.verified is True and on_cluster.every_node_ran(IMAGE)
     unverified = smoke_record(_smoke("url", None))
     assert unverified.verified is False and unverified.image_id is None
-    run = preflight_run(_preflight(IMAGE))
+    run = preflight_run(replace(_preflight(IMAGE), host=_HOST_RUN.nodes[0]))
     assert set(run.to_json()) == _fields(lockfile.PreflightRun)
+    assert run.hosts is not None and run.hosts.nodes[0].facts == {"kernel": "6.17.0-1029-nvidia"}
     assert set(run.profiles["cpu"].to_json()) == _fields(lockfile.ProfileVerdict)
     assert run.versions == {"torch": "2.9.1"} and run.profiles["cpu"].verdict == "skip"
     assert "image_id" not in preflight_run(_preflight(None)).to_json()
     bench = bench_record(bench_report())
-    assert set(bench.to_json()) == _fields(lockfile.BenchRecord) - {"topology", "nodes"}
+    assert set(bench.to_json()) == _fields(lockfile.BenchRecord) - {"topology", "nodes"} - HOSTS
     bench_on_cluster = bench_record(_bench_on_cluster())
     assert set(bench_on_cluster.to_json()) == _fields(lockfile.BenchRecord)
     assert [set(c.to_json()) for c in bench.cells] == [_fields(lockfile.BenchCell)] * 2

@@ -211,6 +211,40 @@ class ProfileVerdict(_Section):
     checks: dict[str, Status] = {}
 
 
+class HostNode(_Section):
+    """One node a verdict ran on: its facts (engines/host_facts; each unknown one with why)
+    and what its memory did (the guard: at the start, the lowest, the most taken per phase)."""
+
+    node: str
+    facts: dict[str, str] = {}
+    unknown: dict[str, str] = {}
+    total_gib: Number | None = None
+    available_at_start_gib: Number | None = None
+    lowest_available_gib: Number | None = None
+    swap_used_peak_gib: Number | None = None
+    taken_gib: dict[str, Number] = {}  # boot phase -> the most memory the run took in it
+
+
+class BootPhase(_Section):
+    phase: str
+    started_s: Number
+    seconds: Number | None = None  # None: still going when the run ended
+
+
+class HostRecord(_Section):
+    """``hosts``: where a verdict was obtained, node by node; the drift named before the
+    boot (and whether it was run anyway), the memory floor and a stop by the guard, and the
+    boot's phases."""
+
+    read_at: UtcTime | None = None
+    nodes: list[HostNode] = []
+    drift: list[str] = []
+    drift_allowed: bool | None = None
+    memory_floor: str | None = None
+    stopped: str | None = None
+    phases: list[BootPhase] = []
+
+
 class PreflightRun(_Section):
     """``preflight.<tree>+<deps>``: one run's verdicts (per profile), not their details."""
 
@@ -221,6 +255,7 @@ class PreflightRun(_Section):
     versions: dict[str, str] = {}
     checks: dict[str, Status] = {}
     profiles: dict[str, ProfileVerdict] = {}
+    hosts: HostRecord | None = None
 
 
 class Topology(_Section):
@@ -300,6 +335,7 @@ class SmokeRecord(_Section):
     numbers: dict[str, object] = {}  # each check's measured value (divergence, rates, windows)
     evidence: list[EvidenceRecord] = []
     compile: CompileRecord | None = None
+    hosts: HostRecord | None = None
 
     @property
     def versions_disagree(self) -> bool:
@@ -355,6 +391,7 @@ class BenchRecord(_Section):
     cells: list[BenchCell] = []
     topology: Topology | None = None  # how the engine was spread (the profile's parallel:)
     nodes: list[NodeRecord] = []  # a cluster run: every node's image id
+    hosts: HostRecord | None = None
 
 
 # --- publish: where the image went -------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sparkbuild import lockfile
 from sparkbuild.bench.results import BenchReport, CellResult
+from sparkbuild.engines.host_record import host_record
 from sparkbuild.redact import redact, secret_args
 from sparkbuild.smoke.record import topology
 
@@ -48,4 +49,7 @@ def bench_record(report: BenchReport) -> lockfile.BenchRecord:
             lockfile.NodeRecord(name=n.name, endpoint=n.endpoint, rank=n.rank, image_id=n.image_id)
             for n in report.target.nodes
         ]
+    hosts = host_record(report.host_facts)
+    if hosts is not None:
+        record.hosts = hosts
     return record

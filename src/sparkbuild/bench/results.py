@@ -318,6 +318,9 @@ class BenchReport(_Model):
     # Each process's span, in order; ``seconds`` and ``boot_seconds`` are their sums (a
     # report from before sparkbuild kept them has none).
     processes: list[ProcessSpan] = []
+    # Every node's facts, the drift named before the boot, the memory guard's record and the
+    # boot's phases (engines/host_watch); None in reports made before they were recorded.
+    host_facts: dict[str, object] | None = None
 
     def cell(self, key: CellKey) -> CellResult | None:
         return next((c for c in self.cells if c.key == key), None)

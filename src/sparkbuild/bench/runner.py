@@ -57,6 +57,7 @@ from sparkbuild.bench.served import ServedEngine
 from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warning
 from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster_target import MultiNodeTarget
+from sparkbuild.engines.host_watch import HostRun, HostWatch, Watch
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.engines.signatures import diagnose
@@ -92,6 +93,7 @@ class BenchPlan:
     request_timeout_s: float = STREAM_TIMEOUT_S
     topology: Parallel | None = None  # the profile's parallel layout; None: unknown
     before_boot: Mapping[str, object] | None = None  # the memory fit and page cache (boot_prep)
+    host: HostWatch | None = None  # the nodes' facts and the memory guard (engines/host_watch)
     # bench --resume: the cells already measured (carried, not run), where they came from,
     # the earlier processes' spans, and the check of the engine once it answers.
     done: tuple[CellResult, ...] = ()
@@ -472,8 +474,9 @@ def run_bench(
     progress = progress or SilentProgress()
     clock = ProcessClock.start()
     sweep = plan.sweep
-    with target:
-        booted = _boot(target, adapter, plan, progress)
+    watch = Watch(plan.host, target, adapter)
+    with target, watch:
+        booted = watch.step(lambda: _boot(target, adapter, plan, progress))
         clock = clock.booted(booted if target.owns_engine else None)
         sweeper = Sweeper(target, adapter, plan, progress)
         report_error: str | None = None
@@ -523,9 +526,17 @@ def run_bench(
                     error = f"{exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else "")
                 return info, prompts(), error
 
-        engine_info, prompt_info, report_error = asyncio.run(main())
+        engine_info, prompt_info, report_error = watch.step(lambda: asyncio.run(main()))
+        report_error = watch.why(report_error)  # the guard stopped the engine under the sweep
+        host_run = watch.finish(booted if target.owns_engine else None)
     return _report(
-        sweeper, engine_info, prompt_info, report_error, clock, complete=report_error is None
+        sweeper,
+        engine_info,
+        prompt_info,
+        report_error,
+        clock,
+        complete=report_error is None,
+        host=host_run,
     )
 
 
@@ -537,6 +548,7 @@ def _report(
     clock: ProcessClock,
     *,
     complete: bool,
+    host: HostRun | None = None,
 ) -> BenchReport:
     """The report of the cells ``sweeper`` has finished (all of them, or so far), timed over
     every process of the sweep."""
@@ -573,4 +585,5 @@ def _report(
         before_boot=dict(plan.before_boot) if plan.before_boot else None,
         resumed_from=plan.resumed,
         processes=spans,
+        host_facts=dict(host.to_json()) if host is not None else None,
     )

@@ -39,6 +39,8 @@ from sparkbuild.engines.adapters import (
 from sparkbuild.engines.boot_prep import before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import node_pin
+from sparkbuild.engines.host_watch import choose_floor
+from sparkbuild.engines.host_watch import prepare as prepare_hosts
 from sparkbuild.engines.launch import (
     LaunchSettings,
     check_cluster_size,
@@ -300,7 +302,9 @@ def _with_profile(
     else:
         cache = compile_cache_for(launch, settings.cache_dir)
         target = make_target(choice, profile, adapter, logs, stage="bench", compile_cache=cache)
-    return BenchRun(target, adapter, plan)
+    floor = choose_floor(launch.memory_floor, profile.expect.memory_floor, prep.spark)
+    host = prepare_hosts(target, floor, allow_drift=launch.allow_host_drift)
+    return BenchRun(target, adapter, replace(plan, host=host))
 
 
 def _at_url(launch: LaunchSettings, measure: SweepSettings) -> BenchRun:

@@ -134,6 +134,18 @@ fresh_compile_cache = _option(
     help="Start the image's compile cache on this host empty (a first boot's compile, "
     "measured again) [default: keep it, so a later boot compiles nothing].",
 )
+memory_floor = _option(
+    "--memory-floor",
+    metavar="GIB|N%|off",
+    help="Stop the engine at once when a node's MemAvailable falls under this (GiB, "
+    "512MiB, a share such as 5%, or off) [default: the profile's expect.memory_floor; on a "
+    "DGX Spark the larger of 6 GiB and 5% of memory; elsewhere none].",
+)
+allow_host_drift = _option(
+    "--allow-host-drift",
+    is_flag=True,
+    help="Run a cluster whose nodes differ in NVIDIA driver or kernel (the verdict says so).",
+)
 
 # The deep checks (smoke only; docs/smoke.md, "Deep checks").
 deep = _option(
@@ -193,6 +205,8 @@ LAUNCH: dict[str, Callable[..., Decorator]] = {
     "force": force,
     "drop_caches": drop_caches,
     "fresh_compile_cache": fresh_compile_cache,
+    "memory_floor": memory_floor,
+    "allow_host_drift": allow_host_drift,
 }
 
 
@@ -254,6 +268,8 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
         force: bool = False,  # --force: boot whatever the memory estimate says
         drop_caches: bool | None = None,  # --drop-caches/--no-drop-caches
         fresh_compile_cache: bool = False,  # --fresh-compile-cache
+        memory_floor: str | None = None,  # --memory-floor
+        allow_host_drift: bool = False,  # --allow-host-drift
         **rest: object,
     ) -> R:
         # Here, not at the top: engines (requests, pydantic) load only for the commands that
@@ -280,6 +296,8 @@ def launch_settings(function: Callable[..., R]) -> Callable[..., R]:
             force=force,
             drop_caches=drop_caches,
             fresh_compile_cache=fresh_compile_cache,
+            memory_floor=memory_floor,
+            allow_host_drift=allow_host_drift,
         )
         return function(*args, launch=launch, **rest)
 

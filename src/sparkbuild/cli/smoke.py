@@ -19,6 +19,8 @@ from sparkbuild.engines.boot_prep import BootPrep, before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import node_pin
 from sparkbuild.engines.compile_cache import CompileCache
+from sparkbuild.engines.host_watch import choose_floor
+from sparkbuild.engines.host_watch import prepare as prepare_hosts
 from sparkbuild.engines.launch import (
     LaunchSettings,
     check_cluster_size,
@@ -37,7 +39,7 @@ from sparkbuild.smoke import record as smoke_record
 from sparkbuild.smoke import report
 from sparkbuild.smoke.deep.plan import DeepPlan, ReferenceSource
 from sparkbuild.smoke.deep.plan import reference_url as checked_reference_url
-from sparkbuild.smoke.runner import SmokeResult, expecting, run_smoke
+from sparkbuild.smoke.runner import SmokeResult, Watched, expecting, run_smoke
 
 
 def _default_log_path(settings: Settings, profile: str) -> Path:
@@ -100,6 +102,8 @@ def smoke(  # noqa: PLR0913 - click passes each option as a parameter
     name, profile, adapter, make, prep, cache = _prepare(settings, launch, outputs, engine_version)
     target = make(profile, launch.log_path or _default_log_path(settings, name))
     plan = _deep_plan(settings, launch, profile, make, name, deep, reference_url)
+    floor = choose_floor(launch.memory_floor, profile.expect.memory_floor, prep.spark)
+    host = prepare_hosts(target, floor, allow_drift=launch.allow_host_drift)
     with stop_on_signals(), console.activity(f"smoke {name}: starting {target.kind}") as now:
         result = run_smoke(
             target,
@@ -109,7 +113,7 @@ def smoke(  # noqa: PLR0913 - click passes each option as a parameter
             progress=now.stage,
             waiting=now.detail,
             deep=plan,
-            compile_cache=cache,
+            watched=Watched(cache, host),
         )
     result = dataclasses.replace(result, before_boot=prep.to_json())
     _report(settings, result, name, outputs)

@@ -165,6 +165,8 @@ class LaunchSettings:
     force: bool = False  # boot even when the memory estimate says it does not fit
     drop_caches: bool | None = None  # None: on for images on a DGX Spark, off for commands
     fresh_compile_cache: bool = False  # start the image's compile cache empty
+    memory_floor: str | None = None  # --memory-floor (engines/memory_floor); None: the default
+    allow_host_drift: bool = False  # run a cluster whose nodes' driver or kernel differ
 
 
 def compile_cache_for(launch: LaunchSettings, cache_dir: Path) -> CompileCache | None:

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sparkbuild.engines.adapters import EngineName, LauncherName
+from sparkbuild.engines.memory_floor import parse_floor
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import MAX_WAIT_S, Settings
@@ -184,6 +185,9 @@ class Expectations(_Strict):
     # a profile never names the variable itself, since it changes between releases.
     nan_switch: bool = True
     max_error_lines: int = Field(default=0, ge=0)
+    # The memory guard's floor on each node (engines/memory_floor: 8, 512MiB, 5%, off);
+    # None: --memory-floor, else the DGX Spark default.
+    memory_floor: str | None = None
     # The deep checks (docs/smoke.md, "Deep checks"): a profile declares the ones it runs and
     # their limits (`lossless: {}` takes the defaults); `smoke --deep` runs every one, the
     # undeclared with their defaults. Publish requires a pass of each one declared here.
@@ -194,6 +198,13 @@ class Expectations(_Strict):
     long_context: LongContextLimits | None = None
     chat: ChatLimits | None = None
     compile: CompileLimits | None = None
+
+    @field_validator("memory_floor")
+    @classmethod
+    def _floor(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_floor(value)  # a ValueError names the forms it takes
+        return value
 
     def declared_deep(self) -> tuple[str, ...]:
         """The deep checks this profile declares, by check name."""

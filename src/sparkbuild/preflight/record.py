@@ -4,6 +4,7 @@ stage's own report."""
 from __future__ import annotations
 
 from sparkbuild import lockfile
+from sparkbuild.engines.host_record import host_record
 from sparkbuild.preflight.report import PreflightReport
 from sparkbuild.settings import Settings
 
@@ -25,6 +26,9 @@ def preflight_run(report: PreflightReport) -> lockfile.PreflightRun:
     )
     if report.image_id:
         run.image_id = report.image_id
+    hosts = host_record({"nodes": [report.host.to_json()]}) if report.host else None
+    if hosts is not None:
+        run.hosts = hosts
     return run
 
 

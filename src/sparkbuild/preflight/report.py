@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkbuild.checks import CheckResult, Status, combined
+from sparkbuild.engines.host_facts import NodeFacts
 from sparkbuild.jsontext import JsonObject
 
 PACKAGE_CHECKS = ("compile", "imports", "registry", "signals")
@@ -48,6 +49,7 @@ class PreflightReport:
     image_id: str | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     dependencies: dict[str, Any] = field(default_factory=dict)
+    host: NodeFacts | None = None  # the machine preflight ran on
 
     def verdict_for(self, profile: ProfileResult) -> Status:
         """A profile's verdict includes the build-wide checks (its image runs that code)."""
@@ -96,6 +98,7 @@ class PreflightReport:
             "verdict": self.verdict,
             "versions": self.versions,
             "dependencies": self.dependencies,
+            "host": self.host.to_json() if self.host else None,
             "checks": {c.name: _check_json(c) for c in self.package_checks},
             "profiles": {
                 p.profile: {

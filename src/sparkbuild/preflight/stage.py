@@ -14,6 +14,7 @@ from typing import Any
 from sparkbuild import cachetrust, fileio
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.engines.host_facts import this_host
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.preflight.compare import compare_with_release
 from sparkbuild.preflight.kernels import KernelStandins
@@ -201,6 +202,7 @@ def run_preflight(
         image_id=chosen.image_id,
         versions=dict(data.get("versions", {})),
         dependencies=_deps_json(chosen.venv, chosen.kernels, data),
+        host=this_host(),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkbuild import jsontext, lockfile
+from sparkbuild.engines.host_record import host_record
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.redact import redact
 from sparkbuild.smoke.runner import SmokeResult
@@ -38,6 +39,8 @@ def smoke_record(result: SmokeResult) -> lockfile.SmokeRecord:
         record.declared = list(result.declared)
     if result.compile is not None:
         record.compile = compile_record(result)
+    if result.host is not None:
+        record.hosts = host_record(result.host.to_json())
     if result.cluster is not None:
         run = result.cluster
         record.cluster = run.name

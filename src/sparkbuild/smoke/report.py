@@ -67,6 +67,8 @@ def render(result: SmokeResult, console: Console) -> None:
     show_table(console, table)
     if result.cluster is not None:
         _render_cluster(result, console)
+    for line in result.host.lines() if result.host else ():
+        console.print(Text(line, style="dim"))
     version = f"{result.engine} {result.engine_version}" if result.engine_version else result.engine
     console.print(Text(f"NaN signal ({version}): {result.nan_signal or '-'}", style="dim"))
     if result.versions_disagree:

@@ -18,6 +18,7 @@ from sparkbuild.engines.compile_cache import (
     Usage,
     phase,
 )
+from sparkbuild.engines.host_watch import HostRun, HostWatch, Watch
 from sparkbuild.engines.launch import LaunchSettings, settled_counters
 from sparkbuild.engines.logs import engine_lines
 from sparkbuild.engines.profiles import CustomPrompt, Parallel, SmokeProfile
@@ -61,6 +62,7 @@ class SmokeResult:
     evidence: list[RequestEvidence] = field(default_factory=list)
     declared: tuple[str, ...] = ()  # the deep checks the profile declares (publish needs them)
     compile: CompilePhase | None = None  # the boot's compiling, with the image's compile cache
+    host: HostRun | None = None  # every node's facts, the drift, the memory guard, boot phases
 
     @property
     def versions_disagree(self) -> bool:
@@ -109,6 +111,7 @@ class SmokeResult:
             "cluster": self.cluster.to_json() if self.cluster else None,
             "verified": self.verified,
             "before_boot": self.before_boot,
+            "host": self.host.to_json() if self.host else None,
             "declared": list(self.declared),
             "evidence": [e.to_json() for e in self.evidence],
             "compile": self.compile.to_json() if self.compile else None,
@@ -273,6 +276,16 @@ def total_bound_s(profile: SmokeProfile, prompts: int) -> float:
     return profile.expect.boot_timeout_s + request_bound_s(profile, prompts)
 
 
+@dataclass(frozen=True)
+class Watched:
+    """What a smoke run watches around the engine besides its checks: the compile cache the
+    target mounts (measured across the boot, capped by ``expect.compile``) and the hosts (the
+    nodes' facts and the memory guard)."""
+
+    compile_cache: CompileCache | None = None
+    host: HostWatch | None = None
+
+
 def run_smoke(
     target: Target,
     adapter: EngineAdapter,
@@ -282,40 +295,35 @@ def run_smoke(
     progress: Callable[[str], None] = lambda _message: None,
     waiting: Callable[[str], None] = lambda _detail: None,
     deep: DeepPlan | None = None,
-    compile_cache: CompileCache | None = None,
+    watched: Watched = Watched(),
 ) -> SmokeResult:
     """Run every check against ``target``; the target is started and always stopped here.
     ``progress`` hears each stage (boot, each request), ``waiting`` the boot wait's live
     detail (seconds waited, the engine's last log line). ``deep``: the deep checks to run
-    as well (smoke/deep/). ``compile_cache``: the one the target mounts, measured across
-    the boot (and capped by ``expect.compile``)."""
+    as well (smoke/deep/). ``watched``: the compile cache and the hosts around the run."""
     began = time.monotonic()
     deep_run = DeepRun(deep, adapter, profile, progress) if deep is not None else None
     expect = profile.expect
+    compile_cache = watched.compile_cache
     cache = (compile_cache, compile_cache.usage()) if compile_cache is not None else None
-    with target:
-        readiness: Readiness | None = None
-        compiled: CompilePhase | None = None
-        if target.owns_engine:
-            try:
-                readiness, compiled = _boot(target, adapter, profile, cache, progress, waiting)
-            except CompileCapError as over:
-                failed = _boot_failure(
-                    target, adapter, profile, profile_name, Readiness("timeout", 0.0), began
-                )
-                lines = target.logs.since(0) if target.logs is not None else []
-                compiled = phase(*cache, lines, adapter.compile_line) if cache else None
-                return _over_cap(failed, over, compiled)
+    with target, Watch(watched.host, target, adapter) as watch:
+        try:
+            readiness, compiled = (
+                _boot(target, adapter, profile, cache, progress, waiting)
+                if target.owns_engine
+                else (None, None)
+            )
+        except CompileCapError as over:
+            failed = _boot_failure(
+                target, adapter, profile, profile_name, Readiness("timeout", 0.0), began
+            )
+            lines = target.logs.since(0) if target.logs is not None else []
+            compiled = phase(*cache, lines, adapter.compile_line) if cache else None
+            return _with_host(_over_cap(failed, over, compiled), watch.finish(None))
         if readiness is not None and not readiness.ready:
             failed = _boot_failure(target, adapter, profile, profile_name, readiness, began)
-            failed = dataclasses.replace(failed, compile=compiled)
-            if deep_run is not None:
-                failed = dataclasses.replace(
-                    failed,
-                    checks=[*failed.checks, *deep_run.checks("engine did not boot")],
-                    declared=deep_run.plan.declared,
-                )
-            return failed
+            failed = _with_host(dataclasses.replace(failed, compile=compiled), watch.finish(None))
+            return _deep_not_run(failed, deep_run)
         run_from = target.logs.count if target.logs is not None else 0
         prompts = profile_prompts(profile)
         progress(f"requests: at most {request_bound_s(profile, len(prompts)):g} s in all")
@@ -337,6 +345,7 @@ def run_smoke(
                 deep_run.image_id = getattr(target, "image_id", None)
             deep_run.on_engine(target.base_url, prompts, served.names, served.generations)
         exited = target.exit_code()
+        host_run = watch.finish(readiness.seconds if readiness else None)
     if deep_run is not None and answered:
         deep_run.after_engine()
     if exited is None and isinstance(target, MultiNodeTarget) and target.failed:
@@ -368,6 +377,7 @@ def run_smoke(
     ]
     if deep_run is not None:
         results += deep_run.checks(_deep_skip(served, exited, target))
+    results += host_run.checks() if host_run is not None else []
     verdict: Verdict = "fail" if any(r.status == "fail" for r in results) else "pass"
     interesting = [*nan_lines, *error_lines] if verdict == "fail" else []
     return SmokeResult(
@@ -399,6 +409,7 @@ def run_smoke(
         ],
         declared=deep.declared if deep else (),
         compile=compiled,
+        host=host_run,
     )
 
 
@@ -439,6 +450,25 @@ def _over_cap(
     """The boot stopped for compiling past the cap: its check says so, and what grew."""
     boot = CheckResult("boot", "fail", over.message)
     return dataclasses.replace(failed, checks=[boot, *failed.checks[1:]], compile=compiled)
+
+
+def _deep_not_run(failed: SmokeResult, deep_run: DeepRun | None) -> SmokeResult:
+    """A failed boot's result with the deep checks it could not run."""
+    if deep_run is None:
+        return failed
+    return dataclasses.replace(
+        failed,
+        checks=[*failed.checks, *deep_run.checks("engine did not boot")],
+        declared=deep_run.plan.declared,
+    )
+
+
+def _with_host(result: SmokeResult, host: HostRun | None) -> SmokeResult:
+    """A failed boot's result with its hosts and the guard's check (when the guard stopped
+    the boot, the boot check says the engine exited; this one says why)."""
+    guarded = host.check() if host is not None else None
+    checks = [*result.checks, guarded] if guarded is not None else result.checks
+    return dataclasses.replace(result, checks=checks, host=host)
 
 
 def _engine_answers(served: _Served, target: Target) -> bool:
@@ -546,6 +576,7 @@ def _boot_failure(
 __all__ = [
     "ClusterRun",
     "SmokeResult",
+    "Watched",
     "expecting",
     "nan_signal",
     "profile_prompts",
