@@ -287,3 +287,35 @@ def _empty_tar() -> bytes:
         info.type = tarfile.DIRTYPE
         tar.addfile(info)
     return buffer.getvalue()
+
+
+def test_a_floor_just_under_the_free_memory_stops_every_rank_at_once(
+    project: tuple[Path, str], image: str
+) -> None:
+    # Both ranks on this host's daemon: the guard samples it for each node, and stops the
+    # cluster whole (every rank's container killed together) the moment one falls under.
+    project_dir, name = project
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    available = int(next(x for x in meminfo if x.startswith("MemAvailable:")).split()[1])
+    floor = available / (1 << 20) - 0.3  # one rank's interpreter start takes more than this
+
+    run = run_smoke_cli(
+        project_dir, "--image", image, "--profile", "cpu-tp2", "--cluster", name,
+        "--model", MODEL_IN_IMAGE, "--memory-floor", f"{floor:.3f}", timeout=600,
+    )  # fmt: skip
+
+    assert run.returncode == 1, run.explain()
+    guard = run.check("host-memory")
+    assert guard["status"] == "fail", run.explain()
+    assert run.result is not None
+    stopped = run.result["host"]["memory"]["stopped"]
+    assert stopped is not None and stopped["node"] in ("node-1", "node-2"), stopped
+    assert f"MemAvailable on {stopped['node']} fell to" in guard["detail"]
+    assert stopped["what"].startswith("containers sparkbuild-smoke-"), stopped
+    assert stopped["what"].count("sparkbuild-smoke-") == 2  # both ranks, together
+    assert stopped["gone_after_s"] is not None and stopped["gone_after_s"] < 1.0, stopped
+    nodes = [n["node"] for n in run.result["host"]["memory"]["nodes"]]
+    assert nodes == ["node-1", "node-2"]
+    assert [n["node"] for n in run.result["host"]["nodes"]] == ["node-1", "node-2"]
+    assert run.result["host"]["drift"] == []
+    assert cluster_containers(name) == []

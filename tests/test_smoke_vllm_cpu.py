@@ -7,7 +7,10 @@ non-speculative server is booted once and shared by the --url cases.
 
 from __future__ import annotations
 
+import platform
 import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,6 +23,7 @@ from sparkbuild.engines.adapters.vllm import VllmAdapter
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from tests.support.smoke_cli import (
     PROCESS_TREE,
+    SmokeRun,
     processes_with_token,
     run_smoke_cli,
     write_profile,
@@ -67,11 +71,12 @@ def test_pass_with_real_speculation(project: Path, launcher: str, model: Path) -
 
     run = run_smoke_cli(
         project, "--command", launcher, "--profile", "ref", "--model", str(model),
-        "--record", "tiny",
+        "--record", "tiny", "--memory-floor", "256MiB",
     )  # fmt: skip
 
     assert run.returncode == 0, run.explain()
     assert run.result is not None and run.result["verdict"] == "pass"
+    _assert_host_recorded(run)
     assert run.check("boot")["status"] == "pass"
     assert run.result["boot_seconds"] > 0
     accept = run.check("accept_len")
@@ -91,6 +96,37 @@ def test_pass_with_real_speculation(project: Path, launcher: str, model: Path) -
     assert entry["target"].startswith("command:")
     assert entry["verified"] is False and entry["image_id"] is None
     assert "recorded as unverified" in run.stderr
+    # The lock keeps the host and the memory the run took, per phase, and the boot's phases.
+    hosts = entry["hosts"]
+    (node,) = hosts["nodes"]
+    assert node["node"] == "this host" and node["facts"]["kernel"] == platform.release()
+    assert node["taken_gib"] and node["lowest_available_gib"] < node["available_at_start_gib"]
+    assert hosts["memory_floor"] == "256MiB" and hosts["read_at"].endswith("Z")
+    assert [p["phase"] for p in hosts["phases"]][-1] == "serving"
+
+
+def _assert_host_recorded(run: SmokeRun) -> None:
+    """A floor well under the free memory: the guard sampled the whole run and passed."""
+    assert run.result is not None
+    guard = run.check("host-memory")
+    assert guard["status"] == "pass", guard
+    assert (
+        guard["detail"].startswith("lowest MemAvailable ") and "floor 0.25 GiB" in guard["detail"]
+    )
+    host = run.result["host"]
+    (facts,) = host["nodes"]
+    assert facts["facts"]["kernel"] == platform.release() and facts["memory"]["total_gib"] > 0
+    assert facts["facts"]["driver"] == "none" or Path("/proc/driver/nvidia/version").exists()
+    assert facts["unknown"]["nccl"] == "a --command run has no image to read it from"
+    (memory,) = host["memory"]["nodes"]
+    assert memory["samples"] >= 2 * run.result["boot_seconds"]  # at least twice a second
+    assert memory["peak_taken_gib"] is not None and memory["peak_taken_gib"] > 0
+    phases = [p["phase"] for p in host["boot_phases"]]
+    assert phases[0] == "starting" and phases[-1] == "serving"
+    # vLLM's own lines name its phases; each one before serving has a duration.
+    assert {"loading", "kv cache"} <= set(phases), phases
+    assert all(p["seconds"] is not None for p in host["boot_phases"][:-1])
+    assert "boot phases: starting " in run.stdout
 
 
 def test_nan_weights_fail_the_nan_check(project: Path, launcher: str, nan_model: Path) -> None:
@@ -230,3 +266,86 @@ def test_url_run_is_recorded_unverified(project: Path, plain_server: str) -> Non
     recorded = entry["sha256:current"]["plain"]
     assert recorded["verdict"] == "pass" and recorded["verified"] is False
     assert recorded["target"] == f"url:{plain_server}" and recorded["image_id"] is None
+
+
+# --- the memory guard (engines/memory_guard): the real engine stopped under its floor ------
+
+
+def _available_gib() -> float:
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    return int(next(x for x in meminfo if x.startswith("MemAvailable:")).split()[1]) / (1 << 20)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of group ``pgid`` (zombies hold nothing and are left out)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_a_floor_just_under_the_free_memory_stops_the_boot_at_once(
+    project: Path, launcher: str, model: Path
+) -> None:
+    # vLLM's own process tree (API server, engine core, worker): the whole group must go.
+    _, token = write_profile(project, "guarded", env=PROCESS_TREE)
+    floor = _available_gib() - 0.3  # importing torch alone takes more than this
+
+    run = run_smoke_cli(
+        project, "--command", launcher, "--profile", "guarded", "--model", str(model),
+        "--memory-floor", f"{floor:.3f}",
+    )  # fmt: skip
+
+    assert run.returncode == 1, run.explain()
+    assert run.result is not None and run.result["verdict"] == "fail"
+    guard = run.check("host-memory")
+    assert guard["status"] == "fail", run.explain()
+    assert guard["detail"].startswith("MemAvailable on this host fell to "), guard
+    assert f"under the floor of {floor:.2f} GiB" in guard["detail"]
+    stopped = run.result["host"]["memory"]["stopped"]
+    assert stopped["phase"] in ("starting", "loading", "profiling", "kv cache"), stopped
+    assert f"({stopped['phase']})" in guard["detail"] and stopped["available_gib"] < floor
+    assert stopped["what"].startswith("process group ")
+    assert stopped["gone_after_s"] is not None and stopped["gone_after_s"] < 1.0, stopped
+    pgid = int(stopped["what"].split()[-1])
+    assert _group_members(pgid) == [] and processes_with_token(token) == []
+    assert run.check("boot")["status"] == "fail"
+    assert "host-memory" in run.stderr  # the error names the check that failed
+
+
+def test_the_guard_stops_a_serving_engine_when_memory_runs_short(model: Path) -> None:
+    # Through the target API: a floor set once the engine serves, then memory taken beside
+    # it (2 GiB written by another process) until MemAvailable falls under it.
+    from sparkbuild.engines.memory_floor import parse_floor
+    from sparkbuild.engines.memory_guard import LocalSampler, MemoryGuard
+
+    adapter = VllmAdapter()
+    port = free_port()
+    argv = [*shlex.split(vllm_server_command()), "--model", str(model), "--port", str(port),
+            "--host", "127.0.0.1", *ENGINE_ARGS]  # fmt: skip
+    target = ProcessTarget(argv, port=port, env={**ENGINE_ENV, **PROCESS_TREE})
+    with target:
+        assert wait_ready(target, adapter, 600).ready
+        floor = parse_floor(f"{_available_gib() - 1.0:.3f}")
+        with MemoryGuard(target, [LocalSampler()], floor, adapter) as guard:
+            hog = subprocess.Popen(
+                [sys.executable, "-c", "import time; b = b'x' * (2 << 30); time.sleep(60)"]
+            )
+            try:
+                deadline = time.monotonic() + 60
+                while guard.stopped is None and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            finally:
+                hog.kill()
+        stopped = guard.stopped
+        assert stopped is not None, guard.report().to_json()
+        assert stopped.phase == "serving" and stopped.node == "this host"
+        assert stopped.gone_after_s is not None and stopped.gone_after_s < 1.0
+        assert target.pid is not None and _group_members(target.pid) == []
+        report = guard.report(ready_after_s=None)
+        assert report.check().status == "fail" and "(serving)" in report.check().detail

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,20 +112,27 @@ def _own_bridge() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def second_daemon() -> Iterator[SecondDaemon]:
+def second_daemon(host_files: Mapping[str, bytes] | None = None) -> Iterator[SecondDaemon]:
     """Another dockerd on this host (its own containerd, image store, socket and bridge; no
-    iptables): a second node's Docker endpoint. Stopped by its pid afterwards."""
+    iptables): a second node's Docker endpoint. Stopped by its pid afterwards.
+
+    ``host_files`` makes it a node that differs: paths under ``/etc`` and ``/proc/driver``
+    with the bytes that node has there (an ``/etc/os-release``, an ``/etc/dgx-release``, an
+    NVIDIA driver's ``/proc/driver/nvidia/version``). The daemon then runs in a mount
+    namespace of its own (``unshare --mount``) where ``/etc`` is an overlay holding them and
+    ``/proc/driver`` a tmpfs: what it reports of its host (``/info``) and every bind mount it
+    makes are that node's; nothing changes for this host."""
     root = Path(tempfile.mkdtemp(prefix="sb-d2-", dir="/tmp"))  # a socket path stays short
     socket = root / "docker.sock"
     log = (root / "dockerd.log").open("wb")
     with contextlib.ExitStack() as stack:
         bridge = stack.enter_context(_own_bridge())
-        proc = subprocess.Popen(
-            ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-             "--pidfile", str(root / "dockerd.pid"), "--host", f"unix://{socket}",
-             "--bridge", bridge, "--iptables=false", "--ip6tables=false", "--ip-masq=false"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        dockerd = ["dockerd", "--data-root", str(root / "data"), "--exec-root",
+                   str(root / "exec"), "--pidfile", str(root / "dockerd.pid"), "--host",
+                   f"unix://{socket}", "--bridge", bridge, "--iptables=false",
+                   "--ip6tables=false", "--ip-masq=false"]  # fmt: skip
+        argv = _in_own_mounts(root, host_files, dockerd) if host_files else dockerd
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         daemon = SecondDaemon(f"unix://{socket}")
         try:
             deadline = time.monotonic() + 60
@@ -146,6 +153,34 @@ def second_daemon() -> Iterator[SecondDaemon]:
                 proc.wait()
             log.close()
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _in_own_mounts(root: Path, files: Mapping[str, bytes], command: list[str]) -> list[str]:
+    """``command`` in a private mount namespace where ``files`` are what this host has."""
+    steps = ["set -e"]
+    etc = {p: b for p, b in files.items() if p.startswith("/etc/")}
+    driver = {p: b for p, b in files.items() if p.startswith("/proc/driver/")}
+    if etc:
+        upper, work = root / "etc-upper", root / "etc-work"
+        for path, data in etc.items():
+            placed = upper / path.removeprefix("/etc/")
+            placed.parent.mkdir(parents=True, exist_ok=True)
+            placed.write_bytes(data)
+        work.mkdir()
+        steps.append(
+            f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
+        )
+    if driver:
+        staged = root / "proc-driver"
+        steps.append("mount -t tmpfs tmpfs /proc/driver")
+        for path, data in driver.items():
+            source = staged / path.removeprefix("/proc/driver/")
+            source.parent.mkdir(parents=True, exist_ok=True)
+            source.write_bytes(data)
+            steps.append(f"mkdir -p {shlex.quote(str(Path(path).parent))}")
+            steps.append(f"cp {shlex.quote(str(source))} {shlex.quote(path)}")
+    steps.append("exec " + shlex.join(command))
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(steps)]
 
 
 def _tail(root: Path) -> str:

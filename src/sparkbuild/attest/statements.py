@@ -220,6 +220,7 @@ def _bench(records: dict[str, lockfile.BenchRecord]) -> dict[str, object]:
             "created": record.created,
             "runs": record.runs,
             "cells": [cell.to_json() for cell in record.cells],
+            **({"hosts": record.hosts.to_json()} if record.hosts else {}),
         }
         for profile, record in records.items()
     }

@@ -19,6 +19,7 @@ from sparkbuild.bench.record import bench_record
 from sparkbuild.bench.results import SCHEMA_VERSION, BenchReport, CellResult, HostInfo, Stat
 from sparkbuild.bench.sweep import CellKey
 from sparkbuild.console import show_table
+from sparkbuild.engines.host_record import between, host_record
 from sparkbuild.errors import UsageError
 
 
@@ -326,6 +327,7 @@ def host_warnings(a: BenchReport, b: BenchReport) -> list[str]:
             f"{label} does not record its host's load average (a report made before "
             "sparkbuild recorded it, or another harness's): how busy that host was is unknown"
         )
+    warnings += between(host_record(a.host_facts), host_record(b.host_facts))
     la, lb = loads["A"], loads["B"]
     if la is not None and lb is not None and abs(la - lb) >= LOAD_GAP:
         warnings.append(

@@ -367,6 +367,9 @@ def fit_command(  # noqa: PLR0913 - click passes each option as a parameter
     """
     from packaging.version import InvalidVersion, Version
 
+    from sparkbuild import lockfile
+    from sparkbuild.engines.fit_measured import describe as describe_measured
+    from sparkbuild.engines.fit_measured import measurements
     from sparkbuild.engines.memory_fit import describe, parse_size, profile_fit
     from sparkbuild.engines.profiles import load_profile
 
@@ -385,10 +388,13 @@ def fit_command(  # noqa: PLR0913 - click passes each option as a parameter
     )
     if isinstance(fit, str):
         raise UsageError(fit, "pass --model with a local model directory (its config.json)")
+    measured = measurements(lockfile.load(settings.lock_file), name, engine_version)
     if as_json:
-        emit_json({"profile": name, **fit.to_json()})
+        emit_json(
+            {"profile": name, **fit.to_json(), "measured": [m.to_json(fit) for m in measured]}
+        )
     else:
-        for line in describe(fit):
+        for line in [*describe(fit), *describe_measured(fit, measured)]:
             console.out.print(line, markup=False)
     if not fit.fits:
         raise SystemExit(1)

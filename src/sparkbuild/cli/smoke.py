@@ -19,6 +19,7 @@ from sparkbuild.engines.boot_prep import BootPrep, before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import node_pin
 from sparkbuild.engines.compile_cache import CompileCache
+from sparkbuild.engines.host_record import earlier_verdicts
 from sparkbuild.engines.host_watch import choose_floor
 from sparkbuild.engines.host_watch import prepare as prepare_hosts
 from sparkbuild.engines.launch import (
@@ -116,6 +117,10 @@ def smoke(  # noqa: PLR0913 - click passes each option as a parameter
             watched=Watched(cache, host),
         )
     result = dataclasses.replace(result, before_boot=prep.to_json())
+    if (outputs.record_build or launch.choice.key) and result.host and result.host.nodes:
+        lock = lockfile.load(settings.lock_file)  # the image's verdicts, held against this host
+        for line in earlier_verdicts(lock, result.image_id, result.host.nodes[0]):
+            console.warn(line)
     _report(settings, result, name, outputs)
 
 

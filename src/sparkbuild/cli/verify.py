@@ -13,6 +13,7 @@ from sparkbuild.attest import keys, policy
 from sparkbuild.attest.verify import Verification, check_project, verify_image
 from sparkbuild.cli import emit_json, options
 from sparkbuild.cli.rebuild import run_rebuild
+from sparkbuild.engines.host_record import host_lines, verdict_hosts
 from sparkbuild.errors import SigningKeyError, UsageError, VerificationFailedError
 from sparkbuild.registry import credentials as creds
 from sparkbuild.registry.address import DIGEST, Registry
@@ -83,10 +84,13 @@ def verify_command(
     lock = lockfile.load(settings.lock_file)  # a lock it cannot read fails before the registry
     result = verify_image(client, repository, digest, public)
     check_project(result, profiles, lock)
+    hosts, elsewhere = verdict_hosts(result.predicates.get("verdicts"))
     if as_json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "hosts": hosts, "elsewhere": elsewhere})
     else:
         console.out.print(_line(result), markup=False)
+        for line in [*host_lines(hosts), *elsewhere]:
+            console.out.print(f"  {line}", markup=False)
     if not result.ok:
         failed = ", ".join(f.name for f in result.findings if not f.ok)
         raise VerificationFailedError(

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import ValidationError
 
-from sparkbuild.engines.host_facts import FACT_LABELS, NodeFacts
-from sparkbuild.lockschema import BootPhase, HostNode, HostRecord
+from sparkbuild.engines.host_facts import FACT_LABELS, NodeFacts, this_host
+from sparkbuild.jsontext import JsonObject
+from sparkbuild.lockschema import BootPhase, HostNode, HostRecord, LockFile
 
 #: What a verdict is held against the host running the image now.
 ACROSS_HOSTS = ("driver", "kernel", "dgx_os")
@@ -123,6 +124,76 @@ def across(record: HostRecord | None, here: NodeFacts, what: str) -> list[str]:
     return lines
 
 
+def between(a: HostRecord | None, b: HostRecord | None) -> list[str]:
+    """The driver, kernel or DGX OS that differ between two runs' first nodes (bench
+    compare's A and B): a run on another box measures the box as much as the settings."""
+    if a is None or b is None or not a.nodes or not b.nodes:
+        return []
+    fa, fb = a.nodes[0].facts, b.nodes[0].facts
+    return [
+        f"the runs were obtained on another {FACT_LABELS[name]}: A {fa[name]}, B {fb[name]}"
+        for name in ACROSS_HOSTS
+        if fa.get(name) and fb.get(name) and fa[name] != fb[name]
+    ]
+
+
+def earlier_verdicts(
+    lock: LockFile, image_id: str | None, here: NodeFacts, skip: tuple[str, str] | None = None
+) -> list[str]:
+    """What differs between this host and where the lock's smoke verdicts of ``image_id``
+    were obtained (``skip``: the build and profile this run replaces)."""
+    if not image_id:
+        return []
+    lines = []
+    for build, entry in lock.builds.items():
+        for profile, record in ((entry.smoke or {}).get(image_id) or {}).items():
+            if (build, profile) != skip:
+                lines += across(record.hosts, here, f"the smoke verdict {build}/{profile}")
+    return lines
+
+
+def signed_hosts(predicate: Mapping[str, object] | None) -> dict[str, HostRecord]:
+    """profile -> the hosts a signed verdicts predicate names for its smoke verdict."""
+    smoke = _mapping(_mapping(predicate).get("smoke"))
+    found = {}
+    for profile, record in smoke.items():
+        hosts = _mapping(record).get("hosts")
+        if isinstance(hosts, Mapping):
+            try:
+                found[str(profile)] = HostRecord.model_validate(dict(hosts))
+            except ValidationError:
+                continue
+    return found
+
+
+def verdict_hosts(predicate: Mapping[str, object] | None) -> tuple[JsonObject, list[str]]:
+    """``verify``'s view of the signed verdicts' hosts: profile -> hosts, and what differs
+    from this host (the one about to run the image)."""
+    hosts = signed_hosts(predicate)
+    if not hosts:
+        return {}, []
+    here = this_host()
+    elsewhere = [
+        line
+        for profile, record in hosts.items()
+        for line in across(record, here, f"the signed smoke verdict {profile}")
+    ]
+    return {profile: record.to_json() for profile, record in hosts.items()}, elsewhere
+
+
+def host_lines(hosts: Mapping[str, object]) -> list[str]:
+    """One line per node of each profile's hosts (``verify``'s text)."""
+    lines = []
+    for profile, record in hosts.items():
+        for node in _items(_mapping(record).get("nodes")):
+            facts = _mapping(node.get("facts"))
+            shown = ", ".join(
+                f"{FACT_LABELS[name]} {facts[name]}" for name in ACROSS_HOSTS if name in facts
+            )
+            lines.append(f"host  {profile} on {node.get('node')}: {shown or 'no facts recorded'}")
+    return lines
+
+
 def peak_taken(record: HostRecord | None) -> tuple[str, float] | None:
     """The node and the most memory the run took there (None: not measured)."""
     if record is None:
@@ -149,4 +220,15 @@ def node_lines(record: HostRecord) -> Sequence[str]:
     return lines
 
 
-__all__ = ["ACROSS_HOSTS", "across", "host_record", "node_lines", "peak_taken"]
+__all__ = [
+    "ACROSS_HOSTS",
+    "across",
+    "between",
+    "earlier_verdicts",
+    "host_lines",
+    "host_record",
+    "node_lines",
+    "peak_taken",
+    "signed_hosts",
+    "verdict_hosts",
+]

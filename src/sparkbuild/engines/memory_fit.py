@@ -108,6 +108,7 @@ class Launch:
     speculative: str | None = None  # the algorithm or method; None: off
     draft: ModelShape | None = None  # a separate draft checkpoint
     draft_patched: bool = False  # sparkbuild's draft-memory patch is in the image
+    kv_pool_bytes: int | None = None  # the KV pool sized in bytes (vLLM --kv-cache-memory-bytes)
 
     @property
     def draft_counted(self) -> bool:
@@ -387,6 +388,8 @@ def launch_of(
     kv = (flag_value(args, "--kv-cache-dtype") or "auto").lower()
     given = int(length) if length and length.isdigit() and len(length) <= 9 else None
     chosen = context or given or max_context or 8192
+    kv_flag = facts.kv_bytes_flag
+    kv_text = flag_value(args, kv_flag) if kv_flag else None
     launch = Launch(
         engine=engine,
         facts=facts,
@@ -399,8 +402,26 @@ def launch_of(
         pp=parallel.pp,
         speculative=adapter.speculative_method(args),
         draft_patched=draft_patched,
+        kv_pool_bytes=_byte_count(kv_flag or "", kv_text) if kv_text is not None else None,
     )
     return launch, adapter.draft_model(args)
+
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_SUFFIX = {**_DECIMAL, **{k.upper(): 1 << (10 * n) for n, k in enumerate("kmgt", start=1)}}
+
+
+def _byte_count(flag: str, text: str) -> int:
+    """A byte count as vLLM reads it (``human_readable_int``: ``1k`` is 1000, ``1K`` 1024)."""
+    match = re.fullmatch(r"(\d{1,15}(?:\.\d{1,6})?)([kmgtKMGT]?)", text.strip())
+    if match is None or ("." in match[1] and match[2].isupper()):
+        raise UsageError(
+            f"{flag} {text!r} is not a byte count", f"e.g. {flag} 20G (decimal) or 16G"
+        )
+    count = int(float(match[1]) * _SUFFIX.get(match[2], 1))
+    if count <= 0:
+        raise UsageError(f"{flag} {text!r} is not a byte count above 0")
+    return count
 
 
 # --- the estimate ---------------------------------------------------------------------------
@@ -462,17 +483,27 @@ def estimate(shape: ModelShape, launch: Launch, *, memory_gib: float = SPARK_MEM
                 "before the draft loads: the draft's memory lands outside the budget"
             )
     pool = max(pool, 0.0)
+    formula = "f x M - weights - state (- draft, counted)"
+    sized = f"the budget {launch.fraction} x {memory_gib:g} GiB"
+    if launch.kv_pool_bytes is not None:  # the pool is given: the budget is what it holds
+        pool = float(launch.kv_pool_bytes)
+        budget = weights + state + (draft_w if launch.draft_counted else 0.0) + pool
+        formula = f"{launch.facts.kv_bytes_flag} ({launch.facts.budget_flag} not used)"
+        sized = "weights, state and the KV pool"
+        notes.append(
+            f"{launch.facts.kv_bytes_flag} sizes the KV pool: what the engine allocates "
+            "beside it (activations, CUDA graphs) is not in the estimate"
+        )
     pool_tokens = int(pool // kv_cell) if kv_cell else 0
-    items.append(Item("KV pool", _gib(pool), "f x M - weights - state (- draft, counted)", True))
+    items.append(Item("KV pool", _gib(pool), formula, True))
     reserve = launch.facts.reserve_gib
     peak = _gib(budget + outside) + reserve
     need = launch.context * launch.concurrency
     problems: list[str] = []
     if peak > memory_gib:
         problems.append(
-            f"out of memory: the budget {launch.fraction} x {memory_gib:g} GiB = "
-            f"{_gib(budget):.1f} GiB, {_gib(outside):.1f} GiB beside it and {reserve:g} GiB "
-            f"for the runtime make {peak:.1f} GiB of {memory_gib:g}"
+            f"out of memory: {sized} = {_gib(budget):.1f} GiB, {_gib(outside):.1f} GiB beside "
+            f"it and {reserve:g} GiB for the runtime make {peak:.1f} GiB of {memory_gib:g}"
         )
     if pool_tokens < launch.context:
         problems.append(

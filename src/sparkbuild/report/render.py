@@ -17,6 +17,7 @@ from sparkbuild.bench.claims_report import figure_text, measured_text, ratio_tex
 from sparkbuild.bench.report import number
 from sparkbuild.redact import redact
 from sparkbuild.report import view
+from sparkbuild.report.hosts import hosts_view
 
 
 class _Finalize:
@@ -68,5 +69,6 @@ def environment() -> jinja2.Environment:
         measured_text=measured_text,
         ratio_text=ratio_text,
         unpublished=unpublished,
+        hosts_view=hosts_view,
     )
     return env

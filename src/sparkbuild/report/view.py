@@ -443,7 +443,7 @@ BENCH_SHOWN = frozenset(
 
 
 def extra_fields(record: lockfile.SmokeRecord | lockfile.BenchRecord) -> dict[str, Any]:
-    shown = SMOKE_SHOWN if isinstance(record, lockfile.SmokeRecord) else BENCH_SHOWN
+    shown = (SMOKE_SHOWN if isinstance(record, lockfile.SmokeRecord) else BENCH_SHOWN) | {"hosts"}
     return {k: v for k, v in record.to_json().items() if k not in shown}
 
 

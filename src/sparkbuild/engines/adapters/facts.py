@@ -109,8 +109,11 @@ class MemoryFacts:
     draft_counted_from: Version | None = None
     #: The draft loads its own bf16 embedding and lm_head before it shares the target's.
     draft_head_transient: bool = False
-    #: The runtime around the engine, outside its budget (GiB).
+    #: What lands outside the budget besides the draft (GiB): the runtime around the engine
+    #: where its budget does not count it, and what the host itself keeps.
     reserve_gib: float = 13.0
+    #: A flag that sizes the KV pool in bytes instead of the budget's fraction (None: none).
+    kv_bytes_flag: str | None = None
 
 
 @dataclass(frozen=True)

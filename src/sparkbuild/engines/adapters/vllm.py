@@ -197,8 +197,18 @@ class VllmAdapter(EngineAdapter):
         ),
     )
     # sparkrun's VLLM_FLAG_MAP for the rendered keys.
+    # vLLM counts everything it allocates inside u x M: the weights, the profile run's
+    # activations, what allocators beside torch took, CUDA graphs, then the KV cache is the
+    # rest (0.32 v1/worker/gpu_worker.py determine_available_memory; utils.request_memory
+    # refuses to start with less than u x M free). Outside it is only what the host already
+    # holds: 6 GiB, the memory guard's floor on a Spark (docs/smoke.md, "Memory fit").
+    # --kv-cache-memory-bytes sizes the KV cache itself and u is then not used.
     memory = MemoryFacts(
-        budget_flag="--gpu-memory-utilization", budget_default=0.9, context_flag="--max-model-len"
+        budget_flag="--gpu-memory-utilization",
+        budget_default=0.9,
+        context_flag="--max-model-len",
+        reserve_gib=6.0,
+        kv_bytes_flag="--kv-cache-memory-bytes",
     )
     # a table: sparkrun's recipe keys and flag maps, several pairs to a row
     recipes = RecipeFacts(
