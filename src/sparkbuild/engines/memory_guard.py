@@ -158,6 +158,7 @@ class GuardReport:
     nodes: tuple[NodeMemory, ...]
     stopped: Stop | None
     phases: tuple[Phase, ...]
+    sampler_cpu_s: float = 0.0  # what the sampling thread itself took of a CPU
 
     def check(self) -> CheckResult:
         """``host-memory``: fails when the guard stopped the engine; else the lowest seen."""
@@ -190,6 +191,7 @@ class GuardReport:
             "interval_s": self.interval_s,
             "nodes": [n.to_json() for n in self.nodes],
             "stopped": self.stopped.to_json() if self.stopped else None,
+            "sampler_cpu_s": round(self.sampler_cpu_s, 4),
         }
 
 
@@ -250,13 +252,11 @@ class MemoryGuard:
                 sampler.close()
 
     def _run(self) -> None:
-        began = time.thread_time()
-        try:
-            while not self._halt.is_set() and self.stopped is None:
-                self.tick()
-                self._halt.wait(self.interval_s)
-        finally:
-            self.sampler_cpu_s = time.thread_time() - began
+        while not self._halt.is_set() and self.stopped is None:
+            began = time.thread_time()
+            self.tick()
+            self.sampler_cpu_s += time.thread_time() - began  # this thread's own CPU time
+            self._halt.wait(self.interval_s)
 
     def phase(self) -> str:
         """The phase the engine's log says it is in (``running`` with no log to read)."""
@@ -304,6 +304,7 @@ class MemoryGuard:
             tuple(self.nodes),
             self.stopped,
             tuple(run_phases(self.target, self.adapter, ready_after_s)),
+            self.sampler_cpu_s,
         )
 
 
