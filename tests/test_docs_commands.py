@@ -626,6 +626,13 @@ def _cluster_demo_command(demo: QuickStart, command: DocCommand) -> None:
         assert entry["topology"] == {"nodes": 2, "tp": 2, "ep": 1, "pp": 1}
         assert [n["image_id"] for n in entry["nodes"]] == [image_id, image_id]
         assert entry["checks"]["ranks"] == "pass"
+        # Both nodes' hosts were read (node-2 through its ssh:// endpoint) and guarded.
+        host = run.result["host"]
+        assert [n["node"] for n in host["nodes"]] == ["node-1", "node-2"]
+        assert host["nodes"][1]["facts"]["kernel"] == host["nodes"][0]["facts"]["kernel"]
+        assert host["drift"] == [] and run.check("host-memory")["status"] == "pass"
+        assert all(n["samples"] > 0 for n in host["memory"]["nodes"]), host["memory"]
+        assert [n["node"] for n in entry["hosts"]["nodes"]] == ["node-1", "node-2"]
         # Every line of the kept log says which node printed it; rank 1 ran headless.
         log = Path(run.result["log_file"]).read_text()
         assert "[node-2]" in log and "[node-1]" in log
