@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparkbuild.engines.host_facts import (
     SMI_BANNER_ARGV,
@@ -40,9 +40,9 @@ from sparkbuild.engines.lifeline import Lifeline, owner_labels
 
 if TYPE_CHECKING:
     from docker import DockerClient
-    from docker.models.containers import Container
     from docker.types import Mount
 
+_T = TypeVar("_T")
 #: Host paths the reader mounts read-only, each only where the node has it.
 HOST_MOUNTS = ("/etc/os-release", "/etc/dgx-release", "/proc/driver/nvidia")
 _INSIDE = "/host"
@@ -147,37 +147,33 @@ def _mounts(paths: Sequence[str], extra: Sequence[Extra]) -> list[Mount]:
     return [docker.types.Mount(to, source, type="bind", read_only=True) for source, to in binds]
 
 
-def _create(
-    client: DockerClient,
-    image: str,
-    purpose: str,
-    command_for: Callable[[Sequence[str]], str],
-    extra: Sequence[Extra] = (),
-) -> Container:
-    """A reader container (see the module's docstring) with as many of :data:`HOST_MOUNTS`
-    as the node has (a bind of a path the node lacks is refused at create, so that path is
-    left out and it is tried again), and ``extra``: the profile's own read-only mounts, as
-    the engine's container has them (an image whose shell comes from a mounted ``/usr``)."""
+def _reader(purpose: str, mounted: Sequence[str], extra: Sequence[Extra]) -> dict[str, Any]:
+    """``containers.create``'s settings of a reader container (the module's docstring)."""
+    return {
+        "entrypoint": ["sh", "-c"],
+        "user": "65534:65534",
+        "network_mode": "none",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "mem_limit": "64m",
+        "pids_limit": 32,
+        "labels": {READER_LABEL: purpose, **owner_labels()},
+        "name": f"sparkbuild-{purpose}-{uuid.uuid4().hex[:10]}",
+        "mounts": _mounts(mounted, extra),
+    }
+
+
+def _with_mounts(attempt: Callable[[list[str]], _T]) -> _T:
+    """``attempt`` with as many of :data:`HOST_MOUNTS` as the node has: Docker refuses a bind
+    of a path the node lacks when the container is made, so that path is left out and it is
+    tried again."""
     import docker.errors
 
     mounted = list(HOST_MOUNTS)
     while True:
         try:
-            return client.containers.create(
-                image,
-                [command_for(mounted)],
-                entrypoint=["sh", "-c"],
-                user="65534:65534",
-                network_mode="none",
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                mem_limit="64m",
-                pids_limit=32,
-                labels={READER_LABEL: purpose, **owner_labels()},
-                name=f"sparkbuild-{purpose}-{uuid.uuid4().hex[:10]}",
-                mounts=_mounts(mounted, extra),
-            )
+            return attempt(mounted)
         except docker.errors.APIError as exc:
             said = str(exc.explanation or exc)
             missing = [m for m in mounted if m in said]
@@ -204,16 +200,19 @@ def read_docker_node(
 
 
 def _run_reader(client: DockerClient, image: str, extra: Sequence[Extra]) -> DumpSource:
-    container = _create(client, image, "facts", _script, extra)
-    try:
-        container.start()
-        container.wait(timeout=60)
-        raw = container.logs(stdout=True, stderr=False)
-    finally:
-        with contextlib.suppress(Exception):
-            container.remove(force=True)
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-    return DumpSource.parse(text)
+    from sparkbuild import dockerhost
+
+    finished = _with_mounts(
+        lambda mounted: dockerhost.run_once(
+            client,
+            image,
+            [_script(mounted)],
+            wait_s=60,
+            limit=_OUTPUT_LIMIT,
+            **_reader("facts", mounted, extra),
+        )
+    )
+    return DumpSource.parse(finished.stdout.decode("utf-8", errors="replace"))
 
 
 class ContainerSampler:
@@ -235,7 +234,11 @@ class ContainerSampler:
         self._latest: tuple[float, Memory] | None = None
         self._lock = threading.Lock()
         loop = f"while :; do echo '{_FRAME}'; cat /proc/meminfo; sleep {interval_s:g}; done"
-        self._container = _create(client, image, "memory", lambda _mounted: loop, extra)
+        self._container = _with_mounts(
+            lambda mounted: client.containers.create(
+                image, [loop], **_reader("memory", mounted, extra)
+            )
+        )
         self._lifeline = Lifeline.for_container(str(self._container.name), endpoint)
         try:
             self._container.start()
