@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 SPARK_FLOOR_GIB = 6.0
 SPARK_FLOOR_SHARE = 0.05
-_FLOOR = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,3})?)\s*(%|GiB|G|MiB|M)?\s*$", re.IGNORECASE)
+_FLOOR = re.compile(r"^\s*(\d{1,6}(?:\.\d{1,3})?)\s*(%|GiB|G|MiB|M)?\s*\Z", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
