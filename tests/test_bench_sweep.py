@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import time
@@ -192,6 +193,17 @@ def test_record_stores_summary_beside_smoke(project: Path, spec_report: dict[str
     assert len(summary["cells"]) == 4
     assert all(c["accept_len"] > 1.0 for c in summary["cells"])
     assert entry["image"] == {"image_id": IMAGE_ID}  # the image stage's key is left alone
+    # The bench verdict names its host and what the run took of its memory, per phase.
+    (node,) = summary["hosts"]["nodes"]
+    assert node["node"] == "this host" and node["facts"]["kernel"] == platform.release()
+    assert node["taken_gib"] and [p["phase"] for p in summary["hosts"]["phases"]][-1] == "serving"
+    memory = spec_report["host_facts"]["memory"]
+    assert memory["stopped"] is None and memory["nodes"][0]["samples"] > 0
+    assert spec_report["host_facts"]["nodes"][0]["unknown"]["nccl"].startswith("a --command run")
+
+
+def test_a_url_run_reads_no_host(plain_report: dict[str, Any]) -> None:
+    assert plain_report["host_facts"] is None  # someone else's engine, on someone else's box
 
 
 def test_sweep_without_speculation_has_no_acceptance(plain_report: dict[str, Any]) -> None:
