@@ -177,6 +177,7 @@ class Watch:
                 host.floor,
                 adapter,
                 interval_s=host.interval_s,
+                on_stop=lambda stop: console.warn(f"memory guard: {stop.describe()}"),
             )
             if host is not None and host.samplers
             else None
