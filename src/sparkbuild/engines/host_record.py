@@ -206,20 +206,6 @@ def peak_taken(record: HostRecord | None) -> tuple[str, float] | None:
     return best
 
 
-def node_lines(record: HostRecord) -> Sequence[str]:
-    """Each node's facts and memory in a line or two (report, verify)."""
-    lines = []
-    for node in record.nodes:
-        facts = ", ".join(
-            f"{FACT_LABELS.get(k, k)} {v}" for k, v in node.facts.items() if v != "none"
-        )
-        lines.append(f"{node.node}: {facts or 'no facts read'}")
-        if node.taken_gib:
-            taken = ", ".join(f"{phase} {gib:g}" for phase, gib in node.taken_gib.items())
-            lines.append(f"  memory taken (GiB, most per phase): {taken}")
-    return lines
-
-
 __all__ = [
     "ACROSS_HOSTS",
     "across",
@@ -227,7 +213,6 @@ __all__ = [
     "earlier_verdicts",
     "host_lines",
     "host_record",
-    "node_lines",
     "peak_taken",
     "signed_hosts",
     "verdict_hosts",
