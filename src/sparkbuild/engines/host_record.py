@@ -10,7 +10,7 @@ differs between where a verdict was obtained and this host (driver, kernel, DGX 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
