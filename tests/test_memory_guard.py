@@ -212,3 +212,23 @@ def test_kv_cache_memory_bytes_is_the_pool_and_the_budget(tmp_path: Path) -> Non
         "out of memory: weights, state and the KV pool = 121.0 GiB, 0.0 GiB beside it and "
         "6 GiB for the runtime make 127.0 GiB of 119"
     )
+
+
+def test_a_node_already_under_its_floor_is_refused_before_anything_starts(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    log, started = tmp_path / "engine.log", tmp_path / "started"
+    refused = run_cli(
+        "--project", str(ROOT), "smoke", "--command", f"sh -c 'touch {started}' {{port}}",
+        "--profile",
+        "seed-qwen3.6-27b-fp8-nextn-sglang", "--engine-version", "0.5.12",
+        "--memory-floor", "99.9%", "--log", str(log),
+    )  # fmt: skip
+    assert refused.exit_code == 2, refused.output
+    assert re.search(
+        r"error: MemAvailable on this host is \d+\.\d\d GiB, under the floor of \d+\.\d\d GiB, "
+        "before anything started",
+        refused.stderr,
+    ), refused.stderr
+    assert "or lower --memory-floor" in refused.stderr
+    assert not started.exists()  # the engine never started

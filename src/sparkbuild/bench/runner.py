@@ -475,7 +475,7 @@ def run_bench(
     clock = ProcessClock.start()
     sweep = plan.sweep
     watch = Watch(plan.host, target, adapter)
-    with target, watch:
+    with watch, target:
         booted = watch.step(lambda: _boot(target, adapter, plan, progress))
         clock = clock.booted(booted if target.owns_engine else None)
         sweeper = Sweeper(target, adapter, plan, progress)

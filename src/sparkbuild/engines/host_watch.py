@@ -16,7 +16,6 @@ docs/cluster.md, "Drift between nodes").
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -153,7 +152,7 @@ class HostWatch:
     nodes: list[NodeFacts]
     floor: MemoryFloor
     #: Each node's sampler, made when the run starts (a node's may be a container).
-    samplers: list[Callable[[], Sampler]] = field(default_factory=list)
+    samplers: list[tuple[str, Callable[[], Sampler]]] = field(default_factory=list)
     drift: list[Difference] = field(default_factory=list)
     drift_allowed: bool = False
     interval_s: float = INTERVAL_S
@@ -163,34 +162,28 @@ class HostWatch:
 
 
 class Watch:
-    """The guard and the NCCL read around one run of ``target`` (``with target, watch:``);
-    ``finish()`` while the engine still exists gives the run's :class:`HostRun`."""
+    """The guard around one run of ``target``: entered before the target starts (``with
+    watch, target:``), so the memory at the start is read first and a node already under its
+    floor is refused before anything runs; ``finish()`` while the engine still exists gives
+    the run's :class:`HostRun` (the NCCL version read from the engine's container then)."""
 
     def __init__(self, host: HostWatch | None, target: Target, adapter: EngineAdapter) -> None:
         self.host = host
         self.target = target
         self.adapter = adapter
-        self.guard = (
-            MemoryGuard(
-                target,
-                [make() for make in host.samplers],
-                host.floor,
-                adapter,
-                interval_s=host.interval_s,
-                on_stop=lambda stop: console.warn(f"memory guard: {stop.describe()}"),
-            )
-            if host is not None and host.samplers
-            else None
-        )
-        self.nccl: tuple[str | None, str] = (None, _no_image(target))
-        self._reader: threading.Thread | None = None
+        self.guard: MemoryGuard | None = None
 
     def __enter__(self) -> Watch:
-        if self.guard is not None:
+        if self.host is not None and self.host.samplers:
+            self.guard = MemoryGuard(
+                self.target,
+                [_sampler(node, make) for node, make in self.host.samplers],
+                self.host.floor,
+                self.adapter,
+                interval_s=self.host.interval_s,
+                on_stop=lambda stop: console.warn(f"memory guard: {stop.describe()}"),
+            )
             self.guard.__enter__()
-        if self.host is not None and _engine_container(self.target) is not None:
-            self._reader = threading.Thread(target=self._read_nccl, name="nccl", daemon=True)
-            self._reader.start()
         return self
 
     def __exit__(
@@ -222,18 +215,12 @@ class Watch:
         stopped = self.guard.stopped if self.guard is not None else None
         return f"{CHECK}: {stopped.describe()}" if stopped is not None else error
 
-    def _read_nccl(self) -> None:
-        container = _engine_container(self.target)
-        if container is not None:
-            self.nccl = nccl_in(container)
-
     def finish(self, ready_after_s: float | None) -> HostRun | None:
         """The run's record of its hosts (None for an engine started elsewhere)."""
         if self.host is None:
             return None
-        if self._reader is not None:
-            self._reader.join(timeout=30)
-        value, why = self.nccl
+        container = _engine_container(self.target)
+        value, why = nccl_in(container) if container is not None else (None, _no_image(self.target))
         known = value is not None and value != NONE
         nodes = tuple(n.with_fact("nccl", value, "" if known else why) for n in self.host.nodes)
         report = self.guard.report(ready_after_s) if self.guard is not None else None
@@ -249,6 +236,28 @@ class Watch:
             report,
             phases,
         )
+
+
+@dataclass
+class _Unsampled:
+    """A node whose sampler could not start: no sample, and why (the check says so)."""
+
+    node: str
+    why: str
+
+    def sample(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _sampler(node: str, make: Callable[[], Sampler]) -> Sampler:
+    try:
+        return make()
+    except Exception as exc:
+        console.warn(f"memory guard: {node} cannot be sampled ({str(exc)[:200]})")
+        return _Unsampled(node, str(exc)[:300])
 
 
 def _no_image(target: Target) -> str:
@@ -321,7 +330,7 @@ def prepare(
     if target.kind in ("command", "image") and (
         isinstance(target, ProcessTarget) or getattr(target, "endpoint", None) is None
     ):
-        return HostWatch([this_host()], floor, [LocalSampler])
+        return HostWatch([this_host()], floor, [("this host", LocalSampler)])
     cluster = _docker_cluster(target)
     if cluster is None:  # Kubernetes: its pods are placed by the scheduler, read once they run
         return HostWatch([], floor)
@@ -346,26 +355,25 @@ def _cluster_watch(
     cluster.node_images = sync_image(cluster.nodes, cluster.image, cluster.pin, progress=progress)
     extra = [(str(m.source), m.target) for m in cluster.mounts if m.read_only]
     nodes: list[NodeFacts] = []
-    samplers: list[Callable[[], Sampler]] = []
+    samplers: list[tuple[str, Callable[[], Sampler]]] = []
     for node in cluster.nodes:
         if node.endpoint == "local":
             nodes.append(this_host(node.name))
-            samplers.append(functools.partial(LocalSampler, node.name))
+            samplers.append((node.name, functools.partial(LocalSampler, node.name)))
             continue
         progress(f"{node.name}: reading its host facts")
         client = dockerhost.client(endpoint=node.docker_endpoint)
         nodes.append(read_docker_node(client, node.name, cluster.pin, extra))
-        samplers.append(
-            functools.partial(
-                ContainerSampler,
-                client,
-                node.name,
-                cluster.pin,
-                node.docker_endpoint,
-                INTERVAL_S,
-                extra,
-            )
+        sampler = functools.partial(
+            ContainerSampler,
+            client,
+            node.name,
+            cluster.pin,
+            node.docker_endpoint,
+            INTERVAL_S,
+            extra,
         )
+        samplers.append((node.name, sampler))
     found = differences(nodes)
     _judge(found, allow_drift, cluster.cluster_name)
     return HostWatch(nodes, floor, samplers, found, allow_drift)

@@ -28,11 +28,12 @@ from typing import Protocol
 
 from sparkbuild.checks import CheckResult
 from sparkbuild.engines.adapters import EngineAdapter
-from sparkbuild.engines.boot_phases import Phase, PhaseTracker, boot_phases
+from sparkbuild.engines.boot_phases import STARTING, Phase, PhaseTracker, boot_phases
 from sparkbuild.engines.host_facts import Memory, memory_now
 from sparkbuild.engines.lifeline import group_running
 from sparkbuild.engines.memory_floor import MemoryFloor
 from sparkbuild.engines.targets import ContainerTarget, ProcessTarget, Target
+from sparkbuild.errors import UsageError
 from sparkbuild.jsontext import JsonObject
 
 #: Four samples a second: the issue asks for two at least; reading /proc/meminfo costs
@@ -165,8 +166,10 @@ class GuardReport:
         if self.stopped is not None:
             return CheckResult(CHECK, "fail", self.stopped.describe(), self.stopped.available_gib)
         sampled = [n for n in self.nodes if n.lowest_gib is not None]
+        unsampled = [n.node for n in self.nodes if n.lowest_gib is None]
         if not sampled:
             return CheckResult(CHECK, "skip", "no node's memory could be sampled")
+        missed = f"; not sampled: {', '.join(unsampled)}" if unsampled else ""
         low = min(sampled, key=lambda n: n.lowest_gib or 0.0)
         assert low.lowest_gib is not None
         floor = (
@@ -179,9 +182,8 @@ class GuardReport:
             "pass",
             f"lowest MemAvailable {low.lowest_gib:.2f} GiB on {low.node} ({low.lowest_phase}, "
             f"{low.lowest_at_s or 0:.1f} s in; {floor}); "
-            + "; ".join(
-                f"{n.node} took at most {n.peak_taken_gib or 0:.2f} GiB" for n in self.nodes
-            ),
+            + "; ".join(f"{n.node} took at most {n.peak_taken_gib or 0:.2f} GiB" for n in sampled)
+            + missed,
             round(low.lowest_gib, 2),
         )
 
@@ -219,16 +221,29 @@ class MemoryGuard:
         self.on_stop = on_stop
         self.adapter = adapter
         self.tracker: PhaseTracker | None = None
-        self.nodes: list[NodeMemory] = []
-        for sampler in self.samplers:
-            start = sampler.sample()
-            limit = floor.for_total(start.total_gib) if start else None
-            self.nodes.append(NodeMemory(sampler.node, limit, start))
         self.stopped: Stop | None = None
         self._scanned = 0
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self.sampler_cpu_s = 0.0  # the sampling thread's own CPU time (the benchmark)
+        self.nodes: list[NodeMemory] = []
+        for sampler in self.samplers:
+            start = _first_sample(sampler)
+            limit = floor.for_total(start.total_gib) if start else None
+            self.nodes.append(NodeMemory(sampler.node, limit, start))
+        short = [n for n in self.nodes if n.start and n.floor_gib and _under(n.start, n.floor_gib)]
+        if short:
+            self.close()
+            raise UsageError(
+                "; ".join(
+                    f"MemAvailable on {n.node} is {n.start.available_gib:.2f} GiB, under the "
+                    f"floor of {n.floor_gib:.2f} GiB, before anything started"
+                    for n in short
+                    if n.start and n.floor_gib
+                ),
+                "free memory on that node (another engine, the page cache: --drop-caches), "
+                "or lower --memory-floor",
+            )
 
     def __enter__(self) -> MemoryGuard:
         self._thread = threading.Thread(target=self._run, name="memory-guard", daemon=True)
@@ -259,13 +274,13 @@ class MemoryGuard:
             self._halt.wait(self.interval_s)
 
     def phase(self) -> str:
-        """The phase the engine's log says it is in (``running`` with no log to read)."""
+        """The phase the engine's log says it is in (``starting`` until it has one)."""
         if self.tracker is None and self.adapter is not None and self.target.started_at:
             self.tracker = PhaseTracker(
                 self.adapter.boot_phases, self.adapter.ready_line, self.target.started_at
             )
         if self.tracker is None:
-            return "running"
+            return STARTING
         logs = self.target.logs
         if logs is not None:
             fresh = logs.stamped(self._scanned)
@@ -306,6 +321,20 @@ class MemoryGuard:
             tuple(run_phases(self.target, self.adapter, ready_after_s)),
             self.sampler_cpu_s,
         )
+
+
+def _under(memory: Memory, floor_gib: float) -> bool:
+    return memory.available_gib < floor_gib
+
+
+def _first_sample(sampler: Sampler, wait_s: float = 10.0) -> Memory | None:
+    """A sampler's first figure: a node's reader container takes a moment to print one."""
+    deadline = time.monotonic() + wait_s
+    while (memory := sampler.sample()) is None and time.monotonic() < deadline:
+        if getattr(sampler, "why", None):  # a sampler that could not start has none to give
+            return None
+        time.sleep(0.05)
+    return memory
 
 
 def run_phases(

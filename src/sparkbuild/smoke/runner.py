@@ -306,7 +306,7 @@ def run_smoke(
     expect = profile.expect
     compile_cache = watched.compile_cache
     cache = (compile_cache, compile_cache.usage()) if compile_cache is not None else None
-    with target, Watch(watched.host, target, adapter) as watch:
+    with Watch(watched.host, target, adapter) as watch, target:
         try:
             readiness, compiled = (
                 _boot(target, adapter, profile, cache, progress, waiting)
