@@ -12,7 +12,7 @@ import yaml
 
 from sparkbuild import console, fileio
 from sparkbuild.cli import emit_json, options
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import LockError, UsageError
 from sparkbuild.settings import Settings
 
 if TYPE_CHECKING:
@@ -388,7 +388,12 @@ def fit_command(  # noqa: PLR0913 - click passes each option as a parameter
     )
     if isinstance(fit, str):
         raise UsageError(fit, "pass --model with a local model directory (its config.json)")
-    measured = measurements(lockfile.load(settings.lock_file), name, engine_version)
+    try:
+        lock = lockfile.load(settings.lock_file)
+    except LockError as exc:  # the estimate stands without the measurements
+        console.warn(f"no measured runs: {exc.message}")
+        lock = lockfile.empty()
+    measured = measurements(lock, name, engine_version)
     if as_json:
         emit_json(
             {"profile": name, **fit.to_json(), "measured": [m.to_json(fit) for m in measured]}
