@@ -43,7 +43,8 @@ def one_run(guarded: bool, runs: int) -> tuple[float, float | None]:
     serve = adapter.serve_args(str(tiny_llama()), "127.0.0.1", port, list(ENGINE_ARGS))
     argv = [*shlex.split(vllm_server_command()), *serve]
     sweep = Sweep(pp=[256], tg=[32], depth=[0], concurrency=[1, 2], runs=runs, seed=7)
-    host = HostWatch([this_host()], parse_floor("256MiB"), [LocalSampler]) if guarded else None
+    sampler = ("this host", LocalSampler)
+    host = HostWatch([this_host()], parse_floor("256MiB"), [sampler]) if guarded else None
     plan = BenchPlan(sweep=sweep, label=f"guard {'on' if guarded else 'off'}", profile=None,
                      model=str(tiny_llama()), args=list(ENGINE_ARGS), host=host)  # fmt: skip
     target = ProcessTarget(argv, port=port, env=dict(ENGINE_ENV))
