@@ -36,7 +36,7 @@ from tests.support.cluster_env import (
     second_daemon,
     write_cluster_project,
 )
-from tests.support.smoke_cli import run_smoke_cli
+from tests.support.smoke_cli import run_smoke_cli, run_under_a_floor
 from tests.support.vllm_image import MODEL_IN_IMAGE, vllm_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.docker]
@@ -295,13 +295,10 @@ def test_a_floor_just_under_the_free_memory_stops_every_rank_at_once(
     # Both ranks on this host's daemon: the guard samples it for each node, and stops the
     # cluster whole (every rank's container killed together) the moment one falls under.
     project_dir, name = project
-    meminfo = Path("/proc/meminfo").read_text().splitlines()
-    available = int(next(x for x in meminfo if x.startswith("MemAvailable:")).split()[1])
-    floor = available / (1 << 20) - 0.3  # one rank's interpreter start takes more than this
 
-    run = run_smoke_cli(
+    _, run = run_under_a_floor(
         project_dir, "--image", image, "--profile", "cpu-tp2", "--cluster", name,
-        "--model", MODEL_IN_IMAGE, "--memory-floor", f"{floor:.3f}", timeout=600,
+        "--model", MODEL_IN_IMAGE,
     )  # fmt: skip
 
     assert run.returncode == 1, run.explain()

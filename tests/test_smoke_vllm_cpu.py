@@ -24,8 +24,10 @@ from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from tests.support.smoke_cli import (
     PROCESS_TREE,
     SmokeRun,
+    available_gib,
     processes_with_token,
     run_smoke_cli,
+    run_under_a_floor,
     write_profile,
 )
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command
@@ -271,11 +273,6 @@ def test_url_run_is_recorded_unverified(project: Path, plain_server: str) -> Non
 # --- the memory guard (engines/memory_guard): the real engine stopped under its floor ------
 
 
-def _available_gib() -> float:
-    meminfo = Path("/proc/meminfo").read_text().splitlines()
-    return int(next(x for x in meminfo if x.startswith("MemAvailable:")).split()[1]) / (1 << 20)
-
-
 def _group_members(pgid: int) -> list[int]:
     """Live processes of group ``pgid`` (zombies hold nothing and are left out)."""
     members = []
@@ -294,7 +291,9 @@ def test_a_floor_just_under_the_free_memory_stops_the_boot_at_once(
 ) -> None:
     # vLLM's own process tree (API server, engine core, worker): the whole group must go.
     _, token = write_profile(project, "guarded", env=PROCESS_TREE)
-    floor, run = _boot_under_a_floor(project, launcher, model)
+    floor, run = run_under_a_floor(
+        project, "--command", launcher, "--profile", "guarded", "--model", str(model)
+    )
 
     assert run.returncode == 1, run.explain()
     assert run.result is not None and run.result["verdict"] == "fail"
@@ -313,26 +312,6 @@ def test_a_floor_just_under_the_free_memory_stops_the_boot_at_once(
     assert "host-memory" in run.stderr  # the error names the check that failed
 
 
-def _boot_under_a_floor(project: Path, launcher: str, model: Path) -> tuple[float, SmokeRun]:
-    """A boot with the floor 0.3 GiB under what is free as it starts (the engine's imports
-    take more). MemAvailable is the host's: when other work frees more than the engine takes
-    meanwhile, nothing falls under the floor; that run must say so (its lowest stayed above),
-    and the boot is tried again with the floor under what is free then, three times at most."""
-    for _ in range(3):
-        floor = _available_gib() - 0.3
-        run = run_smoke_cli(
-            project, "--command", launcher, "--profile", "guarded", "--model", str(model),
-            "--memory-floor", f"{floor:.3f}",
-        )  # fmt: skip
-        assert run.result is not None, run.explain()
-        memory = run.result["host"]["memory"]
-        if memory["stopped"] is not None:
-            return floor, run
-        (node,) = memory["nodes"]  # not stopped: then it never fell under, or the guard missed
-        assert node["lowest_available_gib"] >= node["floor_gib"], run.explain()
-    raise AssertionError("other work freed more memory than the boot took, three times")
-
-
 def test_the_guard_stops_a_serving_engine_when_memory_runs_short(model: Path) -> None:
     # Through the target API: a floor set once the engine serves, then memory taken beside
     # it (2 GiB written by another process) until MemAvailable falls under it.
@@ -346,7 +325,7 @@ def test_the_guard_stops_a_serving_engine_when_memory_runs_short(model: Path) ->
     target = ProcessTarget(argv, port=port, env={**ENGINE_ENV, **PROCESS_TREE})
     with target:
         assert wait_ready(target, adapter, 600).ready
-        floor = parse_floor(f"{_available_gib() - 1.0:.3f}")
+        floor = parse_floor(f"{available_gib() - 1.0:.3f}")
         with MemoryGuard(target, [LocalSampler()], floor, adapter) as guard:
             hog = subprocess.Popen(
                 [sys.executable, "-c", "import time; b = b'x' * (2 << 30); time.sleep(60)"]

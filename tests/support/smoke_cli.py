@@ -19,8 +19,10 @@ __all__ = [
     "PROCESS_TREE",
     "REPO",
     "SmokeRun",
+    "available_gib",
     "processes_with_token",
     "run_smoke_cli",
+    "run_under_a_floor",
     "write_profile",
 ]
 
@@ -109,3 +111,27 @@ def processes_with_token(token: str) -> list[int]:
         if needle in environ.split(b"\0"):
             found.append(int(entry.name))
     return found
+
+
+def available_gib() -> float:
+    """This host's MemAvailable now, in GiB."""
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    return int(next(x for x in meminfo if x.startswith("MemAvailable:")).split()[1]) / (1 << 20)
+
+
+def run_under_a_floor(project: Path, *args: str, tries: int = 3) -> tuple[float, SmokeRun]:
+    """``smoke ARGS`` with the memory floor 0.3 GiB under what is free as it starts (an
+    engine's imports take more). MemAvailable is the host's: when other work frees more than
+    the engine takes meanwhile, nothing falls under the floor; such a run must say so (its
+    lowest stayed above on every node), and the run is tried again with the floor under what
+    is free then. Returns (the floor, the run the guard stopped)."""
+    for _ in range(tries):
+        floor = available_gib() - 0.3
+        run = run_smoke_cli(project, *args, "--memory-floor", f"{floor:.3f}")
+        assert run.result is not None, run.explain()
+        memory = run.result["host"]["memory"]
+        if memory["stopped"] is not None:
+            return floor, run
+        for node in memory["nodes"]:  # not stopped: nothing fell under, or the guard missed
+            assert node["lowest_available_gib"] >= node["floor_gib"], run.explain()
+    raise AssertionError(f"other work freed more memory than the engine took, {tries} times")
