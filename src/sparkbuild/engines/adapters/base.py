@@ -297,8 +297,7 @@ class EngineAdapter(ABC):
     log formats, and the facts each stage reads (:mod:`.facts`), behind one interface.
 
     An engine's module defines one subclass and names it ``ADAPTER``; :mod:`.known` finds
-    it. No other module names an engine (``tests/test_engine_names.py``).
-    """
+    it. No other module names an engine (``tests/test_engine_names.py``)."""
 
     name: ClassVar[str]
     #: How people write the engine's name (messages).
@@ -321,8 +320,7 @@ class EngineAdapter(ABC):
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str] = "/metrics"
     ready_line: ClassVar[re.Pattern[str]]
-    #: The log lines that open each boot phase, tried in order (engines/boot_phases).
-    boot_phases: ClassVar[tuple[tuple[str, re.Pattern[str]], ...]] = ()
+    boot_phases: ClassVar[tuple[tuple[str, re.Pattern[str]], ...]] = ()  # boot_phases.py
     #: Log lines that mean NaN/inf logits were seen.
     nan_line: ClassVar[re.Pattern[str]]
     #: Log lines that mean something went wrong while serving.
