@@ -127,9 +127,7 @@ class VllmAdapter(EngineAdapter):
     default_port = 8000
     default_launcher = ("python3", "-m", "vllm.entrypoints.openai.api_server")
     ready_line = re.compile(r"Starting vLLM (API |)server on|Application startup complete")
-    # The worker's own lines (gpu_model_runner, cpu_model_runner, gpu_worker, core): the end
-    # of a load opens profiling; the drafter loads after the target.
-    boot_phases = (
+    boot_phases = (  # the end of a load opens profiling; the drafter loads after the target
         ("profiling", re.compile(r"Model loading took|Loading weights took")),
         ("loading", re.compile(r"Starting to load model|Loading drafter model")),
         ("kv cache", re.compile(r"Available KV cache memory|KV cache size|GiB for KV cache")),
@@ -197,13 +195,7 @@ class VllmAdapter(EngineAdapter):
         ),
     )
     # sparkrun's VLLM_FLAG_MAP for the rendered keys.
-    # vLLM counts everything it allocates inside u x M: the weights, the profile run's
-    # activations, what allocators beside torch took, CUDA graphs, then the KV cache is the
-    # rest (0.32 v1/worker/gpu_worker.py determine_available_memory; utils.request_memory
-    # refuses to start with less than u x M free). Outside it is only what the host already
-    # holds: 6 GiB, the memory guard's floor on a Spark (docs/smoke.md, "Memory fit").
-    # --kv-cache-memory-bytes sizes the KV cache itself and u is then not used.
-    memory = MemoryFacts(
+    memory = MemoryFacts(  # u x M holds all vLLM allocates (docs/smoke.md, "Memory fit")
         budget_flag="--gpu-memory-utilization",
         budget_default=0.9,
         context_flag="--max-model-len",
