@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from sparkbuild import net
-from sparkbuild.engines.adapters import (
+from sparkbuild.adapters import (
     Acceptance,
     Counters,
     EngineAdapter,

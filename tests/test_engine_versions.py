@@ -1,6 +1,6 @@
 """Version-true NaN switches and signals, checked against every real SGLang release.
 
-The table in sparkbuild/engines/adapters/sglang.py is checked against each release's own
+The table in sparkbuild/adapters/sglang.py is checked against each release's own
 ``srt/environ.py``, ``srt/server_args.py`` and metrics collector from its PyPI wheel.
 The profiles as shipped before (``SGLANG_ENABLE_NAN_LOGITS_CHECK`` for every build) set a
 variable 0.5.11 and 0.5.12 ignore, and the smoke stage counted on a metric those releases
@@ -19,10 +19,9 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
+from sparkbuild.adapters import Counters, sglang, versions
+from sparkbuild.adapters.sglang import SglangAdapter
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines import versions
-from sparkbuild.engines.adapters import Counters, sglang
-from sparkbuild.engines.adapters.sglang import SglangAdapter
 from sparkbuild.engines.launch import with_nan_switch
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.errors import UsageError

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from sparkbuild import lockfile
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_command import ours
 from sparkbuild.engines.recipe_writer import (

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import LongOutputLimits, load_profile
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from sparkbuild.settings import Settings

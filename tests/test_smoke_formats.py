@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters import Counters, Generation, parse_prometheus
-from sparkbuild.engines.adapters.sglang import SglangAdapter
-from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.adapters import Counters, Generation, parse_prometheus
+from sparkbuild.adapters.sglang import SglangAdapter
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import Expectations, load_profile
 from sparkbuild.engines.signatures import Evidence, diagnose, load_signatures
 from sparkbuild.errors import EngineHTTPError, SpecError

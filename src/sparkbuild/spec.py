@@ -30,12 +30,12 @@ from pydantic import (
 )
 
 from sparkbuild import fileio, validate
-from sparkbuild.engines.adapters import EngineName
+from sparkbuild.adapters import EngineName
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.yamlfile import load_model
 
-Engine = EngineName  # a registered engine (engines/adapters/)
+Engine = EngineName  # a registered engine (adapters/)
 Mode = Literal["overlay", "source"]
 DEFAULT_PLATFORM = "linux/arm64"
 DEFAULT_TAGS = ["sparkbuild/{engine}:{version}-sm121-{tree_short}"]

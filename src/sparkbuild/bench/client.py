@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines.adapters import whole_number
+from sparkbuild.adapters import whole_number
 
 #: Chunks with text a stream may send beyond one per requested token (role and final chunks).
 _SPARE_CHUNKS = 64

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from sparkbuild import __version__, console, net
+from sparkbuild.adapters import Counters, EngineAdapter
 from sparkbuild.bench import HARNESS_VERSION
 from sparkbuild.bench.checkpoint import UNFINISHED, ProcessClock, sweep_time, write_checkpoint
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
@@ -55,7 +56,6 @@ from sparkbuild.bench.results import (
 )
 from sparkbuild.bench.served import ServedEngine
 from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warning
-from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster_target import MultiNodeTarget
 from sparkbuild.engines.launch import settled_counters
 from sparkbuild.engines.profiles import Parallel

@@ -9,14 +9,14 @@ from typing import Any, Literal
 import httpx
 
 from sparkbuild import jsontext, net
-from sparkbuild.bench.client import deadline_of
-from sparkbuild.engines.adapters import (
+from sparkbuild.adapters import (
     VERSION_PATHS,
     EngineAdapter,
     first_model,
     reported_version,
     whole_number,
 )
+from sparkbuild.bench.client import deadline_of
 from sparkbuild.errors import CalibrationError, EngineHTTPError
 
 COUNTING_HINT = (

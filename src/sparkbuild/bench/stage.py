@@ -19,6 +19,13 @@ from pathlib import Path
 import requests
 
 from sparkbuild import console, fileio, jsontext, lockfile, net
+from sparkbuild.adapters import (
+    ADAPTERS,
+    MAX_TOKENS,
+    EngineAdapter,
+    adapter_for,
+    first_model,
+)
 from sparkbuild.bench import report as bench_report
 from sparkbuild.bench.arena import check_submission_dir, refuse_unfit, write_submission
 from sparkbuild.bench.claims_request import ClaimsRequest
@@ -29,13 +36,6 @@ from sparkbuild.bench.results import BenchReport
 from sparkbuild.bench.resume import Launch, Resume, check_same_answer, check_same_engine
 from sparkbuild.bench.runner import STREAM_TIMEOUT_S, BenchPlan, SweepSettings, fit_plan, run_bench
 from sparkbuild.bench.sweep import Sweep
-from sparkbuild.engines.adapters import (
-    ADAPTERS,
-    MAX_TOKENS,
-    EngineAdapter,
-    adapter_for,
-    first_model,
-)
 from sparkbuild.engines.boot_prep import before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import node_pin

@@ -7,8 +7,8 @@ import click
 from rich.table import Table
 
 from sparkbuild import console, dockerhost
+from sparkbuild.adapters import adapter_type, engine_names
 from sparkbuild.cli import options
-from sparkbuild.engines.adapters import adapter_type, engine_names
 from sparkbuild.image.audit import DeviceAudit, audit_image
 from sparkbuild.image.audit_record import refuse_failures
 from sparkbuild.outputs import emit_json

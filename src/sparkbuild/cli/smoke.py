@@ -12,9 +12,10 @@ import click
 from packaging.version import Version
 
 from sparkbuild import console, fileio, lockfile
+from sparkbuild.adapters import EngineAdapter, adapter_for
+from sparkbuild.adapters.versions import VERSION_LABEL, parse_version
 from sparkbuild.cli import check_writable, emit_json, options
 from sparkbuild.cli.cluster import write_manifest
-from sparkbuild.engines.adapters import EngineAdapter, adapter_for
 from sparkbuild.engines.boot_prep import BootPrep, before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import node_pin
@@ -30,7 +31,6 @@ from sparkbuild.engines.launch import (
 )
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.engines.targets import Target, image_labels, local_image_id, stop_on_signals
-from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import LocalImageError, UsageError, VerdictFailedError
 from sparkbuild.settings import Settings
 from sparkbuild.smoke import record as smoke_record

@@ -27,12 +27,12 @@ import docker.errors
 from packaging.version import Version
 
 from sparkbuild import console, dockerhost
+from sparkbuild.adapters.versions import VERSION_LABEL, parse_version
 from sparkbuild.engines.cluster import ClusterSpec
 from sparkbuild.engines.launch import LaunchSettings, check_signed
 from sparkbuild.engines.memory_fit import Fit, describe, profile_fit
 from sparkbuild.engines.page_cache import DROP_COMMAND, HELPER_VARIABLE, drop_local, helper_image
 from sparkbuild.engines.profiles import SmokeProfile
-from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import UsageError
 from sparkbuild.jsontext import JsonObject
 

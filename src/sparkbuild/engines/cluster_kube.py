@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.engines.adapters import EngineAdapter, RankPlace
+from sparkbuild.adapters import EngineAdapter, RankPlace
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget
 from sparkbuild.engines.cluster_target import MultiNodeTarget, NodeImage
 from sparkbuild.engines.logs import LogBuffer

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.engines.adapters import EngineAdapter, RankPlace
+from sparkbuild.adapters import EngineAdapter, RankPlace
 from sparkbuild.engines.cluster import ClusterSpec, Node
 from sparkbuild.engines.logs import LogBuffer
 from sparkbuild.engines.targets import STAGE_LABEL, ContainerTarget, Mount, Target, TargetKind

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild import console, net, redact
-from sparkbuild.engines.adapters import Counters, EngineAdapter
+from sparkbuild.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget
 from sparkbuild.engines.cluster_kube import DEFAULT_RENDEZVOUS_PORT, KubeTarget, LwsPlan
 from sparkbuild.engines.compile_cache import (

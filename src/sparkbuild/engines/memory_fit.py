@@ -52,9 +52,9 @@ from typing import Any
 import yaml
 from packaging.version import Version
 
-from sparkbuild.engines.adapters import adapter_type
-from sparkbuild.engines.adapters.base import flag_value
-from sparkbuild.engines.adapters.facts import MemoryFacts
+from sparkbuild.adapters import adapter_type
+from sparkbuild.adapters.base import flag_value
+from sparkbuild.adapters.facts import MemoryFacts
 from sparkbuild.engines.profiles import Parallel, SmokeProfile
 from sparkbuild.errors import UsageError
 from sparkbuild.jsontext import JsonObject

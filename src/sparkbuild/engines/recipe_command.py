@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sparkbuild.engines.adapters import EngineAdapter
+from sparkbuild.adapters import EngineAdapter
 from sparkbuild.engines.recipe_source import Notes
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, value_text
 from sparkbuild.errors import UsageError

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_command import model_word
 from sparkbuild.engines.sparkrun_flags import engine_flags, sparkrun_flags

@@ -39,7 +39,7 @@ from typing import Any
 from packaging.version import Version
 from pydantic import ValidationError
 
-from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_type
+from sparkbuild.adapters import ADAPTERS, EngineAdapter, adapter_type
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.recipe_command import (
     PLACEHOLDER,

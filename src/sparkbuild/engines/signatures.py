@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sparkbuild.engines.adapters import EngineName
+from sparkbuild.adapters import EngineName
 from sparkbuild.yamlfile import load_model
 
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
     from docker.types import DeviceRequest
 
-    from sparkbuild.engines.adapters import EngineAdapter
+    from sparkbuild.adapters import EngineAdapter
 
 TargetKind = Literal["image", "command", "url", "cluster"]
 LOOPBACK = "127.0.0.1"

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from sparkbuild import console
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.errors import AuditError
 from sparkbuild.image.audit import DeviceAudit, Library, audit_image
 from sparkbuild.jsontext import JsonObject

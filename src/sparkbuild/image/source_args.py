@@ -9,7 +9,7 @@ feed the inputs digest); a spec's own `build_args` win.
 from __future__ import annotations
 
 from sparkbuild import templates
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.spec import Build
 
 # Memory per parallel compile job: a sm_121a CUTLASS/FlashInfer nvcc job peaks at 10-12 GiB

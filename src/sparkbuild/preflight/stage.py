@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild import cachetrust, fileio
+from sparkbuild.adapters import adapter_type
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.signatures import diagnose
 from sparkbuild.preflight.compare import compare_with_release
 from sparkbuild.preflight.kernels import KernelStandins

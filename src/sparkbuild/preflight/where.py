@@ -15,8 +15,8 @@ from filelock import FileLock
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild import cachetrust, git, wheelindex
+from sparkbuild.adapters import ADAPTERS, adapter_type
 from sparkbuild.dockerhost import SETUP_HINT
-from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
 from sparkbuild.preflight.deps import (
     CUDA_ONLY,

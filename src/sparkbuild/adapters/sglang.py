@@ -56,7 +56,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines.adapters.base import (
+from sparkbuild.adapters.base import (
     Acceptance,
     Counters,
     EngineAdapter,
@@ -69,7 +69,7 @@ from sparkbuild.engines.adapters.base import (
     parse_or_fail,
     whole_number,
 )
-from sparkbuild.engines.adapters.facts import (
+from sparkbuild.adapters.facts import (
     MemoryFacts,
     Moved,
     PreflightFacts,
@@ -77,7 +77,7 @@ from sparkbuild.engines.adapters.facts import (
     RecipeFacts,
     SourceBuild,
 )
-from sparkbuild.engines.versions import UNKNOWN_VERSION, NanSwitch, parse_version
+from sparkbuild.adapters.versions import UNKNOWN_VERSION, NanSwitch, parse_version
 
 _NAN: list[tuple[SpecifierSet, NanSwitch]] = [
     (
@@ -194,7 +194,7 @@ class SglangAdapter(EngineAdapter):
             env_module="srt/environ.py",
             config_registry="srt.utils.hf_transformers.common",
             config_args=("--device", "cpu"),
-            signals_source="engines/adapters/sglang.py preflight_signals",
+            signals_source="adapters/sglang.py preflight_signals",
         ),
     )
     memory = MemoryFacts(

@@ -30,7 +30,7 @@ from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines.adapters.base import (
+from sparkbuild.adapters.base import (
     Acceptance,
     Counters,
     EngineAdapter,
@@ -45,7 +45,7 @@ from sparkbuild.engines.adapters.base import (
     parse_or_fail,
     whole_number,
 )
-from sparkbuild.engines.adapters.facts import (
+from sparkbuild.adapters.facts import (
     MemoryFacts,
     Moved,
     PreflightFacts,
@@ -53,7 +53,7 @@ from sparkbuild.engines.adapters.facts import (
     RecipeFacts,
     SourceBuild,
 )
-from sparkbuild.engines.versions import LoadFormatFact, NanSwitch
+from sparkbuild.adapters.versions import LoadFormatFact, NanSwitch
 from sparkbuild.errors import EngineHTTPError, UsageError
 
 NAN_SWITCH = NanSwitch(
@@ -184,7 +184,7 @@ class VllmAdapter(EngineAdapter):
             env_module="envs.py",
             config_registry="transformers_utils.config",
             model_inspector="model_executor.models.registry:_VLLM_MODELS",
-            signals_source="engines/adapters/vllm.py preflight_signals",
+            signals_source="adapters/vllm.py preflight_signals",
         ),
     )
     # sparkrun's VLLM_FLAG_MAP for the rendered keys.

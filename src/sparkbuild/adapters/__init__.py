@@ -6,8 +6,8 @@ adapter; every other module here is one engine (as cibuildwheel keeps one module
 platform), registered by ``known`` under its name.
 """
 
-from sparkbuild.engines.adapters.answers import ChatAnswer
-from sparkbuild.engines.adapters.base import (
+from sparkbuild.adapters.answers import ChatAnswer
+from sparkbuild.adapters.base import (
     MAX_TOKENS,
     VERSION_PATHS,
     Acceptance,
@@ -24,14 +24,14 @@ from sparkbuild.engines.adapters.base import (
     reported_version,
     whole_number,
 )
-from sparkbuild.engines.adapters.facts import (
+from sparkbuild.adapters.facts import (
     Moved,
     PreflightFacts,
     ProbeFacts,
     RecipeFacts,
     SourceBuild,
 )
-from sparkbuild.engines.adapters.known import (
+from sparkbuild.adapters.known import (
     ADAPTERS,
     EngineName,
     LauncherName,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from sparkbuild import net
-from sparkbuild.engines.adapters.base import (
+from sparkbuild.adapters.base import (
     MAX_TOKENS,
     EngineAdapter,
     Generation,

@@ -8,7 +8,7 @@ uses the same calls per sweep cell: snapshot before, run, snapshot after, ``acce
 
 Each engine's formats live in its own module (:mod:`.vllm`, :mod:`.sglang`), checked against
 SGLang 0.5.10/0.5.23 wheels and vLLM 0.32 on the CPU. What an engine reads changes with its
-release (its module's tables; :mod:`sparkbuild.engines.versions`): an adapter is made with
+release (its module's tables; :mod:`sparkbuild.adapters.versions`): an adapter is made with
 the engine's version, so its launch arguments (:meth:`EngineAdapter.serve_args`) and NaN
 switch (:meth:`EngineAdapter.nan_switch`) are the ones that version reads.
 """
@@ -28,8 +28,8 @@ from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines import versions
-from sparkbuild.engines.adapters.facts import MemoryFacts, PreflightFacts, RecipeFacts, SourceBuild
+from sparkbuild.adapters import versions
+from sparkbuild.adapters.facts import MemoryFacts, PreflightFacts, RecipeFacts, SourceBuild
 from sparkbuild.errors import EngineHTTPError
 
 #: The most tokens a prompt, a request or an answer may count: more than any context a DGX
