@@ -139,10 +139,18 @@ class RankPlace:
     leader_address: str  # the leader's address between nodes (rendezvous host)
     port: int  # the rendezvous port on the leader
     address: str  # this rank's own address between nodes
+    #: How the command writes the rank, when not as its number: one template for every
+    #: worker (Kubernetes fills ``$(LWS_WORKER_INDEX)`` per pod).
+    rank_word: str | None = None
 
     @property
     def leader(self) -> bool:
         return self.rank == 0
+
+    @property
+    def rank_arg(self) -> str:
+        """The rank as the command line writes it."""
+        return self.rank_word or str(self.rank)
 
 
 class Layout(Protocol):

@@ -111,6 +111,11 @@ class MemoryFacts:
     draft_head_transient: bool = False
     #: The runtime around the engine, outside its budget (GiB).
     reserve_gib: float = 13.0
+    #: The flag of the KV cache's element type (None: the engine's KV is the model's dtype).
+    kv_dtype_flag: str | None = "--kv-cache-dtype"
+    #: sparkbuild's patch (a file name in ``patches/<engine>/``) that counts the draft before
+    #: the KV pool is sized, for releases before ``draft_counted_from`` (None: no such patch).
+    draft_patch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,8 +144,9 @@ class RecipeFacts:
     leading_keys: tuple[str, ...] = ()
     #: sparkrun pins a hub model's ``model_revision`` on the command (``--revision``).
     pins_revision: bool = False
-    #: sparkrun adds ``--served-model-name MODEL`` when a recipe's command has none.
-    adds_served_model_name: bool = False
+    #: The flag sparkrun adds with the recipe's model name when a recipe's command has none
+    #: (vLLM's ``--served-model-name``; None: sparkrun adds none).
+    adds_served_model_flag: str | None = None
     #: The runtime an exported recipe names for each multi-node launcher (the first: none set).
     export_runtimes: Mapping[str, str] = field(default_factory=dict)
     #: The flags the launcher adds for expert parallelism (``{ep}``: the size).

@@ -203,6 +203,7 @@ class SglangAdapter(EngineAdapter):
         context_flag="--context-length",
         draft_counted_from=Version("0.5.14"),  # PRs #23862, #28855, #29616
         draft_head_transient=True,
+        draft_patch="draft-memory-before-kv-pool.patch",
     )
     # a table: sparkrun's recipe keys and flag maps, several pairs to a row
     recipes = RecipeFacts(
@@ -314,7 +315,7 @@ class SglangAdapter(EngineAdapter):
             "--nnodes",
             str(place.nodes),
             "--node-rank",
-            str(place.rank),
+            place.rank_arg,
             "--dist-init-addr",
             f"{place.leader_address}:{place.port}",
         ]

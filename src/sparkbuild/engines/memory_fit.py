@@ -320,7 +320,9 @@ def launch_of(
         raise UsageError(f"no memory estimate for {adapter.display_name}: it declares no facts")
     fraction = _number(args, (facts.budget_flag,), facts.budget_default)
     length = flag_value(args, facts.context_flag)
-    kv = (flag_value(args, "--kv-cache-dtype") or "auto").lower()
+    kv = (
+        (flag_value(args, facts.kv_dtype_flag) if facts.kv_dtype_flag else None) or "auto"
+    ).lower()
     chosen = context or (int(length) if length and length.isdigit() else max_context) or 8192
     launch = Launch(
         engine=engine,
@@ -487,8 +489,11 @@ def profile_fit(
     draft_patched: bool = False,
     memory_gib: float = SPARK_MEMORY_GIB,
 ) -> Fit | str:
-    """The fit of a profile's launch, or why there is no estimate (a model whose shape is
-    neither on disk nor shipped)."""
+    """The fit of a profile's launch, or why there is no estimate (an engine that declares
+    no memory facts, a model whose shape is neither on disk nor shipped)."""
+    adapter = adapter_type(profile.engine)
+    if adapter.memory is None:
+        return f"no memory estimate: {adapter.display_name} declares no memory facts"
     shape = model_shape(profile.model)
     if shape is None:
         return (

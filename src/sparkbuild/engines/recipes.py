@@ -39,7 +39,7 @@ from typing import Any
 from packaging.version import Version
 from pydantic import ValidationError
 
-from sparkbuild.adapters import ADAPTERS, EngineAdapter, adapter_type
+from sparkbuild.adapters import ADAPTERS, EngineAdapter, RecipeFacts, adapter_type
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.recipe_command import (
     PLACEHOLDER,
@@ -206,7 +206,7 @@ def parallel_layout(
         )
     if "nodes" in sizes and size("nodes") != tp * pp:
         notes.add(
-            f"--nnodes {sizes['nodes']}",
+            f"{_flag_of(facts, 'nodes')} {sizes['nodes']}",
             "changed",
             f"one rank per Spark: {tp * pp} nodes for tp {tp} x pp {pp}",
         )
@@ -215,7 +215,7 @@ def parallel_layout(
     launcher = facts.runtimes[runtime]
     if sizes.get("launcher") not in (None, *adapter.parallel_launchers):
         notes.add(
-            f"--distributed-executor-backend {sizes['launcher']}",
+            f"{_flag_of(facts, 'launcher')} {sizes['launcher']}",
             "changed",
             f"the multi-node launcher is {launcher}",
         )
@@ -227,6 +227,11 @@ def parallel_layout(
         "as the profile's parallel layout",
     )
     return layout
+
+
+def _flag_of(facts: RecipeFacts, size: str) -> str:
+    """The engine's flag that sets ``size`` of the parallel layout (the first it takes)."""
+    return next(flag for flag, sets in facts.parallel_flags.items() if sets == size)
 
 
 # --- everything else of the recipe -------------------------------------------------------
@@ -407,13 +412,13 @@ def import_recipe(
         words = [*adapter.recipes.prefixes[0], recipe.model, *flags]
     serve = serve_of(adapter, words, recipe.model, notes, path.parent, engine_version)
     model_word(serve.model, f"{path}: the model the command serves,")
-    if adapter.recipes.adds_served_model_name and "--served-model-name" not in serve.args:
+    added = adapter.recipes.adds_served_model_flag
+    if added and added not in serve.args:
         notes.add(
-            "--served-model-name",
+            added,
             "changed",
-            f"sparkrun adds --served-model-name {recipe.model} to {adapter.display_name}'s "
-            "command; sparkbuild's "
-            "launcher names the served model itself",
+            f"sparkrun adds {added} {recipe.model} to {adapter.display_name}'s command; "
+            "sparkbuild's launcher names the served model itself",
         )
     layout = parallel_layout(engine, runtime, serve.sizes, notes)
     nodes = int(layout["nodes"]) if layout else 1
