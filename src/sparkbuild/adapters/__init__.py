@@ -1,29 +1,14 @@
 """One adapter per engine: everything sparkbuild knows about it, behind one interface.
 
-``base`` holds :class:`EngineAdapter` and the engine-neutral values (:class:`Generation`,
-:class:`Counters`, :class:`Acceptance`); ``facts`` the frozen facts each stage reads off an
-adapter; every other module here is one engine (as cibuildwheel keeps one module per
-platform), registered by ``known`` under its name.
+``base`` holds :class:`EngineAdapter`; ``values`` the engine-neutral values it answers in
+(:class:`Generation`, :class:`Counters`, :class:`Acceptance`); ``facts`` the frozen facts
+each stage reads off an adapter; ``versions`` the engine-neutral version values; every other
+module here is one engine (as cibuildwheel keeps one module per platform), registered by
+``known`` under its name.
 """
 
 from sparkbuild.adapters.answers import ChatAnswer
-from sparkbuild.adapters.base import (
-    MAX_TOKENS,
-    VERSION_PATHS,
-    Acceptance,
-    Counters,
-    EngineAdapter,
-    Generation,
-    Layout,
-    PositionCounts,
-    RankCommand,
-    RankPlace,
-    first_model,
-    non_finite,
-    parse_prometheus,
-    reported_version,
-    whole_number,
-)
+from sparkbuild.adapters.base import EngineAdapter
 from sparkbuild.adapters.facts import (
     Moved,
     PreflightFacts,
@@ -41,6 +26,22 @@ from sparkbuild.adapters.known import (
     launcher_names,
     register,
     unregister,
+)
+from sparkbuild.adapters.values import (
+    MAX_TOKENS,
+    VERSION_PATHS,
+    Acceptance,
+    Counters,
+    Generation,
+    Layout,
+    PositionCounts,
+    RankCommand,
+    RankPlace,
+    first_model,
+    non_finite,
+    parse_prometheus,
+    reported_version,
+    whole_number,
 )
 
 __all__ = [

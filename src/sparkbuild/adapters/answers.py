@@ -10,13 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from sparkbuild import net
-from sparkbuild.adapters.base import (
-    MAX_TOKENS,
-    EngineAdapter,
-    Generation,
-    parse_or_fail,
-    whole_number,
-)
+from sparkbuild.adapters.base import EngineAdapter
+from sparkbuild.adapters.values import MAX_TOKENS, Generation, parse_or_fail, whole_number
 from sparkbuild.errors import EngineHTTPError
 
 

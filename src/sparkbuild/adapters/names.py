@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 #: The folder's modules that hold no engine.
-NOT_ENGINES = frozenset({"__init__", "answers", "base", "facts", "known", "names", "versions"})
+NOT_ENGINES = frozenset(
+    {"__init__", "answers", "base", "facts", "known", "names", "values", "versions"}
+)
 
 
 def shipped_engines(folder: Path = Path(__file__).parent) -> list[str]:

@@ -56,10 +56,18 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild import jsontext, net
-from sparkbuild.adapters.base import (
+from sparkbuild.adapters.base import EngineAdapter
+from sparkbuild.adapters.facts import (
+    MemoryFacts,
+    Moved,
+    PreflightFacts,
+    ProbeFacts,
+    RecipeFacts,
+    SourceBuild,
+)
+from sparkbuild.adapters.values import (
     Acceptance,
     Counters,
-    EngineAdapter,
     Generation,
     Layout,
     RankCommand,
@@ -68,14 +76,6 @@ from sparkbuild.adapters.base import (
     optional_float,
     parse_or_fail,
     whole_number,
-)
-from sparkbuild.adapters.facts import (
-    MemoryFacts,
-    Moved,
-    PreflightFacts,
-    ProbeFacts,
-    RecipeFacts,
-    SourceBuild,
 )
 from sparkbuild.adapters.versions import UNKNOWN_VERSION, NanSwitch, parse_version
 

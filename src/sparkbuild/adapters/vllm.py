@@ -30,10 +30,18 @@ from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkbuild import jsontext, net
-from sparkbuild.adapters.base import (
+from sparkbuild.adapters.base import EngineAdapter
+from sparkbuild.adapters.facts import (
+    MemoryFacts,
+    Moved,
+    PreflightFacts,
+    ProbeFacts,
+    RecipeFacts,
+    SourceBuild,
+)
+from sparkbuild.adapters.values import (
     Acceptance,
     Counters,
-    EngineAdapter,
     Generation,
     Layout,
     PositionCounts,
@@ -44,14 +52,6 @@ from sparkbuild.adapters.base import (
     optional_float,
     parse_or_fail,
     whole_number,
-)
-from sparkbuild.adapters.facts import (
-    MemoryFacts,
-    Moved,
-    PreflightFacts,
-    ProbeFacts,
-    RecipeFacts,
-    SourceBuild,
 )
 from sparkbuild.adapters.versions import LoadFormatFact, NanSwitch
 from sparkbuild.errors import EngineHTTPError, UsageError

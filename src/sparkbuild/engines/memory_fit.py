@@ -53,8 +53,8 @@ import yaml
 from packaging.version import Version
 
 from sparkbuild.adapters import adapter_type
-from sparkbuild.adapters.base import flag_value
 from sparkbuild.adapters.facts import MemoryFacts
+from sparkbuild.adapters.values import flag_value
 from sparkbuild.engines.profiles import Parallel, SmokeProfile
 from sparkbuild.errors import UsageError
 from sparkbuild.jsontext import JsonObject
