@@ -861,7 +861,9 @@ def test_bench_timeout_says_why(engine: tuple[str, dict[str, tuple[int, bytes]]]
 
     async def one() -> StreamResult:
         async with make_client(url, 1, 1.0) as client:
-            return await stream_completion(client, {"prompt": "x", "max_tokens": 1})
+            return await stream_completion(
+                client, {"prompt": "x", "max_tokens": 1}, "/v1/completions"
+            )
 
     result = asyncio.run(one())
     assert result.error is not None

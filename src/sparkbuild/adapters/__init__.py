@@ -10,6 +10,7 @@ module here is one engine (as cibuildwheel keeps one module per platform), regis
 from sparkbuild.adapters.answers import ChatAnswer
 from sparkbuild.adapters.base import EngineAdapter
 from sparkbuild.adapters.facts import (
+    BenchCounters,
     Moved,
     PreflightFacts,
     ProbeFacts,
@@ -29,7 +30,6 @@ from sparkbuild.adapters.known import (
 )
 from sparkbuild.adapters.values import (
     MAX_TOKENS,
-    VERSION_PATHS,
     Acceptance,
     Counters,
     Generation,
@@ -47,8 +47,8 @@ from sparkbuild.adapters.values import (
 __all__ = [
     "ADAPTERS",
     "MAX_TOKENS",
-    "VERSION_PATHS",
     "Acceptance",
+    "BenchCounters",
     "ChatAnswer",
     "Counters",
     "EngineAdapter",

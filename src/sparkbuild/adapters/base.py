@@ -16,19 +16,23 @@ switch (:meth:`EngineAdapter.nan_switch`) are the ones that version reads.
 from __future__ import annotations
 
 import re
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
 
-import requests
 from packaging.version import Version
 
-from sparkbuild import jsontext, net
+from sparkbuild import net
 from sparkbuild.adapters import versions
-from sparkbuild.adapters.facts import MemoryFacts, PreflightFacts, RecipeFacts, SourceBuild
+from sparkbuild.adapters.facts import (
+    BenchCounters,
+    MemoryFacts,
+    PreflightFacts,
+    RecipeFacts,
+    SourceBuild,
+)
+from sparkbuild.adapters.http import EngineHTTP
 from sparkbuild.adapters.values import (
-    VERSION_PATHS,
     Acceptance,
     Counters,
     Generation,
@@ -37,20 +41,15 @@ from sparkbuild.adapters.values import (
     RankCommand,
     RankPlace,
     last_float,
-    no_counters,
-    parse_counters,
-    reported_version,
-    shortened,
     token_count,
 )
-from sparkbuild.errors import EngineHTTPError
 
 
 def _signal(name: str, kind: str, used_for: str) -> dict[str, str]:
     return {"name": name, "kind": kind, "used_for": used_for}
 
 
-class EngineAdapter(ABC):
+class EngineAdapter(EngineHTTP, ABC):
     """Everything sparkbuild knows about one engine: launch flags, endpoints, counters and
     log formats, and the facts each stage reads (:mod:`.facts`), behind one interface.
 
@@ -70,14 +69,10 @@ class EngineAdapter(ABC):
     #: looks for them in the release's source (:meth:`preflight_signals`).
     relied_metrics: ClassVar[tuple[tuple[str, str], ...]] = ()
     relied_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
-    #: Bench's counters: the engine's own count of generated tokens (all requests), and of
-    #: prompt tokens served from its prefix cache (None: the engine has none).
-    generation_counter: ClassVar[str | None] = None
-    prefix_hit_counter: ClassVar[str | None] = None
+    #: The engine's own counters and timing histograms bench reads.
+    bench_counters: ClassVar[BenchCounters] = BenchCounters()
     default_port: ClassVar[int]
     default_launcher: ClassVar[tuple[str, ...]]
-    health_path: ClassVar[str] = "/health"
-    metrics_path: ClassVar[str] = "/metrics"
     ready_line: ClassVar[re.Pattern[str]]
     #: Log lines that mean NaN/inf logits were seen.
     nan_line: ClassVar[re.Pattern[str]]
@@ -95,7 +90,7 @@ class EngineAdapter(ABC):
     max_len_flag: ClassVar[str]
 
     def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
-        self.request_timeout_s = request_timeout_s
+        super().__init__(request_timeout_s)
         self.version = version  # of the engine under test, when known
 
     def nan_switch(self) -> versions.NanSwitch:
@@ -234,11 +229,6 @@ class EngineAdapter(ABC):
     #: Where the answer's reasoning is, in the order the engine's releases have used.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)
 
-    def request_model(self, session: net.Session, base_url: str) -> str:
-        """The model name an OpenAI-style request names (engines that serve one model take
-        any)."""
-        return "default"
-
     def acceptance_from_delta(self, before: Counters, after: Counters) -> Acceptance:
         """Acceptance over the interval between two counter snapshots; void (``impossible``)
         when the counters cannot be true."""
@@ -253,7 +243,7 @@ class EngineAdapter(ABC):
         if not (before.available and after.available):
             return ""
         problem = after.went_backwards(before) or self.impossible_counts(before, after)
-        return f"{self.metrics_path}: {problem}" if problem else ""
+        return f"{self.endpoints.metrics}: {problem}" if problem else ""
 
     @abstractmethod
     def acceptance_over(self, before: Counters, after: Counters) -> Acceptance:
@@ -264,16 +254,30 @@ class EngineAdapter(ABC):
         empty; each engine knows its own counters."""
         return ""
 
-    def acceptance_from_generations(self, generations: Sequence[Generation]) -> Acceptance | None:
-        """Acceptance from per-request fields, when the engine returns them (None otherwise)."""
+    def acceptance_from_responses(
+        self, responses: Sequence[Mapping[str, object]]
+    ) -> Acceptance | None:
+        """Acceptance from per-response fields (an answer's :attr:`response_extras`), when
+        the engine returns them (None otherwise)."""
         return None
 
+    def acceptance_from_generations(self, generations: Sequence[Generation]) -> Acceptance | None:
+        """Acceptance from per-request fields, when the engine returns them (None otherwise)."""
+        return self.acceptance_from_responses([g.raw for g in generations])
+
     def acceptance(
-        self, before: Counters, after: Counters, generations: Sequence[Generation] = ()
+        self,
+        before: Counters,
+        after: Counters,
+        generations: Sequence[Generation] = (),
+        responses: Sequence[Mapping[str, object]] = (),
     ) -> Acceptance:
-        """The best measurement available: per-request fields, else counter deltas."""
-        per_request = self.acceptance_from_generations(generations)
-        if per_request is not None and per_request.active:
+        """The best measurement available: per-request fields (of ``generations``, or of
+        streamed ``responses``), else counter deltas."""
+        per_request = self.acceptance_from_generations(generations) if generations else None
+        if per_request is None and responses:
+            per_request = self.acceptance_from_responses(responses)
+        if per_request is not None and (per_request.active or per_request.impossible):
             return per_request
         return self.acceptance_from_delta(before, after)
 
@@ -284,65 +288,3 @@ class EngineAdapter(ABC):
     def acceptance_from_log(self, lines: Sequence[str]) -> float | None:
         """The last acceptance length the engine logged (a lifetime/windowed figure)."""
         return last_float(self.accept_line, lines)
-
-    def session(self) -> net.Session:
-        """An HTTP session for this engine: no exchange outlives the request timeout."""
-        return net.Session(deadline_s=self.request_timeout_s)
-
-    def server_version(self, session: net.Session, base_url: str) -> str | None:
-        """The version the running server reports (vLLM ``/version``, SGLang
-        ``/get_server_info``), or None when it reports none."""
-        for path in VERSION_PATHS:
-            try:
-                response = session.get(base_url + path, timeout=10)
-                value = reported_version(response.json()) if response.status_code == 200 else None
-            except (requests.RequestException, ValueError, RecursionError):  # nested too deep
-                continue
-            if value:
-                return value
-        return None
-
-    def snapshot_counters(self, session: net.Session, base_url: str) -> Counters:
-        """All Prometheus samples of the engine right now."""
-        where = f"GET {base_url}{self.metrics_path}"
-        try:
-            response = session.get(base_url + self.metrics_path, timeout=10)
-        except (net.BodyTooLarge, net.RedirectRefused) as exc:
-            return Counters({}, False, time.monotonic(), f"{where}: {exc}", malformed=True)
-        except requests.RequestException as exc:
-            return no_counters(f"{where}: no response ({type(exc).__name__})")
-        if response.status_code != 200:
-            return no_counters(f"{where}: HTTP {response.status_code}")
-        try:
-            return parse_counters(response.text)
-        except (ValueError, TypeError, IndexError) as exc:
-            problem = f"{where}: not Prometheus text ({shortened(str(exc))})"
-            return Counters({}, False, time.monotonic(), problem, malformed=True)
-
-    def post_json(
-        self, session: net.Session, url: str, body: Mapping[str, object]
-    ) -> tuple[dict[str, object], float]:
-        """One JSON POST to the engine: its answer object and the seconds it took;
-        EngineHTTPError (named, with the request) on any failure."""
-        started = time.monotonic()
-        try:
-            response = session.post(url, json=body, timeout=self.request_timeout_s)
-        except requests.Timeout as exc:
-            raise EngineHTTPError.answered(
-                f"POST {url}",
-                None,
-                f"no answer within {self.request_timeout_s:g} s (request timeout)",
-                timed_out=True,
-            ) from exc
-        except requests.RequestException as exc:
-            raise EngineHTTPError.answered(f"POST {url}", None, str(exc)) from exc
-        seconds = time.monotonic() - started
-        if response.status_code != 200:
-            raise EngineHTTPError.answered(f"POST {url}", response.status_code, response.text)
-        try:  # NaN/Infinity literals are read: a NaN logprob is what the nan check looks for
-            payload = jsontext.loads(response.content, nonfinite=True)
-        except ValueError as exc:
-            raise EngineHTTPError.answered(f"POST {url}", response.status_code, "not JSON") from exc
-        if not isinstance(payload, dict):
-            raise EngineHTTPError.answered(f"POST {url}", response.status_code, "not a JSON object")
-        return payload, seconds

@@ -96,6 +96,20 @@ class PreflightFacts:
 
 
 @dataclass(frozen=True)
+class BenchCounters:
+    """The engine's own counters bench reads beside its requests."""
+
+    #: Its count of generated tokens, all requests (None: it has none).
+    generated: str | None = None
+    #: Its count of prompt tokens served from its prefix cache (None: it has none).
+    prefix_hits: str | None = None
+    #: The prefix of its per-request timing histograms (``request_time_per_output_token_
+    #: seconds``, ``inter_token_latency_seconds``, ``time_to_first_token_seconds``; None:
+    #: it exports none).
+    timing_prefix: str | None = None
+
+
+@dataclass(frozen=True)
 class MemoryFacts:
     """How the engine sizes its memory, for the estimate before a boot
     (:mod:`sparkbuild.engines.memory_fit`, whose docstring has the formulas)."""

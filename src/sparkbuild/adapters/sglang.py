@@ -58,6 +58,7 @@ from packaging.version import Version
 from sparkbuild import jsontext, net
 from sparkbuild.adapters.base import EngineAdapter
 from sparkbuild.adapters.facts import (
+    BenchCounters,
     MemoryFacts,
     Moved,
     PreflightFacts,
@@ -157,7 +158,7 @@ class SglangAdapter(EngineAdapter):
     VERIFY_CALLS = "sglang:spec_verify_calls_total"
     GENERATED = "sglang:generation_tokens_total"
     ACCEPT_GAUGE = "sglang:spec_accept_length"
-    generation_counter = GENERATED
+    bench_counters = BenchCounters(generated=GENERATED, timing_prefix="sglang:")
     # What smoke and bench read; preflight_signals below keeps those each version has.
     relied_metrics = (
         (VERIFY_CALLS, "smoke acceptance fallback (counters)"),

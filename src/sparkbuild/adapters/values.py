@@ -273,10 +273,6 @@ def token_count(text: str) -> int | None:
     return int(number * scale)
 
 
-#: Where vLLM and SGLang report their version (each answers at least one).
-VERSION_PATHS = ("/version", "/get_server_info", "/server_info")
-
-
 def reported_version(payload: object) -> str | None:
     """The ``version`` of a version endpoint's JSON, if it has one (cut: it is engine text)."""
     value = payload.get("version") if isinstance(payload, dict) else None
@@ -291,3 +287,20 @@ def optional_float(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def per_position(text: str, family: str, drafts_name: str) -> tuple[list[float], float]:
+    """A Prometheus page's accepted tokens by draft position (``family``'s samples with a
+    ``position`` label, summed over every other label) and its drafts counter."""
+    by_position: dict[int, float] = {}
+    drafts = 0.0
+    for metric in text_string_to_metric_families(text):
+        for sample in metric.samples:
+            if sample.name == family + "_total" and "position" in sample.labels:
+                position = int(sample.labels["position"])
+                by_position[position] = by_position.get(position, 0.0) + float(sample.value)
+            elif sample.name == drafts_name:
+                drafts += float(sample.value)
+    if not by_position:
+        return [], drafts
+    return [by_position.get(i, 0.0) for i in range(max(by_position) + 1)], drafts

@@ -27,11 +27,11 @@ from typing import Any
 
 import requests
 from packaging.version import Version
-from prometheus_client.parser import text_string_to_metric_families
 
-from sparkbuild import jsontext, net
+from sparkbuild import net
 from sparkbuild.adapters.base import EngineAdapter
 from sparkbuild.adapters.facts import (
+    BenchCounters,
     MemoryFacts,
     Moved,
     PreflightFacts,
@@ -47,14 +47,14 @@ from sparkbuild.adapters.values import (
     PositionCounts,
     RankCommand,
     RankPlace,
-    first_model,
     flag_value,
     optional_float,
     parse_or_fail,
+    per_position,
     whole_number,
 )
 from sparkbuild.adapters.versions import LoadFormatFact, NanSwitch
-from sparkbuild.errors import EngineHTTPError, UsageError
+from sparkbuild.errors import UsageError
 
 NAN_SWITCH = NanSwitch(
     env={"VLLM_COMPUTE_NANS_IN_LOGITS": "1"},
@@ -150,8 +150,11 @@ class VllmAdapter(EngineAdapter):
     DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
     ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
     CORRUPTED = "vllm:corrupted_requests_total"
-    generation_counter = "vllm:generation_tokens_total"
-    prefix_hit_counter = "vllm:prefix_cache_hits_total"
+    bench_counters = BenchCounters(
+        generated="vllm:generation_tokens_total",
+        prefix_hits="vllm:prefix_cache_hits_total",
+        timing_prefix="vllm:",
+    )
     relied_metrics = (
         (DRAFTS, "acceptance from counters"),
         (DRAFT_TOKENS, "acceptance from counters"),
@@ -252,10 +255,6 @@ class VllmAdapter(EngineAdapter):
     # parallel_state.py: "world_size=2 rank=1 local_rank=0 distributed_init_method=..."
     rank_line = re.compile(r"\bworld_size=(?P<world>\d+) rank=(?P<rank>\d+)\b")
     RAY_HEAD_WAIT_S = 600
-
-    def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
-        super().__init__(request_timeout_s, version)
-        self._served_model: str | None = None
 
     def rank_command(
         self,
@@ -363,21 +362,6 @@ class VllmAdapter(EngineAdapter):
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         return ["--model", model, "--host", host, "--port", str(port), *args]
 
-    def served_model(self, session: net.Session, base_url: str) -> str:
-        """The name requests must use (``--served-model-name`` or the model path)."""
-        if self._served_model is None:
-            try:
-                response = session.get(base_url + "/v1/models", timeout=10)
-                response.raise_for_status()
-                self._served_model = str(first_model(jsontext.loads(response.content))["id"])
-            except requests.RequestException as exc:
-                raise EngineHTTPError.answered(f"GET {base_url}/v1/models", None, str(exc)) from exc
-            except ValueError as exc:  # not JSON, or JSON of the wrong shape
-                raise EngineHTTPError.answered(
-                    f"GET {base_url}/v1/models", 200, f"malformed response: {exc}"
-                ) from exc
-        return self._served_model
-
     def generate(
         self,
         session: net.Session,
@@ -414,7 +398,7 @@ class VllmAdapter(EngineAdapter):
         ranked: int,
     ) -> Generation:
         body: dict[str, object] = {
-            "model": self.served_model(session, base_url),
+            "model": self.request_model(session, base_url),
             "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": 0,
@@ -450,7 +434,8 @@ class VllmAdapter(EngineAdapter):
         return _drop_flags(args, ("--speculative-config", "-sc"))
 
     def request_model(self, session: net.Session, base_url: str) -> str:
-        return self.served_model(session, base_url)
+        """The name requests must use (``--served-model-name`` or the model path)."""
+        return self.served(session, base_url).id
 
     #: vLLM 0.32 and later name the parser's output ``reasoning``; earlier releases
     #: ``reasoning_content``.
@@ -460,15 +445,15 @@ class VllmAdapter(EngineAdapter):
     def position_counts(self, session: net.Session, base_url: str) -> PositionCounts:
         """``vllm:spec_decode_num_accepted_tokens_per_pos{position}`` and the drafts
         counter, summed over engines."""
-        where = f"GET {base_url}{self.metrics_path}"
+        where = f"GET {base_url}{self.endpoints.metrics}"
         try:
-            response = session.get(base_url + self.metrics_path, timeout=10)
+            response = session.get(base_url + self.endpoints.metrics, timeout=10)
             response.raise_for_status()
-            accepted, drafts = _per_position(response.text, self.ACCEPTED_PER_POS, self.DRAFTS)
+            accepted, drafts = per_position(response.text, self.ACCEPTED_PER_POS, self.DRAFTS)
         except (requests.RequestException, ValueError) as exc:
             return PositionCounts(note=f"{where}: {type(exc).__name__}: {str(exc)[:200]}")
         if not accepted:
-            return PositionCounts(note=f"no {self.ACCEPTED_PER_POS} on {self.metrics_path}")
+            return PositionCounts(note=f"no {self.ACCEPTED_PER_POS} on {self.endpoints.metrics}")
         return PositionCounts(tuple(accepted), drafts)
 
     @staticmethod
@@ -560,22 +545,6 @@ def _drop_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
             continue
         kept.append(word)
     return kept
-
-
-def _per_position(text: str, family: str, drafts_name: str) -> tuple[list[float], float]:
-    """Accepted tokens by draft position (summed over every other label) and the drafts."""
-    by_position: dict[int, float] = {}
-    drafts = 0.0
-    for metric in text_string_to_metric_families(text):
-        for sample in metric.samples:
-            if sample.name == family + "_total" and "position" in sample.labels:
-                position = int(sample.labels["position"])
-                by_position[position] = by_position.get(position, 0.0) + float(sample.value)
-            elif sample.name == drafts_name:
-                drafts += float(sample.value)
-    if not by_position:
-        return [], drafts
-    return [by_position.get(i, 0.0) for i in range(max(by_position) + 1)], drafts
 
 
 def _with_positional_model(launcher: list[str], serve: list[str]) -> list[str]:

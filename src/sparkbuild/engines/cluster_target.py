@@ -402,7 +402,9 @@ class ClusterTarget(MultiNodeTarget):
         deadline = time.monotonic() + 5.0
         while not self._scan(now=True) and time.monotonic() < deadline:
             try:
-                requests.get(self.base_url + self.adapter.health_path, timeout=1).raise_for_status()
+                requests.get(
+                    self.base_url + self.adapter.endpoints.health, timeout=1
+                ).raise_for_status()
                 return  # the leader answers: nothing went
             except (requests.RequestException, EngineContainerError):
                 time.sleep(0.2)

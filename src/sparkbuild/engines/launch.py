@@ -393,7 +393,7 @@ def lws_plan(
         launcher=settings.launcher or list(adapter.cluster_launcher or adapter.default_launcher),
         serve=adapter.serve_args(model, "0.0.0.0", port, profile.args),
         port=port,
-        health_path=adapter.health_path,
+        health_path=adapter.endpoints.health,
         env={**mount_env, **profile.env, **settings.env, **spec.fabric.env},
         mounts=mounts,
         rendezvous_port=spec.fabric.port or DEFAULT_RENDEZVOUS_PORT,

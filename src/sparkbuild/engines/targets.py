@@ -562,7 +562,7 @@ def wait_ready(
     deadline = started + timeout_s
     health_since: float | None = None
     session = adapter.session()
-    url = target.base_url + adapter.health_path
+    url = target.base_url + adapter.endpoints.health
     line_seen, scanned = target.logs is None, 0
     while True:
         now = time.monotonic()

@@ -236,7 +236,7 @@ def serve_prompts(
             served.errors.append(EngineHTTPError.answered(what, 200, detail))
     impossible = adapter.impossible(before, after)
     if impossible:  # an engine whose counters cannot be true is misbehaving
-        metrics = f"GET {base_url}{adapter.metrics_path}"
+        metrics = f"GET {base_url}{adapter.endpoints.metrics}"
         served.errors.append(EngineHTTPError.answered(metrics, 200, impossible))
     if served.generations:
         served.acceptance = adapter.acceptance(before, after, served.generations)
