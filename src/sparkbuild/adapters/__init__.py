@@ -15,6 +15,7 @@ from sparkbuild.adapters.facts import (
     PreflightFacts,
     ProbeFacts,
     RecipeFacts,
+    ReleaseTags,
     SourceBuild,
 )
 from sparkbuild.adapters.known import (
@@ -63,6 +64,7 @@ __all__ = [
     "RankCommand",
     "RankPlace",
     "RecipeFacts",
+    "ReleaseTags",
     "SourceBuild",
     "adapter_for",
     "adapter_type",

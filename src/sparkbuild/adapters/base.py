@@ -29,6 +29,7 @@ from sparkbuild.adapters.facts import (
     MemoryFacts,
     PreflightFacts,
     RecipeFacts,
+    ReleaseTags,
     SourceBuild,
 )
 from sparkbuild.adapters.http import EngineHTTP
@@ -61,6 +62,8 @@ class EngineAdapter(EngineHTTP, ABC):
     #: How people write the engine's name (messages).
     display_name: ClassVar[str]
     source_build: ClassVar[SourceBuild] = SourceBuild()
+    #: How the engine's release tags name versions (``releases``, ``bump``, a spec's ref).
+    release_tags: ClassVar[ReleaseTags] = ReleaseTags()
     preflight: ClassVar[PreflightFacts]
     recipes: ClassVar[RecipeFacts]
     #: How the engine sizes its memory (None: no estimate before its boot).

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from sparkbuild.jsontext import JsonObject
 
@@ -30,11 +30,14 @@ class Moved:
 
 @dataclass(frozen=True)
 class SourceBuild:
-    """A source build's facts that change with the engine release: the default base image
-    (a template over ``{version}``; a spec's ``base_image`` overrides it) and the build
-    arguments whose values moved with the upstream tree, each with the range it covers."""
+    """A source build's facts: the default base image (a template over ``{version}``; a
+    spec's ``base_image`` overrides it), the engine's own build arguments (the GPU
+    architecture in the form its build reads: ``TORCH_CUDA_ARCH_LIST``, CMake's
+    ``CMAKE_CUDA_ARCHITECTURES``), and the arguments whose values moved with the upstream
+    tree, each with the range it covers."""
 
     base_image: str | None = None
+    args: Mapping[str, str] = field(default_factory=dict)
     moves: tuple[Moved, ...] = ()
 
     def moved_args(self, version: Version) -> dict[str, str]:
@@ -44,6 +47,32 @@ class SourceBuild:
             for moved in self.moves
             if SpecifierSet(moved.when).contains(version, prereleases=True)
         }
+
+
+_PEP440_TAG = re.compile(r"^v?(?P<version>\d[0-9A-Za-z.!+_-]*)\Z")
+
+
+@dataclass(frozen=True)
+class ReleaseTags:
+    """How the engine's release tags name versions: ``pattern`` (its ``version`` group a
+    PEP 440 version) and ``form`` (the tag of a version). The default is ``v0.5.13`` or
+    ``0.5.13``; a build-numbered engine tags ``b6123``, version 6123."""
+
+    pattern: re.Pattern[str] = _PEP440_TAG
+    form: str = "v{version}"
+
+    def version_of(self, tag: str) -> Version | None:
+        """The version ``tag`` names, or None when it names none."""
+        match = self.pattern.match(tag)
+        if not match:
+            return None
+        try:
+            return Version(match.group("version"))
+        except InvalidVersion:
+            return None
+
+    def tag_of(self, version: Version) -> str:
+        return self.form.format(version=version)
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,7 @@ class SglangAdapter(EngineAdapter):
     source_build = SourceBuild(
         # The release image: a CUDA 13 devel image with torch (pinned by digest when locked).
         base_image="lmsysorg/sglang:v{version}-cu130",
+        args={"TORCH_CUDA_ARCH_LIST": "12.1a"},
         moves=(
             Moved("SGL_KERNEL_DIR", "<0.5.17", "sgl-kernel"),
             Moved("SGL_KERNEL_DIR", ">=0.5.17", "python/sglang/kernels/aot"),

@@ -166,6 +166,7 @@ class VllmAdapter(EngineAdapter):
     source_build = SourceBuild(
         # The release image: a CUDA 13 devel image with torch (pinned by digest when locked).
         base_image="vllm/vllm-openai:v{version}-aarch64",
+        args={"TORCH_CUDA_ARCH_LIST": "12.1a"},
         moves=(
             Moved("VLLM_BUILD_REQUIREMENTS", "<0.33", "requirements/build.txt"),
             Moved("VLLM_BUILD_REQUIREMENTS", ">=0.33", "requirements/build/cuda.txt"),

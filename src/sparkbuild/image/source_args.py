@@ -25,10 +25,11 @@ def default_base(build: Build) -> str | None:
 
 def source_args(build: Build) -> dict[str, str]:
     """The version-dependent build arguments of ``build``'s engine template."""
+    facts = adapter_type(build.engine).source_build
     return {
-        "TORCH_CUDA_ARCH_LIST": "12.1a",
+        **facts.args,
         "CUDA_VERSION": "13.0",
         "ENGINE_VERSION": str(build.version),
         "GIB_PER_JOB": str(GIB_PER_JOB),
-        **adapter_type(build.engine).source_build.moved_args(build.version),
+        **facts.moved_args(build.version),
     }
