@@ -137,7 +137,7 @@ def test_smoke_report_says_which_nan_signal_was_active() -> None:
 
 
 def test_engine_version_option_is_validated() -> None:
-    from sparkbuild.cli.smoke import _engine_version
+    from sparkbuild.smoke.stage import engine_version as _engine_version
 
     assert _engine_version("v0.5.12.post1", None) == Version("0.5.12.post1")
     assert _engine_version(None, None) is None

@@ -97,9 +97,9 @@ def test_each_adapter_knows_how_to_turn_speculation_off() -> None:
 
 
 def test_per_position_rates_from_vllm_counters_and_none_from_sglang() -> None:
-    from sparkbuild.adapters.vllm import _per_position
+    from sparkbuild.adapters.values import per_position
 
-    accepted, drafts = _per_position(VLLM_METRICS, VllmAdapter.ACCEPTED_PER_POS, VllmAdapter.DRAFTS)
+    accepted, drafts = per_position(VLLM_METRICS, VllmAdapter.ACCEPTED_PER_POS, VllmAdapter.DRAFTS)
     after = PositionCounts(tuple(accepted), drafts)
     before = PositionCounts((10.0, 2.0), 20.0)  # a position it had not reached yet counts 0
     assert after.rates_since(before) == [1.0, 0.5, 0.1]
