@@ -11,6 +11,7 @@ from sparkbuild.adapters.answers import ChatAnswer
 from sparkbuild.adapters.base import EngineAdapter
 from sparkbuild.adapters.facts import (
     BenchCounters,
+    BinaryPreflight,
     Moved,
     PreflightFacts,
     ProbeFacts,
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_TOKENS",
     "Acceptance",
     "BenchCounters",
+    "BinaryPreflight",
     "ChatAnswer",
     "Counters",
     "EngineAdapter",

@@ -26,6 +26,7 @@ from sparkbuild import net
 from sparkbuild.adapters import versions
 from sparkbuild.adapters.facts import (
     BenchCounters,
+    BinaryPreflight,
     MemoryFacts,
     PreflightFacts,
     RecipeFacts,
@@ -64,7 +65,9 @@ class EngineAdapter(EngineHTTP, ABC):
     source_build: ClassVar[SourceBuild] = SourceBuild()
     #: How the engine's release tags name versions (``releases``, ``bump``, a spec's ref).
     release_tags: ClassVar[ReleaseTags] = ReleaseTags()
-    preflight: ClassVar[PreflightFacts]
+    #: What preflight runs: a Python engine's boot path under the probe, or a built
+    #: program's own answers (:class:`BinaryPreflight`).
+    preflight: ClassVar[PreflightFacts | BinaryPreflight]
     recipes: ClassVar[RecipeFacts]
     #: How the engine sizes its memory (None: no estimate before its boot).
     memory: ClassVar[MemoryFacts | None] = None

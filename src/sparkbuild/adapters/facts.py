@@ -139,6 +139,36 @@ class BenchCounters:
 
 
 @dataclass(frozen=True)
+class BinaryPreflight:
+    """Preflight of an engine that is a built program, not a Python package: its server
+    binary (on the image's PATH, or one given with ``--server``) is asked on the CPU what it
+    can say without a GPU (preflight/binary: the version it was built as, its own flag parser
+    on each profile's launch line, the profile's model file read and loaded on the CPU), and
+    the report says what that cannot show (:attr:`cannot`)."""
+
+    server: str  # the program's name on the image's PATH
+    version_args: tuple[str, ...]
+    #: The version in the program's ``version_args`` output (group ``version``).
+    version: re.Pattern[str]
+    #: Output that means the flag parser refused the launch line (group ``why``).
+    refused: re.Pattern[str]
+    #: Output that means the parser took the line and the model load began.
+    parsed: re.Pattern[str]
+    #: Output that means the model is loaded (the program serves it).
+    loaded: re.Pattern[str]
+    #: Flags that load a model on the CPU and nothing more (no GPU layers, no warm-up).
+    cpu_args: tuple[str, ...]
+    #: The model file format it reads (its header is read before the program loads it).
+    model_format: Literal["gguf"]
+    #: The file of the tree that names the model architectures the release knows, and how
+    #: one is written there (group ``name``).
+    architectures: str
+    architecture: re.Pattern[str]
+    #: What the CPU cannot show of this engine (said in every report).
+    cannot: str
+
+
+@dataclass(frozen=True)
 class MemoryFacts:
     """How the engine sizes its memory, for the estimate before a boot
     (:mod:`sparkbuild.engines.memory_fit`, whose docstring has the formulas)."""
