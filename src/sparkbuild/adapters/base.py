@@ -158,6 +158,19 @@ class EngineAdapter(EngineHTTP, ABC):
         the profile carries them, so sparkrun runs what smoke ran."""
         return []
 
+    @classmethod
+    def recipe_serve_words(cls, model: str) -> list[str]:
+        """The serve command sparkrun starts for ``model`` when a recipe has no command (its
+        first prefix and the model; an engine whose model flag depends on the model, such
+        as a hub repo or a local file, says so)."""
+        return [*cls.recipes.prefixes[0], model]
+
+    @classmethod
+    def recipe_export_command(cls, model: str) -> str:
+        """The first line of the serve command an exported recipe writes for ``model``
+        (``{model}``: sparkrun fills it)."""
+        return cls.recipes.export_command
+
     @abstractmethod
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         """Arguments after the launcher: model, bind address and the profile's flags.

@@ -88,11 +88,13 @@ def flags_from_defaults(
         words += [facts.rendered_keys[first[0]], str(values[first[0]])]
     if facts.pins_revision and revision and not model.startswith("/"):
         words += ["--revision", revision]  # sparkrun pins the model it serves
-    for key in known.flags:
+    for key in [*(k for k in known.flags if k not in known.after), *known.after]:
         if key not in first:
-            words += known.words(key, _filled_default(key, values.get(key), values, notes))
+            value = values.get(key, known.defaults.get(key))
+            words += known.words(key, _filled_default(key, value, values, notes))
+    rendered = {*known.flags, *known.after, *known.aliases.values()}
     for key in values:
-        if key not in known.flags and key not in _CHAIN_KEYS and not _referenced(key, values):
+        if key not in rendered and key not in _CHAIN_KEYS and not _referenced(key, values):
             notes.add(
                 f"defaults.{key}",
                 "dropped",

@@ -101,7 +101,7 @@ def recipe_document(spec: RecipeSpec) -> dict[str, object]:
     adapter = adapter_type(spec.engine)
     facts = adapter.recipes
     defaults: dict[str, object] = {"port": adapter.default_port, "host": "0.0.0.0"}
-    lines = [facts.export_command, "--host {host}", "--port {port}"]
+    lines = [adapter.recipe_export_command(spec.model), "--host {host}", "--port {port}"]
     for key, size in (("tensor_parallel", spec.tp), ("pipeline_parallel", spec.pp)):
         if size > 1:
             defaults[key] = size
@@ -149,7 +149,9 @@ def effective_yaml(document: Mapping[str, object], container: str | None) -> str
 
 # --- profile export ------------------------------------------------------------------------
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+\Z")
+#: A hub repository (``org/name``), with the file selector some engines take
+#: (``org/name-GGUF:Q4_K_M``).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(?::[\w.-]+)?\Z")
 _BY_DIGEST = re.compile(r"^(?P<name>[^@\s]+)@sha256:[0-9a-f]{64}\Z")
 
 

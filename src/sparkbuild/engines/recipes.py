@@ -68,7 +68,7 @@ from sparkbuild.engines.recipe_source import (
     read_recipe,
     render_escaped,
 )
-from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
+from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, sparkrun_flags
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.jsontext import Fields, JsonObject
 from sparkbuild.redact import strip_userinfo
@@ -350,6 +350,29 @@ def load_recipe(path: Path, notes: _Notes) -> tuple[RecipeFile, bytes]:
     return recipe, path.read_bytes()
 
 
+def _chain(
+    recipe: RecipeFile,
+    engine: str,
+    declared: Mapping[str, object],
+    layers: Sequence[Mapping[str, Any]],
+    overrides: Mapping[str, Scalar] | None,
+) -> dict[str, object]:
+    """The values the command is filled from, as sparkrun's config chain holds them: the
+    defaults, the matched overrides, ``-o`` overrides, the model keys, and the runtime's
+    aliases (``ctx_size`` from ``max_model_len`` for llama-cpp's)."""
+    values: dict[str, object] = dict(declared)
+    for layer in layers:
+        values.update(layer.get("defaults") or {})
+    values.update(overrides or {})
+    values.setdefault("model", recipe.model)
+    if recipe.model_revision:
+        values.setdefault("model_revision", recipe.model_revision)
+    values.setdefault("resolved_model_path", recipe.model)
+    if engine in sparkrun_flags().engines:
+        values = engine_flags(engine).with_aliases(values)
+    return values
+
+
 def import_recipe(
     path: Path,
     *,
@@ -384,14 +407,7 @@ def import_recipe(
     layers = matching_overrides(
         recipe.overrides, _facts(engine, runtime, declared, overrides), declared, notes
     )
-    values: dict[str, object] = dict(declared)
-    for layer in layers:
-        values.update(layer.get("defaults") or {})
-    values.update(overrides or {})
-    values.setdefault("model", recipe.model)
-    if recipe.model_revision:
-        values.setdefault("model_revision", recipe.model_revision)
-    values.setdefault("resolved_model_path", recipe.model)
+    values = _chain(recipe, engine, declared, layers, overrides)
     if recipe.command:
         rendered = render_escaped(
             recipe.command,
@@ -409,7 +425,7 @@ def import_recipe(
         words = command_words(rendered)
     else:
         flags = flags_from_defaults(adapter, values, recipe.model, recipe.model_revision, notes)
-        words = [*adapter.recipes.prefixes[0], recipe.model, *flags]
+        words = [*adapter.recipe_serve_words(recipe.model), *flags]
     serve = serve_of(adapter, words, recipe.model, notes, path.parent, engine_version)
     model_word(serve.model, f"{path}: the model the command serves,")
     added = adapter.recipes.adds_served_model_flag

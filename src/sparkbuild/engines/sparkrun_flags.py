@@ -31,13 +31,36 @@ SPARKRUN_VERSION = "0.4.2"
 
 
 class EngineFlags(BaseModel):
-    """One engine's map: ``flags`` in the order sparkrun emits them."""
+    """One engine's map: ``flags`` in the order sparkrun emits them. Some runtimes render a
+    few keys their own way, after the map (``after``): a boolean written as a word
+    (``worded``: ``flash_attn: true`` is ``--flash-attn on``, a string as it is), a toggle
+    the engine turns on (``inverted``: ``webui: false`` is ``--no-webui``, true nothing).
+    ``defaults`` are the values sparkrun supplies when the recipe has none, and ``aliases``
+    the keys it reads from another when unset (``ctx_size`` from ``max_model_len``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     flags: dict[str, str]
     booleans: frozenset[str]
     negatable: frozenset[str]
+    worded: dict[str, tuple[str, str]] = {}
+    inverted: dict[str, str] = {}
+    defaults: dict[str, str] = {}
+    aliases: dict[str, str] = {}
+
+    @property
+    def after(self) -> list[str]:
+        """The keys rendered after the map, in sparkrun's order."""
+        return [*self.worded, *self.inverted]
+
+    def with_aliases(self, values: Mapping[str, object]) -> dict[str, object]:
+        """``values`` with each alias filled from its source where the recipe left it unset
+        (sparkrun does this before rendering, with a command or without)."""
+        filled = dict(values)
+        for key, source in self.aliases.items():
+            if filled.get(key) is None and filled.get(source) is not None:
+                filled[key] = filled[source]
+        return filled
 
     def key_of(self, flag: str) -> str | None:
         """The defaults key sparkrun renders as ``flag``, if any."""
@@ -47,8 +70,14 @@ class EngineFlags(BaseModel):
         """The engine words sparkrun renders for ``key: value`` without a command (unquoted,
         as the shell hands them over); empty when it renders nothing."""
         flag = self.flags.get(key)
+        if key in self.inverted:
+            return [self.inverted[key]] if value is not None and not is_true(value) else []
         if flag is None or value is None:
             return []
+        if key in self.worded:
+            on, off = self.worded[key]
+            word = (on if value else off) if isinstance(value, bool) else str(value)
+            return [flag, word]
         if key in self.booleans:
             if is_true(value):
                 return [flag]
