@@ -142,9 +142,7 @@ def _runtime_of_command(command: str) -> str:
     """The runtime a recipe's command names when the recipe names none."""
     for adapter in ADAPTERS.values():
         if adapter.recipes.command is not None and adapter.recipes.command.match(command):
-            return adapter.name
-    if command.startswith("llama-server"):
-        return "llama-cpp"
+            return next(iter(adapter.recipes.runtimes))  # sparkrun's name for it
     if command.startswith(("trtllm-serve", "mpirun")):
         return "trtllm"
     return next((a.name for a in ADAPTERS.values() if a.recipes.default), "")
