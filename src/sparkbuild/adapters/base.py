@@ -152,6 +152,20 @@ class EngineAdapter(EngineHTTP, ABC):
         return runtime
 
     @classmethod
+    def distributions(cls) -> tuple[str, ...]:
+        """The Python distributions a launch of the engine starts from (the image audit
+        follows them to what a launch loads). A built program has none: its own binaries
+        and libraries are the device code there is to read."""
+        facts = cls.preflight
+        return facts.probe.distributions if isinstance(facts, PreflightFacts) else ()
+
+    @classmethod
+    def profile_args(cls, model: str, args: Sequence[str]) -> list[str]:
+        """A profile's ``args`` as the engine gets them for ``model``: what the adapter
+        fills in them (none by default; llama.cpp's ``{model}``, the served model)."""
+        return list(args)
+
+    @classmethod
     def launcher_flags(cls, args: Sequence[str]) -> list[str]:
         """Flags the launcher adds to a profile's own ``args`` on every launch (what smoke and
         bench read from the engine), none that ``args`` already has. A recipe exported from

@@ -20,7 +20,7 @@ _SHOWN = {"native": "native", "ptx": "PTX only (JIT)", "none": "NONE", "jit": "c
 def launch_roots(engine: str | None) -> list[str]:
     """The distributions a launch starts from: the engine's, or every engine's."""
     names = [engine] if engine else engine_names()
-    return [d for name in names for d in adapter_type(name).preflight.probe.distributions]
+    return [d for name in names for d in adapter_type(name).distributions()]
 
 
 def show(audit: DeviceAudit) -> None:

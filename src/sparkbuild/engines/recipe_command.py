@@ -264,10 +264,10 @@ def ours(adapter: type[EngineAdapter]) -> tuple[Ours, ...]:
         Ours(flag, True, f"sparkbuild's launcher adds it to every {adapter.display_name} launch")
         for flag in adapter.launcher_flags(())
     ]
-    if adapter.recipes.adds_served_model_name:
+    if adapter.recipes.adds_served_model_flag:
         found.append(
             Ours(
-                "--served-model-name",
+                adapter.recipes.adds_served_model_flag,
                 False,
                 "sparkrun adds the recipe's model as the served name when the command names "
                 "none; sparkbuild's launcher leaves the engine's own",

@@ -227,18 +227,20 @@ def export_recipe(
     for key, value in profile.env.items():
         _shell_free(f"env {key}", value)
         _unfilled(f"env {key}", value, _ENV_FILLED)
-    for word in profile.args:
+    adapter = adapter_type(profile.engine)
+    served = _exported_model(profile, model)
+    args = adapter.profile_args(served, profile.args)  # what the engine's launch fills in
+    for word in args:
         _shell_free("the flag value", word)
         _unfilled("the flag value", word)
     parallel = profile.parallel
-    adapter = adapter_type(profile.engine)
     runtimes = adapter.recipes.export_runtimes
     runtime = runtimes.get(parallel.launcher or "", next(iter(runtimes.values()), profile.engine))
     spec = RecipeSpec(
         engine=profile.engine,
         runtime=runtime,
-        model=_exported_model(profile, model),
-        args=[*adapter.launcher_flags(profile.args), *profile.args, *_parallel_args(profile)],
+        model=served,
+        args=[*adapter.launcher_flags(args), *args, *_parallel_args(profile)],
         env=dict(profile.env),
         tp=parallel.tp,
         pp=parallel.pp,
