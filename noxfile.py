@@ -79,9 +79,9 @@ def build(session: nox.Session) -> None:
 
 
 def _shipped_engines() -> list[str]:
-    """The engines sparkbuild ships, as its registry finds them (``engines/adapters/names.py``,
+    """The engines sparkbuild ships, as its registry finds them (``adapters/names.py``,
     standard library only: read here without the package's dependencies)."""
-    path = Path(__file__).parent / "src" / "sparkbuild" / "engines" / "adapters" / "names.py"
+    path = Path(__file__).parent / "src" / "sparkbuild" / "adapters" / "names.py"
     spec = importlib.util.spec_from_file_location("sparkbuild_engine_names", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from tests.support.cluster_env import Network, bridge_network, write_cluster_project  # noqa: E402
 from tests.support.vllm_image import MODEL_IN_IMAGE, vllm_image  # noqa: E402
 
-from sparkbuild.engines.adapters import RankPlace, adapter_for  # noqa: E402
+from sparkbuild.adapters import RankPlace, adapter_for  # noqa: E402
 from sparkbuild.engines.profiles import load_profile  # noqa: E402
 from sparkbuild.settings import Settings  # noqa: E402
 

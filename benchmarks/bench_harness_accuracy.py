@@ -40,11 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.support.vllm_cpu import tiny_llama, vllm_cpu_python
 
+from sparkbuild.adapters import adapter_for
 from sparkbuild.bench.engine_timing import AGREEMENT
 from sparkbuild.bench.results import BenchReport, CellResult
 from sparkbuild.bench.runner import BenchPlan, run_bench
 from sparkbuild.bench.sweep import Sweep
-from sparkbuild.engines import adapter_for
 from sparkbuild.engines.targets import ProcessTarget, free_port
 
 SERVE = ["--dtype", "bfloat16", "--max-model-len", "1024", "--max-num-seqs", "128"]

@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.vllm_cpu import ENGINE_ARGS, ENGINE_ENV, tiny_llama, vllm_server_command  # noqa: E402
 
+from sparkbuild.adapters import adapter_for  # noqa: E402
 from sparkbuild.bench.runner import BenchPlan, run_bench  # noqa: E402
 from sparkbuild.bench.sweep import Sweep  # noqa: E402
-from sparkbuild.engines import adapter_for  # noqa: E402
 from sparkbuild.engines.host_facts import this_host  # noqa: E402
 from sparkbuild.engines.host_watch import HostWatch  # noqa: E402
 from sparkbuild.engines.memory_floor import parse_floor  # noqa: E402

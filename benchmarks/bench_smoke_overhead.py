@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.vllm_cpu import tiny_llama, vllm_server_command  # noqa: E402
 
-from sparkbuild.engines.adapters.vllm import VllmAdapter  # noqa: E402
+from sparkbuild.adapters.vllm import VllmAdapter  # noqa: E402
 from sparkbuild.engines.profiles import load_profile  # noqa: E402
 from sparkbuild.engines.targets import free_port  # noqa: E402
 from sparkbuild.net import Session  # noqa: E402

@@ -4,7 +4,8 @@
 #     debootstrap, apache2-utils (htpasswd), chromium and chromium-driver (the report's
 #     browser test), skopeo (copies a signed image with its signature, docs/verify.md),
 #     openssh-server (the ssh:// cluster test starts its own sshd on 127.0.0.1; the
-#     package's own daemon is not started here); on non-arm64 hosts gcc-aarch64-linux-gnu
+#     package's own daemon is not started here), cmake and g++ (the tests build llama.cpp's
+#     llama-server for the CPU, once per machine); on non-arm64 hosts gcc-aarch64-linux-gnu
 #     (the device-code audit's test libraries);
 #   - start a Docker daemon when none answers;
 #   - on non-arm64 hosts, enable linux/arm64 emulation (binfmt_misc + qemu-aarch64).
@@ -32,6 +33,8 @@ missing_packages() {
         "chromedriver:chromium-driver"
         "skopeo:skopeo"
         "sshd:openssh-server"
+        "cmake:cmake"
+        "g++:g++"
     )
     if need_emulation; then
         pairs+=("qemu-aarch64-static:qemu-user-static" "update-binfmts:binfmt-support")

@@ -23,8 +23,8 @@ import requests
 import yaml
 
 from sparkbuild import lockfile
+from sparkbuild.adapters import adapter_for
 from sparkbuild.bench.checkpoint import UNFINISHED
-from sparkbuild.engines import adapter_for
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from tests.support.burst_proxy import BurstProxy
 from tests.support.cli import installed_entry_point, run_cli

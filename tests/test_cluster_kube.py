@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters import adapter_for
+from sparkbuild.adapters import adapter_for
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget, Node
 from sparkbuild.engines.cluster_kube import KubeTarget, LwsPlan, pod_image_digests, render_lws
 from sparkbuild.engines.profiles import Parallel

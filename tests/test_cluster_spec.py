@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from sparkbuild import lockfile
+from sparkbuild.adapters import RankPlace, adapter_for
 from sparkbuild.bench.claims import load_claims
 from sparkbuild.bench.claims_report import compare_claims
 from sparkbuild.bench.results import BenchReport, CellResult, RunFigures, cell_stats
-from sparkbuild.engines.adapters import RankPlace, adapter_for
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import SpecError, UsageError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.engines.compile_cache import (
     CompileWatch,
     compile_lines,

@@ -1,5 +1,5 @@
 """No code outside an engine's own module names an engine: every stage reaches engines
-through the registry (``engines/adapters/known.py``).
+through the registry (``adapters/known.py``).
 
 The rule, over every module of ``src/sparkbuild`` and the noxfile:
 
@@ -9,8 +9,8 @@ The rule, over every module of ``src/sparkbuild`` and the noxfile:
   (an image). F-strings count by their literal parts. The name inside a longer name is
   another name (``sglang-kernel``, ``vllm_cpu``, ``VLLM_``), and the case counts, so prose
   that says SGLang or vLLM is not counted.
-* **Also counted**: an import of an engine's module (``engines.adapters.sglang``).
-* **Not counted**: the engine modules themselves (``engines/adapters/<engine>.py`` or a
+* **Also counted**: an import of an engine's module (``adapters.sglang``).
+* **Not counted**: the engine modules themselves (``adapters/<engine>.py`` or a
   package of that name, as the registry finds them); the package's data files (``data/``:
   templates, YAML, and the preflight probe, which gets an engine's facts as data);
   docstrings; and a message that shows an example (its text says ``e.g.`` or
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.engines.adapters import engine_names
-from sparkbuild.engines.adapters.names import shipped_engines
+from sparkbuild.adapters import engine_names
+from sparkbuild.adapters.names import shipped_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "sparkbuild"
-ADAPTERS = PACKAGE / "engines" / "adapters"
-ENGINE_MODULES = "sparkbuild.engines.adapters."
+ADAPTERS = PACKAGE / "adapters"
+ENGINE_MODULES = "sparkbuild.adapters."
 EXAMPLE = re.compile(r"\be\.g\.|\bfor example\b")
 
 
@@ -123,8 +123,8 @@ def test_no_module_outside_an_engine_names_one() -> None:
 def test_the_files_checked_are_the_package_but_its_engines_and_data() -> None:
     checked = {p.relative_to(ROOT).as_posix() for p in checked_files()}
     assert "src/sparkbuild/spec.py" in checked and "noxfile.py" in checked
-    assert "src/sparkbuild/engines/adapters/known.py" in checked
-    assert not {f"src/sparkbuild/engines/adapters/{n}.py" for n in engine_names()} & checked
+    assert "src/sparkbuild/adapters/known.py" in checked
+    assert not {f"src/sparkbuild/adapters/{n}.py" for n in engine_names()} & checked
     assert not any(p.startswith("src/sparkbuild/data/") for p in checked)
 
 
@@ -138,8 +138,8 @@ def test_the_files_checked_are_the_package_but_its_engines_and_data() -> None:
         ('BASE = "lmsysorg/sglang:v{version}-cu130"\n', True),
         ('PREFIX = ("python3", "-m", "sglang.launch_server")\n', True),
         ('def f(x):\n    return f"{x} is not a vllm build"\n', True),
-        ("from sparkbuild.engines.adapters.vllm import VllmAdapter\n", True),
-        ("from sparkbuild.engines.adapters import sglang\n", True),
+        ("from sparkbuild.adapters.vllm import VllmAdapter\n", True),
+        ("from sparkbuild.adapters import sglang\n", True),
         # not engine names, or not counted
         ('KERNEL = "sglang-kernel"\n', False),
         ('PREFIX = "VLLM_"\n', False),
@@ -147,7 +147,7 @@ def test_the_files_checked_are_the_package_but_its_engines_and_data() -> None:
         ('NOTE = "SGLang and vLLM both answer"\n', False),
         ('HINT = "e.g. --image sparkbuild/sglang:0.5.12"\n', False),
         ('HINT = "for example: --repo vllm=/srv/vllm.git"\n', False),
-        ("from sparkbuild.engines.adapters import engine_names\n", False),
+        ("from sparkbuild.adapters import engine_names\n", False),
     ],
 )
 def test_the_rule_on_real_shapes(tmp_path: Path, source: str, named: bool) -> None:

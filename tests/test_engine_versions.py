@@ -1,6 +1,6 @@
 """Version-true NaN switches and signals, checked against every real SGLang release.
 
-The table in sparkbuild/engines/adapters/sglang.py is checked against each release's own
+The table in sparkbuild/adapters/sglang.py is checked against each release's own
 ``srt/environ.py``, ``srt/server_args.py`` and metrics collector from its PyPI wheel.
 The profiles as shipped before (``SGLANG_ENABLE_NAN_LOGITS_CHECK`` for every build) set a
 variable 0.5.11 and 0.5.12 ignore, and the smoke stage counted on a metric those releases
@@ -19,10 +19,9 @@ import pytest
 from packaging.version import Version
 from rich.console import Console
 
+from sparkbuild.adapters import Counters, sglang, versions
+from sparkbuild.adapters.sglang import SglangAdapter
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines import versions
-from sparkbuild.engines.adapters import Counters, sglang
-from sparkbuild.engines.adapters.sglang import SglangAdapter
 from sparkbuild.engines.launch import with_nan_switch
 from sparkbuild.engines.profiles import load_profile
 from sparkbuild.errors import UsageError
@@ -138,7 +137,7 @@ def test_smoke_report_says_which_nan_signal_was_active() -> None:
 
 
 def test_engine_version_option_is_validated() -> None:
-    from sparkbuild.cli.smoke import _engine_version
+    from sparkbuild.smoke.stage import engine_version as _engine_version
 
     assert _engine_version("v0.5.12.post1", None) == Version("0.5.12.post1")
     assert _engine_version(None, None) is None

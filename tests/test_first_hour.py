@@ -111,8 +111,8 @@ def test_bench_leaves_out_the_cells_that_cannot_fit_and_says_so(
 
 
 def test_the_max_length_flag_is_read_in_each_form() -> None:
+    from sparkbuild.adapters import adapter_for
     from sparkbuild.bench.sweep import Sweep, fit_to_length
-    from sparkbuild.engines.adapters import adapter_for
 
     vllm, sglang = adapter_for("vllm"), adapter_for("sglang")
     assert vllm.declared_max_len(["--dtype", "bf16", "--max-model-len", "1024"]) == 1024

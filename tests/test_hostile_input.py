@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from sparkbuild import validate
+from sparkbuild.adapters import engine_names
 from sparkbuild.bench.client import StreamResult, make_client, stream_completion
 from sparkbuild.cli import main
 from sparkbuild.engines.recipes import import_recipe
@@ -134,7 +135,7 @@ def test_unknown_engine_in_repo_option_is_refused(project: Project) -> None:
     result = project.run("--repo", f"vlm={project.url}", "patches")
     assert result.exit_code == 2
     assert "unknown engine 'vlm'" in result.stderr
-    assert "sglang, vllm" in result.stderr
+    assert ", ".join(engine_names()) in result.stderr  # every registered engine, listed
 
 
 def _lock(project: Project) -> dict[str, Any]:
@@ -861,7 +862,9 @@ def test_bench_timeout_says_why(engine: tuple[str, dict[str, tuple[int, bytes]]]
 
     async def one() -> StreamResult:
         async with make_client(url, 1, 1.0) as client:
-            return await stream_completion(client, {"prompt": "x", "max_tokens": 1})
+            return await stream_completion(
+                client, {"prompt": "x", "max_tokens": 1}, "/v1/completions"
+            )
 
     result = asyncio.run(one())
     assert result.error is not None

@@ -153,6 +153,18 @@ def _packages_of(name: str, known: set[str], importer: str) -> list[str]:
     ]
 
 
+def split_packages(layers: Layers) -> list[str]:
+    """Every listed path inside a listed package of another layer: a package in two layers
+    runs its ``__init__`` (a later layer's) whenever an earlier one imports its part."""
+    return [
+        f"CONTRIBUTING places `{inner}` at {layers.stage(layers.ranks[inner])} inside "
+        f"`{outer}` at {layers.stage(layers.ranks[outer])}: a package sits in one layer"
+        for outer in sorted(p for p in layers.ranks if p.endswith("/"))
+        for inner in sorted(layers.ranks)
+        if inner != outer and inner.startswith(outer) and layers.ranks[inner] != layers.ranks[outer]
+    ]
+
+
 def layering_problems(contributing: Path, package: Path) -> list[str]:
     """Every import of a later stage, every module no table places, every listed path gone."""
     layers = read_layers(contributing)
@@ -161,6 +173,7 @@ def layering_problems(contributing: Path, package: Path) -> list[str]:
         for path in sorted(layers.ranks)
         if not (package / path).exists()
     ]
+    problems += split_packages(layers)
     found = modules(package)
     rank: dict[str, int] = {}
     open_modules = set()
@@ -284,7 +297,7 @@ def test_the_stage_order_is_contributings() -> None:
     assert layers.ranks["registry/"] == layers.ranks["image/"]
     assert layers.ranks["engines/"] == layers.ranks["preflight/"]
     # What each engine is (its module, the registry) sits before the spec, which reads it.
-    assert layers.ranks["engines/adapters/"] < layers.ranks["spec.py"]
+    assert layers.ranks["adapters/"] < layers.ranks["spec.py"]
     assert layers.ranks["errors.py"] < layers.ranks["spec.py"]
     assert layers.ranks["cli/"] > layers.ranks["publish/"]
     assert layers.open_paths == {"lockfile.py"}
@@ -347,20 +360,32 @@ def test_earlier_stages_and_the_lock_may_be_imported(copy: tuple[Path, Path]) ->
 
 
 def test_a_package_loaded_on_the_way_counts(copy: tuple[Path, Path]) -> None:
-    """``import a.b.c`` runs ``a/b/__init__.py`` first: with the engines package's own
-    ``__init__`` left at the preflight stage, the settings' import of the registry of engines
-    (``engines.adapters.known``, placed at start) runs later code, and fails."""
+    """``import a.b.c`` runs ``a/b/__init__.py`` first: the registry of engines put back
+    inside the engines package (at preflight), with a row of its own at start as it had,
+    makes the settings' import of it run later code, and fails; so does the split row."""
     contributing, package = copy
+    shutil.move(package / "adapters", package / "engines" / "adapters")
+    (package / "settings.py").write_text(
+        "from sparkbuild.engines.adapters.known import engine_names\n"
+    )
     text = contributing.read_text()
-    start_row = "| `engines/__init__.py`, `engines/adapters/`"
-    assert start_row in text
-    contributing.write_text(text.replace(start_row, "| `engines/adapters/`"))
+    row = "| `adapters/` | start |"
+    assert row in text
+    contributing.write_text(text.replace(row, "| `engines/adapters/` | start |"))
     problems = layering_problems(contributing, package)
+    assert (
+        "CONTRIBUTING places `engines/adapters/` at start inside `engines/` at preflight: "
+        "a package sits in one layer" in problems
+    )
     settings = [p for p in problems if p.startswith("settings.py:")]
     assert settings == [
-        "settings.py:10: `from sparkbuild.engines.adapters.known import engine_names`: start "
+        "settings.py:1: `from sparkbuild.engines.adapters.known import engine_names`: start "
         "imports from preflight, a later stage"
     ], problems
+
+
+def test_no_package_sits_in_two_layers() -> None:
+    assert split_packages(read_layers(CONTRIBUTING)) == []
 
 
 def test_an_unplaced_module_and_a_stale_row_fail(copy: tuple[Path, Path]) -> None:

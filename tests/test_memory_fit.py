@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from sparkbuild.adapters import adapter_type
 from sparkbuild.engines import memory_fit
-from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.memory_fit import GIB, Launch, estimate, model_shape, shape_from_config
 from sparkbuild.engines.page_cache import drop_local
 from sparkbuild.engines.profiles import SmokeProfile

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.engines.boot_phases import boot_phases
 from sparkbuild.engines.host_facts import NodeFacts
 from sparkbuild.engines.host_record import across, between, host_record

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.engines.adapters.sglang import SglangAdapter
+from sparkbuild.adapters.sglang import SglangAdapter
 from sparkbuild.preflight import PreflightReport
 from tests.support.preflight_env import Project
 

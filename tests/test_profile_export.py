@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from sparkbuild import lockfile
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_command import ours
 from sparkbuild.engines.recipe_writer import (
@@ -249,7 +249,8 @@ def test_sparkrun_validates_and_renders_every_exported_profile(
     answers = sparkrun.ask(
         [{"op": op, "path": str(exported[n])} for n in names for op in ("validate", "render")]
     )
-    assert len(names) >= 19
+    assert len(names) >= 21
+    assert {_profile(n).engine for n in names} == {"llamacpp", "sglang", "vllm"}
     for name, validated, rendered in zip(names, answers[::2], answers[1::2], strict=True):
         assert validated == {"issues": []}, (name, validated)
         profile = _profile(name)

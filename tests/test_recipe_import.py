@@ -191,8 +191,8 @@ def test_a_figure_makes_a_claims_file_bench_reads(run_cli: RunCli, tmp_path: Pat
          "prepared model directory"),
         ("model: m\nenv: {P: '{config.missing}'}\n", [], "env P: {config.missing} needs a "
          "scalar defaults.missing"),
-        ("model: m\nruntime: llama-cpp\ncommand: llama-server -hf {model}\n", [],
-         "runtime 'llama-cpp': sparkbuild launches vLLM and SGLang only"),
+        ("model: m\nruntime: trtllm\ncommand: trtllm-serve {model}\n", [],
+         "runtime 'trtllm': sparkbuild launches vLLM, llama.cpp and SGLang only"),
         ("model: m\ncommand: vllm serve {model} --max-model-len {max_len}\n", [],
          "command placeholders with no value: {max_len}"),
         ("model: m\ncommand: vllm serve {model} && rm -rf /\n", [],

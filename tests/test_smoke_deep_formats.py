@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from sparkbuild import lockfile
+from sparkbuild.adapters import PositionCounts
+from sparkbuild.adapters.sglang import SglangAdapter
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.checks import CheckResult, Status
-from sparkbuild.engines.adapters import PositionCounts
-from sparkbuild.engines.adapters.sglang import SglangAdapter
-from sparkbuild.engines.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import BurnInLimits, Expectations, LosslessLimits, load_profile
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.publish.gate import declared_checks, smoke_verdicts
@@ -97,9 +97,9 @@ def test_each_adapter_knows_how_to_turn_speculation_off() -> None:
 
 
 def test_per_position_rates_from_vllm_counters_and_none_from_sglang() -> None:
-    from sparkbuild.engines.adapters.vllm import _per_position
+    from sparkbuild.adapters.values import per_position
 
-    accepted, drafts = _per_position(VLLM_METRICS, VllmAdapter.ACCEPTED_PER_POS, VllmAdapter.DRAFTS)
+    accepted, drafts = per_position(VLLM_METRICS, VllmAdapter.ACCEPTED_PER_POS, VllmAdapter.DRAFTS)
     after = PositionCounts(tuple(accepted), drafts)
     before = PositionCounts((10.0, 2.0), 20.0)  # a position it had not reached yet counts 0
     assert after.rates_since(before) == [1.0, 0.5, 0.1]

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from sparkbuild import lockfile, redact
+from sparkbuild.adapters import Generation, PositionCounts
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import Generation, PositionCounts
-from sparkbuild.engines.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import (
     AcceptancePerPositionLimits,
     LongContextLimits,

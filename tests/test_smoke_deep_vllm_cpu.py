@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import LongOutputLimits, load_profile
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from sparkbuild.settings import Settings
@@ -251,7 +251,7 @@ def test_nan_weights_fail_the_text_judge(nan_server: str) -> None:
     its token ids (``return_token_ids``) are what the text judge is given beside the text."""
     adapter = VllmAdapter()
     session = adapter.session()
-    body = {"model": adapter.served_model(session, nan_server), "prompt": "The history of",
+    body = {"model": adapter.request_model(session, nan_server), "prompt": "The history of",
             "max_tokens": 32, "temperature": 0, "return_token_ids": True}  # fmt: skip
     payload, _ = adapter.post_json(session, nan_server + "/v1/completions", body)
     choice = payload["choices"][0]  # type: ignore[index]

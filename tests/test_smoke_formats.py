@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters import Counters, Generation, parse_prometheus
-from sparkbuild.engines.adapters.sglang import SglangAdapter
-from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.adapters import Counters, Generation, adapter_type, parse_prometheus
+from sparkbuild.adapters.sglang import SglangAdapter
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.engines.profiles import Expectations, load_profile
 from sparkbuild.engines.signatures import Evidence, diagnose, load_signatures
 from sparkbuild.errors import EngineHTTPError, SpecError
@@ -283,8 +283,8 @@ def test_repo_profiles_start_what_they_check() -> None:
     engines: dict[str, str] = {}
     for path in sorted((repo / "smoke").glob("*.yaml")):
         name, profile = load_profile(settings, str(path), model="x")
-        flags = [arg for arg in profile.args if arg.startswith("--speculative-")]
-        assert bool(flags) == profile.expect.speculation, f"{name}: speculative flags {flags}"
+        method = adapter_type(profile.engine).speculative_method(profile.args)
+        assert bool(method) == profile.expect.speculation, f"{name}: speculates with {method}"
         engines[path.stem] = profile.engine
     assert engines
     for build in load_builds(settings).values():

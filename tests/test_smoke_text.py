@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.engines.adapters import Generation
+from sparkbuild.adapters import Generation
 from sparkbuild.engines.profiles import TextLimits
 from sparkbuild.smoke.checks import repeated_fraction
 from sparkbuild.smoke.deep.compare import compare_across_ties, first_divergence

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters.vllm import VllmAdapter
+from sparkbuild.adapters.vllm import VllmAdapter
 from sparkbuild.engines.targets import ProcessTarget, free_port, wait_ready
 from tests.support.smoke_cli import (
     PROCESS_TREE,

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from sparkbuild.adapters import engine_names
 from sparkbuild.image import context, source_args
 from sparkbuild.settings import Settings
 from sparkbuild.spec import Build, load_builds
@@ -134,7 +135,7 @@ def test_source_builds_default_to_the_release_image(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+@pytest.mark.parametrize("engine", engine_names())
 def test_templates_build_as_root_and_end_as_the_base_user(engine: str) -> None:
     """A base whose USER is not root still builds (pip into the system Python, /opt), and the
     image runs as that user again; sparkbuild passes the user it read from the base."""

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkbuild.adapters import engine_names
 from sparkbuild.engines.recipe_writer import flag_groups
 from sparkbuild.engines.recipes import import_recipe
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, sparkrun_flags
@@ -104,12 +105,16 @@ def test_the_shipped_flag_maps_are_sparkruns_own(sparkrun: Sparkrun) -> None:
     theirs = sparkrun.one({"op": "flag_maps"})
     ours = sparkrun_flags()
     assert ours.sparkrun == SPARKRUN_VERSION == "0.4.2"
-    for engine in ("vllm", "sglang"):
+    assert sorted(ours.engines) == engine_names()  # a map for every engine, none more
+    for engine in engine_names():
         mine = ours.engines[engine]
         assert list(mine.flags.items()) == list(theirs[engine]["flags"].items()), engine
         assert sorted(mine.booleans) == theirs[engine]["booleans"]
         assert sorted(mine.negatable) == theirs[engine]["negatable"]
-    assert (len(ours.engines["vllm"].flags), len(ours.engines["sglang"].flags)) == (76, 48)
+        assert sorted(mine.after) == theirs[engine].get("special", [])
+        assert mine.defaults == theirs[engine].get("defaults", {})
+    counts = {engine: len(ours.engines[engine].flags) for engine in engine_names()}
+    assert counts == {"llamacpp": 20, "sglang": 48, "vllm": 76}
     assert ours.read_keys == theirs["read_keys"]
     assert list(ours.read_keys) == theirs["read_key_reasons"]
     assert ours.runtime_display == theirs["runtime_display"]
@@ -120,15 +125,14 @@ def test_the_shipped_flag_maps_are_sparkruns_own(sparkrun: Sparkrun) -> None:
 #: Recipes the import refuses, and the true reason it gives.
 WE_REFUSE = {
     "include-registry-vllm.yaml": "is a registry recipe: only sparkrun's registries",
-    "gguf-llama-cpp.yaml": "runtime 'llama-cpp': sparkbuild launches vLLM and SGLang only",
-    "trtllm.yaml": "runtime 'trtllm': sparkbuild launches vLLM and SGLang only",
-    "atlas.yaml": "runtime 'atlas': sparkbuild launches vLLM and SGLang only",
+    "trtllm.yaml": "runtime 'trtllm': sparkbuild launches vLLM, llama.cpp and SGLang only",
+    "atlas.yaml": "runtime 'atlas': sparkbuild launches vLLM, llama.cpp and SGLang only",
     "env-templates-launch-vllm.yaml": "{launch.model_path} is the prepared model directory",
 }
 _PREFIXES = (
     ("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"),
     ("python3", "-m", "sglang.launch_server"), ("python", "-m", "sglang.launch_server"),
-    ("sglang", "serve"),
+    ("sglang", "serve"), ("llama-server",),
 )  # fmt: skip
 _LAUNCHER = {"--host", "--port"}
 _SIZES = {"-tp": "tp", "--tensor-parallel-size": "tp", "--tp-size": "tp", "--tp": "tp",
@@ -145,7 +149,7 @@ def _their_groups(argv: list[str]) -> tuple[list[tuple[str, ...]], dict[str, str
         rest = rest[1:]  # vllm serve MODEL
     groups, sizes = [], {}
     for flag, *values in flag_groups(rest):
-        if flag in ("--model-path", "--model") or flag in _LAUNCHER:
+        if flag in ("--model-path", "--model", "-m", "-hf") or flag in _LAUNCHER:
             continue
         if flag in _SIZES:
             sizes[_SIZES[flag]] = values[0] if values else "on"

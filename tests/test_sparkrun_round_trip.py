@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkbuild.engines.adapters import ADAPTERS, adapter_type
+from sparkbuild.adapters import ADAPTERS, adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_writer import export_recipe, recipe_yaml
 from sparkbuild.engines.recipes import ImportedRecipe, import_recipe

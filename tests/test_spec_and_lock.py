@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild import lockfile
+from sparkbuild.adapters import engine_names
 from tests.support.cli import run_cli
 
 
@@ -60,7 +61,9 @@ def test_bad_values_are_named(tmp_path: Path) -> None:
     )
     code, err = run(project, "patches")
     assert code == 2
-    assert "sglang.yaml:1: engine: Input should be 'sglang' or 'vllm'" in err
+    known = [repr(name) for name in engine_names()]  # the registry's, in its order
+    expected = f"{', '.join(known[:-1])} or {known[-1]}"
+    assert f"sglang.yaml:1: engine: Input should be {expected}" in err
     assert "sglang.yaml:5: patches[0].when" in err and "is not a version range" in err
 
 

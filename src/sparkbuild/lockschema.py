@@ -22,8 +22,8 @@ from typing import Annotated, Any, Literal, Self, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from sparkbuild import validate
+from sparkbuild.adapters import versions
 from sparkbuild.checks import ItemStatus, Status, Verdict
-from sparkbuild.engines import versions
 from sparkbuild.spec import PRFields
 
 SCHEMA = 1

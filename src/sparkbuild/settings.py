@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbuild import validate
-from sparkbuild.engines.adapters.known import engine_names
+from sparkbuild.adapters.known import engine_names
 from sparkbuild.errors import UsageError
 from sparkbuild.redact import redact
 

@@ -30,12 +30,12 @@ from pydantic import (
 )
 
 from sparkbuild import fileio, validate
-from sparkbuild.engines.adapters import EngineName
+from sparkbuild.adapters import EngineName, adapter_type
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings
 from sparkbuild.yamlfile import load_model
 
-Engine = EngineName  # a registered engine (engines/adapters/)
+Engine = EngineName  # a registered engine (adapters/)
 Mode = Literal["overlay", "source"]
 DEFAULT_PLATFORM = "linux/arm64"
 DEFAULT_TAGS = ["sparkbuild/{engine}:{version}-sm121-{tree_short}"]
@@ -199,7 +199,9 @@ class SpecModel(ImageFields):
     engine: Engine
     repo: RepoURL
     base_branch: GitRef = "main"
-    package_dir: Annotated[str, AfterValidator(validate.package_dir)]
+    #: The engine's package inside the tree (``python/sglang``); None: the whole tree (an
+    #: engine that is no Python package, built from source only).
+    package_dir: Annotated[str, AfterValidator(validate.package_dir)] | None = None
     prs: list[PR] = []
     patches: list[PatchModel] = []
     requirements: list[RequirementModel] = []
@@ -210,6 +212,14 @@ class SpecModel(ImageFields):
     def _has_builds(self) -> SpecModel:
         if not self.builds:
             raise ValueError("a spec needs at least one entry under 'builds'")
+        if self.package_dir is None:
+            overlays = [n for n, b in self.builds.items() if (b.mode or self.mode) != "source"]
+            if overlays:
+                raise ValueError(
+                    f"package_dir is needed for overlay builds ({', '.join(overlays)}): an "
+                    "overlay image copies the changed files of the engine's package over the "
+                    "release; give package_dir, or set mode: source"
+                )
         return self
 
 
@@ -289,7 +299,7 @@ class Build:
     repo: str  # what this run fetches from (the override, if any)
     spec_repo: str  # what the spec says; recorded in the lock
     base_branch: str
-    package_dir: str
+    package_dir: str  # "" when the spec names none: the whole tree
     ref: str
     version: Version
     prs: tuple[PR, ...]
@@ -402,6 +412,12 @@ def file_sha256(path: Path) -> str | None:
 _VERSION_IN_REF = re.compile(r"(\d+(?:\.\d+)+(?:(?:a|b|rc|\.post|\.dev)\d+)?)")
 
 
+def version_of_ref(engine: str, ref: str) -> Version | None:
+    """The version ``ref`` names: a release tag as the engine writes them (its adapter's
+    ``release_tags``), else a dotted version inside it (``release/v0.5.12``)."""
+    return adapter_type(engine).release_tags.version_of(ref) or version_from_ref(ref)
+
+
 def version_from_ref(ref: str) -> Version | None:
     match = _VERSION_IN_REF.search(ref)
     if not match:
@@ -435,7 +451,9 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
     builds = []
     repo = settings.repo_overrides.get(spec.engine, spec.repo)
     for name, entry in spec.builds.items():
-        version = Version(entry.version) if entry.version else version_from_ref(entry.ref)
+        version = (
+            Version(entry.version) if entry.version else version_of_ref(spec.engine, entry.ref)
+        )
         if version is None:
             raise SpecError(
                 f"{path}: builds.{name}.version: cannot parse a version from ref '{entry.ref}'",
@@ -476,7 +494,7 @@ def _builds_of(path: Path, spec: SpecModel, settings: Settings) -> list[Build]:
                 repo=repo,
                 spec_repo=spec.repo,
                 base_branch=spec.base_branch,
-                package_dir=spec.package_dir.strip("/"),
+                package_dir=(spec.package_dir or "").strip("/"),
                 ref=entry.ref,
                 version=version,
                 prs=prs,

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sparkbuild.engines.adapters import EngineAdapter
+from sparkbuild.adapters import EngineAdapter
 from sparkbuild.engines.recipe_command import ours
 from sparkbuild.engines.recipe_writer import flag_groups
 from sparkbuild.engines.sparkrun_flags import sparkrun_flags

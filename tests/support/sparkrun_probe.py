@@ -18,8 +18,9 @@ process (sparkrun's start-up is most of a request's time), one answer each:
 * ``csv`` ``{benchmark_json}``: sparkrun's ``json_to_csv`` of a llama-benchy JSON;
 * ``resume`` ``{benchmark_json, args, schedule}``: llama-benchy's task list for a profile
   (``build_task_list``) and which tasks sparkrun's gap detection finds covered by the JSON;
-* ``flag_maps``: the vLLM and SGLang maps from defaults keys to flags (names only), and
-  how its metadata shows a runtime;
+* ``flag_maps``: the vLLM, SGLang and llama-cpp maps from defaults keys to flags (names
+  only; llama-cpp's keys it renders its own way and its defaults too), and how its metadata
+  shows a runtime;
 * ``metadata`` ``{path, ...}``: the submission metadata sparkrun's ``generate_metadata``
   writes for this recipe (no image resolution, hosts pseudonymised).
 """
@@ -180,7 +181,7 @@ def metadata(request: dict[str, Any]) -> dict[str, Any]:
 
 def flag_maps(request: dict[str, Any]) -> dict[str, Any]:
     from sparkrun.core import validation
-    from sparkrun.runtimes import _vllm_common, sglang
+    from sparkrun.runtimes import _vllm_common, llama_cpp, sglang
     from sparkrun.utils.runtime_display import RUNTIME_DISPLAY
 
     return {
@@ -196,6 +197,13 @@ def flag_maps(request: dict[str, Any]) -> dict[str, Any]:
             "flags": dict(sglang._SGLANG_FLAG_MAP),
             "booleans": sorted(sglang._SGLANG_BOOL_FLAGS),
             "negatable": [],
+        },
+        "llamacpp": {
+            "flags": dict(llama_cpp.LlamaCppRuntime().serve_flag_map()),
+            "booleans": sorted(llama_cpp._LLAMA_CPP_BOOL_FLAGS),
+            "negatable": [],
+            "special": sorted(llama_cpp._LLAMA_CPP_SPECIAL_KEYS),
+            "defaults": dict(llama_cpp._LLAMA_CPP_DEFAULTS),
         },
     }
 

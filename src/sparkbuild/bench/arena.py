@@ -36,11 +36,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkbuild import __version__, fileio, interrupts, jsontext
+from sparkbuild.adapters import ADAPTERS, adapter_type
 from sparkbuild.bench import llama_benchy
 from sparkbuild.bench.claims import METRICS, ClaimsFile, Figure
 from sparkbuild.bench.results import TIME_FORMAT, BenchReport, CellResult
 from sparkbuild.bench.sweep import Scheduled, Sweep, bounds_summary, out_of_bounds
-from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_writer import (
     RecipeSpec,

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sparkbuild.engines.adapters import EngineName
+from sparkbuild.adapters import EngineName
 from sparkbuild.engines.profiles import Parallel
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.settings import Settings

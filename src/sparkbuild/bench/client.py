@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines.adapters import whole_number
+from sparkbuild.adapters import whole_number
 
 #: Chunks with text a stream may send beyond one per requested token (role and final chunks).
 _SPARE_CHUNKS = 64
@@ -41,6 +41,9 @@ class StreamResult:
     #: at that chunk (0 where the engine sent no per-chunk usage).
     chunk_times: tuple[float, ...] = ()
     chunk_tokens: tuple[int, ...] = ()
+    #: The engine's own per-response fields (its adapter's ``response_extras``), as the
+    #: last chunk holding each sent them (llama.cpp's ``timings`` with its draft counts).
+    extras: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def decode_tokens(self) -> int:
@@ -125,6 +128,8 @@ class _Chunks:
 
     most: int  # chunks with text a stream may send for the tokens it was asked for
     what: str
+    extra_keys: tuple[str, ...] = ()
+    extras: dict[str, object] = field(default_factory=dict)
     first: float | None = None
     last: float | None = None
     usage: Mapping[str, object] = field(default_factory=dict)
@@ -151,6 +156,7 @@ class _Chunks:
             self.finish = chunk["choices"][0].get("finish_reason") or self.finish
         if chunk.get("usage"):
             self.usage = chunk["usage"]
+        self.extras.update((k, chunk[k]) for k in self.extra_keys if k in chunk)
 
     def failed(self, sent: float, error: str, *, transport: bool = False) -> StreamResult:
         return StreamResult(
@@ -189,22 +195,25 @@ class _Chunks:
             first_chunk_tokens=self.first_tokens,
             chunk_times=tuple(self.times),
             chunk_tokens=tuple(self.counts),
+            extras=dict(self.extras),
         )
 
 
 async def stream_completion(
-    client: httpx.AsyncClient, body: Mapping[str, Any], path: str = "/v1/completions"
+    client: httpx.AsyncClient,
+    body: Mapping[str, Any],
+    path: str,
+    extras: tuple[str, ...] = (),
 ) -> StreamResult:
-    """POST one streaming completion and time it; never raises for engine or network faults.
+    """POST one streaming completion (``body``: the adapter's, ``stream`` and its usage
+    options included) to ``path`` and time it; never raises for engine or network faults.
+    ``extras``: the answer's top-level fields the engine's own per-response facts are in.
 
     The whole stream ends within the request timeout, its lines are bounded, and it may not
     send more chunks with text than tokens were asked for (plus a few)."""
-    # continuous_usage_stats: usage on every chunk, so a first chunk carrying several tokens
-    # (a frontend that batches its output) is not mistaken for one token.
-    options = {"include_usage": True, "continuous_usage_stats": True}
-    payload = {**body, "stream": True, "stream_options": options}
+    payload = dict(body)
     what = f"POST {path}"
-    chunks = _Chunks(2 * int(body.get("max_tokens") or 0) + _SPARE_CHUNKS, what)
+    chunks = _Chunks(2 * int(body.get("max_tokens") or 0) + _SPARE_CHUNKS, what, extras)
     sent = time.monotonic()
     try:
         async with (
@@ -241,7 +250,11 @@ async def stream_completion(
 
 
 async def stream_many(
-    client: httpx.AsyncClient, bodies: Sequence[Mapping[str, object]]
+    client: httpx.AsyncClient,
+    bodies: Sequence[Mapping[str, object]],
+    path: str,
+    extras: tuple[str, ...] = (),
 ) -> list[StreamResult]:
     """All ``bodies`` in flight at once (the cell's concurrency), results in the same order."""
-    return list(await asyncio.gather(*(stream_completion(client, body) for body in bodies)))
+    streams = (stream_completion(client, body, path, extras) for body in bodies)
+    return list(await asyncio.gather(*streams))

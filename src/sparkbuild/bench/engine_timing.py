@@ -21,10 +21,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkbuild import net
+from sparkbuild.adapters import EngineAdapter
 from sparkbuild.bench.client import StreamResult
 
 TPOT = "request_time_per_output_token_seconds"
@@ -125,16 +125,17 @@ class TimingSnapshot:
     available: bool = True
 
 
-def snapshot_timing(session: net.Session, base_url: str, prefix: str) -> TimingSnapshot:
-    """The engine's timing histograms now (unavailable when /metrics cannot be read)."""
-    try:
-        response = session.get(base_url + "/metrics", timeout=10)
-    except requests.RequestException:
+def snapshot_timing(adapter: EngineAdapter, session: net.Session, base_url: str) -> TimingSnapshot:
+    """The engine's timing histograms now (unavailable when the engine exports none, or its
+    metrics page cannot be read)."""
+    prefix = adapter.bench_counters.timing_prefix
+    if prefix is None:
         return TimingSnapshot({}, available=False)
-    if response.status_code != 200:
+    text = adapter.metrics_text(session, base_url)
+    if text is None:
         return TimingSnapshot({}, available=False)
     try:
-        return TimingSnapshot(parse_histograms(response.text, prefix))
+        return TimingSnapshot(parse_histograms(text, prefix))
     except ValueError:  # a page prometheus-client cannot parse is no timing source
         return TimingSnapshot({}, available=False)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from sparkbuild import __version__, console, net
+from sparkbuild.adapters import Counters, EngineAdapter
 from sparkbuild.bench import HARNESS_VERSION
 from sparkbuild.bench.checkpoint import UNFINISHED, ProcessClock, sweep_time, write_checkpoint
 from sparkbuild.bench.client import StreamResult, make_client, stream_many
@@ -55,7 +56,6 @@ from sparkbuild.bench.results import (
 )
 from sparkbuild.bench.served import ServedEngine
 from sparkbuild.bench.sweep import CellKey, Sweep, fit_to_length, left_out_warning
-from sparkbuild.engines.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster_target import MultiNodeTarget
 from sparkbuild.engines.host_watch import HostRun, HostWatch, Watch
 from sparkbuild.engines.launch import settled_counters
@@ -149,27 +149,26 @@ class Sweeper:
         self.request_index = 0
         self.all_exact = True
         self.on_cell: Callable[[], None] = lambda: None  # after every finished cell
+        self.client: httpx.AsyncClient | None = None  # the streams' client, once made
 
     def _alive(self) -> bool:
         if self.target.exit_code() is not None:
             return False
-        return probe(self.session, self.target.base_url + self.adapter.health_path, 5.0) == 200
+        return probe(self.session, self.target.base_url + self.adapter.endpoints.health, 5.0) == 200
 
     def _counters(self) -> tuple[Counters, TimingSnapshot]:
         """Counters once settled, then the timing histograms (the engine is idle by then)."""
         counters = settled_counters(self.adapter, self.session, self.target.base_url)
-        prefix = f"{self.adapter.name}:"
-        return counters, snapshot_timing(self.session, self.target.base_url, prefix)
+        return counters, snapshot_timing(self.adapter, self.session, self.target.base_url)
 
     def _body(self, engine: ServedEngine, prompt: BenchPrompt, tokens: int) -> dict[str, object]:
-        return {
-            "model": engine.served_model,
-            "prompt": prompt.text,
-            "temperature": 0,
-            "ignore_eos": True,  # every request generates exactly tg tokens
-            **self.plan.request,
-            "max_tokens": tokens,
-        }
+        """The adapter's streamed completion of exactly ``tokens`` tokens."""
+        return self.adapter.stream_body(engine.served_model, prompt.text, tokens, self.plan.request)
+
+    async def _stream(self, bodies: Sequence[Mapping[str, object]]) -> list[StreamResult]:
+        assert self.client is not None, "the sweep's client is made before the first cell"
+        extras = self.adapter.response_extras
+        return await stream_many(self.client, bodies, self.adapter.endpoints.completions, extras)
 
     def fit(self, engine: ServedEngine) -> None:
         """Leave out the cells longer than the engine serves (warned); refuse when none fit.
@@ -186,7 +185,7 @@ class Sweeper:
         if sweep.warmup:
             self.progress.phase("warm-up request")
             warm = await factory.prompts(32, [self._next_indices(1)[0]])
-            await stream_many(engine.client, [self._body(engine, warm[0], WARMUP_TOKENS)])
+            await self._stream([self._body(engine, warm[0], WARMUP_TOKENS)])
         factory.cell_digest()  # the warm-up's prompt is the sweep's, no cell's
         total = sweep.cell_count
         done = {cell.key: cell for cell in self.plan.done}
@@ -258,22 +257,22 @@ class Sweeper:
         all_results: list[list[StreamResult]] = []
         samples: list[str] = []
         impossible: list[str] = []
-        prefix = f"{self.adapter.name}:"
+        prefix = self.adapter.bench_counters.timing_prefix or ""
         for run in range(runs):
             self.progress.run(run, runs)
             batch = slice(run * key.concurrency, (run + 1) * key.concurrency)
             if loads:
                 load_bodies = [self._body(engine, p, key.tg) for p in loads[batch]]
-                load_results = await stream_many(engine.client, load_bodies)
+                load_results = await self._stream(load_bodies)
                 after, timing_after = await asyncio.to_thread(self._counters)
                 skipped.add(before, after, timing, timing_after)
                 context_figures.append(run_figures(load_results))
                 samples.extend(self._error_samples(load_results, samples))
                 before, timing = after, timing_after
             bodies = [self._body(engine, p, key.tg) for p in prompts[batch]]
-            results = await stream_many(engine.client, bodies)
+            results = await self._stream(bodies)
             after, timing_after = await asyncio.to_thread(self._counters)
-            accept = self.adapter.acceptance_from_delta(before, after)
+            accept = self.adapter.acceptance(before, after, responses=_extras(results))
             if accept.impossible:
                 impossible.append(
                     f"run {run + 1}: the engine's counters cannot be true "
@@ -292,7 +291,9 @@ class Sweeper:
                     f"{next(r.error for r in results if r.error)}",
                     self._log_hint(),
                 )
-        cell = self._cell_result(key, figures, samples, skipped.counters(cell_before), before)
+        cell = self._cell_result(
+            key, figures, samples, (skipped.counters(cell_before), before), all_results
+        )
         whole = engine_delta(skipped.timing(cell_timing), timing, prefix)
         flags = run_flags(figures)
         if loads:
@@ -332,10 +333,14 @@ class Sweeper:
         key: CellKey,
         runs: Sequence[RunFigures],
         samples: Sequence[str],
-        before: Counters,
-        after: Counters,
+        counters: tuple[Counters, Counters],
+        results: Sequence[Sequence[StreamResult]],
     ) -> CellResult:
-        accept = self.adapter.acceptance_from_delta(before, after)
+        """The cell's figures; its acceptance from its requests' own counts where the engine
+        returns them, else from the counter deltas over its runs."""
+        before, after = counters
+        answers = [extras for run in results for extras in _extras(run)]
+        accept = self.adapter.acceptance(before, after, responses=answers)
         speculation = None
         if accept.active:
             speculation = Speculation(
@@ -345,8 +350,8 @@ class Sweeper:
                 source=accept.source,
             )
         good_requests = sum(run.requests - run.errors for run in runs)
-        generated = self.adapter.generation_counter
-        hits = self.adapter.prefix_hit_counter
+        generated = self.adapter.bench_counters.generated
+        hits = self.adapter.bench_counters.prefix_hits
         stats = cell_stats(runs)
         return CellResult(
             pp=key.pp,
@@ -418,6 +423,11 @@ def _prefix_cache_flags(hits: float | None, key: CellKey, requests: int) -> list
     ]
 
 
+def _extras(results: Sequence[StreamResult]) -> list[Mapping[str, object]]:
+    """The engine's own per-response fields of the requests that finished."""
+    return [r.extras for r in results if r.ok and r.extras]
+
+
 def _per_request(total: int, requests: int) -> int | None:
     return round(total / requests) if requests else None
 
@@ -486,7 +496,8 @@ def run_bench(
         async def main() -> tuple[EngineInfo, PromptInfo | None, str | None]:
             connections = max(sweep.concurrency) + 4
             async with make_client(target.base_url, connections, plan.request_timeout_s) as c:
-                engine = ServedEngine(c, adapter)
+                sweeper.client = c
+                engine = ServedEngine(adapter, target.base_url, sweeper.session)
                 await engine.discover()
                 info = EngineInfo(
                     name=adapter.name,
@@ -550,8 +561,7 @@ def _report(
     complete: bool,
     host: HostRun | None = None,
 ) -> BenchReport:
-    """The report of the cells ``sweeper`` has finished (all of them, or so far), timed over
-    every process of the sweep."""
+    """The report of the cells finished (all or so far), timed over the sweep's processes."""
     plan, target = sweeper.plan, sweeper.target
     done = {c.key for c in sweeper.cells}
     carried = {c.key for c in plan.done}

@@ -16,9 +16,14 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import requests
-
-from sparkbuild import console, fileio, jsontext, lockfile, net
+from sparkbuild import console, fileio, lockfile, net
+from sparkbuild.adapters import (
+    ADAPTERS,
+    MAX_TOKENS,
+    EngineAdapter,
+    adapter_for,
+    first_model,
+)
 from sparkbuild.bench import report as bench_report
 from sparkbuild.bench.arena import check_submission_dir, refuse_unfit, write_submission
 from sparkbuild.bench.claims_request import ClaimsRequest
@@ -29,13 +34,6 @@ from sparkbuild.bench.results import BenchReport
 from sparkbuild.bench.resume import Launch, Resume, check_same_answer, check_same_engine
 from sparkbuild.bench.runner import STREAM_TIMEOUT_S, BenchPlan, SweepSettings, fit_plan, run_bench
 from sparkbuild.bench.sweep import Sweep
-from sparkbuild.engines.adapters import (
-    ADAPTERS,
-    MAX_TOKENS,
-    EngineAdapter,
-    adapter_for,
-    first_model,
-)
 from sparkbuild.engines.boot_prep import before_boot
 from sparkbuild.engines.cluster import load_cluster
 from sparkbuild.engines.cluster_target import node_pin
@@ -323,20 +321,24 @@ def _at_url(launch: LaunchSettings, measure: SweepSettings) -> BenchRun:
 
 
 def detect_engine(url: str, timeout_s: float) -> str:
-    """Which engine serves ``url``: vLLM and SGLang both name themselves in ``/v1/models``
-    ``owned_by``."""
+    """Which engine serves ``url``: the registered adapter that owns the first model the
+    server lists (vLLM, SGLang and llama.cpp name themselves in its ``owned_by``)."""
+    base = url.rstrip("/")
+    session = net.Session(deadline_s=min(10.0, timeout_s))
+    adapters = [adapter_for(name, request_timeout_s=min(10.0, timeout_s)) for name in ADAPTERS]
+    where = base + adapters[0].endpoints.models
     try:
-        response = net.Session(deadline_s=min(10.0, timeout_s)).get(url.rstrip("/") + "/v1/models")
-        owner = str(first_model(jsontext.loads(response.content)).get("owned_by", ""))
-    except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as exc:
+        entry = first_model(adapters[0].get_json(session, where))
+    except (EngineHTTPError, ValueError) as exc:
         raise EngineUnreachableError(
-            f"cannot reach {url}/v1/models to find out which engine serves it: {exc}",
+            f"cannot reach {where} to find out which engine serves it: {exc}",
             "check --url, or pass --profile / --engine",
         ) from exc
-    if owner in ADAPTERS:
+    owner = next((adapter.name for adapter in adapters if adapter.owns(entry)), None)
+    if owner is not None:
         return owner
     raise UsageError(
-        f"{url} does not say which engine it is (owned_by {owner!r})",
+        f"{url} does not say which engine it is (owned_by {entry.get('owned_by')!r})",
         f"pass --engine ({', '.join(sorted(ADAPTERS))})",
     )
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sparkbuild.engines.adapters import MAX_TOKENS
+from sparkbuild.adapters import MAX_TOKENS
 from sparkbuild.errors import UsageError
 
 #: The most requests one cell may open at once; beyond that a client machine, not the engine,

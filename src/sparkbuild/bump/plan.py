@@ -22,6 +22,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild import git, source, validate
+from sparkbuild.adapters import ReleaseTags, adapter_type
 from sparkbuild.bump import specedit
 from sparkbuild.bump.decide import decide
 from sparkbuild.bump.items import BumpContext, BumpPlan
@@ -34,12 +35,18 @@ from sparkbuild.spec import Build, ImageConfig, lapsed_note, load_builds
 # -- inputs ------------------------------------------------------------------------------
 
 
-def parse_version(text: str) -> Version:
+def parse_version(text: str, tags: ReleaseTags | None = None) -> Version:
+    """``--to``: a release tag as the engine writes them (``v0.5.13``, ``b6123``) or a
+    version."""
+    found = tags.version_of(text.strip()) if tags is not None else None
+    if found is not None:
+        return found
     try:
         return Version(text.strip().removeprefix("v"))
     except InvalidVersion as exc:
+        example = tags.tag_of(Version("0.5.13")) if tags is not None else "v0.5.13"
         raise UsageError(
-            f"--to {text!r} is not a version", "give a release such as --to v0.5.13"
+            f"--to {text!r} is not a version", f"give a release such as --to {example}"
         ) from exc
 
 
@@ -79,8 +86,9 @@ def require_clean(settings: Settings, path: Path) -> None:
         )
 
 
-def release_tags(mirror: Mirror) -> dict[Version, str]:
-    """Upstream tags that name a version, by version (``v0.5.13`` -> 0.5.13)."""
+def release_tags(mirror: Mirror, engine_tags: ReleaseTags) -> dict[Version, str]:
+    """Upstream tags that name a version as the engine tags its releases, by version
+    (``v0.5.13`` -> 0.5.13; ``b6123`` -> 6123 for a build-numbered engine)."""
     with mirror.locked():
         remote = mirror.ls_remote(["refs/tags/*"])
     tags: dict[Version, str] = {}
@@ -88,11 +96,10 @@ def release_tags(mirror: Mirror) -> dict[Version, str]:
         if ref.endswith("^{}"):
             continue
         name = ref.removeprefix("refs/tags/")
-        try:
-            version = Version(name.removeprefix("v"))
-        except InvalidVersion:
+        version = engine_tags.version_of(name)
+        if version is None:
             continue
-        if version not in tags or name.startswith("v"):
+        if version not in tags or name == engine_tags.tag_of(version):
             tags[version] = name
     return tags
 
@@ -134,7 +141,8 @@ _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | None) -> BumpPlan:
     builds = load_builds(settings)
     old = pick_from(builds, engine, from_name)
-    to = parse_version(to_text)
+    engine_tags = adapter_type(engine).release_tags
+    to = parse_version(to_text, engine_tags)
     if to <= old.version:
         word = "older than" if to < old.version else "the same as"
         raise UsageError(
@@ -143,12 +151,13 @@ def plan_bump(settings: Settings, engine: str, to_text: str, from_name: str | No
         )
     require_clean(settings, old.spec_file)
     mirror = Mirror(settings.cache_dir, old.repo)
-    tags = release_tags(mirror)
+    tags = release_tags(mirror, engine_tags)
     if to not in tags:
         newer = sorted(v for v in tags if v > old.version)
         listing = ", ".join(str(v) for v in newer[-8:]) or "none"
         raise UsageError(
-            f"no release {to} at {old.repo} (no tag v{to}); releases after {old.version}: "
+            f"no release {to} at {old.repo} (no tag {engine_tags.tag_of(to)}); releases after "
+            f"{old.version}: "
             f"{listing}",
             f"`sparkbuild releases {engine}` lists them",
         )

@@ -18,7 +18,7 @@ from sparkbuild import fileio, source
 from sparkbuild.bump import specedit
 from sparkbuild.errors import BumpError
 from sparkbuild.settings import Settings
-from sparkbuild.spec import Build, load_builds, version_from_ref
+from sparkbuild.spec import Build, load_builds, version_of_ref
 
 if TYPE_CHECKING:
     from sparkbuild.bump.items import BumpContext, BumpPlan, Decision
@@ -129,7 +129,7 @@ def edit_spec(data: Any, old: Build, ctx: BumpContext, decisions: list[Decision]
     builds = data["builds"]
     entry = specedit.copy_build(builds[old.name])
     entry["ref"] = ctx.tag
-    if "version" in entry or version_from_ref(ctx.tag) != ctx.to:  # 1.3.0+x reads as 1.3.0
+    if "version" in entry or version_of_ref(old.engine, ctx.tag) != ctx.to:  # 1.3.0+x: 1.3.0
         entry["version"] = str(ctx.to)
     for key in ("description", "base_image"):
         if isinstance(entry.get(key), str):

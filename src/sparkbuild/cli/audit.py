@@ -7,8 +7,8 @@ import click
 from rich.table import Table
 
 from sparkbuild import console, dockerhost
+from sparkbuild.adapters import adapter_type, engine_names
 from sparkbuild.cli import options
-from sparkbuild.engines.adapters import adapter_type, engine_names
 from sparkbuild.image.audit import DeviceAudit, audit_image
 from sparkbuild.image.audit_record import refuse_failures
 from sparkbuild.outputs import emit_json
@@ -20,7 +20,7 @@ _SHOWN = {"native": "native", "ptx": "PTX only (JIT)", "none": "NONE", "jit": "c
 def launch_roots(engine: str | None) -> list[str]:
     """The distributions a launch starts from: the engine's, or every engine's."""
     names = [engine] if engine else engine_names()
-    return [d for name in names for d in adapter_type(name).preflight.probe.distributions]
+    return [d for name in names for d in adapter_type(name).distributions()]
 
 
 def show(audit: DeviceAudit) -> None:

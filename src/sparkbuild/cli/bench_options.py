@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import click
 
+from sparkbuild.adapters import ADAPTERS
 from sparkbuild.bench.arena import named_sweep
 from sparkbuild.bench.claims_request import ClaimsRequest, claims_request
 from sparkbuild.bench.outputs import BenchOutputs
@@ -19,7 +20,6 @@ from sparkbuild.bench.resume import Resume, load_resume
 from sparkbuild.bench.runner import SweepSettings
 from sparkbuild.bench.sweep import BOUNDS, MAX_CELLS, Bound, Sweep, parse_int_list
 from sparkbuild.cli import options
-from sparkbuild.engines.adapters import ADAPTERS
 from sparkbuild.errors import UsageError
 from sparkbuild.settings import Settings
 

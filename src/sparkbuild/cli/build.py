@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from sparkbuild import lockfile, source
+from sparkbuild.adapters import engine_names
 from sparkbuild.cli import options, run_per_build
-from sparkbuild.engines.adapters import engine_names
 from sparkbuild.errors import BuildInputError, UsageError
 from sparkbuild.image import BuildOptions, ImageJob, ImageResult, build_image
 from sparkbuild.image.builder import cache_refs

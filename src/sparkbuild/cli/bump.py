@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkbuild import console, lockfile, source
+from sparkbuild.adapters import adapter_type
 from sparkbuild.bump.items import BumpPlan
 from sparkbuild.bump.plan import pick_from, plan_bump, release_tags
 from sparkbuild.bump.write import fresh_builds, write_plan
@@ -126,7 +127,7 @@ def bump(
 def releases(settings: Settings, engine: str, show_all: bool, as_json: bool) -> None:
     """Upstream release tags of ENGINE newer than its newest build, from the mirror."""
     newest = pick_from(load_builds(settings), engine, None)
-    tags = release_tags(Mirror(settings.cache_dir, newest.repo))
+    tags = release_tags(Mirror(settings.cache_dir, newest.repo), adapter_type(engine).release_tags)
     listed = sorted(
         (v for v in tags if show_all or v > newest.version), key=lambda v: v, reverse=True
     )

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from sparkbuild import console, fileio
-from sparkbuild.engines.adapters import adapter_for
+from sparkbuild.adapters import adapter_for
 from sparkbuild.engines.cluster import KubernetesTarget, load_cluster
 from sparkbuild.engines.cluster_kube import render_lws
 from sparkbuild.engines.launch import LaunchSettings, lws_plan
@@ -32,7 +32,7 @@ def write_manifest(
         )
     name, profile = load_profile(settings, launch.profile, model=launch.model)
     _, spec = load_cluster(settings, choice.cluster)
-    from sparkbuild.engines.versions import parse_version
+    from sparkbuild.adapters.versions import parse_version
 
     adapter = adapter_for(profile.engine, version=parse_version(engine_version or ""))
     plan = lws_plan(

@@ -103,6 +103,14 @@ def _selected(settings: Settings, names: tuple[str, ...], recorded: tuple[str, .
     help="Run under this interpreter (e.g. a vLLM CPU venv's bin/python) instead of a cached venv.",
 )
 @click.option(
+    "--server",
+    "server",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="For an engine that is a built program (llama.cpp's llama-server): ask this CPU "
+    "build of its server instead of the image's.",
+)
+@click.option(
     "--allow-version-mismatch",
     is_flag=True,
     help="Judge the build with --python even when its engine is another release than the "
@@ -124,6 +132,7 @@ def preflight_command(  # noqa: PLR0913 - click passes each option as a paramete
     image: str | None,
     in_image: bool,
     python: Path | None,
+    server: Path | None,
     allow_version_mismatch: bool,
     locked: bool,
     as_json: bool,
@@ -131,8 +140,8 @@ def preflight_command(  # noqa: PLR0913 - click passes each option as a paramete
     record_build: tuple[str, ...],
 ) -> None:
     """Check BUILDS (default: all) on the CPU: compile, imports, flags, env, config, signals."""
-    if sum(bool(x) for x in (image, in_image, python)) > 1:
-        raise UsageError("--image, --in-image and --python are places to run; pass one")
+    if sum(bool(x) for x in (image, in_image, python, server)) > 1:
+        raise UsageError("--image, --in-image, --python and --server are places to run; pass one")
     json_path = options.json_destination(as_json, json_file)
     selected = _selected(settings, builds, record_build)
     if image and len(selected) != 1:
@@ -143,6 +152,7 @@ def preflight_command(  # noqa: PLR0913 - click passes each option as a paramete
         where = Where(
             image=image or pinned,
             python=python.absolute() if python else None,
+            server=server.absolute() if server else None,
             allow_version_mismatch=allow_version_mismatch,
         )
         return preflight_one(settings, build, _profiles(build, profiles), where, locked=locked)

@@ -332,13 +332,14 @@ def export_recipe_command(  # noqa: PLR0913 - click passes each option as a para
 @profile.command("fit")
 @click.argument("profile_name", metavar="PROFILE")
 @options.model(help="Estimate this model instead of the profile's.")
-@options.engine_version(help="The engine release (SGLang counts the draft from 0.5.14).")
+@options.engine_version(help="The engine release (where the draft is counted changes with it).")
 @click.option("--context", metavar="TOKENS", help="Context per sequence [default: the profile's].")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True)
 @click.option(
     "--draft-memory-patch",
     is_flag=True,
-    help="The image carries sparkbuild's SGLang draft-memory patch (the draft counted first).",
+    help="The image carries sparkbuild's draft-memory patch for the profile's engine (its "
+    "adapter's memory.draft_patch: the draft counted before the KV pool).",
 )
 @click.option(
     "--memory-gib",

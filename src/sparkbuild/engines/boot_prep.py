@@ -27,19 +27,19 @@ import docker.errors
 from packaging.version import Version
 
 from sparkbuild import console, dockerhost
+from sparkbuild.adapters import adapter_type
+from sparkbuild.adapters.versions import VERSION_LABEL, parse_version
 from sparkbuild.engines.cluster import ClusterSpec
 from sparkbuild.engines.launch import LaunchSettings, check_signed
 from sparkbuild.engines.memory_fit import Fit, describe, profile_fit
 from sparkbuild.engines.page_cache import DROP_COMMAND, HELPER_VARIABLE, drop_local, helper_image
 from sparkbuild.engines.profiles import SmokeProfile
-from sparkbuild.engines.versions import VERSION_LABEL, parse_version
 from sparkbuild.errors import UsageError
 from sparkbuild.jsontext import JsonObject
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
-DRAFT_MEMORY_PATCH = "draft-memory-before-kv-pool.patch"
 PATCHES_LABEL = "io.sparkbuild.patches"
 
 
@@ -74,15 +74,20 @@ def spark_here() -> bool:
     return platform.machine() == "aarch64" and Path("/dev/nvidiactl").exists()
 
 
-def draft_patched(labels: dict[str, str]) -> bool:
-    """The image carries sparkbuild's SGLang draft-memory patch (its patches label)."""
+def draft_patched(labels: dict[str, str], engine: str) -> bool:
+    """The image carries the engine's draft-memory patch (its adapter's
+    ``memory.draft_patch``), applied, by its patches label."""
+    memory = adapter_type(engine).memory
+    patch = memory.draft_patch if memory else None
+    if patch is None:
+        return False
     try:
         patches = json.loads(labels.get(PATCHES_LABEL) or "[]")
     except json.JSONDecodeError:
         return False
     return any(
         isinstance(p, dict)
-        and str(p.get("file", "")).endswith(DRAFT_MEMORY_PATCH)
+        and str(p.get("file", "")).endswith(patch)
         and p.get("status") == "applied"
         for p in patches
     )
@@ -154,17 +159,20 @@ def _drop_failed(node: str, helper: str, why: str) -> UsageError:
     )
 
 
-def _check_fit(fit: Fit | str, force: bool, name: str) -> tuple[Fit | None, str | None]:
+def _check_fit(
+    fit: Fit | str, force: bool, name: str, profile: SmokeProfile
+) -> tuple[Fit | None, str | None]:
     if isinstance(fit, str):
         console.info(fit)
         return None, fit
     for line in describe(fit):
         console.info(line)
     if not fit.fits and not force:
+        memory = adapter_type(profile.engine).memory
+        budget = f"lower {memory.budget_flag} or the context" if memory else "lower the context"
         raise UsageError(
             f"profile {name} does not fit a DGX Spark's memory: " + "; ".join(fit.problems),
-            f"lower --mem-fraction-static/--gpu-memory-utilization or the context, run a "
-            f"release that counts the draft, or pass --force to boot anyway "
+            f"{budget}, run a release that counts the draft, or pass --force to boot anyway "
             f"(`sparkbuild profile fit {name}` shows the estimate)",
         )
     return fit, None
@@ -197,9 +205,9 @@ def prepare_boot(  # noqa: PLR0913 - what a boot is about to run, from each part
             version=version,
             context=context,
             concurrency=concurrency,
-            draft_patched=draft_patched(labels),
+            draft_patched=draft_patched(labels, profile.engine),
         )
-        fit, no_estimate = _check_fit(estimate, force, name)
+        fit, no_estimate = _check_fit(estimate, force, name, profile)
     drop = drop_caches if drop_caches is not None else spark and kind != "command"
     dropped: list[str] = []
     if drop and kind == "command":

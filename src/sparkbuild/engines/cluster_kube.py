@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.engines.adapters import EngineAdapter, RankPlace
+from sparkbuild.adapters import EngineAdapter, RankPlace
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget
 from sparkbuild.engines.cluster_target import MultiNodeTarget, NodeImage
 from sparkbuild.engines.logs import LogBuffer
@@ -64,25 +64,19 @@ class LwsPlan:
 
 def _rank_args(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> tuple[list[str], list[str]]:
     """(command, args) of the leader's or the workers' container. The workers share one
-    template: the adapter renders rank 1, whose rank word becomes ``$(LWS_WORKER_INDEX)``."""
+    template: the adapter renders rank 1 with its rank written as ``$(LWS_WORKER_INDEX)``."""
     nodes = plan.parallel.nodes
-    place = RankPlace(0 if leader else 1, nodes, _LEADER, plan.rendezvous_port, _POD_IP)
+    place = RankPlace(
+        0 if leader else 1,
+        nodes,
+        _LEADER,
+        plan.rendezvous_port,
+        _POD_IP,
+        rank_word=None if leader else _WORKER_INDEX,
+    )
     rank = adapter.rank_command(plan.launcher, plan.serve, plan.parallel, place)
     words = [*rank.entrypoint, *rank.args]
-    if not leader:
-        words = _worker_rank(words)
     return words[:1], words[1:]
-
-
-def _worker_rank(words: list[str]) -> list[str]:
-    """``--node-rank 1`` (or ``--node-rank=1``) as ``--node-rank $(LWS_WORKER_INDEX)``."""
-    out = list(words)
-    for index, word in enumerate(out):
-        if word == "--node-rank" and index + 1 < len(out):
-            out[index + 1] = _WORKER_INDEX
-        elif word.startswith("--node-rank="):
-            out[index] = f"--node-rank={_WORKER_INDEX}"
-    return out
 
 
 def _container(adapter: EngineAdapter, plan: LwsPlan, leader: bool) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.engines.adapters import EngineAdapter, RankPlace
+from sparkbuild.adapters import EngineAdapter, RankPlace
 from sparkbuild.engines.cluster import ClusterSpec, Node
 from sparkbuild.engines.logs import LogBuffer
 from sparkbuild.engines.targets import STAGE_LABEL, ContainerTarget, Mount, Target, TargetKind
@@ -397,7 +397,9 @@ class ClusterTarget(MultiNodeTarget):
         deadline = time.monotonic() + 5.0
         while not self._scan(now=True) and time.monotonic() < deadline:
             try:
-                requests.get(self.base_url + self.adapter.health_path, timeout=1).raise_for_status()
+                requests.get(
+                    self.base_url + self.adapter.endpoints.health, timeout=1
+                ).raise_for_status()
                 return  # the leader answers: nothing went
             except (requests.RequestException, EngineContainerError):
                 time.sleep(0.2)

@@ -41,7 +41,7 @@ from sparkbuild.errors import EngineBootError, SparkbuildError, UsageError
 from sparkbuild.jsontext import JsonObject
 
 if TYPE_CHECKING:
-    from sparkbuild.engines.adapters import EngineAdapter
+    from sparkbuild.adapters import EngineAdapter
     from sparkbuild.engines.cluster_target import ClusterTarget
 
 _T = TypeVar("_T")

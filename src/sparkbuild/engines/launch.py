@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild import console, net, redact
-from sparkbuild.engines.adapters import Counters, EngineAdapter
+from sparkbuild.adapters import Counters, EngineAdapter
 from sparkbuild.engines.cluster import ClusterSpec, KubernetesTarget
 from sparkbuild.engines.cluster_kube import DEFAULT_RENDEZVOUS_PORT, KubeTarget, LwsPlan
 from sparkbuild.engines.compile_cache import (
@@ -395,7 +395,7 @@ def lws_plan(
         launcher=settings.launcher or list(adapter.cluster_launcher or adapter.default_launcher),
         serve=adapter.serve_args(model, "0.0.0.0", port, profile.args),
         port=port,
-        health_path=adapter.health_path,
+        health_path=adapter.endpoints.health,
         env={**mount_env, **profile.env, **settings.env, **spec.fabric.env},
         mounts=mounts,
         rendezvous_port=spec.fabric.port or DEFAULT_RENDEZVOUS_PORT,

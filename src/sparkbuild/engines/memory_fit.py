@@ -49,9 +49,9 @@ from dataclasses import dataclass, field, replace
 
 from packaging.version import Version
 
-from sparkbuild.engines.adapters import adapter_type
-from sparkbuild.engines.adapters.base import flag_value
-from sparkbuild.engines.adapters.facts import MemoryFacts
+from sparkbuild.adapters import adapter_type
+from sparkbuild.adapters.facts import MemoryFacts
+from sparkbuild.adapters.values import flag_value
 from sparkbuild.engines.model_shape import GIB, ModelShape, model_shape, shape_from_config
 from sparkbuild.engines.profiles import Parallel, SmokeProfile
 from sparkbuild.errors import UsageError
@@ -183,7 +183,9 @@ def launch_of(
         raise UsageError(f"no memory estimate for {adapter.display_name}: it declares no facts")
     fraction = _fraction(args, facts.budget_flag, facts.budget_default)
     length = flag_value(args, facts.context_flag)
-    kv = (flag_value(args, "--kv-cache-dtype") or "auto").lower()
+    kv = (
+        (flag_value(args, facts.kv_dtype_flag) if facts.kv_dtype_flag else None) or "auto"
+    ).lower()
     given = int(length) if length and length.isdigit() and len(length) <= 9 else None
     chosen = context or given or max_context or 8192
     kv_flag = facts.kv_bytes_flag
@@ -381,8 +383,11 @@ def profile_fit(
     draft_patched: bool = False,
     memory_gib: float = SPARK_MEMORY_GIB,
 ) -> Fit | str:
-    """The fit of a profile's launch, or why there is no estimate (a model whose shape is
-    neither on disk nor shipped)."""
+    """The fit of a profile's launch, or why there is no estimate (an engine that declares
+    no memory facts, a model whose shape is neither on disk nor shipped)."""
+    adapter = adapter_type(profile.engine)
+    if adapter.memory is None:
+        return f"no memory estimate: {adapter.display_name} declares no memory facts"
     shape = model_shape(profile.model)
     if shape is None:
         return (

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
+from sparkbuild.adapters import EngineAdapter
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import EngineAdapter
 from sparkbuild.engines.boot_phases import STARTING, Phase, PhaseTracker, boot_phases
 from sparkbuild.engines.host_facts import Memory, memory_now
 from sparkbuild.engines.lifeline import group_running

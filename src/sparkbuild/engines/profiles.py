@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sparkbuild.engines.adapters import EngineName, LauncherName
+from sparkbuild.adapters import EngineName, LauncherName
 from sparkbuild.engines.memory_floor import parse_floor
 from sparkbuild.engines.prompts import PROMPT_SETS, PromptSetName
 from sparkbuild.errors import SpecError

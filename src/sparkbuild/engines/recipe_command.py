@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sparkbuild.engines.adapters import EngineAdapter
+from sparkbuild.adapters import EngineAdapter
 from sparkbuild.engines.recipe_source import Notes
 from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, value_text
 from sparkbuild.errors import UsageError
@@ -88,11 +88,13 @@ def flags_from_defaults(
         words += [facts.rendered_keys[first[0]], str(values[first[0]])]
     if facts.pins_revision and revision and not model.startswith("/"):
         words += ["--revision", revision]  # sparkrun pins the model it serves
-    for key in known.flags:
+    for key in [*(k for k in known.flags if k not in known.after), *known.after]:
         if key not in first:
-            words += known.words(key, _filled_default(key, values.get(key), values, notes))
+            value = values.get(key, known.defaults.get(key))
+            words += known.words(key, _filled_default(key, value, values, notes))
+    rendered = {*known.flags, *known.after, *known.aliases.values()}
     for key in values:
-        if key not in known.flags and key not in _CHAIN_KEYS and not _referenced(key, values):
+        if key not in rendered and key not in _CHAIN_KEYS and not _referenced(key, values):
             notes.add(
                 f"defaults.{key}",
                 "dropped",
@@ -262,10 +264,10 @@ def ours(adapter: type[EngineAdapter]) -> tuple[Ours, ...]:
         Ours(flag, True, f"sparkbuild's launcher adds it to every {adapter.display_name} launch")
         for flag in adapter.launcher_flags(())
     ]
-    if adapter.recipes.adds_served_model_name:
+    if adapter.recipes.adds_served_model_flag:
         found.append(
             Ours(
-                "--served-model-name",
+                adapter.recipes.adds_served_model_flag,
                 False,
                 "sparkrun adds the recipe's model as the served name when the command names "
                 "none; sparkbuild's launcher leaves the engine's own",

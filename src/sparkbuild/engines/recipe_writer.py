@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.recipe_command import model_word
 from sparkbuild.engines.sparkrun_flags import engine_flags, sparkrun_flags
@@ -101,7 +101,7 @@ def recipe_document(spec: RecipeSpec) -> dict[str, object]:
     adapter = adapter_type(spec.engine)
     facts = adapter.recipes
     defaults: dict[str, object] = {"port": adapter.default_port, "host": "0.0.0.0"}
-    lines = [facts.export_command, "--host {host}", "--port {port}"]
+    lines = [adapter.recipe_export_command(spec.model), "--host {host}", "--port {port}"]
     for key, size in (("tensor_parallel", spec.tp), ("pipeline_parallel", spec.pp)):
         if size > 1:
             defaults[key] = size
@@ -149,7 +149,9 @@ def effective_yaml(document: Mapping[str, object], container: str | None) -> str
 
 # --- profile export ------------------------------------------------------------------------
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+\Z")
+#: A hub repository (``org/name``), with the file selector some engines take
+#: (``org/name-GGUF:Q4_K_M``).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(?::[\w.-]+)?\Z")
 _BY_DIGEST = re.compile(r"^(?P<name>[^@\s]+)@sha256:[0-9a-f]{64}\Z")
 
 
@@ -225,18 +227,20 @@ def export_recipe(
     for key, value in profile.env.items():
         _shell_free(f"env {key}", value)
         _unfilled(f"env {key}", value, _ENV_FILLED)
-    for word in profile.args:
+    adapter = adapter_type(profile.engine)
+    served = _exported_model(profile, model)
+    args = adapter.profile_args(served, profile.args)  # what the engine's launch fills in
+    for word in args:
         _shell_free("the flag value", word)
         _unfilled("the flag value", word)
     parallel = profile.parallel
-    adapter = adapter_type(profile.engine)
     runtimes = adapter.recipes.export_runtimes
     runtime = runtimes.get(parallel.launcher or "", next(iter(runtimes.values()), profile.engine))
     spec = RecipeSpec(
         engine=profile.engine,
         runtime=runtime,
-        model=_exported_model(profile, model),
-        args=[*adapter.launcher_flags(profile.args), *profile.args, *_parallel_args(profile)],
+        model=served,
+        args=[*adapter.launcher_flags(args), *args, *_parallel_args(profile)],
         env=dict(profile.env),
         tp=parallel.tp,
         pp=parallel.pp,

@@ -39,7 +39,7 @@ from typing import Any
 from packaging.version import Version
 from pydantic import ValidationError
 
-from sparkbuild.engines.adapters import ADAPTERS, EngineAdapter, adapter_type
+from sparkbuild.adapters import ADAPTERS, EngineAdapter, RecipeFacts, adapter_type
 from sparkbuild.engines.profiles import RecipeSource, SmokeProfile
 from sparkbuild.engines.recipe_command import (
     PLACEHOLDER,
@@ -68,7 +68,7 @@ from sparkbuild.engines.recipe_source import (
     read_recipe,
     render_escaped,
 )
-from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION
+from sparkbuild.engines.sparkrun_flags import SPARKRUN_VERSION, engine_flags, sparkrun_flags
 from sparkbuild.errors import SpecError, UsageError
 from sparkbuild.jsontext import Fields, JsonObject
 from sparkbuild.redact import strip_userinfo
@@ -142,9 +142,7 @@ def _runtime_of_command(command: str) -> str:
     """The runtime a recipe's command names when the recipe names none."""
     for adapter in ADAPTERS.values():
         if adapter.recipes.command is not None and adapter.recipes.command.match(command):
-            return adapter.name
-    if command.startswith("llama-server"):
-        return "llama-cpp"
+            return next(iter(adapter.recipes.runtimes))  # sparkrun's name for it
     if command.startswith(("trtllm-serve", "mpirun")):
         return "trtllm"
     return next((a.name for a in ADAPTERS.values() if a.recipes.default), "")
@@ -206,7 +204,7 @@ def parallel_layout(
         )
     if "nodes" in sizes and size("nodes") != tp * pp:
         notes.add(
-            f"--nnodes {sizes['nodes']}",
+            f"{_flag_of(facts, 'nodes')} {sizes['nodes']}",
             "changed",
             f"one rank per Spark: {tp * pp} nodes for tp {tp} x pp {pp}",
         )
@@ -215,7 +213,7 @@ def parallel_layout(
     launcher = facts.runtimes[runtime]
     if sizes.get("launcher") not in (None, *adapter.parallel_launchers):
         notes.add(
-            f"--distributed-executor-backend {sizes['launcher']}",
+            f"{_flag_of(facts, 'launcher')} {sizes['launcher']}",
             "changed",
             f"the multi-node launcher is {launcher}",
         )
@@ -227,6 +225,11 @@ def parallel_layout(
         "as the profile's parallel layout",
     )
     return layout
+
+
+def _flag_of(facts: RecipeFacts, size: str) -> str:
+    """The engine's flag that sets ``size`` of the parallel layout (the first it takes)."""
+    return next(flag for flag, sets in facts.parallel_flags.items() if sets == size)
 
 
 # --- everything else of the recipe -------------------------------------------------------
@@ -345,6 +348,29 @@ def load_recipe(path: Path, notes: _Notes) -> tuple[RecipeFile, bytes]:
     return recipe, path.read_bytes()
 
 
+def _chain(
+    recipe: RecipeFile,
+    engine: str,
+    declared: Mapping[str, object],
+    layers: Sequence[Mapping[str, Any]],
+    overrides: Mapping[str, Scalar] | None,
+) -> dict[str, object]:
+    """The values the command is filled from, as sparkrun's config chain holds them: the
+    defaults, the matched overrides, ``-o`` overrides, the model keys, and the runtime's
+    aliases (``ctx_size`` from ``max_model_len`` for llama-cpp's)."""
+    values: dict[str, object] = dict(declared)
+    for layer in layers:
+        values.update(layer.get("defaults") or {})
+    values.update(overrides or {})
+    values.setdefault("model", recipe.model)
+    if recipe.model_revision:
+        values.setdefault("model_revision", recipe.model_revision)
+    values.setdefault("resolved_model_path", recipe.model)
+    if engine in sparkrun_flags().engines:
+        values = engine_flags(engine).with_aliases(values)
+    return values
+
+
 def import_recipe(
     path: Path,
     *,
@@ -379,14 +405,7 @@ def import_recipe(
     layers = matching_overrides(
         recipe.overrides, _facts(engine, runtime, declared, overrides), declared, notes
     )
-    values: dict[str, object] = dict(declared)
-    for layer in layers:
-        values.update(layer.get("defaults") or {})
-    values.update(overrides or {})
-    values.setdefault("model", recipe.model)
-    if recipe.model_revision:
-        values.setdefault("model_revision", recipe.model_revision)
-    values.setdefault("resolved_model_path", recipe.model)
+    values = _chain(recipe, engine, declared, layers, overrides)
     if recipe.command:
         rendered = render_escaped(
             recipe.command,
@@ -404,16 +423,16 @@ def import_recipe(
         words = command_words(rendered)
     else:
         flags = flags_from_defaults(adapter, values, recipe.model, recipe.model_revision, notes)
-        words = [*adapter.recipes.prefixes[0], recipe.model, *flags]
+        words = [*adapter.recipe_serve_words(recipe.model), *flags]
     serve = serve_of(adapter, words, recipe.model, notes, path.parent, engine_version)
     model_word(serve.model, f"{path}: the model the command serves,")
-    if adapter.recipes.adds_served_model_name and "--served-model-name" not in serve.args:
+    added = adapter.recipes.adds_served_model_flag
+    if added and added not in serve.args:
         notes.add(
-            "--served-model-name",
+            added,
             "changed",
-            f"sparkrun adds --served-model-name {recipe.model} to {adapter.display_name}'s "
-            "command; sparkbuild's "
-            "launcher names the served model itself",
+            f"sparkrun adds {added} {recipe.model} to {adapter.display_name}'s command; "
+            "sparkbuild's launcher names the served model itself",
         )
     layout = parallel_layout(engine, runtime, serve.sizes, notes)
     nodes = int(layout["nodes"]) if layout else 1

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sparkbuild.engines.adapters import EngineName
+from sparkbuild.adapters import EngineName
 from sparkbuild.yamlfile import load_model
 
 
@@ -94,9 +94,21 @@ def load_signatures(path: Path | None = None) -> tuple[SignatureModel, ...]:
 
 @cache
 def _packaged() -> tuple[SignatureModel, ...]:
-    data = resources.files("sparkbuild") / "data" / "signatures.yaml"
-    with resources.as_file(data) as path:
-        return tuple(load_model(path, SignatureFile).signatures)
+    """The shipped signatures: ``data/signatures.yaml`` (shared by the engines), then each
+    engine's own file in ``data/signatures/`` (by file name), so an engine's failures ship
+    with it."""
+    data = resources.files("sparkbuild") / "data"
+    files = [data / "signatures.yaml"]
+    folder = data / "signatures"
+    if folder.is_dir():
+        files += sorted(
+            (e for e in folder.iterdir() if e.name.endswith(".yaml")), key=lambda e: e.name
+        )
+    found: list[SignatureModel] = []
+    for file in files:
+        with resources.as_file(file) as path:
+            found += load_model(path, SignatureFile).signatures
+    return tuple(found)
 
 
 @cache

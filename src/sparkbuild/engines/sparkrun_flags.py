@@ -3,9 +3,10 @@
 sparkrun renders a recipe without a ``command`` from its ``defaults`` through one map per
 engine; a recipe with a ``command`` reads the same keys through ``{key}`` placeholders, and
 its validator wants the keys it reads itself (ports, lengths, memory, parallel sizes) there
-rather than spelled as literal flags. The maps are read from a release of sparkrun
-(``data/sparkrun/flags-<version>.yaml``, names only, no code), and the tests hold them against
-that release's own.
+rather than spelled as literal flags. The maps are read from a release of sparkrun, one file
+per engine (``data/sparkrun/flags-<version>/<engine>.yaml``, names only, no code; the keys
+sparkrun reads itself in ``flags-<version>.yaml``), and the tests hold them against that
+release's own.
 
 How a value becomes a flag (RECIPES.md, "Structured values and booleans"): a mapping, a list,
 or a string that already holds a JSON object or array is one compact JSON argument; a boolean
@@ -23,18 +24,43 @@ from importlib import resources
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from sparkbuild.errors import UsageError
+
 SPARKRUN_VERSION = "0.4.2"
 """The sparkrun release whose maps are shipped (and whose recipe format is written)."""
 
 
 class EngineFlags(BaseModel):
-    """One engine's map: ``flags`` in the order sparkrun emits them."""
+    """One engine's map: ``flags`` in the order sparkrun emits them. Some runtimes render a
+    few keys their own way, after the map (``after``): a boolean written as a word
+    (``worded``: ``flash_attn: true`` is ``--flash-attn on``, a string as it is), a toggle
+    the engine turns on (``inverted``: ``webui: false`` is ``--no-webui``, true nothing).
+    ``defaults`` are the values sparkrun supplies when the recipe has none, and ``aliases``
+    the keys it reads from another when unset (``ctx_size`` from ``max_model_len``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     flags: dict[str, str]
     booleans: frozenset[str]
     negatable: frozenset[str]
+    worded: dict[str, tuple[str, str]] = {}
+    inverted: dict[str, str] = {}
+    defaults: dict[str, str] = {}
+    aliases: dict[str, str] = {}
+
+    @property
+    def after(self) -> list[str]:
+        """The keys rendered after the map, in sparkrun's order."""
+        return [*self.worded, *self.inverted]
+
+    def with_aliases(self, values: Mapping[str, object]) -> dict[str, object]:
+        """``values`` with each alias filled from its source where the recipe left it unset
+        (sparkrun does this before rendering, with a command or without)."""
+        filled = dict(values)
+        for key, source in self.aliases.items():
+            if filled.get(key) is None and filled.get(source) is not None:
+                filled[key] = filled[source]
+        return filled
 
     def key_of(self, flag: str) -> str | None:
         """The defaults key sparkrun renders as ``flag``, if any."""
@@ -44,8 +70,14 @@ class EngineFlags(BaseModel):
         """The engine words sparkrun renders for ``key: value`` without a command (unquoted,
         as the shell hands them over); empty when it renders nothing."""
         flag = self.flags.get(key)
+        if key in self.inverted:
+            return [self.inverted[key]] if value is not None and not is_true(value) else []
         if flag is None or value is None:
             return []
+        if key in self.worded:
+            on, off = self.worded[key]
+            word = (on if value else off) if isinstance(value, bool) else str(value)
+            return [flag, word]
         if key in self.booleans:
             if is_true(value):
                 return [flag]
@@ -55,17 +87,20 @@ class EngineFlags(BaseModel):
 
 
 class SparkrunFlags(BaseModel):
+    """The release's facts: the keys sparkrun reads itself, and one map per engine shipped
+    (``flags-<version>/<engine>.yaml``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sparkrun: str
-    engines: dict[str, EngineFlags]
+    engines: dict[str, EngineFlags] = {}
     read_keys: dict[str, list[str]]  # keys sparkrun reads itself, and their flags' spellings
     runtime_display: dict[str, str]  # a resolved runtime as sparkrun's metadata shows it
 
     def defaults_key(self, engine: str, flag: str) -> str | None:
         """The defaults key a command's ``flag`` stands for: the engine map's, else one of
         the keys sparkrun reads itself (``--tp`` is ``tensor_parallel`` for its validator)."""
-        key = self.engines[engine].key_of(flag)
+        key = engine_flags(engine).key_of(flag)
         return key or next((k for k, flags in self.read_keys.items() if flag in flags), None)
 
 
@@ -90,10 +125,26 @@ def value_text(value: object) -> str:
 
 @cache
 def sparkrun_flags() -> SparkrunFlags:
-    path = resources.files("sparkbuild") / "data" / "sparkrun" / f"flags-{SPARKRUN_VERSION}.yaml"
-    return SparkrunFlags.model_validate(yaml.safe_load(path.read_text("utf-8")))
+    """The shipped release's facts, with every engine map beside them."""
+    folder = resources.files("sparkbuild") / "data" / "sparkrun"
+    facts = yaml.safe_load((folder / f"flags-{SPARKRUN_VERSION}.yaml").read_text("utf-8"))
+    maps = folder / f"flags-{SPARKRUN_VERSION}"
+    facts["engines"] = {
+        entry.name.removesuffix(".yaml"): yaml.safe_load(entry.read_text("utf-8"))
+        for entry in sorted(maps.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".yaml")
+    }
+    return SparkrunFlags.model_validate(facts)
 
 
 def engine_flags(engine: str) -> EngineFlags:
-    """The map of ``engine`` (``vllm``, ``sglang``)."""
-    return sparkrun_flags().engines[engine]
+    """sparkrun's map for ``engine``; an engine without one is a UsageError naming the file
+    that would hold it."""
+    found = sparkrun_flags().engines.get(engine)
+    if found is None:
+        raise UsageError(
+            f"sparkrun {SPARKRUN_VERSION} has no flag map for {engine} shipped "
+            f"(data/sparkrun/flags-{SPARKRUN_VERSION}/{engine}.yaml)",
+            "recipes of this engine cannot be rendered from defaults; give the recipe a command",
+        )
+    return found

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
     from docker.types import DeviceRequest
 
-    from sparkbuild.engines.adapters import EngineAdapter
+    from sparkbuild.adapters import EngineAdapter
 
 TargetKind = Literal["image", "command", "url", "cluster"]
 LOOPBACK = "127.0.0.1"
@@ -567,7 +567,7 @@ def wait_ready(
     deadline = started + timeout_s
     health_since: float | None = None
     session = adapter.session()
-    url = target.base_url + adapter.health_path
+    url = target.base_url + adapter.endpoints.health
     line_seen, scanned = target.logs is None, 0
     while True:
         now = time.monotonic()

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from sparkbuild import console
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.errors import AuditError
 from sparkbuild.image.audit import DeviceAudit, Library, audit_image
 from sparkbuild.jsontext import JsonObject
@@ -87,7 +87,7 @@ def audit_build(
     kept = recorded_for(previous, image_id)
     if kept is not None:
         return kept
-    roots = adapter_type(build.engine).preflight.probe.distributions
+    roots = adapter_type(build.engine).distributions()
     with console.status(f"{build.name}: reading the image's device code") as update:
         audit = audit_image(
             api, image_id, roots, progress=lambda n: update(f"{n} files read so far")

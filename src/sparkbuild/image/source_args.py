@@ -9,7 +9,7 @@ feed the inputs digest); a spec's own `build_args` win.
 from __future__ import annotations
 
 from sparkbuild import templates
-from sparkbuild.engines.adapters import adapter_type
+from sparkbuild.adapters import adapter_type
 from sparkbuild.spec import Build
 
 # Memory per parallel compile job: a sm_121a CUTLASS/FlashInfer nvcc job peaks at 10-12 GiB
@@ -25,10 +25,11 @@ def default_base(build: Build) -> str | None:
 
 def source_args(build: Build) -> dict[str, str]:
     """The version-dependent build arguments of ``build``'s engine template."""
+    facts = adapter_type(build.engine).source_build
     return {
-        "TORCH_CUDA_ARCH_LIST": "12.1a",
+        **facts.args,
         "CUDA_VERSION": "13.0",
         "ENGINE_VERSION": str(build.version),
         "GIB_PER_JOB": str(GIB_PER_JOB),
-        **adapter_type(build.engine).source_build.moved_args(build.version),
+        **facts.moved_args(build.version),
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from packaging.version import Version
 
-from sparkbuild.engines.adapters import adapter_for, adapter_type
+from sparkbuild.adapters import adapter_for, adapter_type
 from sparkbuild.engines.profiles import SmokeProfile, load_profile
 from sparkbuild.errors import SpecError
 from sparkbuild.settings import Settings

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild import cachetrust, fileio
+from sparkbuild.adapters import PreflightFacts, adapter_type
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.engines.host_facts import this_host
 from sparkbuild.engines.signatures import diagnose
+from sparkbuild.errors import PreflightSetupError, UsageError
+from sparkbuild.preflight.binary import binary_facts, program_of, run_binary_preflight
 from sparkbuild.preflight.compare import compare_with_release
 from sparkbuild.preflight.kernels import KernelStandins
 from sparkbuild.preflight.plan import SPARK_GPU, ProfilePlan, load_profile_plan
@@ -58,17 +60,20 @@ def probe_plan(
     standins: tuple[Mapping[str, object], ...] = (),
 ) -> dict[str, Any]:
     facts = adapter_type(build.engine)
+    python = facts.preflight
+    if not isinstance(python, PreflightFacts):
+        raise PreflightSetupError(f"{build.engine} is no Python engine: the probe has no plan")
     return {
         "standins": list(standins),
         # An engine without the Spark's GPU stood in runs under its own CPU build.
-        "gpu": SPARK_GPU if facts.preflight.spark_gpu else None,
+        "gpu": SPARK_GPU if python.spark_gpu else None,
         "engine": build.engine,
-        "engine_facts": facts.preflight.probe.to_json(),
+        "engine_facts": python.probe.to_json(),
         "package": build.package_dir.strip("/").rsplit("/", 1)[-1],
         "changed": changed,
         "checks": list(checks),
         "signals": facts.preflight_signals(build.version),
-        "registry_dir": facts.preflight.registry_dir,
+        "registry_dir": python.registry_dir,
         "unavailable_modules": unavailable,
         "profiles": [p.to_probe() for p in profiles],
     }
@@ -157,8 +162,24 @@ def run_preflight(
     profile_names: list[str],
     where: Where,
 ) -> PreflightReport:
-    """Preflight one prepared build for ``profile_names`` (the build's own when empty)."""
+    """Preflight one prepared build for ``profile_names`` (the build's own when empty): the
+    Python engine's boot path under the probe, or a built program's own answers."""
     build = prepared.build
+    program = binary_facts(build.engine)
+    if program is not None:
+        if where.python is not None:
+            raise UsageError(
+                f"{build.engine} is a built program, not a Python package: --python has no "
+                "interpreter to run it under",
+                "pass --server PATH (a CPU build of its server), --image or --in-image",
+            )
+        asked = program_of(program, where.image, where.server)
+        return run_binary_preflight(settings, prepared, profile_names, asked)
+    if where.server is not None:
+        raise UsageError(
+            f"--server is for engines that are built programs; {build.engine} is a Python engine",
+            "pass --python PATH (an interpreter with the engine), --image or --in-image",
+        )
     version = build.version
     profiles = [load_profile_plan(settings, n, build.engine, version) for n in profile_names]
     changed = changed_in_package(prepared)

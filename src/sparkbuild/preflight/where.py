@@ -15,8 +15,8 @@ from filelock import FileLock
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild import cachetrust, git, wheelindex
+from sparkbuild.adapters import ADAPTERS, BinaryPreflight, PreflightFacts, adapter_type
 from sparkbuild.dockerhost import SETUP_HINT
-from sparkbuild.engines.adapters import ADAPTERS, adapter_type
 from sparkbuild.errors import DockerUnavailableError, PreflightSetupError
 from sparkbuild.preflight.deps import (
     CUDA_ONLY,
@@ -54,6 +54,8 @@ class Where:
     # A given interpreter whose engine is another release than the build's is refused
     # unless this is set (the report's header names both versions either way).
     allow_version_mismatch: bool = False
+    # A built program's binary (an engine that is no Python package: preflight/binary).
+    server: Path | None = None
 
 
 def build_pins(build: Build) -> list[str]:
@@ -149,8 +151,10 @@ def release_wheel(settings: Settings, build: Build) -> Path:
 
 def local_venv(settings: Settings, build: Build, where: Where) -> tuple[LocalVenv, list[str]]:
     """The build's venv, and the release's own pins of the packages it leaves out."""
-    if not adapter_type(build.engine).preflight.spark_gpu:
-        made_for = " and ".join(a.display_name for a in ADAPTERS.values() if a.preflight.spark_gpu)
+    if not _spark_gpu(adapter_type(build.engine).preflight):
+        made_for = " and ".join(
+            a.display_name for a in ADAPTERS.values() if _spark_gpu(a.preflight)
+        )
         raise PreflightSetupError(
             f"{build.name}: a local venv is made for {made_for} builds only; {build.engine} "
             "needs its own CPU build",
@@ -164,6 +168,10 @@ def local_venv(settings: Settings, build: Build, where: Where) -> tuple[LocalVen
     left_out = {name for name, _ in deps.left_out} - {"torch", "torchvision"}
     kernels = [line for line in release if requirement_name(line) in left_out]
     return ensure_venv(root, deps, own), kernels
+
+
+def _spark_gpu(facts: PreflightFacts | BinaryPreflight) -> bool:
+    return isinstance(facts, PreflightFacts) and facts.spark_gpu
 
 
 def unavailable_modules(

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from sparkbuild import console, dockerhost, lockfile
+from sparkbuild.adapters import adapter_type
 from sparkbuild.attest import contents, sbom, statements
 from sparkbuild.attest.attach import sign_and_attach
 from sparkbuild.attest.keys import PublicKey
 from sparkbuild.attest.signing import Signer
 from sparkbuild.attest.verify import Verification, verify_image
-from sparkbuild.engines.adapters import adapter_type
 from sparkbuild.errors import AttestationError, PublishError, SignatureError
 from sparkbuild.publish.destination import Destination
 from sparkbuild.registry import manifests

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from sparkbuild.adapters import Acceptance, Generation, non_finite
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import Acceptance, Generation, non_finite
 from sparkbuild.engines.profiles import Expectations, RepetitionLimits
 from sparkbuild.engines.signatures import Diagnosis
 from sparkbuild.engines.targets import Readiness

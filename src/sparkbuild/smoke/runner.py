@@ -8,8 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkbuild.adapters import Acceptance, EngineAdapter, Generation
+from sparkbuild.adapters.versions import disagree
 from sparkbuild.checks import CheckResult, Verdict
-from sparkbuild.engines.adapters import Acceptance, EngineAdapter, Generation
 from sparkbuild.engines.cluster_target import MultiNodeTarget, NodeImage
 from sparkbuild.engines.compile_cache import (
     CompileCache,
@@ -25,7 +26,6 @@ from sparkbuild.engines.profiles import CustomPrompt, Parallel, SmokeProfile
 from sparkbuild.engines.prompts import PROMPT_SETS, Prompt
 from sparkbuild.engines.signatures import Diagnosis, Evidence, diagnose
 from sparkbuild.engines.targets import Readiness, Target, boot_detail, wait_ready
-from sparkbuild.engines.versions import disagree
 from sparkbuild.errors import CompileCapError, EngineHTTPError
 from sparkbuild.jsontext import JsonObject
 from sparkbuild.smoke import checks
@@ -239,7 +239,7 @@ def serve_prompts(
             served.errors.append(EngineHTTPError.answered(what, 200, detail))
     impossible = adapter.impossible(before, after)
     if impossible:  # an engine whose counters cannot be true is misbehaving
-        metrics = f"GET {base_url}{adapter.metrics_path}"
+        metrics = f"GET {base_url}{adapter.endpoints.metrics}"
         served.errors.append(EngineHTTPError.answered(metrics, 200, impossible))
     if served.generations:
         served.acceptance = adapter.acceptance(before, after, served.generations)

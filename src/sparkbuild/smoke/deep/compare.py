@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sparkbuild.engines.adapters import Generation
+from sparkbuild.adapters import Generation
 from sparkbuild.smoke.deep.evidence import kept
 
 #: Tokens of text shown on either side of a divergence, and the characters kept of each

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sparkbuild.engines.adapters import ChatAnswer, Generation
+from sparkbuild.adapters import ChatAnswer, Generation
 from sparkbuild.redact import redact
 
 #: Characters kept from each end of an answer.

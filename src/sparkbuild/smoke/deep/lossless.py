@@ -21,8 +21,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sparkbuild import cachetrust
+from sparkbuild.adapters import EngineAdapter, Generation, answers
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import EngineAdapter, Generation, answers
 from sparkbuild.engines.profiles import LosslessLimits, SmokeProfile
 from sparkbuild.engines.targets import Target, wait_ready
 from sparkbuild.errors import EngineHTTPError, UntrustedCacheError

@@ -11,14 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import (
+from sparkbuild.adapters import (
     EngineAdapter,
     Generation,
     PositionCounts,
     answers,
     non_finite,
 )
+from sparkbuild.checks import CheckResult
 from sparkbuild.engines.profiles import (
     AcceptancePerPositionLimits,
     BurnInLimits,

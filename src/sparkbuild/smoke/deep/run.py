@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from sparkbuild.adapters import EngineAdapter, Generation, PositionCounts
 from sparkbuild.checks import CheckResult
-from sparkbuild.engines.adapters import EngineAdapter, Generation, PositionCounts
 from sparkbuild.engines.profiles import SmokeProfile
 from sparkbuild.engines.prompts import Prompt
 from sparkbuild.smoke.deep import lossless as ll

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from sparkbuild.jsontext import JsonObject
 
@@ -30,11 +30,14 @@ class Moved:
 
 @dataclass(frozen=True)
 class SourceBuild:
-    """A source build's facts that change with the engine release: the default base image
-    (a template over ``{version}``; a spec's ``base_image`` overrides it) and the build
-    arguments whose values moved with the upstream tree, each with the range it covers."""
+    """A source build's facts: the default base image (a template over ``{version}``; a
+    spec's ``base_image`` overrides it), the engine's own build arguments (the GPU
+    architecture in the form its build reads: ``TORCH_CUDA_ARCH_LIST``, CMake's
+    ``CMAKE_CUDA_ARCHITECTURES``), and the arguments whose values moved with the upstream
+    tree, each with the range it covers."""
 
     base_image: str | None = None
+    args: Mapping[str, str] = field(default_factory=dict)
     moves: tuple[Moved, ...] = ()
 
     def moved_args(self, version: Version) -> dict[str, str]:
@@ -44,6 +47,32 @@ class SourceBuild:
             for moved in self.moves
             if SpecifierSet(moved.when).contains(version, prereleases=True)
         }
+
+
+_PEP440_TAG = re.compile(r"^v?(?P<version>\d[0-9A-Za-z.!+_-]*)\Z")
+
+
+@dataclass(frozen=True)
+class ReleaseTags:
+    """How the engine's release tags name versions: ``pattern`` (its ``version`` group a
+    PEP 440 version) and ``form`` (the tag of a version). The default is ``v0.5.13`` or
+    ``0.5.13``; a build-numbered engine tags ``b6123``, version 6123."""
+
+    pattern: re.Pattern[str] = _PEP440_TAG
+    form: str = "v{version}"
+
+    def version_of(self, tag: str) -> Version | None:
+        """The version ``tag`` names, or None when it names none."""
+        match = self.pattern.match(tag)
+        if not match:
+            return None
+        try:
+            return Version(match.group("version"))
+        except InvalidVersion:
+            return None
+
+    def tag_of(self, version: Version) -> str:
+        return self.form.format(version=version)
 
 
 @dataclass(frozen=True)
@@ -96,6 +125,50 @@ class PreflightFacts:
 
 
 @dataclass(frozen=True)
+class BenchCounters:
+    """The engine's own counters bench reads beside its requests."""
+
+    #: Its count of generated tokens, all requests (None: it has none).
+    generated: str | None = None
+    #: Its count of prompt tokens served from its prefix cache (None: it has none).
+    prefix_hits: str | None = None
+    #: The prefix of its per-request timing histograms (``request_time_per_output_token_
+    #: seconds``, ``inter_token_latency_seconds``, ``time_to_first_token_seconds``; None:
+    #: it exports none).
+    timing_prefix: str | None = None
+
+
+@dataclass(frozen=True)
+class BinaryPreflight:
+    """Preflight of an engine that is a built program, not a Python package: its server
+    binary (on the image's PATH, or one given with ``--server``) is asked on the CPU what it
+    can say without a GPU (preflight/binary: the version it was built as, its own flag parser
+    on each profile's launch line, the profile's model file read and loaded on the CPU), and
+    the report says what that cannot show (:attr:`cannot`)."""
+
+    server: str  # the program's name on the image's PATH
+    version_args: tuple[str, ...]
+    #: The version in the program's ``version_args`` output (group ``version``).
+    version: re.Pattern[str]
+    #: Output that means the flag parser refused the launch line (group ``why``).
+    refused: re.Pattern[str]
+    #: Output that means the parser took the line and the model load began.
+    parsed: re.Pattern[str]
+    #: Output that means the model is loaded (the program serves it).
+    loaded: re.Pattern[str]
+    #: Flags that load a model on the CPU and nothing more (no GPU layers, no warm-up).
+    cpu_args: tuple[str, ...]
+    #: The model file format it reads (its header is read before the program loads it).
+    model_format: Literal["gguf"]
+    #: The file of the tree that names the model architectures the release knows, and how
+    #: one is written there (group ``name``).
+    architectures: str
+    architecture: re.Pattern[str]
+    #: What the CPU cannot show of this engine (said in every report).
+    cannot: str
+
+
+@dataclass(frozen=True)
 class MemoryFacts:
     """How the engine sizes its memory, for the estimate before a boot
     (:mod:`sparkbuild.engines.memory_fit`, whose docstring has the formulas)."""
@@ -114,6 +187,11 @@ class MemoryFacts:
     reserve_gib: float = 13.0
     #: A flag that sizes the KV pool in bytes instead of the budget's fraction (None: none).
     kv_bytes_flag: str | None = None
+    #: The flag of the KV cache's element type (None: the engine's KV is the model's dtype).
+    kv_dtype_flag: str | None = "--kv-cache-dtype"
+    #: sparkbuild's patch (a file name in ``patches/<engine>/``) that counts the draft before
+    #: the KV pool is sized, for releases before ``draft_counted_from`` (None: no such patch).
+    draft_patch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,8 +220,9 @@ class RecipeFacts:
     leading_keys: tuple[str, ...] = ()
     #: sparkrun pins a hub model's ``model_revision`` on the command (``--revision``).
     pins_revision: bool = False
-    #: sparkrun adds ``--served-model-name MODEL`` when a recipe's command has none.
-    adds_served_model_name: bool = False
+    #: The flag sparkrun adds with the recipe's model name when a recipe's command has none
+    #: (vLLM's ``--served-model-name``; None: sparkrun adds none).
+    adds_served_model_flag: str | None = None
     #: The runtime an exported recipe names for each multi-node launcher (the first: none set).
     export_runtimes: Mapping[str, str] = field(default_factory=dict)
     #: The flags the launcher adds for expert parallelism (``{ep}``: the size).

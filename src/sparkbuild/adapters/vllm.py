@@ -27,25 +27,11 @@ from typing import Any
 
 import requests
 from packaging.version import Version
-from prometheus_client.parser import text_string_to_metric_families
 
-from sparkbuild import jsontext, net
-from sparkbuild.engines.adapters.base import (
-    Acceptance,
-    Counters,
-    EngineAdapter,
-    Generation,
-    Layout,
-    PositionCounts,
-    RankCommand,
-    RankPlace,
-    first_model,
-    flag_value,
-    optional_float,
-    parse_or_fail,
-    whole_number,
-)
-from sparkbuild.engines.adapters.facts import (
+from sparkbuild import net
+from sparkbuild.adapters.base import EngineAdapter
+from sparkbuild.adapters.facts import (
+    BenchCounters,
     MemoryFacts,
     Moved,
     PreflightFacts,
@@ -53,8 +39,22 @@ from sparkbuild.engines.adapters.facts import (
     RecipeFacts,
     SourceBuild,
 )
-from sparkbuild.engines.versions import LoadFormatFact, NanSwitch
-from sparkbuild.errors import EngineHTTPError, UsageError
+from sparkbuild.adapters.values import (
+    Acceptance,
+    Counters,
+    Generation,
+    Layout,
+    PositionCounts,
+    RankCommand,
+    RankPlace,
+    flag_value,
+    optional_float,
+    parse_or_fail,
+    per_position,
+    whole_number,
+)
+from sparkbuild.adapters.versions import LoadFormatFact, NanSwitch
+from sparkbuild.errors import UsageError
 
 NAN_SWITCH = NanSwitch(
     env={"VLLM_COMPUTE_NANS_IN_LOGITS": "1"},
@@ -157,8 +157,11 @@ class VllmAdapter(EngineAdapter):
     DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
     ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
     CORRUPTED = "vllm:corrupted_requests_total"
-    generation_counter = "vllm:generation_tokens_total"
-    prefix_hit_counter = "vllm:prefix_cache_hits_total"
+    bench_counters = BenchCounters(
+        generated="vllm:generation_tokens_total",
+        prefix_hits="vllm:prefix_cache_hits_total",
+        timing_prefix="vllm:",
+    )
     relied_metrics = (
         (DRAFTS, "acceptance from counters"),
         (DRAFT_TOKENS, "acceptance from counters"),
@@ -170,6 +173,7 @@ class VllmAdapter(EngineAdapter):
     source_build = SourceBuild(
         # The release image: a CUDA 13 devel image with torch (pinned by digest when locked).
         base_image="vllm/vllm-openai:v{version}-aarch64",
+        args={"TORCH_CUDA_ARCH_LIST": "12.1a"},
         moves=(
             Moved("VLLM_BUILD_REQUIREMENTS", "<0.33", "requirements/build.txt"),
             Moved("VLLM_BUILD_REQUIREMENTS", ">=0.33", "requirements/build/cuda.txt"),
@@ -191,7 +195,7 @@ class VllmAdapter(EngineAdapter):
             env_module="envs.py",
             config_registry="transformers_utils.config",
             model_inspector="model_executor.models.registry:_VLLM_MODELS",
-            signals_source="engines/adapters/vllm.py preflight_signals",
+            signals_source="adapters/vllm.py preflight_signals",
         ),
     )
     # sparkrun's VLLM_FLAG_MAP for the rendered keys.
@@ -237,7 +241,7 @@ class VllmAdapter(EngineAdapter):
         speculative_key="speculative_config",
         leading_keys=("tensor_parallel", "distributed_executor_backend"),
         pins_revision=True,
-        adds_served_model_name=True,
+        adds_served_model_flag="--served-model-name",
         export_runtimes={"mp": "vllm", "ray": "vllm-ray"},
         expert_parallel_args=("--enable-expert-parallel",),
         export_command="vllm serve {model}",
@@ -263,10 +267,6 @@ class VllmAdapter(EngineAdapter):
     # parallel_state.py: "world_size=2 rank=1 local_rank=0 distributed_init_method=..."
     rank_line = re.compile(r"\bworld_size=(?P<world>\d+) rank=(?P<rank>\d+)\b")
     RAY_HEAD_WAIT_S = 600
-
-    def __init__(self, request_timeout_s: float = 300.0, version: Version | None = None) -> None:
-        super().__init__(request_timeout_s, version)
-        self._served_model: str | None = None
 
     def rank_command(
         self,
@@ -297,7 +297,7 @@ class VllmAdapter(EngineAdapter):
                 "--nnodes",
                 str(place.nodes),
                 "--node-rank",
-                str(place.rank),
+                place.rank_arg,
                 "--master-addr",
                 place.leader_address,
                 "--master-port",
@@ -374,21 +374,6 @@ class VllmAdapter(EngineAdapter):
     def serve_args(self, model: str, host: str, port: int, args: Sequence[str]) -> list[str]:
         return ["--model", model, "--host", host, "--port", str(port), *args]
 
-    def served_model(self, session: net.Session, base_url: str) -> str:
-        """The name requests must use (``--served-model-name`` or the model path)."""
-        if self._served_model is None:
-            try:
-                response = session.get(base_url + "/v1/models", timeout=10)
-                response.raise_for_status()
-                self._served_model = str(first_model(jsontext.loads(response.content))["id"])
-            except requests.RequestException as exc:
-                raise EngineHTTPError.answered(f"GET {base_url}/v1/models", None, str(exc)) from exc
-            except ValueError as exc:  # not JSON, or JSON of the wrong shape
-                raise EngineHTTPError.answered(
-                    f"GET {base_url}/v1/models", 200, f"malformed response: {exc}"
-                ) from exc
-        return self._served_model
-
     def generate(
         self,
         session: net.Session,
@@ -425,7 +410,7 @@ class VllmAdapter(EngineAdapter):
         ranked: int,
     ) -> Generation:
         body: dict[str, object] = {
-            "model": self.served_model(session, base_url),
+            "model": self.request_model(session, base_url),
             "prompt": prompt,
             "max_tokens": max_tokens,
             "temperature": 0,
@@ -461,7 +446,8 @@ class VllmAdapter(EngineAdapter):
         return _drop_flags(args, ("--speculative-config", "-sc"))
 
     def request_model(self, session: net.Session, base_url: str) -> str:
-        return self.served_model(session, base_url)
+        """The name requests must use (``--served-model-name`` or the model path)."""
+        return self.served(session, base_url).id
 
     #: vLLM 0.32 and later name the parser's output ``reasoning``; earlier releases
     #: ``reasoning_content``.
@@ -471,15 +457,15 @@ class VllmAdapter(EngineAdapter):
     def position_counts(self, session: net.Session, base_url: str) -> PositionCounts:
         """``vllm:spec_decode_num_accepted_tokens_per_pos{position}`` and the drafts
         counter, summed over engines."""
-        where = f"GET {base_url}{self.metrics_path}"
+        where = f"GET {base_url}{self.endpoints.metrics}"
         try:
-            response = session.get(base_url + self.metrics_path, timeout=10)
+            response = session.get(base_url + self.endpoints.metrics, timeout=10)
             response.raise_for_status()
-            accepted, drafts = _per_position(response.text, self.ACCEPTED_PER_POS, self.DRAFTS)
+            accepted, drafts = per_position(response.text, self.ACCEPTED_PER_POS, self.DRAFTS)
         except (requests.RequestException, ValueError) as exc:
             return PositionCounts(note=f"{where}: {type(exc).__name__}: {str(exc)[:200]}")
         if not accepted:
-            return PositionCounts(note=f"no {self.ACCEPTED_PER_POS} on {self.metrics_path}")
+            return PositionCounts(note=f"no {self.ACCEPTED_PER_POS} on {self.endpoints.metrics}")
         return PositionCounts(tuple(accepted), drafts)
 
     @staticmethod
@@ -571,22 +557,6 @@ def _drop_flags(args: Sequence[str], flags: Sequence[str]) -> list[str]:
             continue
         kept.append(word)
     return kept
-
-
-def _per_position(text: str, family: str, drafts_name: str) -> tuple[list[float], float]:
-    """Accepted tokens by draft position (summed over every other label) and the drafts."""
-    by_position: dict[int, float] = {}
-    drafts = 0.0
-    for metric in text_string_to_metric_families(text):
-        for sample in metric.samples:
-            if sample.name == family + "_total" and "position" in sample.labels:
-                position = int(sample.labels["position"])
-                by_position[position] = by_position.get(position, 0.0) + float(sample.value)
-            elif sample.name == drafts_name:
-                drafts += float(sample.value)
-    if not by_position:
-        return [], drafts
-    return [by_position.get(i, 0.0) for i in range(max(by_position) + 1)], drafts
 
 
 def _with_positional_model(launcher: list[str], serve: list[str]) -> list[str]:

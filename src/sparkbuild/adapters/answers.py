@@ -1,7 +1,7 @@
-"""What the deep checks ask an engine beyond completions, the same for every engine that
-speaks the OpenAI-style API with vLLM's and SGLang's extras: a chat answer with its reasoning
-apart, a token count, the text of token ids. Each engine's facts (its reasoning fields, the
-model name a request names) come from its adapter."""
+"""What the deep checks ask an engine beyond completions: a chat answer with its reasoning
+apart, a token count, the text of token ids. The requests are the adapter's (its endpoints,
+its body shapes, its reasoning fields and the model name a request names: :mod:`.http`);
+these are the deep checks' view of them."""
 
 from __future__ import annotations
 
@@ -10,13 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from sparkbuild import net
-from sparkbuild.engines.adapters.base import (
-    MAX_TOKENS,
-    EngineAdapter,
-    Generation,
-    parse_or_fail,
-    whole_number,
-)
+from sparkbuild.adapters.base import EngineAdapter
+from sparkbuild.adapters.values import MAX_TOKENS, Generation, parse_or_fail, whole_number
 from sparkbuild.errors import EngineHTTPError
 
 
@@ -69,7 +64,7 @@ def chat(
         "temperature": 0,
         **(extra or {}),
     }
-    url = base_url + "/v1/chat/completions"
+    url = base_url + adapter.endpoints.chat
     payload, seconds = adapter.post_json(session, url, body)
     return parse_or_fail(f"POST {url}", lambda: chat_answer(adapter, payload, seconds))
 
@@ -98,16 +93,13 @@ def count_tokens(
     adapter: EngineAdapter, session: net.Session, base_url: str, text: str
 ) -> tuple[int, int | None] | None:
     """How many tokens ``text`` is to the served model, and the model's context length when
-    the engine says (``/tokenize``: ``count``, ``max_model_len``; vLLM and SGLang alike);
-    None when the engine does not tell."""
-    body = {"model": adapter.request_model(session, base_url), "prompt": text}
+    the engine says (the adapter's tokenizer request, in its engine's shape); None when the
+    engine does not tell."""
     try:
-        payload, _ = adapter.post_json(session, base_url + "/tokenize", body)
-        count = whole_number(payload.get("count"), "count")
-        limit = payload.get("max_model_len")
-        return count, whole_number(limit, "max_model_len") if limit else None
-    except (EngineHTTPError, ValueError):
+        counted = adapter.count_tokens(session, base_url, text)
+    except EngineHTTPError:
         return None
+    return (counted.count, counted.context) if counted is not None else None
 
 
 def prompt_ids(
@@ -132,14 +124,9 @@ def prompt_ids(
 def detokenize(
     adapter: EngineAdapter, session: net.Session, base_url: str, ids: Sequence[int]
 ) -> str | None:
-    """The text of token ``ids`` (``/detokenize``); None when the engine does not say."""
-    body = {"model": adapter.request_model(session, base_url), "tokens": list(ids)}
-    try:
-        payload, _ = adapter.post_json(session, base_url + "/detokenize", body)
-    except EngineHTTPError:
-        return None
-    text = payload.get("prompt", payload.get("text"))
-    return text if isinstance(text, str) else None
+    """The text of token ``ids`` (the adapter's detokenizer request); None when the engine
+    does not say."""
+    return adapter.detokenize(session, base_url, ids)
 
 
 __all__ = [

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from sparkbuild.engines.adapters.base import EngineAdapter
-from sparkbuild.engines.adapters.names import shipped_engines
+from sparkbuild.adapters.base import EngineAdapter
+from sparkbuild.adapters.names import shipped_engines
 from sparkbuild.errors import UsageError
 
 #: Engine name -> its adapter class, in the order they were registered.

@@ -56,10 +56,19 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sparkbuild import jsontext, net
-from sparkbuild.engines.adapters.base import (
+from sparkbuild.adapters.base import EngineAdapter
+from sparkbuild.adapters.facts import (
+    BenchCounters,
+    MemoryFacts,
+    Moved,
+    PreflightFacts,
+    ProbeFacts,
+    RecipeFacts,
+    SourceBuild,
+)
+from sparkbuild.adapters.values import (
     Acceptance,
     Counters,
-    EngineAdapter,
     Generation,
     Layout,
     RankCommand,
@@ -69,15 +78,7 @@ from sparkbuild.engines.adapters.base import (
     parse_or_fail,
     whole_number,
 )
-from sparkbuild.engines.adapters.facts import (
-    MemoryFacts,
-    Moved,
-    PreflightFacts,
-    ProbeFacts,
-    RecipeFacts,
-    SourceBuild,
-)
-from sparkbuild.engines.versions import UNKNOWN_VERSION, NanSwitch, parse_version
+from sparkbuild.adapters.versions import UNKNOWN_VERSION, NanSwitch, parse_version
 
 _NAN: list[tuple[SpecifierSet, NanSwitch]] = [
     (
@@ -164,7 +165,7 @@ class SglangAdapter(EngineAdapter):
     VERIFY_CALLS = "sglang:spec_verify_calls_total"
     GENERATED = "sglang:generation_tokens_total"
     ACCEPT_GAUGE = "sglang:spec_accept_length"
-    generation_counter = GENERATED
+    bench_counters = BenchCounters(generated=GENERATED, timing_prefix="sglang:")
     # What smoke and bench read; preflight_signals below keeps those each version has.
     relied_metrics = (
         (VERIFY_CALLS, "smoke acceptance fallback (counters)"),
@@ -182,6 +183,7 @@ class SglangAdapter(EngineAdapter):
     source_build = SourceBuild(
         # The release image: a CUDA 13 devel image with torch (pinned by digest when locked).
         base_image="lmsysorg/sglang:v{version}-cu130",
+        args={"TORCH_CUDA_ARCH_LIST": "12.1a"},
         moves=(
             Moved("SGL_KERNEL_DIR", "<0.5.17", "sgl-kernel"),
             Moved("SGL_KERNEL_DIR", ">=0.5.17", "python/sglang/kernels/aot"),
@@ -201,7 +203,7 @@ class SglangAdapter(EngineAdapter):
             env_module="srt/environ.py",
             config_registry="srt.utils.hf_transformers.common",
             config_args=("--device", "cpu"),
-            signals_source="engines/adapters/sglang.py preflight_signals",
+            signals_source="adapters/sglang.py preflight_signals",
         ),
     )
     memory = MemoryFacts(
@@ -210,6 +212,7 @@ class SglangAdapter(EngineAdapter):
         context_flag="--context-length",
         draft_counted_from=Version("0.5.14"),  # PRs #23862, #28855, #29616
         draft_head_transient=True,
+        draft_patch="draft-memory-before-kv-pool.patch",
     )
     # a table: sparkrun's recipe keys and flag maps, several pairs to a row
     recipes = RecipeFacts(
@@ -321,7 +324,7 @@ class SglangAdapter(EngineAdapter):
             "--nnodes",
             str(place.nodes),
             "--node-rank",
-            str(place.rank),
+            place.rank_arg,
             "--dist-init-addr",
             f"{place.leader_address}:{place.port}",
         ]

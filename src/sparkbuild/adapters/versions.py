@@ -1,7 +1,7 @@
 """What an engine version reads, in engine-neutral terms: its NaN switch, a version from a
 label or a server answer, and a fact read from the releases around a version.
 
-Each engine's own facts by release live in its adapter's module (``engines/adapters/``), cited
+Each engine's own facts by release live in its adapter's module (``adapters/``), cited
 from the release files they were read from.
 """
 
