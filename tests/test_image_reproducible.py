@@ -31,6 +31,7 @@ from tests.support.publish_env import (
     BUILD,
     PROFILE,
     PublishEnv,
+    generate_keys,
     publish_env,
     record_smoke,
     run_publish_cli,
@@ -203,17 +204,7 @@ def _verify_rebuild(env: PublishEnv, reference: str, public: Path) -> CliResult:
 
 
 def test_verify_rebuild_from_the_provenance_alone(env: PublishEnv) -> None:
-    prefix = env.work / "keys" / "cosign"
-    made = run_publish_cli(
-        env.project,
-        "keys",
-        "generate",
-        "--output-prefix",
-        str(prefix),
-        env={"SPARKBUILD_SIGNING_PASSWORD": PASSPHRASE},
-    )
-    assert made.exit_code == 0, made.output
-    private, public = prefix.with_name("cosign.key"), prefix.with_name("cosign.pub")
+    private, public = generate_keys(env.project, env.work / "keys" / "cosign", PASSPHRASE)
     section = env.image_section()
     image_id = section["image_id"]
     for tag in section["tags"]:  # the planted build above took the same tags

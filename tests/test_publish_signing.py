@@ -55,7 +55,9 @@ from tests.support.publish_env import (
     BUILD,
     EXTRA_DISTRIBUTION,
     PROFILE,
+    Keys,
     PublishEnv,
+    generate_keys,
     publish_env,
     record_smoke,
     run_publish_cli,
@@ -75,12 +77,6 @@ pytestmark = [pytest.mark.docker]
 
 PASSPHRASE = "tr0ub4dor-and-3-more-words"
 REPOSITORY = "sparkbuild/sglang"
-
-
-@dataclass
-class Keys:
-    private: Path
-    public: Path
 
 
 @dataclass
@@ -131,25 +127,11 @@ class Signed:
         return copy
 
 
-def _generate(env: PublishEnv, prefix: Path) -> Keys:
-    result = run_publish_cli(
-        env.project,
-        "keys",
-        "generate",
-        "--output-prefix",
-        str(prefix),
-        env={"SPARKBUILD_SIGNING_PASSWORD": PASSPHRASE},
-    )
-    assert result.exit_code == 0, result.stdout + result.stderr
-    assert PASSPHRASE not in result.stdout + result.stderr
-    return Keys(prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub"))
-
-
 @pytest.fixture(scope="module")
 def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Signed]:
     with publish_env(tmp_path_factory.mktemp("signing"), "sparkbuild-tests/signing-{build}") as env:
-        keys = _generate(env, env.work / "keys" / "cosign")
-        other = _generate(env, env.work / "keys" / "other")
+        keys = generate_keys(env.project, env.work / "keys" / "cosign", PASSPHRASE)
+        other = generate_keys(env.project, env.work / "keys" / "other", PASSPHRASE)
         yield Signed(env, keys, other, [])
 
 

@@ -18,7 +18,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sparkbuild import lockfile
 from sparkbuild.checks import CheckResult
@@ -178,6 +178,29 @@ def run_publish_cli(
         input=stdin,
         env={**cleared, **(env or {})},
     )
+
+
+class Keys(NamedTuple):
+    """A key pair `sparkbuild keys generate` wrote."""
+
+    private: Path
+    public: Path
+
+
+def generate_keys(project: Path, prefix: Path, passphrase: str) -> Keys:
+    """``sparkbuild keys generate --output-prefix prefix``, checked: it exits 0 and never
+    prints the passphrase."""
+    result = run_publish_cli(
+        project,
+        "keys",
+        "generate",
+        "--output-prefix",
+        str(prefix),
+        env={"SPARKBUILD_SIGNING_PASSWORD": passphrase},
+    )
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert passphrase not in result.stdout + result.stderr
+    return Keys(prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub"))
 
 
 @dataclass
