@@ -82,7 +82,8 @@ class Program:
         name = f"sparkbuild-preflight-{uuid.uuid4().hex[:12]}"
         mounts = ["-v", f"{model}:{_MOUNT}:ro"] if model is not None else []
         command = [self.docker, "run", "--rm", "--name", name, "--network", "none", *mounts]
-        command += ["--entrypoint", self.facts.server, self.image, *argv]
+        # By its id: the image that runs is the one the lock records, even if its tag moves.
+        command += ["--entrypoint", self.facts.server, self.image_id or self.image, *argv]
         try:
             return _watch(command, stop_at)
         finally:
